@@ -1,0 +1,54 @@
+//! Configuration of the memory core.
+
+use serde::{Deserialize, Serialize};
+
+use crate::log::DecayConfig;
+
+/// Size limits on what callers hand in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest turn content or entry content/detail, in bytes.
+    pub max_content_bytes: usize,
+    /// Most turns or entries in one batch.
+    pub max_batch: usize,
+    /// Longest forget reason, in bytes.
+    pub max_reason_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_content_bytes: 256 * 1024,
+            max_batch: 10_000,
+            max_reason_bytes: 2_048,
+        }
+    }
+}
+
+/// Configuration of [`crate::Memory`].
+///
+/// ```
+/// let config = cairn_memory::MemoryConfig::default();
+/// assert_eq!(config.tokenizer, "o200k_base");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Input size limits.
+    pub limits: Limits,
+    /// Time-to-live per entry kind.
+    pub decay: DecayConfig,
+    /// Token encoding used to count budgets (`o200k_base` or `cl100k_base`).
+    pub tokenizer: String,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            limits: Limits::default(),
+            decay: DecayConfig::default(),
+            tokenizer: "o200k_base".to_owned(),
+        }
+    }
+}

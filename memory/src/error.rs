@@ -1,0 +1,275 @@
+//! The memory core's error type.
+//!
+//! One enum for the crate, [`MemoryError`], with a stable machine-readable
+//! [`code`](MemoryError::code) per variant so that the HTTP layer can map it to a
+//! `{code, message}` body without string matching. Messages name the offending
+//! id, slug or limit. Storage failures are wrapped in [`StoreError`].
+
+use crate::store::StoreError;
+
+/// Result alias for the memory core.
+pub type Result<T, E = MemoryError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the memory core.
+///
+/// Variants other than [`MemoryError::Store`], [`MemoryError::Corrupt`] and
+/// [`MemoryError::Tokenizer`] are caused by the caller's input and are safe to
+/// show to them (see [`MemoryError::is_caller_error`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// An id (workspace, session, work context, entry, idempotency key, tool-call
+    /// id) is empty, too long or uses characters outside the allowed set.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidId {
+        /// Which kind of id.
+        what: &'static str,
+        /// The offending value (truncated for display).
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A text field is over its configured size limit.
+    #[error("{what} is {bytes} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A required text field is empty or only whitespace.
+    #[error("{what} must not be empty")]
+    Empty {
+        /// Which field.
+        what: &'static str,
+    },
+    /// A field has a value that is not allowed in this combination.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// Which field.
+        what: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// An item of a batch was refused; nothing of the batch was written.
+    #[error("item {index} of the batch: {source}")]
+    InBatch {
+        /// Position of the item in the batch, from 0.
+        index: usize,
+        /// What was wrong with it.
+        source: Box<MemoryError>,
+    },
+    /// A batch holds more items than the configured limit.
+    #[error("batch of {len} items is over the limit of {limit}")]
+    BatchTooLarge {
+        /// Items in the batch.
+        len: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A `tool` turn was sent without the tool-call id that pairs it with its call.
+    #[error("turn with role `tool` in session {session:?} needs a tool_call_id")]
+    MissingToolCallId {
+        /// The session.
+        session: String,
+    },
+    /// The session does not exist in this workspace.
+    #[error("session {session:?} not found in workspace {workspace:?}")]
+    SessionNotFound {
+        /// Workspace searched.
+        workspace: String,
+        /// The missing session.
+        session: String,
+    },
+    /// The workspace does not exist.
+    #[error("workspace {workspace:?} not found")]
+    WorkspaceNotFound {
+        /// The missing workspace.
+        workspace: String,
+    },
+    /// A session was addressed with a different work context than the one it belongs to.
+    #[error("session {session:?} belongs to work context {existing:?}, not {given:?}")]
+    WorkContextMismatch {
+        /// The session.
+        session: String,
+        /// The work context it was created in.
+        existing: String,
+        /// The one given now.
+        given: String,
+    },
+    /// The parent session named for a sub-agent or cron session does not exist.
+    #[error("parent session {parent:?} of session {session:?} not found")]
+    ParentNotFound {
+        /// The new session.
+        session: String,
+        /// The missing parent.
+        parent: String,
+    },
+    /// No memory-log entry has this id.
+    #[error("entry {id:?} not found")]
+    EntryNotFound {
+        /// The id.
+        id: String,
+    },
+    /// An entry was given an id that is already used.
+    #[error("entry id {id:?} is already used")]
+    DuplicateEntryId {
+        /// The id.
+        id: String,
+    },
+    /// `replaces` names an entry that does not exist.
+    #[error("entry {id:?} replaces {replaces:?}, which does not exist")]
+    ReplacesMissing {
+        /// The new entry.
+        id: String,
+        /// The missing target.
+        replaces: String,
+    },
+    /// `replaces` would make a chain loop back on itself.
+    #[error("entry {id:?} replacing {replaces:?} would form a replaces cycle")]
+    ReplacesCycle {
+        /// The new entry.
+        id: String,
+        /// Its target.
+        replaces: String,
+    },
+    /// The entry named by `replaces` was already replaced by another entry.
+    #[error("entry {replaces:?} was already replaced by {by:?}; replace {by:?} instead")]
+    AlreadyReplaced {
+        /// The target.
+        replaces: String,
+        /// The entry that replaced it.
+        by: String,
+    },
+    /// A provenance turn range does not lie inside the session's transcript.
+    #[error("turn range {from}-{to} is not inside session {session:?} (turns 0-{last})")]
+    InvalidTurnRange {
+        /// The session.
+        session: String,
+        /// Range start.
+        from: u64,
+        /// Range end (inclusive).
+        to: u64,
+        /// Last sequence number of the session, or 0 if it has none.
+        last: u64,
+    },
+    /// A subject slug is not lowercase kebab-case or is too long.
+    #[error("invalid subject slug {slug:?}: {reason}")]
+    InvalidSlug {
+        /// The slug.
+        slug: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// No subject has this slug (nor is it an alias of one).
+    #[error("subject {slug:?} not found")]
+    SubjectNotFound {
+        /// The slug.
+        slug: String,
+    },
+    /// A subject with this slug (or an alias with it) already exists.
+    #[error("subject {slug:?} already exists")]
+    SubjectExists {
+        /// The slug.
+        slug: String,
+    },
+    /// A forget was requested without a reason; erasure is audited.
+    #[error("forget needs a non-empty reason (it is recorded in the tombstone)")]
+    ForgetWithoutReason,
+    /// The assembly budget cannot hold even the block's fixed header.
+    #[error("token budget {budget} is too small: the block header alone needs {needed}")]
+    BudgetTooSmall {
+        /// The budget asked for.
+        budget: usize,
+        /// Tokens the fixed parts need.
+        needed: usize,
+    },
+    /// The configured tokenizer is unknown or failed to load.
+    #[error("tokenizer {name:?}: {reason}")]
+    Tokenizer {
+        /// The encoding name.
+        name: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A stored record could not be decoded.
+    #[error("corrupt {what} record at key {key:?}: {reason}")]
+    Corrupt {
+        /// Which record type.
+        what: &'static str,
+        /// The key, lossily printed.
+        key: String,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// The storage backend failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl MemoryError {
+    /// A stable, machine-readable code for this error (`snake_case`).
+    ///
+    /// ```
+    /// use cairn_memory::MemoryError;
+    /// let err = MemoryError::EntryNotFound { id: "x".into() };
+    /// assert_eq!(err.code(), "entry_not_found");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            MemoryError::InvalidId { .. } => "invalid_id",
+            MemoryError::TooLarge { .. } => "too_large",
+            MemoryError::Empty { .. } => "empty",
+            MemoryError::Invalid { .. } => "invalid",
+            MemoryError::InBatch { source, .. } => source.code(),
+            MemoryError::BatchTooLarge { .. } => "batch_too_large",
+            MemoryError::MissingToolCallId { .. } => "missing_tool_call_id",
+            MemoryError::SessionNotFound { .. } => "session_not_found",
+            MemoryError::WorkspaceNotFound { .. } => "workspace_not_found",
+            MemoryError::WorkContextMismatch { .. } => "work_context_mismatch",
+            MemoryError::ParentNotFound { .. } => "parent_not_found",
+            MemoryError::EntryNotFound { .. } => "entry_not_found",
+            MemoryError::DuplicateEntryId { .. } => "duplicate_entry_id",
+            MemoryError::ReplacesMissing { .. } => "replaces_missing",
+            MemoryError::ReplacesCycle { .. } => "replaces_cycle",
+            MemoryError::AlreadyReplaced { .. } => "already_replaced",
+            MemoryError::InvalidTurnRange { .. } => "invalid_turn_range",
+            MemoryError::InvalidSlug { .. } => "invalid_slug",
+            MemoryError::SubjectNotFound { .. } => "subject_not_found",
+            MemoryError::SubjectExists { .. } => "subject_exists",
+            MemoryError::ForgetWithoutReason => "forget_without_reason",
+            MemoryError::BudgetTooSmall { .. } => "budget_too_small",
+            MemoryError::Tokenizer { .. } => "tokenizer",
+            MemoryError::Corrupt { .. } => "corrupt",
+            MemoryError::Store(_) => "storage",
+        }
+    }
+
+    /// True when the caller's input caused the error (HTTP 4xx), false for
+    /// failures of the machine or the data on disk (HTTP 5xx).
+    pub fn is_caller_error(&self) -> bool {
+        if let MemoryError::InBatch { source, .. } = self {
+            return source.is_caller_error();
+        }
+        !matches!(
+            self,
+            MemoryError::Store(_) | MemoryError::Corrupt { .. } | MemoryError::Tokenizer { .. }
+        )
+    }
+
+    /// True when the error says something addressed does not exist (HTTP 404).
+    pub fn is_not_found(&self) -> bool {
+        if let MemoryError::InBatch { source, .. } = self {
+            return source.is_not_found();
+        }
+        matches!(
+            self,
+            MemoryError::SessionNotFound { .. }
+                | MemoryError::WorkspaceNotFound { .. }
+                | MemoryError::EntryNotFound { .. }
+                | MemoryError::SubjectNotFound { .. }
+        )
+    }
+}

@@ -1,0 +1,72 @@
+//! cairn's memory core: durable stores, the memory log and token-budgeted
+//! assembly, free of actors and WebAssembly so it can be tested alone.
+//!
+//! The core types and how they connect:
+//!
+//! - [`Memory`] is the database (on a [`store::Store`], sled by default).
+//! - [`Workspace`] is one tenant's handle; every read and write goes through
+//!   it and it cannot name another workspace.
+//! - Inside a workspace, [`Session`]s hold append-only transcripts of
+//!   [`Turn`]s (the raw record), and the memory log holds typed [`Entry`]s
+//!   with `replaces` chains, about [`Subject`]s.
+//! - [`Workspace::assemble`] renders what fits a token budget, counted by a
+//!   real tokenizer ([`TokenCounter`]).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cairn_memory::*;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+//! let ws = memory.workspace("acme")?;
+//! ws.append_turn(&TurnInput::new("s1", Role::User, "We go with queue-based retries.").in_context("auth"))?;
+//! let first = ws.append_entry(
+//!     &EntryInput::new(EntryKind::Decision, "Queue-based retries").about("auth-migration").from_turns("s1", 0, 0),
+//! )?;
+//! let fixed = ws.append_entry(
+//!     &EntryInput::new(EntryKind::Decision, "Queue-based retries with a dead-letter queue").replacing(&first.id),
+//! )?;
+//! let live = ws.entries(&EntryFilter::default())?;
+//! assert_eq!(live.len(), 1);
+//! assert_eq!(live[0].entry.id, fixed.id);
+//! assert_eq!(ws.history(&first.id)?.len(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod assemble;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod forget;
+pub mod ids;
+pub mod log;
+mod memory;
+pub mod record;
+pub mod store;
+pub mod subjects;
+pub mod tokens;
+
+pub use assemble::{AssembleRequest, AssembledContext, ItemSource, TraceItem};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{Limits, MemoryConfig};
+pub use error::{MemoryError, Result};
+pub use forget::{ForgetTarget, Removed, Tombstone};
+pub use log::{
+    DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,
+    TaskStatus,
+};
+pub use memory::{DEFAULT_WORK_CONTEXT, Memory, Workspace};
+pub use record::{Ack, Role, Session, SessionKind, SessionSpec, SessionState, Turn, TurnInput};
+pub use subjects::{Subject, SubjectKind};
+pub use tokens::TokenCounter;
+
+#[cfg(test)]
+mod tests;
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Memory>();
+    check::<Workspace>();
+    check::<TokenCounter>();
+}

@@ -1,0 +1,216 @@
+//! The storage seam.
+//!
+//! cairn's stores are ordered key-value collections inside a **workspace**
+//! (tenant). Two traits form the seam:
+//!
+//! - [`Store`] is the whole database: it opens workspaces, lists them, drops
+//!   one (for `forget`), and makes writes durable ([`Store::sync`]).
+//! - [`WorkspaceStore`] is a handle on *one* workspace. Every read and write
+//!   goes through such a handle, and a handle has no way to name another
+//!   workspace, so reading across workspaces is impossible by construction.
+//!
+//! Writes are [`WriteBatch`]es applied atomically: either every put and
+//! delete in the batch is visible or none is. A batch is *not* durable when
+//! [`WorkspaceStore::apply`] returns; callers that acknowledge to a user call
+//! [`Store::sync`] afterwards, which group-commits: concurrent callers share one
+//! fsync. See `docs/DURABILITY.md` for the write path.
+//!
+//! The embedded default is [`SledStore`]. A backend on a database server needs
+//! only these two traits (a table keyed by `(workspace, collection, key)` with
+//! transactions for [`WorkspaceStore::apply`]); callers do not change.
+
+mod sled_store;
+
+pub use sled_store::SledStore;
+
+use std::sync::Arc;
+
+/// Errors of a storage backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The embedded sled database failed (I/O, corruption, or it was closed).
+    #[error("storage (sled): {0}")]
+    Sled(#[from] sled::Error),
+    /// Opening the data directory failed.
+    #[error("cannot open data directory {path}: {reason}")]
+    Open {
+        /// The directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The collections inside a workspace. Each is an ordered map of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Collection {
+    /// Session metadata, keyed by session id.
+    Sessions,
+    /// Transcript turns, keyed by session id, NUL, big-endian sequence number.
+    Turns,
+    /// Idempotency keys, keyed by session id, NUL, key; value is the sequence number.
+    Idempotency,
+    /// Sessions per work context, keyed by work context, NUL, session id.
+    WorkContextSessions,
+    /// Memory-log entries, keyed by entry id (ULIDs sort by time).
+    Entries,
+    /// The replacement map: replaced entry id → replacing entry id.
+    Replacements,
+    /// Subject registry, keyed by slug.
+    Subjects,
+    /// Subject aliases left by rename and merge: old slug → canonical slug.
+    SubjectAliases,
+    /// Tombstones left by `forget`, keyed by tombstone id.
+    Tombstones,
+    /// Durable state of other subsystems (actors, indexes), keyed by their own scheme.
+    State,
+}
+
+impl Collection {
+    /// The one-byte tag that prefixes this collection's keys in flat backends.
+    pub fn tag(self) -> u8 {
+        match self {
+            Collection::Sessions => b'S',
+            Collection::Turns => b'T',
+            Collection::Idempotency => b'I',
+            Collection::WorkContextSessions => b'W',
+            Collection::Entries => b'E',
+            Collection::Replacements => b'R',
+            Collection::Subjects => b'N',
+            Collection::SubjectAliases => b'A',
+            Collection::Tombstones => b'X',
+            Collection::State => b'Z',
+        }
+    }
+}
+
+/// One change inside a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Insert or overwrite a key.
+    Put {
+        /// Collection.
+        collection: Collection,
+        /// Key inside the collection.
+        key: Vec<u8>,
+        /// New value.
+        value: Vec<u8>,
+    },
+    /// Remove a key (no error if absent).
+    Delete {
+        /// Collection.
+        collection: Collection,
+        /// Key inside the collection.
+        key: Vec<u8>,
+    },
+}
+
+/// A set of changes applied atomically to one workspace.
+///
+/// ```
+/// use cairn_memory::store::{Collection, WriteBatch};
+/// let mut batch = WriteBatch::default();
+/// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+/// assert_eq!(batch.len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<WriteOp>,
+}
+
+impl WriteBatch {
+    /// Adds a put.
+    pub fn put(&mut self, collection: Collection, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push(WriteOp::Put {
+            collection,
+            key,
+            value,
+        });
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, collection: Collection, key: Vec<u8>) {
+        self.ops.push(WriteOp::Delete { collection, key });
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the batch holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The operations in order.
+    pub fn ops(&self) -> &[WriteOp] {
+        &self.ops
+    }
+
+    /// Takes the operations out.
+    pub fn into_ops(self) -> Vec<WriteOp> {
+        self.ops
+    }
+}
+
+/// A key-value pair read from a collection (key without the collection tag).
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// A handle on the collections of one workspace.
+pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
+    /// The workspace this handle is bound to.
+    fn workspace(&self) -> &str;
+
+    /// Reads one key.
+    fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// All pairs whose key starts with `prefix`, in key order.
+    fn scan_prefix(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+    ) -> Result<Vec<KeyValue>, StoreError>;
+
+    /// At most `limit` pairs whose key starts with `prefix`, in reverse key order.
+    fn scan_prefix_rev(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError>;
+
+    /// Applies every operation of `batch` atomically. Not yet durable: see [`Store::sync`].
+    fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
+}
+
+/// The database: opens workspaces and makes writes durable.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// A handle on `workspace`, creating it if needed. The id must already be validated.
+    fn workspace(&self, workspace: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError>;
+
+    /// True if the workspace exists.
+    fn has_workspace(&self, workspace: &str) -> Result<bool, StoreError>;
+
+    /// All workspaces, sorted.
+    fn workspaces(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Removes a workspace and everything in it. Returns false if it did not exist.
+    /// Handles already open on it fail or see nothing afterwards.
+    fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError>;
+
+    /// Reads a key from the store-wide metadata space (not inside any workspace).
+    fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Pairs of the store-wide metadata space whose key starts with `prefix`.
+    fn meta_scan_prefix(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError>;
+
+    /// Writes a key in the store-wide metadata space (not yet durable).
+    fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
+
+    /// Blocks until every write applied before the call is durable on disk.
+    /// Concurrent callers share one flush (group commit).
+    fn sync(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,339 @@
+//! The embedded default backend, on sled.
+//!
+//! Layout: one sled tree per workspace, named `ws:<workspace>`; inside it every
+//! key is `<collection tag byte><key>`. Store-wide metadata (tombstones of
+//! dropped workspaces) lives in the tree `cairn:meta`. One tree per workspace
+//! makes dropping a workspace a single `drop_tree` and keeps a batch on a single
+//! tree, which sled applies atomically.
+//!
+//! Durability: sled buffers writes; [`SledStore::sync`] calls `Db::flush`, which
+//! fsyncs. Concurrent syncs are coalesced by [`GroupCommit`]: the first waiter
+//! flushes on behalf of everyone who applied a write before the flush started.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp};
+
+const WORKSPACE_TREE_PREFIX: &str = "ws:";
+const META_TREE: &str = "cairn:meta";
+
+/// sled-backed [`Store`].
+///
+/// ```
+/// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+/// let dir = tempfile::tempdir()?;
+/// let store = SledStore::open(dir.path())?;
+/// let ws = store.workspace("acme")?;
+/// let mut batch = WriteBatch::default();
+/// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+/// ws.apply(batch)?;
+/// store.sync()?;
+/// assert_eq!(ws.get(Collection::State, b"k")?, Some(b"v".to_vec()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SledStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: sled::Db,
+    meta: sled::Tree,
+    open: RwLock<HashMap<String, Arc<SledWorkspace>>>,
+    commit: GroupCommit,
+}
+
+impl SledStore {
+    /// Opens (or creates) a store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let db = sled::Config::new()
+            .path(dir.join("sled"))
+            // cairn controls durability itself: every acknowledged write is
+            // followed by `sync`. No background flusher thread also means the
+            // directory lock is released as soon as the store is dropped.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| StoreError::Open {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        let meta = db.open_tree(META_TREE)?;
+        Ok(SledStore {
+            inner: Arc::new(Inner {
+                db,
+                meta,
+                open: RwLock::new(HashMap::new()),
+                commit: GroupCommit::default(),
+            }),
+        })
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.db.size_on_disk()?)
+    }
+}
+
+fn tree_name(workspace: &str) -> String {
+    format!("{WORKSPACE_TREE_PREFIX}{workspace}")
+}
+
+impl Store for SledStore {
+    fn workspace(&self, workspace: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
+        if let Some(ws) = self.inner.open.read().get(workspace) {
+            return Ok(ws.clone());
+        }
+        let mut open = self.inner.open.write();
+        if let Some(ws) = open.get(workspace) {
+            return Ok(ws.clone());
+        }
+        let tree = self.inner.db.open_tree(tree_name(workspace))?;
+        let ws = Arc::new(SledWorkspace {
+            name: workspace.to_owned(),
+            tree,
+        });
+        open.insert(workspace.to_owned(), ws.clone());
+        Ok(ws)
+    }
+
+    fn has_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
+        let name = tree_name(workspace);
+        Ok(self
+            .inner
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == name.as_bytes()))
+    }
+
+    fn workspaces(&self) -> Result<Vec<String>, StoreError> {
+        let mut names: Vec<String> = self
+            .inner
+            .db
+            .tree_names()
+            .iter()
+            .filter_map(|n| std::str::from_utf8(n).ok())
+            .filter_map(|n| n.strip_prefix(WORKSPACE_TREE_PREFIX))
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
+        let mut open = self.inner.open.write();
+        open.remove(workspace);
+        Ok(self.inner.db.drop_tree(tree_name(workspace))?)
+    }
+
+    fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.inner.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn meta_scan_prefix(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
+        self.inner
+            .meta
+            .scan_prefix(prefix)
+            .map(|kv| {
+                kv.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .map_err(StoreError::from)
+            })
+            .collect()
+    }
+
+    fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.inner.meta.insert(key, value)?;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        self.inner.commit.sync(|| self.inner.db.flush().map(|_| ()))
+    }
+}
+
+#[derive(Debug)]
+struct SledWorkspace {
+    name: String,
+    tree: sled::Tree,
+}
+
+fn tagged(collection: Collection, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 1);
+    out.push(collection.tag());
+    out.extend_from_slice(key);
+    out
+}
+
+impl WorkspaceStore for SledWorkspace {
+    fn workspace(&self) -> &str {
+        &self.name
+    }
+
+    fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.tree.get(tagged(collection, key))?.map(|v| v.to_vec()))
+    }
+
+    fn scan_prefix(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        self.tree
+            .scan_prefix(tagged(collection, prefix))
+            .map(|kv| {
+                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
+                    .map_err(StoreError::from)
+            })
+            .collect()
+    }
+
+    fn scan_prefix_rev(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        self.tree
+            .scan_prefix(tagged(collection, prefix))
+            .rev()
+            .take(limit)
+            .map(|kv| {
+                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
+                    .map_err(StoreError::from)
+            })
+            .collect()
+    }
+
+    fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        let mut sled_batch = sled::Batch::default();
+        for op in batch.into_ops() {
+            match op {
+                WriteOp::Put {
+                    collection,
+                    key,
+                    value,
+                } => sled_batch.insert(tagged(collection, &key), value),
+                WriteOp::Delete { collection, key } => sled_batch.remove(tagged(collection, &key)),
+            }
+        }
+        self.tree.apply_batch(sled_batch)?;
+        Ok(())
+    }
+}
+
+/// Coalesces concurrent flushes.
+///
+/// Each caller takes a ticket *after* its write was applied. A flush started
+/// after ticket `t` was issued covers every write with a ticket `≤ t`. The first
+/// caller who finds no flush running becomes the flusher for everyone waiting;
+/// the others sleep on the condition variable until `flushed ≥ their ticket`.
+///
+/// Why a std-style blocking mutex: the critical sections are a few integer
+/// updates; the flush itself runs with the lock released.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    state: Mutex<CommitState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct CommitState {
+    issued: u64,
+    flushed: u64,
+    flushing: bool,
+    /// The error of the last failed flush, handed to everyone it covered.
+    failed_at: Option<(u64, String)>,
+}
+
+impl GroupCommit {
+    fn sync(&self, flush: impl Fn() -> sled::Result<()>) -> Result<(), StoreError> {
+        let mut state = self.state.lock();
+        state.issued += 1;
+        let ticket = state.issued;
+        loop {
+            if state.flushed >= ticket {
+                return match &state.failed_at {
+                    Some((covered, reason)) if *covered >= ticket => Err(StoreError::Sled(
+                        sled::Error::Io(std::io::Error::other(reason.clone())),
+                    )),
+                    _ => Ok(()),
+                };
+            }
+            if !state.flushing {
+                state.flushing = true;
+                let target = state.issued;
+                drop(state);
+                let result = flush();
+                state = self.state.lock();
+                state.flushing = false;
+                state.flushed = target;
+                match result {
+                    Ok(()) => {
+                        if matches!(state.failed_at, Some((c, _)) if c <= target) {
+                            state.failed_at = None;
+                        }
+                    }
+                    Err(e) => state.failed_at = Some((target, e.to_string())),
+                }
+                self.done.notify_all();
+            } else {
+                self.done.wait(&mut state);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workspaces_are_separate_trees() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let a = store.workspace("a")?;
+        let b = store.workspace("b")?;
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"k".to_vec(), b"1".to_vec());
+        a.apply(batch)?;
+        assert_eq!(a.get(Collection::State, b"k")?, Some(b"1".to_vec()));
+        assert_eq!(b.get(Collection::State, b"k")?, None);
+        assert_eq!(store.workspaces()?, vec!["a".to_owned(), "b".to_owned()]);
+        assert!(store.drop_workspace("a")?);
+        assert!(!store.has_workspace("a")?);
+        assert_eq!(store.workspaces()?, vec!["b".to_owned()]);
+        Ok(())
+    }
+
+    #[test]
+    fn concurrent_syncs_all_return() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let (store, ws) = (&store, &ws);
+                s.spawn(move || {
+                    for i in 0..50u8 {
+                        let mut batch = WriteBatch::default();
+                        batch.put(Collection::State, vec![t, i], vec![i]);
+                        ws.apply(batch).map_err(|e| e.to_string())?;
+                        store.sync().map_err(|e| e.to_string())?;
+                    }
+                    Ok::<(), String>(())
+                });
+            }
+        });
+        assert_eq!(ws.scan_prefix(Collection::State, &[])?.len(), 400);
+        Ok(())
+    }
+}

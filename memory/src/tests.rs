@@ -1,0 +1,629 @@
+//! Unit tests of the memory core on real sled in a temp dir.
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use proptest::prelude::*;
+
+use crate::*;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    clock: ManualClock,
+    memory: Memory,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
+        let memory =
+            Memory::open_sled(&path, MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
+        Fixture {
+            _dir: dir,
+            path,
+            clock,
+            memory,
+        }
+    }
+
+    fn ws(&self) -> Workspace {
+        self.memory.workspace("acme").unwrap()
+    }
+}
+
+fn reopen(fx: Fixture) -> Fixture {
+    let Fixture {
+        _dir,
+        path,
+        clock,
+        memory,
+    } = fx;
+    drop(memory);
+    let memory =
+        Memory::open_sled(&path, MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
+    Fixture {
+        _dir,
+        path,
+        clock,
+        memory,
+    }
+}
+
+fn user(session: &str, text: &str) -> TurnInput {
+    TurnInput::new(session, Role::User, text)
+}
+
+#[test]
+fn sequence_numbers_and_idempotency() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let a = ws
+        .append_turn(&user("s1", "one").with_idempotency_key("k1"))
+        .unwrap();
+    let b = ws.append_turn(&user("s1", "two")).unwrap();
+    let again = ws
+        .append_turn(&user("s1", "one (retry)").with_idempotency_key("k1"))
+        .unwrap();
+    assert_eq!((a.seq, b.seq), (0, 1));
+    assert_eq!(
+        again,
+        Ack {
+            seq: 0,
+            duplicate: true
+        }
+    );
+    let turns = ws.transcript("s1", 0, None).unwrap();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0].content, "one");
+    assert_eq!(turns[0].content_hash, record::content_hash("one"));
+    // Same key twice inside one batch: written once.
+    let acks = ws
+        .append_turns(&[
+            user("s2", "x").with_idempotency_key("k"),
+            user("s2", "x").with_idempotency_key("k"),
+        ])
+        .unwrap();
+    assert_eq!(
+        acks,
+        vec![
+            Ack {
+                seq: 0,
+                duplicate: false
+            },
+            Ack {
+                seq: 0,
+                duplicate: true
+            }
+        ]
+    );
+    assert_eq!(ws.session("s2").unwrap().next_seq, 1);
+}
+
+#[test]
+fn bad_turn_refuses_the_whole_batch() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let big = "x".repeat(MemoryConfig::default().limits.max_content_bytes + 1);
+    let cases: Vec<(TurnInput, &str)> = vec![
+        (user("", "hi"), "invalid_id"),
+        (user(&"s".repeat(200), "hi"), "invalid_id"),
+        (user("s1", "   "), "empty"),
+        (user("s1", &big), "too_large"),
+        (
+            TurnInput::new("s1", Role::Tool, "result"),
+            "missing_tool_call_id",
+        ),
+        (
+            user("s1", "hi").with_idempotency_key("bad key"),
+            "invalid_id",
+        ),
+    ];
+    for (bad, code) in cases {
+        let err = ws.append_turns(&[user("s1", "fine"), bad]).unwrap_err();
+        assert_eq!(err.code(), code, "{err}");
+        assert!(err.to_string().starts_with("item 1 of the batch"), "{err}");
+    }
+    assert!(matches!(
+        ws.session("s1"),
+        Err(MemoryError::SessionNotFound { .. })
+    ));
+    ws.append_turn(&user("s1", "hi").in_context("alpha"))
+        .unwrap();
+    let err = ws
+        .append_turn(&user("s1", "hi").in_context("beta"))
+        .unwrap_err();
+    assert_eq!(err.code(), "work_context_mismatch");
+    assert_eq!(ws.transcript("s1", 0, None).unwrap().len(), 1);
+}
+
+#[test]
+fn sessions_lineage_and_state() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let err = ws
+        .ensure_session(&SessionSpec {
+            id: "sub".into(),
+            kind: SessionKind::Subagent,
+            parent: Some("main".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), "parent_not_found");
+    ws.ensure_session(&SessionSpec {
+        id: "main".into(),
+        work_context: Some("proj".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let sub = ws
+        .ensure_session(&SessionSpec {
+            id: "sub".into(),
+            work_context: Some("proj".into()),
+            kind: SessionKind::Subagent,
+            parent: Some("main".into()),
+        })
+        .unwrap();
+    assert!(!sub.is_main());
+    assert_eq!(ws.sessions(Some("proj")).unwrap().len(), 2);
+    assert_eq!(ws.work_contexts().unwrap(), vec!["proj".to_owned()]);
+    assert_eq!(ws.end_session("main").unwrap().state, SessionState::Ended);
+    assert_eq!(ws.record_reset("main").unwrap().resets, 1);
+}
+
+#[test]
+fn replaces_chains_resolve_forward() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let a = ws
+        .append_entry(
+            &EntryInput::new(EntryKind::Fact, "backoff 1s 5s 15s").about("auth-migration"),
+        )
+        .unwrap();
+    let b = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "backoff 2s 10s 30s").replacing(&a.id))
+        .unwrap();
+    let c = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "backoff 2s 10s 60s").replacing(&b.id))
+        .unwrap();
+    let live = ws.entries(&EntryFilter::default()).unwrap();
+    assert_eq!(
+        live.iter().map(|v| v.entry.id.as_str()).collect::<Vec<_>>(),
+        vec![c.id.as_str()]
+    );
+    let history = ws.history(&b.id).unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|v| v.entry.id.clone())
+            .collect::<Vec<_>>(),
+        vec![a.id.clone(), b.id.clone(), c.id.clone()]
+    );
+    assert_eq!(
+        ws.entry(&a.id).unwrap().status,
+        EntryStatus::Replaced { by: b.id.clone() }
+    );
+    assert_eq!(
+        ws.entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .len(),
+        3
+    );
+
+    let err = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "fork").replacing(&a.id))
+        .unwrap_err();
+    assert_eq!(err.code(), "already_replaced");
+    let err = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "x").replacing("nope"))
+        .unwrap_err();
+    assert_eq!(err.code(), "replaces_missing");
+    let mut selfish = EntryInput::new(EntryKind::Fact, "x").replacing("me");
+    selfish.id = Some("me".into());
+    assert_eq!(
+        ws.append_entry(&selfish).unwrap_err().code(),
+        "replaces_cycle"
+    );
+    let mut x = EntryInput::new(EntryKind::Fact, "x").replacing("y");
+    x.id = Some("x".into());
+    let mut y = EntryInput::new(EntryKind::Fact, "y").replacing("x");
+    y.id = Some("y".into());
+    let err = ws.append_entries(&[x, y]).unwrap_err();
+    assert_eq!(err.code(), "replaces_cycle");
+    // Nothing of the refused batches was written.
+    assert_eq!(
+        ws.entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .len(),
+        3
+    );
+}
+
+#[test]
+fn entry_provenance_is_checked() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[user("s1", "a").in_context("wc"), user("s1", "b")])
+        .unwrap();
+    let e = ws
+        .append_entry(&EntryInput::new(EntryKind::Task, "do it").from_turns("s1", 0, 1))
+        .unwrap();
+    assert_eq!(e.work_context, "wc");
+    assert_eq!(e.status, Some(TaskStatus::Open));
+    let err = ws
+        .append_entry(&EntryInput::new(EntryKind::Task, "x").from_turns("s1", 0, 2))
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_turn_range");
+    let err = ws
+        .append_entry(&EntryInput::new(EntryKind::Task, "x").from_turns("ghost", 0, 0))
+        .unwrap_err();
+    assert_eq!(err.code(), "session_not_found");
+    let mut bad = EntryInput::new(EntryKind::Fact, "x");
+    bad.status = Some(TaskStatus::Done);
+    assert_eq!(ws.append_entry(&bad).unwrap_err().code(), "invalid");
+}
+
+#[test]
+fn subjects_rename_and_merge_keep_resolving() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "uses whisper").about("whisper"))
+        .unwrap();
+    ws.add_subject("speech", SubjectKind::System, None).unwrap();
+    assert_eq!(
+        ws.add_subject("speech", SubjectKind::System, None)
+            .unwrap_err()
+            .code(),
+        "subject_exists"
+    );
+    assert_eq!(
+        ws.add_subject("Bad_Slug", SubjectKind::System, None)
+            .unwrap_err()
+            .code(),
+        "invalid_slug"
+    );
+    let renamed = ws.rename_subject("whisper", "whisper-stt").unwrap();
+    assert_eq!(renamed.aliases, vec!["whisper".to_owned()]);
+    assert_eq!(ws.subject("whisper").unwrap().slug, "whisper-stt");
+    let by_old = ws
+        .entries(&EntryFilter {
+            subject: Some("whisper".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(by_old.len(), 1);
+    assert_eq!(by_old[0].subject.as_deref(), Some("whisper-stt"));
+
+    assert_eq!(
+        ws.merge_subjects("whisper-stt", "missing")
+            .unwrap_err()
+            .code(),
+        "subject_not_found"
+    );
+    let merged = ws.merge_subjects("whisper-stt", "speech").unwrap();
+    assert_eq!(
+        merged.aliases,
+        vec!["whisper".to_owned(), "whisper-stt".to_owned()]
+    );
+    let by_oldest = ws
+        .entries(&EntryFilter {
+            subject: Some("whisper".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(by_oldest[0].subject.as_deref(), Some("speech"));
+    assert_eq!(
+        ws.subjects()
+            .unwrap()
+            .iter()
+            .map(|s| s.slug.as_str())
+            .collect::<Vec<_>>(),
+        vec!["speech"]
+    );
+}
+
+#[test]
+fn decay_hides_but_keeps() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&EntryInput::new(
+        EntryKind::CrossConversationUpdate,
+        "Henderson changed elsewhere",
+    ))
+    .unwrap();
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "facts do not decay"))
+        .unwrap();
+    fx.clock.advance(Duration::days(6));
+    assert_eq!(ws.entries(&EntryFilter::default()).unwrap().len(), 2);
+    fx.clock.advance(Duration::days(2));
+    let live = ws.entries(&EntryFilter::default()).unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].entry.kind, EntryKind::Fact);
+    let all = ws
+        .entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(matches!(
+        all.iter()
+            .find(|v| v.entry.kind == EntryKind::CrossConversationUpdate)
+            .unwrap()
+            .status,
+        EntryStatus::Expired { .. }
+    ));
+}
+
+#[test]
+fn forget_erases_and_leaves_tombstones() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[user("s1", "secret plan"), user("s1", "more")])
+        .unwrap();
+    ws.append_turn(&user("s2", "other")).unwrap();
+    ws.append_entry(&EntryInput::new(EntryKind::Decision, "from s1").from_turns("s1", 0, 1))
+        .unwrap();
+    let keep = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "about max").about("max"))
+        .unwrap();
+    assert_eq!(
+        ws.forget(&ForgetTarget::Session("s1".into()), " ")
+            .unwrap_err()
+            .code(),
+        "forget_without_reason"
+    );
+    let t = ws
+        .forget(&ForgetTarget::Session("s1".into()), "user asked")
+        .unwrap();
+    assert_eq!(
+        t.removed,
+        Removed {
+            sessions: 1,
+            turns: 2,
+            entries: 1,
+            subjects: 0
+        }
+    );
+    assert_eq!(ws.session("s1").unwrap_err().code(), "session_not_found");
+    assert_eq!(
+        ws.entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .len(),
+        1
+    );
+    // The idempotency keys went too: the session can start again from 0.
+    assert_eq!(ws.append_turn(&user("s1", "fresh")).unwrap().seq, 0);
+
+    let t = ws
+        .forget(&ForgetTarget::Subject("max".into()), "gdpr")
+        .unwrap();
+    assert_eq!(t.removed.entries, 1);
+    assert_eq!(ws.entry(&keep.id).unwrap_err().code(), "entry_not_found");
+    assert_eq!(ws.tombstones().unwrap().len(), 2);
+    assert!(
+        !serde_json::to_string(&ws.tombstones().unwrap())
+            .unwrap()
+            .contains("secret")
+    );
+
+    let t = fx
+        .memory
+        .forget_workspace("acme", "account closed")
+        .unwrap();
+    assert!(t.complete);
+    assert_eq!(
+        fx.memory.existing_workspace("acme").unwrap_err().code(),
+        "workspace_not_found"
+    );
+    assert_eq!(fx.memory.workspace_tombstones().unwrap().len(), 1);
+}
+
+#[test]
+fn workspaces_are_isolated() {
+    let fx = Fixture::new();
+    let a = fx.memory.workspace("a").unwrap();
+    let b = fx.memory.workspace("b").unwrap();
+    a.append_turn(&user("s1", "only in a")).unwrap();
+    a.append_entry(&EntryInput::new(EntryKind::Fact, "a fact").about("x"))
+        .unwrap();
+    assert_eq!(b.session("s1").unwrap_err().code(), "session_not_found");
+    assert!(
+        b.entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .is_empty()
+    );
+    assert!(b.subjects().unwrap().is_empty());
+}
+
+#[test]
+fn everything_survives_reopen() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[user("s1", "a").with_idempotency_key("k"), user("s1", "b")])
+        .unwrap();
+    let e = ws
+        .append_entry(&EntryInput::new(EntryKind::Decision, "d").about("proj"))
+        .unwrap();
+    drop(ws);
+    let fx = reopen(fx);
+    let ws = fx.ws();
+    assert_eq!(ws.transcript("s1", 0, None).unwrap().len(), 2);
+    assert_eq!(
+        ws.append_turn(&user("s1", "a").with_idempotency_key("k"))
+            .unwrap(),
+        Ack {
+            seq: 0,
+            duplicate: true
+        }
+    );
+    assert_eq!(ws.append_turn(&user("s1", "c")).unwrap().seq, 2);
+    assert!(ws.entry(&e.id).unwrap().is_live());
+    assert_eq!(ws.subject("proj").unwrap().display, "Proj");
+}
+
+#[test]
+fn assemble_respects_budget_and_pairs() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[
+        user("s1", "Please look up the weather in Oslo."),
+        TurnInput::new("s1", Role::Assistant, "Calling the weather tool.")
+            .with_tool_call_id("call-1"),
+        TurnInput::new("s1", Role::Tool, &"sunny, 21 degrees; ".repeat(30))
+            .with_tool_call_id("call-1"),
+        TurnInput::new("s1", Role::Assistant, "It is sunny in Oslo."),
+    ])
+    .unwrap();
+    ws.append_entry(&EntryInput::new(
+        EntryKind::Decision,
+        "Report temperatures in Celsius",
+    ))
+    .unwrap();
+    let block = ws
+        .assemble(&AssembleRequest {
+            session: "s1".into(),
+            budget_tokens: 1000,
+        })
+        .unwrap();
+    assert!(block.tokens <= 1000);
+    assert_eq!(block.included().count(), 5);
+    // A budget that cuts between the tool call and its result drops the result.
+    let block = ws
+        .assemble(&AssembleRequest {
+            session: "s1".into(),
+            budget_tokens: 60,
+        })
+        .unwrap();
+    assert!(block.tokens <= 60, "{}", block.tokens);
+    let small = ws
+        .assemble(&AssembleRequest {
+            session: "s1".into(),
+            budget_tokens: 3,
+        })
+        .unwrap_err();
+    assert_eq!(small.code(), "budget_too_small");
+}
+
+#[test]
+fn assemble_snapshot() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[
+        user("s1", "Should we migrate auth to OAuth?").in_context("auth"),
+        TurnInput::new("s1", Role::Assistant, "Yes; start with the web client."),
+    ])
+    .unwrap();
+    ws.append_entry(
+        &EntryInput::new(
+            EntryKind::Decision,
+            "Migrate auth to OAuth, web client first",
+        )
+        .about("auth-migration")
+        .from_turns("s1", 0, 1),
+    )
+    .unwrap();
+    let block = ws
+        .assemble(&AssembleRequest {
+            session: "s1".into(),
+            budget_tokens: 120,
+        })
+        .unwrap();
+    expect_test::expect![[r#"
+        <cairn-memory session="s1" work_context="auth">
+        ## Live memory
+        - [decision] Migrate auth to OAuth, web client first (subject: auth-migration)
+        ## Recent turns
+        [0] user: Should we migrate auth to OAuth?
+        [1] assistant: Yes; start with the web client.
+        </cairn-memory>"#]]
+    .assert_eq(&block.text);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The block never exceeds its budget, whatever the turns and the budget.
+    #[test]
+    fn assemble_never_exceeds_budget(
+        texts in proptest::collection::vec("[a-zA-Z0-9 .,!?'éü漢字]{1,300}", 1..20),
+        budget in 20usize..400,
+    ) {
+        let fx = Fixture::new();
+        let ws = fx.ws();
+        let turns: Vec<TurnInput> = texts.iter().filter(|t| !t.trim().is_empty()).map(|t| user("s", t)).collect();
+        prop_assume!(!turns.is_empty());
+        ws.append_turns(&turns).unwrap();
+        let block = ws.assemble(&AssembleRequest { session: "s".into(), budget_tokens: budget }).unwrap();
+        prop_assert!(block.tokens <= budget);
+        prop_assert_eq!(ws.tokens().count(&block.text), block.tokens);
+    }
+}
+
+/// Operations of the model-based storage test.
+#[derive(Debug, Clone)]
+enum Op {
+    Append { session: u8, key: Option<u8> },
+    Reboot,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u8..3, proptest::option::of(0u8..6)).prop_map(|(session, key)| Op::Append { session, key }),
+        1 => Just(Op::Reboot),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Transcripts match a simple in-memory model across appends, idempotent
+    /// retries and reboots (the store is closed and reopened).
+    #[test]
+    fn transcripts_match_model_across_reboots(ops in proptest::collection::vec(op(), 1..40)) {
+        let mut fx = Fixture::new();
+        let mut model: std::collections::HashMap<u8, (Vec<String>, std::collections::HashMap<u8, u64>)> = Default::default();
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Reboot => fx = reopen(fx),
+                Op::Append { session, key } => {
+                    let content = format!("turn {i}");
+                    let mut turn = user(&format!("s{session}"), &content);
+                    if let Some(k) = key {
+                        turn = turn.with_idempotency_key(&format!("k{k}"));
+                    }
+                    let ack = fx.ws().append_turn(&turn).unwrap();
+                    let (turns, keys) = model.entry(session).or_default();
+                    let expected = match key.and_then(|k| keys.get(&k).copied()) {
+                        Some(seq) => Ack { seq, duplicate: true },
+                        None => {
+                            turns.push(content);
+                            let seq = turns.len() as u64 - 1;
+                            if let Some(k) = key { keys.insert(k, seq); }
+                            Ack { seq, duplicate: false }
+                        }
+                    };
+                    prop_assert_eq!(ack, expected);
+                }
+            }
+        }
+        let fx = reopen(fx);
+        for (session, (turns, _)) in model {
+            let stored: Vec<String> = fx.ws().transcript(&format!("s{session}"), 0, None).unwrap().into_iter().map(|t| t.content).collect();
+            prop_assert_eq!(stored, turns);
+        }
+    }
+}

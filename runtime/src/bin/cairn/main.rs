@@ -1,0 +1,698 @@
+//! The `cairn` command line: a server and tools over the same facade a
+//! gateway embeds. Run `cairn --help` for the commands.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use cairn::{
+    AssembleRequest, AssembledContext, Cairn, CairnConfig, EntryFilter, EntryInput, EntryKind,
+    EntryView, ForgetTarget, SubjectKind, TurnInput,
+};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// cairn: the memory runtime for AI-agent gateways.
+#[derive(Debug, Parser)]
+#[command(name = "cairn", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (default: ./cairn.toml if it exists). `CAIRN_*`
+    /// environment variables override it, e.g. CAIRN_DATA_DIR.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Where cairn keeps its data (overrides the configuration).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Workspace to work in (default: the configuration's, `default`).
+    #[arg(long, short = 'w', global = true)]
+    workspace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the JSON API over HTTP (OpenAPI at /openapi.json).
+    Serve {
+        /// Address to listen on (default: the configuration's, 127.0.0.1:7878).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Append turns from a JSONL file (or `-` for stdin), one turn per line.
+    Ingest {
+        /// The file; `-` or absent reads stdin.
+        file: Option<PathBuf>,
+    },
+    /// Print a session's transcript.
+    Transcript {
+        /// Session id.
+        session: String,
+        /// First sequence number.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// At most this many turns.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List sessions.
+    Sessions {
+        /// Only this work context.
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read or append to the memory log.
+    Log {
+        #[command(subcommand)]
+        action: Option<LogAction>,
+        #[command(flatten)]
+        filter: LogFilter,
+    },
+    /// List and manage subjects.
+    Subjects {
+        #[command(subcommand)]
+        action: Option<SubjectAction>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Assemble the memory block for a session's next model call.
+    Assemble {
+        /// Session id.
+        session: String,
+        /// Token budget (default: the configuration's).
+        #[arg(long)]
+        budget: Option<usize>,
+        /// Also print why each candidate is in or out.
+        #[arg(long)]
+        explain: bool,
+        /// Print JSON (block and trace).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Erase a session, entry, subject or workspace, leaving an audited tombstone.
+    Forget {
+        /// What to erase.
+        #[arg(value_enum)]
+        target: ForgetKind,
+        /// Its id (slug for a subject; the workspace id for a workspace).
+        id: String,
+        /// Why (recorded in the tombstone).
+        #[arg(long)]
+        reason: String,
+    },
+    /// List the tombstones of the workspace (and of erased workspaces).
+    Tombstones {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
+    Demo {
+        /// Token budget of the assembled block.
+        #[arg(long, default_value_t = 400)]
+        budget: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ForgetKind {
+    Session,
+    Entry,
+    Subject,
+    Workspace,
+}
+
+#[derive(Debug, clap::Args)]
+struct LogFilter {
+    /// Only this kind (task, fact, decision, question, handoff, open_question, …).
+    #[arg(long, value_parser = parse_kind)]
+    kind: Option<EntryKind>,
+    /// Only this subject.
+    #[arg(long)]
+    subject: Option<String>,
+    /// Only this work context.
+    #[arg(long)]
+    work_context: Option<String>,
+    /// Only entries from this session.
+    #[arg(long)]
+    session: Option<String>,
+    /// Include replaced and expired entries.
+    #[arg(long)]
+    all: bool,
+    /// At most this many, newest first.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum LogAction {
+    /// Append an entry.
+    Add {
+        /// The kind.
+        #[arg(long, value_parser = parse_kind)]
+        kind: EntryKind,
+        /// The content.
+        #[arg(long)]
+        content: String,
+        /// More detail.
+        #[arg(long)]
+        detail: Option<String>,
+        /// Subject slug.
+        #[arg(long)]
+        subject: Option<String>,
+        /// Id of the entry this one replaces.
+        #[arg(long)]
+        replaces: Option<String>,
+        /// Work context.
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Provenance as SESSION:FROM-TO (turn sequence numbers, inclusive).
+        #[arg(long, value_name = "SESSION:FROM-TO")]
+        from: Option<String>,
+    },
+    /// Show every version of an entry's replaces chain.
+    History {
+        /// Entry id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SubjectAction {
+    /// Register a subject.
+    Add {
+        /// Kebab-case slug.
+        slug: String,
+        /// What it is.
+        #[arg(long, value_parser = parse_subject_kind, default_value = "project")]
+        kind: SubjectKind,
+        /// Display name.
+        #[arg(long)]
+        display: Option<String>,
+    },
+    /// Rename a subject; the old slug keeps resolving.
+    Rename {
+        /// Current slug.
+        old: String,
+        /// New slug.
+        new: String,
+    },
+    /// Merge a subject into another; the merged slug becomes an alias.
+    Merge {
+        /// Subject to merge away.
+        from: String,
+        /// Subject to keep.
+        into: String,
+    },
+}
+
+fn parse_kind(s: &str) -> std::result::Result<EntryKind, String> {
+    EntryKind::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = EntryKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("unknown kind {s:?}; one of {}", names.join(", "))
+    })
+}
+
+fn parse_subject_kind(s: &str) -> std::result::Result<SubjectKind, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("unknown subject kind {s:?}; one of project, person, system, tool, organization, topic, other"))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => {}
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            let caller = err
+                .downcast_ref::<cairn::CairnError>()
+                .is_some_and(|e| e.is_caller_error());
+            std::process::exit(if caller { 2 } else { 1 });
+        }
+    }
+}
+
+fn init_tracing(config: &CairnConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if config.log.format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let mut config = CairnConfig::load(cli.config.as_deref())?;
+    if let Some(dir) = &cli.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(ws) = &cli.workspace {
+        config.workspace = ws.clone();
+    }
+    if matches!(cli.command, Command::Serve { .. }) {
+        init_tracing(&config);
+    } else {
+        // Commands print their results on stdout; only warnings go to stderr.
+        config.log.level = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned());
+        init_tracing(&config);
+    }
+    let ws_id = config.workspace.clone();
+    match cli.command {
+        Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
+        Command::Serve { listen } => {
+            let listen = listen.unwrap_or_else(|| config.server.listen.clone());
+            let cairn = Cairn::open(config)?;
+            serve(cairn, &listen)
+        }
+        command => {
+            let cairn = Cairn::open(config)?;
+            run_command(&cairn, &ws_id, command)
+        }
+    }
+}
+
+fn serve(cairn: Cairn, listen: &str) -> Result<()> {
+    actix_web::rt::System::new().block_on(async {
+        cairn::http::serve(cairn, listen, |addr| {
+            // The first line on stdout says where we listen (tests read it).
+            println!("cairn listening on http://{addr}");
+            let _ = std::io::stdout().flush();
+        })
+        .await
+        .with_context(|| format!("serving on {listen}"))
+    })
+}
+
+fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
+    let out = &mut std::io::stdout().lock();
+    match command {
+        Command::Ingest { file } => {
+            let turns = read_turns(file.as_deref())?;
+            let ws = cairn.workspace(ws_id)?;
+            let limit = cairn.config().memory.limits.max_batch;
+            let (mut written, mut duplicates) = (0usize, 0usize);
+            for chunk in turns.chunks(limit) {
+                for ack in ws.append_turns(chunk)? {
+                    if ack.duplicate {
+                        duplicates += 1;
+                    } else {
+                        written += 1;
+                    }
+                }
+            }
+            writeln!(
+                out,
+                "ingested {written} turns ({duplicates} duplicates skipped) into workspace {ws_id}"
+            )?;
+        }
+        Command::Transcript {
+            session,
+            from,
+            limit,
+            json,
+        } => {
+            let turns = cairn
+                .memory()
+                .existing_workspace(ws_id)?
+                .transcript(&session, from, limit)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&turns)?)?;
+            } else {
+                for t in turns {
+                    let tool = t
+                        .tool_call_id
+                        .map(|id| format!(" ({id})"))
+                        .unwrap_or_default();
+                    writeln!(
+                        out,
+                        "[{}] {} {}{}: {}",
+                        t.seq,
+                        t.timestamp.format("%Y-%m-%d %H:%M:%S"),
+                        t.role.as_str(),
+                        tool,
+                        t.content
+                    )?;
+                }
+            }
+        }
+        Command::Sessions { work_context, json } => {
+            let sessions = cairn
+                .memory()
+                .existing_workspace(ws_id)?
+                .sessions(work_context.as_deref())?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
+            } else {
+                for s in sessions {
+                    writeln!(
+                        out,
+                        "{}  work_context={} kind={:?} turns={} state={:?}",
+                        s.id, s.work_context, s.kind, s.next_seq, s.state
+                    )?;
+                }
+            }
+        }
+        Command::Log { action, filter } => log_command(cairn, ws_id, action, filter, out)?,
+        Command::Subjects { action, json } => {
+            let ws = cairn.workspace(ws_id)?;
+            let subject = match action {
+                None => {
+                    let subjects = ws.subjects()?;
+                    if json {
+                        writeln!(out, "{}", serde_json::to_string_pretty(&subjects)?)?;
+                    } else {
+                        for s in subjects {
+                            let aliases = if s.aliases.is_empty() {
+                                String::new()
+                            } else {
+                                format!("  (aliases: {})", s.aliases.join(", "))
+                            };
+                            writeln!(out, "{}  {:?} \"{}\"{}", s.slug, s.kind, s.display, aliases)?;
+                        }
+                    }
+                    return Ok(());
+                }
+                Some(SubjectAction::Add {
+                    slug,
+                    kind,
+                    display,
+                }) => ws.add_subject(&slug, kind, display.as_deref())?,
+                Some(SubjectAction::Rename { old, new }) => ws.rename_subject(&old, &new)?,
+                Some(SubjectAction::Merge { from, into }) => ws.merge_subjects(&from, &into)?,
+            };
+            writeln!(out, "{}", serde_json::to_string_pretty(&subject)?)?;
+        }
+        Command::Assemble {
+            session,
+            budget,
+            explain,
+            json,
+        } => {
+            let budget = budget.unwrap_or(cairn.config().assemble.default_budget_tokens);
+            let block = cairn
+                .memory()
+                .existing_workspace(ws_id)?
+                .assemble(&AssembleRequest {
+                    session,
+                    budget_tokens: budget,
+                })?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&block)?)?;
+            } else {
+                print_block(out, &block, explain)?;
+            }
+        }
+        Command::Forget { target, id, reason } => {
+            let tombstone = match target {
+                ForgetKind::Workspace => cairn.memory().forget_workspace(&id, &reason)?,
+                ForgetKind::Session => cairn
+                    .memory()
+                    .existing_workspace(ws_id)?
+                    .forget(&ForgetTarget::Session(id), &reason)?,
+                ForgetKind::Entry => cairn
+                    .memory()
+                    .existing_workspace(ws_id)?
+                    .forget(&ForgetTarget::Entry(id), &reason)?,
+                ForgetKind::Subject => cairn
+                    .memory()
+                    .existing_workspace(ws_id)?
+                    .forget(&ForgetTarget::Subject(id), &reason)?,
+            };
+            writeln!(out, "{}", serde_json::to_string_pretty(&tombstone)?)?;
+        }
+        Command::Tombstones { json } => {
+            let mut all = cairn.memory().workspace_tombstones()?;
+            if cairn.memory().workspaces()?.iter().any(|w| w == ws_id) {
+                all.extend(cairn.memory().existing_workspace(ws_id)?.tombstones()?);
+            }
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+            } else {
+                for t in all {
+                    writeln!(
+                        out,
+                        "{}  {}  {}  {:?}  reason={:?}  removed={:?}",
+                        t.id,
+                        t.at.format("%Y-%m-%d %H:%M:%S"),
+                        t.workspace,
+                        t.target,
+                        t.reason,
+                        t.removed
+                    )?;
+                }
+            }
+        }
+        Command::Demo { .. } | Command::Serve { .. } => bail!("internal: command dispatched twice"),
+    }
+    Ok(())
+}
+
+fn log_command(
+    cairn: &Cairn,
+    ws_id: &str,
+    action: Option<LogAction>,
+    filter: LogFilter,
+    out: &mut impl Write,
+) -> Result<()> {
+    match action {
+        None => {
+            let entries = cairn
+                .memory()
+                .existing_workspace(ws_id)?
+                .entries(&EntryFilter {
+                    kind: filter.kind,
+                    subject: filter.subject,
+                    work_context: filter.work_context,
+                    session: filter.session,
+                    all: filter.all,
+                    limit: filter.limit,
+                })?;
+            if filter.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+            } else {
+                for view in &entries {
+                    print_entry(out, view)?;
+                }
+            }
+        }
+        Some(LogAction::Add {
+            kind,
+            content,
+            detail,
+            subject,
+            replaces,
+            work_context,
+            from,
+        }) => {
+            let mut input = EntryInput::new(kind, &content);
+            input.detail = detail;
+            input.subject = subject;
+            input.replaces = replaces;
+            input.work_context = work_context;
+            if let Some(spec) = from {
+                let (session, range) = spec
+                    .rsplit_once(':')
+                    .with_context(|| format!("--from {spec:?}: expected SESSION:FROM-TO"))?;
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                let from_seq: u64 = a
+                    .parse()
+                    .with_context(|| format!("--from {spec:?}: {a:?} is not a turn number"))?;
+                let to_seq: u64 = b
+                    .parse()
+                    .with_context(|| format!("--from {spec:?}: {b:?} is not a turn number"))?;
+                input = input.from_turns(session, from_seq, to_seq);
+            }
+            let entry = cairn.workspace(ws_id)?.append_entry(&input)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&entry)?)?;
+        }
+        Some(LogAction::History { id }) => {
+            for view in cairn.memory().existing_workspace(ws_id)?.history(&id)? {
+                print_entry(out, &view)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_entry(out: &mut impl Write, view: &EntryView) -> Result<()> {
+    let e = &view.entry;
+    let status = match &view.status {
+        cairn::EntryStatus::Live => "live".to_owned(),
+        cairn::EntryStatus::Replaced { by } => format!("replaced by {by}"),
+        cairn::EntryStatus::Expired { at } => format!("expired {}", at.format("%Y-%m-%d")),
+    };
+    let subject = view
+        .subject
+        .as_deref()
+        .map(|s| format!(" #{s}"))
+        .unwrap_or_default();
+    let prov = e
+        .provenance
+        .as_ref()
+        .map(|p| format!(" <- {}:{}-{}", p.session, p.from_seq, p.to_seq))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{} [{}] {}{} ({status}){prov}",
+        e.id, e.kind, e.content, subject
+    )?;
+    Ok(())
+}
+
+fn print_block(out: &mut impl Write, block: &AssembledContext, explain: bool) -> Result<()> {
+    writeln!(out, "{}", block.text)?;
+    writeln!(
+        out,
+        "-- {} of {} tokens ({})",
+        block.tokens, block.budget, block.encoding
+    )?;
+    if explain {
+        writeln!(out, "-- trace:")?;
+        for item in &block.trace {
+            let what = match &item.source {
+                cairn::ItemSource::Turn { session, seq } => format!("turn {session}:{seq}"),
+                cairn::ItemSource::Entry { id, kind } => format!("{kind} {id}"),
+            };
+            let mark = if item.included { "in " } else { "out" };
+            writeln!(
+                out,
+                "   {mark} {what:<40} {:>4} tok  {}",
+                item.tokens, item.reason
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads JSONL turns. Every line is parsed before anything is written, so a bad
+/// line refuses the whole file; errors name the line.
+fn read_turns(file: Option<&Path>) -> Result<Vec<TurnInput>> {
+    let reader: Box<dyn BufRead> = match file {
+        None => Box::new(std::io::stdin().lock()),
+        Some(p) if p == Path::new("-") => Box::new(std::io::stdin().lock()),
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
+        )),
+    };
+    parse_jsonl(reader)
+}
+
+fn parse_jsonl<T: serde::de::DeserializeOwned>(mut reader: impl BufRead) -> Result<Vec<T>> {
+    let mut items = Vec::new();
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        if reader
+            .read_until(b'\n', &mut buf)
+            .context("reading input")?
+            == 0
+        {
+            break;
+        }
+        line_no += 1;
+        let line = std::str::from_utf8(&buf)
+            .with_context(|| format!("line {line_no}: not valid UTF-8"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        items.push(
+            serde_json::from_str(line).with_context(|| format!("line {line_no}: invalid turn"))?,
+        );
+    }
+    Ok(items)
+}
+
+const DEMO_CONVERSATION: &str = include_str!("../../../assets/demo-conversation.jsonl");
+const DEMO_ENTRIES: &str = include_str!("../../../assets/demo-entries.jsonl");
+
+fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<()> {
+    let _temp;
+    if !data_dir_given {
+        let dir = tempfile::tempdir().context("creating a temporary data directory")?;
+        config.data_dir = dir.path().to_owned();
+        _temp = dir;
+    }
+    let ws_id = config.workspace.clone();
+    let out = &mut std::io::stdout().lock();
+    writeln!(
+        out,
+        "== cairn demo: data in {} (workspace {ws_id})",
+        config.data_dir.display()
+    )?;
+    let cairn = Cairn::open(config)?;
+    let turns: Vec<TurnInput> = parse_jsonl(DEMO_CONVERSATION.as_bytes())?;
+    // Idempotency keys make the demo safe to rerun on the same data dir.
+    let turns: Vec<TurnInput> = turns
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.with_idempotency_key(&format!("demo-{i}")))
+        .collect();
+    let acks = cairn.ingest(&ws_id, &turns)?;
+    let fresh = acks.iter().filter(|a| !a.duplicate).count();
+    writeln!(
+        out,
+        "\n== ingested {} turns ({fresh} new, durable before acknowledged)",
+        acks.len()
+    )?;
+    let ws = cairn.workspace(&ws_id)?;
+    for session in ws.sessions(None)? {
+        writeln!(
+            out,
+            "\n-- session {} (work context {}, {} turns)",
+            session.id, session.work_context, session.next_seq
+        )?;
+        for t in ws.transcript(&session.id, 0, None)? {
+            writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
+        }
+    }
+    if ws
+        .entries(&EntryFilter {
+            all: true,
+            ..Default::default()
+        })?
+        .is_empty()
+    {
+        let entries: Vec<EntryInput> = parse_jsonl(DEMO_ENTRIES.as_bytes())?;
+        ws.append_entries(&entries)?;
+    }
+    writeln!(
+        out,
+        "\n== memory log (sample entries with provenance; `--all` shows history)"
+    )?;
+    for view in ws.entries(&EntryFilter {
+        all: true,
+        ..Default::default()
+    })? {
+        print_entry(out, &view)?;
+    }
+    writeln!(out, "\n== subjects")?;
+    for s in ws.subjects()? {
+        writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
+    }
+    let session = "s-0415";
+    writeln!(
+        out,
+        "\n== assembled context for session {session}, budget {budget} tokens"
+    )?;
+    let block = ws.assemble(&AssembleRequest {
+        session: session.to_owned(),
+        budget_tokens: budget,
+    })?;
+    print_block(out, &block, true)?;
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! Configuration: defaults, then a `cairn.toml` file, then `CAIRN_*`
+//! environment variables (nested keys joined by `__`, e.g.
+//! `CAIRN_MEMORY__LIMITS__MAX_CONTENT_BYTES=65536`), then command-line flags.
+
+use std::path::{Path, PathBuf};
+
+use cairn_memory::MemoryConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CairnError, Result};
+
+/// Settings of `cairn serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on; loopback by default.
+    pub listen: String,
+    /// Largest JSON request body, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:7878".to_owned(),
+            max_body_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Settings of logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter (`info`, `cairn=debug,warn`…); `RUST_LOG` wins if set.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: "text".to_owned(),
+        }
+    }
+}
+
+/// Settings of assembly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AssembleConfig {
+    /// Budget used when a request names none, in tokens.
+    pub default_budget_tokens: usize,
+}
+
+impl Default for AssembleConfig {
+    fn default() -> Self {
+        AssembleConfig {
+            default_budget_tokens: 2_000,
+        }
+    }
+}
+
+/// cairn's whole configuration.
+///
+/// ```
+/// let config = cairn::CairnConfig::default();
+/// assert_eq!(config.server.listen, "127.0.0.1:7878");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CairnConfig {
+    /// Where the store lives.
+    pub data_dir: PathBuf,
+    /// Workspace used by the CLI when `--workspace` is not given.
+    pub workspace: String,
+    /// The memory core.
+    pub memory: MemoryConfig,
+    /// The HTTP server.
+    pub server: ServerConfig,
+    /// Assembly.
+    pub assemble: AssembleConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for CairnConfig {
+    fn default() -> Self {
+        CairnConfig {
+            data_dir: default_data_dir(),
+            workspace: "default".to_owned(),
+            memory: MemoryConfig::default(),
+            server: ServerConfig::default(),
+            assemble: AssembleConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/cairn`, else `$HOME/.local/share/cairn`, else `./cairn-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("cairn");
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/cairn"),
+        None => PathBuf::from("cairn-data"),
+    }
+}
+
+impl CairnConfig {
+    /// Loads the configuration: defaults, then `file` (required if given;
+    /// otherwise `./cairn.toml` if it exists), then `CAIRN_*` variables.
+    pub fn load(file: Option<&Path>) -> Result<Self> {
+        let defaults = config::Config::try_from(&CairnConfig::default())
+            .map_err(|e| CairnError::Config(e.to_string()))?;
+        let mut builder = config::Config::builder().add_source(defaults);
+        match file {
+            Some(path) => {
+                if !path.is_file() {
+                    return Err(CairnError::Config(format!(
+                        "config file {} does not exist",
+                        path.display()
+                    )));
+                }
+                builder = builder.add_source(config::File::from(path).required(true));
+            }
+            None => {
+                builder = builder.add_source(config::File::with_name("cairn.toml").required(false));
+            }
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("CAIRN")
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true),
+        );
+        let config: CairnConfig = builder
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| CairnError::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !cairn_memory::tokens::ENCODINGS.contains(&self.memory.tokenizer.as_str()) {
+            return Err(CairnError::Config(format!(
+                "memory.tokenizer {:?} is unknown; use one of {}",
+                self.memory.tokenizer,
+                cairn_memory::tokens::ENCODINGS.join(", ")
+            )));
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(CairnError::Config(format!(
+                "log.format {:?} must be \"text\" or \"json\"",
+                self.log.format
+            )));
+        }
+        if self.memory.limits.max_content_bytes == 0 || self.memory.limits.max_batch == 0 {
+            return Err(CairnError::Config(
+                "memory.limits values must be greater than zero".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,609 @@
+//! `cairn serve`: the host API as JSON over HTTP (actix-web).
+//!
+//! Errors come back as `{"code": "...", "message": "..."}` with a 4xx status
+//! for the caller's mistakes (404 for what does not exist, 413 for bodies over
+//! the limit) and 5xx for the machine's. Every storage call runs on actix's
+//! blocking thread pool (`web::block`), never on an arbiter thread, because it
+//! may fsync. The OpenAPI description is served at `/openapi.json`.
+
+use std::net::SocketAddr;
+
+use actix_web::http::StatusCode;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
+use cairn_memory::{
+    Ack, AssembleRequest, AssembledContext, Entry, EntryFilter, EntryInput, EntryView,
+    ForgetTarget, Session, SessionSpec, Subject, SubjectKind, Tombstone, Turn, TurnInput,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{OpenApi, ToSchema};
+
+use crate::error::CairnError;
+use crate::host::{Cairn, GatewayStartReport};
+
+/// The error body of every failed request.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    pub code: String,
+    /// What was wrong, naming the offending value.
+    pub message: String,
+}
+
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.body.code, self.body.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(&self.body)
+    }
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody {
+                code: code.to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+}
+
+impl From<CairnError> for ApiError {
+    fn from(err: CairnError) -> Self {
+        let status = if err.is_not_found() {
+            StatusCode::NOT_FOUND
+        } else if matches!(err.code(), "too_large" | "batch_too_large") {
+            StatusCode::PAYLOAD_TOO_LARGE
+        } else if matches!(
+            err.code(),
+            "subject_exists" | "already_replaced" | "duplicate_entry_id" | "work_context_mismatch"
+        ) {
+            StatusCode::CONFLICT
+        } else if err.is_caller_error() {
+            StatusCode::BAD_REQUEST
+        } else {
+            tracing::error!(error = %err, "request failed");
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        ApiError::new(status, err.code(), err.to_string())
+    }
+}
+
+impl From<cairn_memory::MemoryError> for ApiError {
+    fn from(err: cairn_memory::MemoryError) -> Self {
+        CairnError::from(err).into()
+    }
+}
+
+type ApiResult<T> = Result<web::Json<T>, ApiError>;
+
+/// Runs `f` on the blocking pool (it may fsync).
+async fn blocking<T, F>(f: F) -> ApiResult<T>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    match web::block(f).await {
+        Ok(Ok(value)) => Ok(web::Json(value)),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("worker failed: {e}"),
+        )),
+    }
+}
+
+/// Body of `POST .../turns`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBody {
+    /// Turns to append atomically.
+    pub turns: Vec<TurnInput>,
+}
+
+/// Answer of `POST .../turns`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct IngestReply {
+    /// One acknowledgement per turn, in order.
+    pub acks: Vec<Ack>,
+}
+
+/// Body of `POST .../entries`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntriesBody {
+    /// Entries to append atomically.
+    pub entries: Vec<EntryInput>,
+}
+
+/// Answer of `POST .../entries`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct EntriesReply {
+    /// The stored entries, in order.
+    pub entries: Vec<Entry>,
+}
+
+/// Body of `POST .../subjects`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubjectBody {
+    /// Kebab-case slug.
+    pub slug: String,
+    /// What it is.
+    #[serde(default)]
+    pub kind: SubjectKind,
+    /// Display name; Title Case of the slug when absent.
+    #[serde(default)]
+    pub display: Option<String>,
+}
+
+/// Body of `POST .../subjects/{slug}/rename`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameBody {
+    /// The new slug.
+    pub to: String,
+}
+
+/// Body of `POST .../subjects/{slug}/merge`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergeBody {
+    /// The subject to merge into.
+    pub into: String,
+}
+
+/// Body of `POST .../assemble`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssembleBody {
+    /// Session the model call is for.
+    pub session: String,
+    /// Token budget; the configured default when absent.
+    #[serde(default)]
+    pub budget_tokens: Option<usize>,
+}
+
+/// Body of `POST .../forget`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    /// What to erase.
+    #[serde(flatten)]
+    pub target: ForgetTarget,
+    /// Why (recorded in the tombstone).
+    pub reason: String,
+}
+
+/// Query of `GET .../transcript`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptQuery {
+    /// First sequence number (default 0).
+    #[serde(default)]
+    pub from: u64,
+    /// At most this many turns.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Query of `GET .../sessions`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsQuery {
+    /// Only sessions of this work context.
+    #[serde(default)]
+    pub work_context: Option<String>,
+}
+
+/// Answer of `GET /healthz`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok` when the server answers.
+    pub status: String,
+    /// cairn's version.
+    pub version: String,
+}
+
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+async fn healthz() -> web::Json<Health> {
+    web::Json(Health {
+        status: "ok".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    })
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions", request_body = SessionSpec,
+    responses((status = 200, body = Session), (status = 400, body = ErrorBody)))]
+async fn bootstrap(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<SessionSpec>,
+) -> ApiResult<Session> {
+    blocking(move || Ok(cairn.bootstrap(&ws, &body)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions", params(SessionsQuery),
+    responses((status = 200, body = Vec<Session>), (status = 404, body = ErrorBody)))]
+async fn sessions(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    q: web::Query<SessionsQuery>,
+) -> ApiResult<Vec<Session>> {
+    blocking(move || {
+        Ok(cairn
+            .memory()
+            .existing_workspace(&ws)?
+            .sessions(q.work_context.as_deref())?)
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}",
+    responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
+async fn session(cairn: web::Data<Cairn>, path: web::Path<(String, String)>) -> ApiResult<Session> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.session(&sid)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/after_turn",
+    responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
+async fn after_turn(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Session> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.after_turn(&ws, &sid)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/end",
+    responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
+async fn session_end(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Session> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.session_end(&ws, &sid)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/reset",
+    responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
+async fn before_reset(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Session> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.before_reset(&ws, &sid)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/transcript", params(TranscriptQuery),
+    responses((status = 200, body = Vec<Turn>), (status = 404, body = ErrorBody)))]
+async fn transcript(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<TranscriptQuery>,
+) -> ApiResult<Vec<Turn>> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || {
+        Ok(cairn
+            .memory()
+            .existing_workspace(&ws)?
+            .transcript(&sid, q.from, q.limit)?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/turns", request_body = IngestBody,
+    responses((status = 200, body = IngestReply), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+async fn ingest(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<IngestBody>,
+) -> ApiResult<IngestReply> {
+    blocking(move || {
+        let acks = cairn.ingest(&ws, &body.turns)?;
+        Ok(IngestReply { acks })
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries", request_body = EntriesBody,
+    responses((status = 200, body = EntriesReply), (status = 400, body = ErrorBody)))]
+async fn append_entries(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<EntriesBody>,
+) -> ApiResult<EntriesReply> {
+    blocking(move || {
+        let entries = cairn.workspace(&ws)?.append_entries(&body.entries)?;
+        Ok(EntriesReply { entries })
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries", params(EntryFilter),
+    responses((status = 200, body = Vec<EntryView>), (status = 404, body = ErrorBody)))]
+async fn entries(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    q: web::Query<EntryFilter>,
+) -> ApiResult<Vec<EntryView>> {
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.entries(&q)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}",
+    responses((status = 200, body = EntryView), (status = 404, body = ErrorBody)))]
+async fn entry(cairn: web::Data<Cairn>, path: web::Path<(String, String)>) -> ApiResult<EntryView> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.entry(&id)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}/history",
+    responses((status = 200, body = Vec<EntryView>), (status = 404, body = ErrorBody)))]
+async fn history(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Vec<EntryView>> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.history(&id)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/subjects",
+    responses((status = 200, body = Vec<Subject>), (status = 404, body = ErrorBody)))]
+async fn subjects(cairn: web::Data<Cairn>, ws: web::Path<String>) -> ApiResult<Vec<Subject>> {
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.subjects()?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects", request_body = SubjectBody,
+    responses((status = 200, body = Subject), (status = 409, body = ErrorBody)))]
+async fn add_subject(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<SubjectBody>,
+) -> ApiResult<Subject> {
+    blocking(move || {
+        Ok(cairn
+            .workspace(&ws)?
+            .add_subject(&body.slug, body.kind, body.display.as_deref())?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/rename", request_body = RenameBody,
+    responses((status = 200, body = Subject), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn rename_subject(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<RenameBody>,
+) -> ApiResult<Subject> {
+    let (ws, slug) = path.into_inner();
+    blocking(move || {
+        Ok(cairn
+            .memory()
+            .existing_workspace(&ws)?
+            .rename_subject(&slug, &body.to)?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/merge", request_body = MergeBody,
+    responses((status = 200, body = Subject), (status = 404, body = ErrorBody)))]
+async fn merge_subjects(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<MergeBody>,
+) -> ApiResult<Subject> {
+    let (ws, slug) = path.into_inner();
+    blocking(move || {
+        Ok(cairn
+            .memory()
+            .existing_workspace(&ws)?
+            .merge_subjects(&slug, &body.into)?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/assemble", request_body = AssembleBody,
+    responses((status = 200, body = AssembledContext), (status = 404, body = ErrorBody)))]
+async fn assemble(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<AssembleBody>,
+) -> ApiResult<AssembledContext> {
+    blocking(move || {
+        let request = AssembleRequest {
+            session: body.session.clone(),
+            budget_tokens: body
+                .budget_tokens
+                .unwrap_or(cairn.config().assemble.default_budget_tokens),
+        };
+        Ok(cairn.memory().existing_workspace(&ws)?.assemble(&request)?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/forget", request_body = ForgetBody,
+    responses((status = 200, body = Tombstone), (status = 404, body = ErrorBody)))]
+async fn forget(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<ForgetBody>,
+) -> ApiResult<Tombstone> {
+    blocking(move || match &body.target {
+        ForgetTarget::Workspace(id) if id == ws.as_str() => {
+            Ok(cairn.memory().forget_workspace(&ws, &body.reason)?)
+        }
+        ForgetTarget::Workspace(id) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!(
+                "forget target workspace {id:?} does not match the path's workspace {:?}",
+                ws.as_str()
+            ),
+        )),
+        target => Ok(cairn
+            .memory()
+            .existing_workspace(&ws)?
+            .forget(target, &body.reason)?),
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/tombstones",
+    responses((status = 200, body = Vec<Tombstone>), (status = 404, body = ErrorBody)))]
+async fn tombstones(cairn: web::Data<Cairn>, ws: web::Path<String>) -> ApiResult<Vec<Tombstone>> {
+    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.tombstones()?)).await
+}
+
+#[utoipa::path(post, path = "/v1/gateway_start", responses((status = 200, body = GatewayStartReport)))]
+async fn gateway_start(cairn: web::Data<Cairn>) -> ApiResult<GatewayStartReport> {
+    blocking(move || Ok(cairn.gateway_start()?)).await
+}
+
+/// The OpenAPI description of the HTTP API.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "cairn",
+        description = "Memory runtime for AI-agent gateways: the host API over HTTP."
+    ),
+    paths(
+        healthz,
+        bootstrap,
+        sessions,
+        session,
+        after_turn,
+        session_end,
+        before_reset,
+        transcript,
+        ingest,
+        append_entries,
+        entries,
+        entry,
+        history,
+        subjects,
+        add_subject,
+        rename_subject,
+        merge_subjects,
+        assemble,
+        forget,
+        tombstones,
+        gateway_start
+    )
+)]
+pub struct ApiDoc;
+
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!("no route for {} {}", req.method(), req.path()),
+    )
+    .error_response()
+}
+
+fn body_error(err: impl std::fmt::Display, too_large: bool) -> actix_web::Error {
+    if too_large {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            err.to_string(),
+        )
+        .into()
+    } else {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", err.to_string()).into()
+    }
+}
+
+/// Registers the API's routes on an actix `App` (used by [`serve`] and by tests).
+pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg: &mut web::ServiceConfig| {
+        let max_body = cairn.config().server.max_body_bytes;
+        let json = web::JsonConfig::default()
+            .limit(max_body)
+            .error_handler(|err, _req| {
+                let too_large = matches!(
+                    err,
+                    actix_web::error::JsonPayloadError::Overflow { .. }
+                        | actix_web::error::JsonPayloadError::OverflowKnownLength { .. }
+                );
+                body_error(err, too_large)
+            });
+        let query = web::QueryConfig::default().error_handler(|err, _req| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", err.to_string()).into()
+        });
+        let path = web::PathConfig::default().error_handler(|err, _req| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", err.to_string()).into()
+        });
+        cfg.app_data(web::Data::new(cairn))
+            .app_data(json)
+            .app_data(query)
+            .app_data(path)
+            .route("/healthz", web::get().to(healthz))
+            .route("/openapi.json", web::get().to(openapi))
+            .route("/v1/gateway_start", web::post().to(gateway_start))
+            .service(
+                web::scope("/v1/workspaces/{workspace}")
+                    .route("/sessions", web::post().to(bootstrap))
+                    .route("/sessions", web::get().to(sessions))
+                    .route("/sessions/{session}", web::get().to(session))
+                    .route("/sessions/{session}/after_turn", web::post().to(after_turn))
+                    .route("/sessions/{session}/end", web::post().to(session_end))
+                    .route("/sessions/{session}/reset", web::post().to(before_reset))
+                    .route("/sessions/{session}/transcript", web::get().to(transcript))
+                    .route("/turns", web::post().to(ingest))
+                    .route("/entries", web::post().to(append_entries))
+                    .route("/entries", web::get().to(entries))
+                    .route("/entries/{id}", web::get().to(entry))
+                    .route("/entries/{id}/history", web::get().to(history))
+                    .route("/subjects", web::get().to(subjects))
+                    .route("/subjects", web::post().to(add_subject))
+                    .route("/subjects/{slug}/rename", web::post().to(rename_subject))
+                    .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
+                    .route("/assemble", web::post().to(assemble))
+                    .route("/forget", web::post().to(forget))
+                    .route("/tombstones", web::get().to(tombstones)),
+            )
+            .default_service(web::to(not_found));
+    }
+}
+
+/// Serves the API on `listen` until the process is stopped (SIGINT/SIGTERM
+/// shut down gracefully: in-flight requests finish). `on_bound` is called
+/// with the bound address (useful with port 0).
+pub async fn serve(
+    cairn: Cairn,
+    listen: &str,
+    on_bound: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    let server =
+        HttpServer::new(move || App::new().configure(configure(cairn.clone()))).bind(listen)?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
+    on_bound(addr);
+    tracing::info!(%addr, "cairn serving");
+    server.run().await
+}

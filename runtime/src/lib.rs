@@ -1,0 +1,46 @@
+//! cairn: an embeddable, offline-first memory runtime for AI-agent gateways.
+//!
+//! A gateway embeds [`Cairn`] and calls its hooks: [`Cairn::bootstrap`] when a
+//! session starts, [`Cairn::ingest`] for every turn, [`Cairn::assemble`] before
+//! each model call, and [`Cairn::session_end`] / [`Cairn::before_reset`] /
+//! [`Cairn::gateway_start`] around the session's life. Everything is stored
+//! durably (embedded sled) before it is acknowledged. The memory log, the
+//! subject registry and `forget` are reached through [`Cairn::workspace`].
+//!
+//! The same API is served over HTTP by `cairn serve` (see [`http`]) and driven
+//! by the `cairn` command line.
+//!
+//! ```
+//! use cairn::{Cairn, CairnConfig, EntryInput, EntryKind, Role, TurnInput};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..Default::default() })?;
+//! cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Let's use Postgres.").in_context("db")])?;
+//! cairn.workspace("acme")?.append_entry(
+//!     &EntryInput::new(EntryKind::Decision, "Use Postgres").about("storage").from_turns("s1", 0, 0),
+//! )?;
+//! let block = cairn.assemble("acme", &cairn::AssembleRequest { session: "s1".into(), budget_tokens: 200 })?;
+//! assert!(block.text.contains("[decision] Use Postgres"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+mod error;
+mod host;
+pub mod http;
+
+pub use cairn_memory::{
+    Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
+    EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,
+    Provenance, Role, Session, SessionKind, SessionSpec, SessionState, Subject, SubjectKind,
+    SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput, Workspace,
+};
+pub use config::{AssembleConfig, CairnConfig, LogConfig, ServerConfig, default_data_dir};
+pub use error::{CairnError, Result};
+pub use host::{Cairn, GatewayStartReport, OpenSession};
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Cairn>();
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`.
+# Each command first installs what it needs, idempotently, from the package
+# registries only (see `setup` below), so both work on a fresh machine that has
+# the Rust toolchain, Python 3 and Node.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+setup() {
+    command -v cargo >/dev/null || { echo "error: cargo not found; install the Rust toolchain (rustup)" >&2; exit 1; }
+}
+
+run_tests() {
+    setup
+    if cargo nextest --version >/dev/null 2>&1; then
+        log "unit, integration and end-to-end tests (nextest)"
+        cargo nextest run --workspace --all-targets --no-fail-fast
+    else
+        log "unit, integration and end-to-end tests (cargo test)"
+        cargo test --workspace --all-targets --no-fail-fast
+    fi
+    log "doc tests"
+    RUSTDOCFLAGS="-D warnings" cargo test --workspace --doc
+}
+
+case "${1:-}" in
+    demo)
+        shift
+        setup
+        log "building and running the demo"
+        cargo run --quiet --release -p cairn -- demo "$@"
+        ;;
+    test)
+        run_tests
+        ;;
+    *)
+        echo "usage: scripts/dev.sh demo|test" >&2
+        exit 2
+        ;;
+esac

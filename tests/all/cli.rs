@@ -1,0 +1,157 @@
+//! The `cairn` command line, run as a user would.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use anyhow::{Context, Result, ensure};
+
+use crate::support::cairn_bin;
+
+fn cairn(data_dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) -> Result<Output> {
+    let mut child = Command::new(cairn_bin())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut input = child.stdin.take().context("stdin")?;
+    input.write_all(stdin.unwrap_or_default())?;
+    drop(input);
+    Ok(child.wait_with_output()?)
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn demo_prints_turns_and_a_block() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = cairn(dir.path(), &["demo", "--budget", "300"], None)?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    ensure!(
+        text.contains("[2] user: Let's go with April 1 and sync on."),
+        "{text}"
+    );
+    ensure!(text.contains("<cairn-memory session=\"s-0415\""), "{text}");
+    ensure!(text.contains("of 300 tokens"), "{text}");
+    // Rerunning on the same data dir is idempotent.
+    let again = stdout(&cairn(dir.path(), &["demo"], None)?);
+    ensure!(again.contains("(0 new"), "{again}");
+    Ok(())
+}
+
+#[test]
+fn ingest_is_all_or_nothing_and_names_the_line() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let bad = b"{\"session\":\"s1\",\"role\":\"user\",\"content\":\"ok\"}\n{\"session\":\"s1\",\"role\":\"bot\",\"content\":\"x\"}\n";
+    let out = cairn(dir.path(), &["ingest", "-"], Some(bad))?;
+    ensure!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("line 2") && err.contains("unknown variant `bot`"),
+        "{err}"
+    );
+    let invalid_utf8 = b"{\"session\":\"s1\",\"role\":\"user\",\"content\":\"\xff\"}\n";
+    let out = cairn(dir.path(), &["ingest"], Some(invalid_utf8))?;
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("line 1: not valid UTF-8"));
+    let out = cairn(dir.path(), &["transcript", "s1"], None)?;
+    ensure!(
+        !out.status.success(),
+        "s1 should not exist: {}",
+        stdout(&out)
+    );
+
+    let good = b"{\"session\":\"s1\",\"role\":\"user\",\"content\":\"We decided on Postgres.\"}\n\n{\"session\":\"s1\",\"role\":\"assistant\",\"content\":\"Noted.\"}\n";
+    let out = cairn(dir.path(), &["ingest"], Some(good))?;
+    ensure!(
+        stdout(&out).contains("ingested 2 turns"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cairn(
+        dir.path(),
+        &[
+            "log",
+            "add",
+            "--kind",
+            "decision",
+            "--content",
+            "Use Postgres",
+            "--subject",
+            "storage",
+            "--from",
+            "s1:0-1",
+        ],
+        None,
+    )?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cairn(dir.path(), &["log"], None)?;
+    ensure!(
+        stdout(&out).contains("[decision] Use Postgres #storage (live) <- s1:0-1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cairn(
+        dir.path(),
+        &["subjects", "rename", "storage", "database"],
+        None,
+    )?;
+    ensure!(out.status.success());
+    let out = cairn(dir.path(), &["log", "--subject", "storage"], None)?;
+    ensure!(stdout(&out).contains("#database"), "{}", stdout(&out));
+    let out = cairn(
+        dir.path(),
+        &["assemble", "s1", "--budget", "100", "--explain"],
+        None,
+    )?;
+    ensure!(stdout(&out).contains("in  turn s1:1"), "{}", stdout(&out));
+    let out = cairn(
+        dir.path(),
+        &["forget", "session", "s1", "--reason", "user request"],
+        None,
+    )?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cairn(dir.path(), &["tombstones"], None)?;
+    ensure!(stdout(&out).contains("user request"), "{}", stdout(&out));
+    let out = cairn(dir.path(), &["log", "--all"], None)?;
+    ensure!(
+        !stdout(&out).contains("Postgres"),
+        "entries of a forgotten session must go: {}",
+        stdout(&out)
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_configuration_is_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(cairn_bin())
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["sessions"])
+        .env("CAIRN_MEMORY__TOKENIZER", "gpt2")
+        .output()?;
+    ensure!(out.status.code() == Some(2));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.tokenizer \"gpt2\" is unknown"));
+    let out = Command::new(cairn_bin())
+        .args(["--config", "/nonexistent/cairn.toml", "sessions"])
+        .output()?;
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! The HTTP API: happy paths, the OpenAPI description, and bad input that
+//! must come back as a 4xx `{code, message}` with nothing written.
+
+use anyhow::{Result, ensure};
+use serde_json::{Value, json};
+
+use crate::support::Server;
+
+fn check_error(got: (u16, Value), status: u16, code: &str) -> Result<()> {
+    let (s, body) = got;
+    ensure!(s == status, "expected {status} {code}, got {s} {body}");
+    ensure!(body["code"] == code, "expected code {code}, got {body}");
+    ensure!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "no message in {body}"
+    );
+    Ok(())
+}
+
+#[test]
+fn happy_path_and_openapi() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    let (s, health) = server.get("/healthz")?;
+    ensure!(s == 200 && health["status"] == "ok");
+    let (s, spec) = server.get("/openapi.json")?;
+    ensure!(s == 200);
+    ensure!(
+        spec["paths"]["/v1/workspaces/{workspace}/turns"]["post"].is_object(),
+        "no ingest path in the OpenAPI description"
+    );
+
+    let (s, session) = server.post(
+        "/v1/workspaces/acme/sessions",
+        &json!({"id": "s1", "work_context": "launch"}),
+    )?;
+    ensure!(s == 200 && session["work_context"] == "launch", "{session}");
+    let (s, reply) = server.post(
+        "/v1/workspaces/acme/turns",
+        &json!({"turns": [
+            {"session": "s1", "role": "user", "content": "Launch on April 1?"},
+            {"session": "s1", "role": "assistant", "content": "April 1 works."}
+        ]}),
+    )?;
+    ensure!(
+        s == 200
+            && reply["acks"]
+                == json!([{"seq": 0, "duplicate": false}, {"seq": 1, "duplicate": false}]),
+        "{reply}"
+    );
+    let (s, entries) = server.post(
+        "/v1/workspaces/acme/entries",
+        &json!({"entries": [{"kind": "decision", "content": "Launch on April 1", "subject": "launch", "provenance": {"session": "s1", "from_seq": 0, "to_seq": 1}}]}),
+    )?;
+    ensure!(s == 200, "{entries}");
+    let id = entries["entries"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (s, live) = server.get("/v1/workspaces/acme/entries?kind=decision&subject=launch")?;
+    ensure!(
+        s == 200 && live[0]["id"] == id.as_str() && live[0]["status"]["state"] == "live",
+        "{live}"
+    );
+    let (s, block) = server.post(
+        "/v1/workspaces/acme/assemble",
+        &json!({"session": "s1", "budget_tokens": 200}),
+    )?;
+    ensure!(s == 200, "{block}");
+    ensure!(block["tokens"].as_u64().unwrap_or(u64::MAX) <= 200);
+    ensure!(
+        block["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[decision] Launch on April 1")
+    );
+    let (s, ended) = server.post("/v1/workspaces/acme/sessions/s1/end", &json!({}))?;
+    ensure!(s == 200 && ended["state"] == "ended");
+    let (s, report) = server.post("/v1/gateway_start", &json!({}))?;
+    ensure!(s == 200 && report["open_sessions"] == json!([]), "{report}");
+    let (s, t) = server.post(
+        "/v1/workspaces/acme/forget",
+        &json!({"target": "entry", "id": id, "reason": "test"}),
+    )?;
+    ensure!(s == 200 && t["removed"]["entries"] == 1, "{t}");
+    Ok(())
+}
+
+#[test]
+fn bad_input_is_refused_cleanly() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    let turns = "/v1/workspaces/acme/turns";
+    server.post(
+        turns,
+        &json!({"turns": [{"session": "s1", "role": "user", "content": "first"}]}),
+    )?;
+    let turn = |session: &str, role: &str, content: &str| json!({"session": session, "role": role, "content": content});
+    let good = turn("s1", "user", "fine");
+
+    check_error(server.post_raw(turns, b"{not json")?, 400, "invalid_json")?;
+    check_error(
+        server.post_raw(
+            turns,
+            b"{\"turns\": [{\"session\": \"s1\", \"role\": \"user\", \"content\": \"\xff\xfe\"}]}",
+        )?,
+        400,
+        "invalid_json",
+    )?;
+    check_error(
+        server.post(turns, &json!({"turns": [good, turn("s1", "robot", "hi")]}))?,
+        400,
+        "invalid_json",
+    )?;
+    check_error(
+        server.post(turns, &json!({"turns": [good, turn("", "user", "hi")]}))?,
+        400,
+        "invalid_id",
+    )?;
+    check_error(
+        server.post(
+            turns,
+            &json!({"turns": [good, turn(&"x".repeat(500), "user", "hi")]}),
+        )?,
+        400,
+        "invalid_id",
+    )?;
+    check_error(
+        server.post(
+            turns,
+            &json!({"turns": [good, turn("s1", "user", &"x".repeat(300_000))]}),
+        )?,
+        413,
+        "too_large",
+    )?;
+    check_error(
+        server.post(
+            turns,
+            &json!({"turns": [good, turn("s1", "tool", "result")]}),
+        )?,
+        400,
+        "missing_tool_call_id",
+    )?;
+    check_error(server.post(turns, &json!({"turns": [good, {"session": "s1", "role": "user", "content": "x", "work_context": "other"}]}))?, 409, "work_context_mismatch")?;
+    check_error(
+        server.post(turns, &json!({"turns": [good], "extra": 1}))?,
+        400,
+        "invalid_json",
+    )?;
+    check_error(
+        server.post("/v1/workspaces/bad%20ws/turns", &json!({"turns": [good]}))?,
+        400,
+        "invalid_id",
+    )?;
+
+    let entries = "/v1/workspaces/acme/entries";
+    let entry = |replaces: &str| json!({"kind": "fact", "content": "x", "replaces": replaces});
+    check_error(
+        server.post(entries, &json!({"entries": [entry("missing")]}))?,
+        400,
+        "replaces_missing",
+    )?;
+    check_error(
+        server.post(
+            entries,
+            &json!({"entries": [{"id": "a", "kind": "fact", "content": "x", "replaces": "a"}]}),
+        )?,
+        400,
+        "replaces_cycle",
+    )?;
+    check_error(
+        server.post(
+            entries,
+            &json!({"entries": [{"kind": "fact", "content": "x", "subject": "Not_Kebab"}]}),
+        )?,
+        400,
+        "invalid_slug",
+    )?;
+    check_error(
+        server.post(
+            entries,
+            &json!({"entries": [{"kind": "gossip", "content": "x"}]}),
+        )?,
+        400,
+        "invalid_json",
+    )?;
+    check_error(server.post(entries, &json!({"entries": [{"kind": "fact", "content": "x", "provenance": {"session": "s1", "from_seq": 0, "to_seq": 9}}]}))?, 400, "invalid_turn_range")?;
+    server.post("/v1/workspaces/acme/subjects", &json!({"slug": "alpha"}))?;
+    check_error(
+        server.post(
+            "/v1/workspaces/acme/subjects/alpha/merge",
+            &json!({"into": "missing"}),
+        )?,
+        404,
+        "subject_not_found",
+    )?;
+    check_error(
+        server.post("/v1/workspaces/acme/subjects", &json!({"slug": "alpha"}))?,
+        409,
+        "subject_exists",
+    )?;
+    check_error(
+        server.get("/v1/workspaces/acme/sessions/nope/transcript")?,
+        404,
+        "session_not_found",
+    )?;
+    check_error(
+        server.get("/v1/workspaces/ghost/entries")?,
+        404,
+        "workspace_not_found",
+    )?;
+    check_error(
+        server.get("/v1/workspaces/acme/entries?kind=gossip")?,
+        400,
+        "invalid_query",
+    )?;
+    check_error(
+        server.post(
+            "/v1/workspaces/acme/forget",
+            &json!({"target": "session", "id": "s1", "reason": ""}),
+        )?,
+        400,
+        "forget_without_reason",
+    )?;
+    check_error(
+        server.post(
+            "/v1/workspaces/acme/assemble",
+            &json!({"session": "s1", "budget_tokens": 2}),
+        )?,
+        400,
+        "budget_too_small",
+    )?;
+    check_error(server.get("/v2/nothing")?, 404, "no_route")?;
+
+    // Nothing of the refused requests was written.
+    let (s, transcript) = server.get("/v1/workspaces/acme/sessions/s1/transcript")?;
+    ensure!(
+        s == 200 && transcript.as_array().map(Vec::len) == Some(1),
+        "{transcript}"
+    );
+    let (s, all) = server.get("/v1/workspaces/acme/entries?all=true")?;
+    ensure!(s == 200 && all == json!([]), "{all}");
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests of the whole runtime: the real `cairn` binary on real
+//! sled in temp dirs, over real HTTP on loopback. One test binary (fewer
+//! binaries link faster); a module per area.
+
+mod cli;
+mod durability;
+mod http_api;
+mod support;

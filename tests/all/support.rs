@@ -1,0 +1,90 @@
+//! Helpers: start the real `cairn serve` and talk to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+/// Path of the `cairn` binary Cargo built for these tests.
+pub(crate) fn cairn_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cairn")
+}
+
+/// A running `cairn serve`; killed with SIGKILL when dropped.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) base: String,
+    pub(crate) agent: ureq::Agent,
+}
+
+impl Server {
+    pub(crate) fn start(data_dir: &Path) -> Result<Server> {
+        let mut child = Command::new(cairn_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawning cairn serve")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let Some(addr) = line.trim().strip_prefix("cairn listening on ") else {
+            let _ = child.kill();
+            bail!("unexpected first line from cairn serve: {line:?}");
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Server {
+            child,
+            base: addr.to_owned(),
+            agent,
+        })
+    }
+
+    /// SIGKILL, no goodbye (works while other threads still use the server).
+    pub(crate) fn sigkill(&self) -> Result<()> {
+        let status = Command::new("kill")
+            .args(["-9", &self.child.id().to_string()])
+            .status()?;
+        ensure!(status.success(), "kill -9 failed");
+        Ok(())
+    }
+
+    pub(crate) fn post(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
+        let mut resp = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .send_json(body)?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.body_mut().read_json()?))
+    }
+
+    pub(crate) fn post_raw(&self, path: &str, body: &[u8]) -> Result<(u16, Value)> {
+        let mut resp = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .send(body)?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.body_mut().read_json()?))
+    }
+
+    pub(crate) fn get(&self, path: &str) -> Result<(u16, Value)> {
+        let mut resp = self.agent.get(format!("{}{path}", self.base)).call()?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.body_mut().read_json()?))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
