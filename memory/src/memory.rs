@@ -382,11 +382,31 @@ impl Workspace {
         Ok(session)
     }
 
+    /// Loads a session record and derives `next_seq` and `last_turn_at` from
+    /// its last turn. They are not rewritten on every append: the turn key
+    /// already carries the sequence number, and one fewer record per append
+    /// is fewer bytes to fsync.
     fn load_session(&self, id: &str) -> Result<Option<Session>> {
-        self.store
-            .get(Collection::Sessions, id.as_bytes())?
-            .map(|v| decode("session", id.as_bytes(), &v))
-            .transpose()
+        let Some(raw) = self.store.get(Collection::Sessions, id.as_bytes())? else {
+            return Ok(None);
+        };
+        let mut session: Session = decode("session", id.as_bytes(), &raw)?;
+        match self
+            .store
+            .scan_prefix_rev(Collection::Turns, &session_prefix(id), 1)?
+            .pop()
+        {
+            Some((key, value)) => {
+                let last: Turn = decode("turn", &key, &value)?;
+                session.next_seq = last.seq + 1;
+                session.last_turn_at = Some(last.timestamp);
+            }
+            None => {
+                session.next_seq = 0;
+                session.last_turn_at = None;
+            }
+        }
+        Ok(Some(session))
     }
 
     /// A session's metadata.
@@ -611,8 +631,8 @@ impl Workspace {
             });
         }
         for (session, created) in sessions.values() {
-            put_session(&mut batch, session)?;
             if *created {
+                put_session(&mut batch, session)?;
                 batch.put(
                     Collection::WorkContextSessions,
                     work_context_key(&session.work_context, &session.id),
@@ -922,29 +942,26 @@ impl Workspace {
     }
 
     fn alias_map(&self) -> Result<HashMap<String, String>> {
-        self.store
-            .scan_prefix(Collection::SubjectAliases, b"")?
-            .into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    String::from_utf8_lossy(&k).into_owned(),
-                    String::from_utf8_lossy(&v).into_owned(),
-                ))
-            })
-            .collect()
+        self.string_map(Collection::SubjectAliases)
     }
 
     fn replacement_map(&self) -> Result<HashMap<String, String>> {
-        self.store
-            .scan_prefix(Collection::Replacements, b"")?
+        self.string_map(Collection::Replacements)
+    }
+
+    /// A collection whose keys and values are both ids, read whole.
+    fn string_map(&self, collection: Collection) -> Result<HashMap<String, String>> {
+        Ok(self
+            .store
+            .scan_prefix(collection, b"")?
             .into_iter()
             .map(|(k, v)| {
-                Ok((
+                (
                     String::from_utf8_lossy(&k).into_owned(),
                     String::from_utf8_lossy(&v).into_owned(),
-                ))
+                )
             })
-            .collect()
+            .collect())
     }
 
     fn view(

@@ -76,9 +76,10 @@ pub struct Session {
     pub parent: Option<String>,
     /// When the session was created.
     pub created_at: DateTime<Utc>,
-    /// Timestamp of the last turn, if any.
+    /// Timestamp of the last turn, if any (derived from the transcript).
     pub last_turn_at: Option<DateTime<Utc>>,
-    /// Sequence number the next turn will get (= number of turns).
+    /// Sequence number the next turn will get (= number of turns; derived
+    /// from the transcript's last turn, not stored).
     pub next_seq: u64,
     /// Open or ended.
     pub state: SessionState,

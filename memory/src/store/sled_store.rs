@@ -55,17 +55,30 @@ impl SledStore {
             path: dir.display().to_string(),
             reason: e.to_string(),
         })?;
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir.join("sled"))
             // cairn controls durability itself: every acknowledged write is
-            // followed by `sync`. No background flusher thread also means the
-            // directory lock is released as soon as the store is dropped.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| StoreError::Open {
-                path: dir.display().to_string(),
-                reason: e.to_string(),
-            })?;
+            // followed by `sync`, so sled's periodic flusher is not needed.
+            .flush_every_ms(None);
+        // sled's I/O threads of a store that was just dropped in this process
+        // may hold the directory lock for a moment: retry briefly on that
+        // error only. Another process holding the lock still fails, clearly.
+        let mut attempts = 0;
+        let db = loop {
+            match config.open() {
+                Ok(db) => break db,
+                Err(e) if attempts < 40 && e.to_string().contains("could not acquire lock") => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                Err(e) => {
+                    return Err(StoreError::Open {
+                        path: dir.display().to_string(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        };
         let meta = db.open_tree(META_TREE)?;
         Ok(SledStore {
             inner: Arc::new(Inner {
@@ -320,19 +333,25 @@ mod tests {
         let store = SledStore::open(dir.path())?;
         let ws = store.workspace("a")?;
         std::thread::scope(|s| {
-            for t in 0..8u8 {
-                let (store, ws) = (&store, &ws);
-                s.spawn(move || {
-                    for i in 0..50u8 {
-                        let mut batch = WriteBatch::default();
-                        batch.put(Collection::State, vec![t, i], vec![i]);
-                        ws.apply(batch).map_err(|e| e.to_string())?;
-                        store.sync().map_err(|e| e.to_string())?;
-                    }
-                    Ok::<(), String>(())
-                });
+            let handles: Vec<_> = (0..8u8)
+                .map(|t| {
+                    let (store, ws) = (&store, &ws);
+                    s.spawn(move || -> Result<(), StoreError> {
+                        for i in 0..50u8 {
+                            let mut batch = WriteBatch::default();
+                            batch.put(Collection::State, vec![t, i], vec![i]);
+                            ws.apply(batch)?;
+                            store.sync()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("writer thread panicked")?;
             }
-        });
+            Ok::<(), StoreError>(())
+        })?;
         assert_eq!(ws.scan_prefix(Collection::State, &[])?.len(), 400);
         Ok(())
     }
