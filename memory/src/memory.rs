@@ -393,8 +393,7 @@ impl Workspace {
         let mut session: Session = decode("session", id.as_bytes(), &raw)?;
         match self
             .store
-            .scan_prefix_rev(Collection::Turns, &session_prefix(id), 1)?
-            .pop()
+            .last_with_prefix(Collection::Turns, &session_prefix(id))?
         {
             Some((key, value)) => {
                 let last: Turn = decode("turn", &key, &value)?;

@@ -182,6 +182,13 @@ pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<Vec<KeyValue>, StoreError>;
 
+    /// The pair with the greatest key that starts with `prefix`, if any.
+    fn last_with_prefix(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+    ) -> Result<Option<KeyValue>, StoreError>;
+
     /// Applies every operation of `batch` atomically. Not yet durable: see [`Store::sync`].
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
 }

@@ -226,6 +226,23 @@ impl WorkspaceStore for SledWorkspace {
             .collect()
     }
 
+    fn last_with_prefix(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+    ) -> Result<Option<KeyValue>, StoreError> {
+        // One seek: the greatest key below the prefix's successor. sled's
+        // reverse iterators are much slower than `get_lt`.
+        let start = tagged(collection, prefix);
+        let found = match prefix_successor(&start) {
+            Some(upper) => self.tree.get_lt(upper)?,
+            None => self.tree.last()?,
+        };
+        Ok(found
+            .filter(|(k, _)| k.starts_with(&start))
+            .map(|(k, v)| (k[1..].to_vec(), v.to_vec())))
+    }
+
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
         let mut sled_batch = sled::Batch::default();
         for op in batch.into_ops() {
@@ -241,6 +258,19 @@ impl WorkspaceStore for SledWorkspace {
         self.tree.apply_batch(sled_batch)?;
         Ok(())
     }
+}
+
+/// The smallest key greater than every key starting with `prefix`
+/// (`None` when the prefix is all 0xff bytes).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut upper = prefix.to_vec();
+    while let Some(last) = upper.pop() {
+        if last < u8::MAX {
+            upper.push(last + 1);
+            return Some(upper);
+        }
+    }
+    None
 }
 
 /// Coalesces concurrent flushes.
@@ -324,6 +354,30 @@ mod tests {
         assert!(store.drop_workspace("a")?);
         assert!(!store.has_workspace("a")?);
         assert_eq!(store.workspaces()?, vec!["b".to_owned()]);
+        Ok(())
+    }
+
+    #[test]
+    fn last_with_prefix_stays_inside_the_prefix() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        let mut batch = WriteBatch::default();
+        for key in [&b"s1\0a"[..], b"s1\0b", b"s10\0z", b"s2\0c"] {
+            batch.put(Collection::Turns, key.to_vec(), key.to_vec());
+        }
+        batch.put(Collection::Entries, b"s1\0zz".to_vec(), Vec::new());
+        ws.apply(batch)?;
+        let last = |p: &[u8]| {
+            ws.last_with_prefix(Collection::Turns, p)
+                .map(|kv| kv.map(|(k, _)| k))
+        };
+        assert_eq!(last(b"s1\0")?, Some(b"s1\0b".to_vec()));
+        assert_eq!(last(b"s10\0")?, Some(b"s10\0z".to_vec()));
+        assert_eq!(last(b"s3\0")?, None);
+        assert_eq!(last(b"")?, Some(b"s2\0c".to_vec()));
+        assert_eq!(prefix_successor(&[1, 255]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[255]), None);
         Ok(())
     }
 
