@@ -1,8 +1,68 @@
 //! cairn's supervised actor runtime.
 //!
-//! This crate is intentionally empty in the foundation release: the host API in
-//! `runtime/` calls the memory core directly. The actor runtime (one
-//! `SessionActor` per live session, one `WorkContextActor` per work context,
-//! one `TopicWatcherActor` per topic, supervised and passivated) is built by the
-//! "Supervised actor runtime" issue and routes the same host API through actors.
-//! Nothing here pretends to work yet: there are no public items.
+//! The core types and how they connect:
+//!
+//! - [`ActorRuntime`] owns an actix system and a registry of live actors.
+//!   The host calls it synchronously; it routes each call to an actor
+//!   through a bounded mailbox and waits for the reply.
+//! - A `SessionActor` per live session writes that session's turns durably
+//!   (on the blocking pool, never on an arbiter thread) and forwards what it
+//!   stored to its work context.
+//! - A `WorkContextActor` per live work context keeps the dirty state
+//!   (seed 000 §5.2, judged by a [`SignificanceGate`]) and runs captures
+//!   when a [`Trigger`] fires: idle, debounced defocus, pre-compaction,
+//!   nightly, manual, and the session hooks.
+//! - A capture ([`CaptureReport`]) turns new turns into log entries with
+//!   provenance, exactly once per turn (a durable high-water mark per work
+//!   context and deterministic entry ids).
+//!
+//! Every actor runs under an actix `Supervisor`. Handlers catch panics, answer
+//! the caller with [`ActorError::Panicked`] and stop the actor, which the
+//! supervisor restarts; its state is rebuilt from the store. Time is read
+//! only through the memory's `Clock`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cairn_actors::{ActorConfig, ActorRuntime, Trigger};
+//! use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+//! let runtime = ActorRuntime::start(memory, ActorConfig { tick_interval_secs: 0, ..Default::default() })?;
+//! runtime.ingest("acme", &[
+//!     TurnInput::new("s1", Role::User, "We decided to ship on Friday.").in_context("launch"),
+//!     TurnInput::new("s1", Role::User, "I still need to figure out the release notes?").in_context("launch"),
+//! ])?;
+//! let report = runtime.before_compaction("acme", "s1")?;
+//! assert_eq!(report.trigger, Trigger::PreCompaction);
+//! assert_eq!(report.spans[0].to_seq, 1);
+//! // The same turns are never processed twice.
+//! assert!(runtime.capture("acme", "launch")?.spans.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod capture;
+mod config;
+mod context;
+mod error;
+mod fault;
+mod gate;
+mod runtime;
+mod session;
+
+pub use capture::{
+    CaptureReport, CaptureSummary, CapturedEntry, EXTRACTION_ATTEMPTS, ExtractionOutcome, Trigger,
+};
+pub use config::{ActorConfig, Backpressure, TriggerConfig};
+pub use error::{ActorError, Result};
+#[doc(hidden)]
+pub use fault::Fault;
+pub use gate::{GateInput, HeuristicGate, Significance, SignificanceGate};
+pub use runtime::{ActorRuntime, RuntimeStats, SessionExtraction};
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<ActorRuntime>();
+    check::<ActorError>();
+}

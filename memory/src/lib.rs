@@ -37,6 +37,7 @@ pub mod assemble;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod extract;
 pub mod forget;
 pub mod ids;
 pub mod log;

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cairn_actors::ActorConfig;
 use cairn_memory::MemoryConfig;
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +85,8 @@ pub struct CairnConfig {
     pub assemble: AssembleConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The actor runtime: mailboxes, passivation, capture triggers.
+    pub actors: ActorConfig,
 }
 
 impl Default for CairnConfig {
@@ -95,6 +98,7 @@ impl Default for CairnConfig {
             server: ServerConfig::default(),
             assemble: AssembleConfig::default(),
             log: LogConfig::default(),
+            actors: ActorConfig::default(),
         }
     }
 }
@@ -159,6 +163,7 @@ impl CairnConfig {
                 self.log.format
             )));
         }
+        self.actors.validate().map_err(CairnError::Config)?;
         if self.memory.limits.max_content_bytes == 0 || self.memory.limits.max_batch == 0 {
             return Err(CairnError::Config(
                 "memory.limits values must be greater than zero".to_owned(),

@@ -1,5 +1,6 @@
 //! The runtime's error type.
 
+use cairn_actors::ActorError;
 use cairn_memory::MemoryError;
 
 /// Result alias for the runtime.
@@ -12,6 +13,9 @@ pub enum CairnError {
     /// The memory core refused or failed (see [`MemoryError::code`]).
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The actor runtime refused or failed (backpressure, a restarted actor…).
+    #[error(transparent)]
+    Actor(ActorError),
     /// The configuration could not be read or is invalid.
     #[error("configuration: {0}")]
     Config(String),
@@ -27,6 +31,7 @@ impl CairnError {
     pub fn code(&self) -> &'static str {
         match self {
             CairnError::Memory(e) => e.code(),
+            CairnError::Actor(e) => e.code(),
             CairnError::Config(_) => "config",
         }
     }
@@ -35,12 +40,33 @@ impl CairnError {
     pub fn is_caller_error(&self) -> bool {
         match self {
             CairnError::Memory(e) => e.is_caller_error(),
+            CairnError::Actor(e) => e.is_caller_error(),
             CairnError::Config(_) => true,
         }
     }
 
     /// True when something addressed does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, CairnError::Memory(e) if e.is_not_found())
+        match self {
+            CairnError::Memory(e) => e.is_not_found(),
+            CairnError::Actor(e) => e.is_not_found(),
+            CairnError::Config(_) => false,
+        }
+    }
+
+    /// True when the same call can succeed later (a full mailbox, a
+    /// restarted actor): HTTP answers 503.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CairnError::Actor(e) if e.is_retryable())
+    }
+}
+
+impl From<ActorError> for CairnError {
+    /// Memory errors keep their own variant so callers match one place.
+    fn from(err: ActorError) -> Self {
+        match err {
+            ActorError::Memory(e) => CairnError::Memory(e),
+            other => CairnError::Actor(other),
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use cairn_actors::{ActorRuntime, CaptureReport, ExtractionOutcome, Trigger};
 use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Memory, Session, SessionSpec, SessionState,
     SystemClock, TurnInput, Workspace,
@@ -19,6 +20,32 @@ pub struct GatewayStartReport {
     pub workspaces: Vec<String>,
     /// Sessions left open by the previous run, as `(workspace, session)`.
     pub open_sessions: Vec<OpenSession>,
+    /// Sessions the start-up sweep extracted (or tried to): those no
+    /// `session_end` / `before_reset` extracted before.
+    pub extracted: Vec<SweptSession>,
+}
+
+/// One session the `gateway_start` sweep looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SweptSession {
+    /// Workspace.
+    pub workspace: String,
+    /// Session id.
+    pub session: String,
+    /// `extracted`, `already_extracted`, `not_main`, `failed` or `gave_up`.
+    pub outcome: String,
+    /// Entries written.
+    pub entries: usize,
+}
+
+fn outcome_name(outcome: &ExtractionOutcome) -> (&'static str, usize) {
+    match outcome {
+        ExtractionOutcome::Extracted { report } => ("extracted", report.entries.len()),
+        ExtractionOutcome::AlreadyExtracted => ("already_extracted", 0),
+        ExtractionOutcome::NotMain => ("not_main", 0),
+        ExtractionOutcome::Failed { .. } => ("failed", 0),
+        ExtractionOutcome::GaveUp { .. } => ("gave_up", 0),
+    }
 }
 
 /// A session that was still open when the gateway (re)started.
@@ -52,6 +79,7 @@ pub struct OpenSession {
 #[derive(Clone, Debug)]
 pub struct Cairn {
     memory: Memory,
+    actors: ActorRuntime,
     config: Arc<CairnConfig>,
 }
 
@@ -64,9 +92,11 @@ impl Cairn {
     /// Opens cairn with a clock of the caller's (tests drive a `ManualClock`).
     pub fn open_with_clock(config: CairnConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         let memory = Memory::open_sled(&config.data_dir, config.memory.clone(), clock)?;
+        let actors = ActorRuntime::start(memory.clone(), config.actors.clone())?;
         tracing::info!(data_dir = %config.data_dir.display(), "cairn opened");
         Ok(Cairn {
             memory,
+            actors,
             config: Arc::new(config),
         })
     }
@@ -91,9 +121,68 @@ impl Cairn {
         Ok(self.workspace(workspace)?.ensure_session(spec)?)
     }
 
-    /// Hook `ingest`: appends turns; acknowledged only once durable.
+    /// The actor runtime (test and bench hooks: faults, stats).
+    #[doc(hidden)]
+    pub fn actors(&self) -> &ActorRuntime {
+        &self.actors
+    }
+
+    /// Hook `ingest`: appends turns through the session's actor;
+    /// acknowledged only once durable.
+    ///
+    /// A full mailbox is refused with code `backpressure` (or waited for, by
+    /// configuration); nothing of a refused call is written.
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
-        Ok(self.workspace(workspace)?.append_turns(turns)?)
+        Ok(self.actors.ingest(workspace, turns)?)
+    }
+
+    /// Hook `compact`: the host is about to compact the session. Captures its
+    /// work context first (mandatory, even when nothing is dirty).
+    pub fn before_compaction(&self, workspace: &str, session: &str) -> Result<CaptureReport> {
+        Ok(self.actors.before_compaction(workspace, session)?)
+    }
+
+    /// Manual capture: one work context, or every work context of the
+    /// workspace when `work_context` is `None`.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "We decided to use sled.").in_context("db")])?;
+    /// let reports = cairn.capture("acme", Some("db"))?;
+    /// assert_eq!(reports[0].entries[1].content, "We decided to use sled.");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn capture(
+        &self,
+        workspace: &str,
+        work_context: Option<&str>,
+    ) -> Result<Vec<CaptureReport>> {
+        match work_context {
+            Some(wc) => Ok(vec![self.actors.capture(workspace, wc)?]),
+            None => Ok(self.actors.capture_all(workspace)?),
+        }
+    }
+
+    /// Evaluates the time triggers (idle, debounced defocus, nightly) now and
+    /// passivates idle actors; a ticker does this every
+    /// `actors.tick_interval_secs`. Returns the captures that fired.
+    pub fn tick(&self) -> Result<Vec<CaptureReport>> {
+        Ok(self.actors.tick()?)
+    }
+
+    fn extract(&self, workspace: &str, session: &str, hook: Trigger) {
+        match self.actors.extract_session(workspace, session, hook) {
+            Ok(outcome) => {
+                let (name, entries) = outcome_name(&outcome);
+                tracing::info!(workspace, session, %hook, outcome = name, entries, "session extraction");
+            }
+            // Recorded for the gateway_start sweep; the hook itself succeeded.
+            Err(error) => {
+                tracing::warn!(workspace, session, %hook, %error, "session extraction not run")
+            }
+        }
     }
 
     /// Hook `after_turn`: a model turn completed. Returns the session's state.
@@ -105,19 +194,45 @@ impl Cairn {
     }
 
     /// Hook `session_end`: marks the session ended (idempotent, durable).
+    ///
+    /// Then extracts the session once (seed 003 §4.1): main sessions only
+    /// unless configured, skipped if an earlier hook extracted it, one retry
+    /// after a failure. An extraction problem does not fail the hook; it is
+    /// recorded and the `gateway_start` sweep retries it.
     pub fn session_end(&self, workspace: &str, session: &str) -> Result<Session> {
-        Ok(self.workspace(workspace)?.end_session(session)?)
+        let ended = self.workspace(workspace)?.end_session(session)?;
+        self.extract(workspace, session, Trigger::SessionEnd);
+        Ok(ended)
     }
 
     /// Hook `before_reset`: the host is about to reset the session's context.
     /// Records the reset; the transcript is kept.
+    /// Extracts the session first, like [`Cairn::session_end`].
     pub fn before_reset(&self, workspace: &str, session: &str) -> Result<Session> {
-        Ok(self.workspace(workspace)?.record_reset(session)?)
+        let ws = self.workspace(workspace)?;
+        ws.session(session)?;
+        self.extract(workspace, session, Trigger::BeforeReset);
+        Ok(ws.record_reset(session)?)
     }
 
     /// Hook `gateway_start`: the gateway (re)started. Reports the workspaces
-    /// and the sessions the previous run left open.
+    /// and the sessions the previous run left open, and sweeps the sessions
+    /// not extracted yet (retrying failed ones once).
     pub fn gateway_start(&self) -> Result<GatewayStartReport> {
+        let extracted = self
+            .actors
+            .gateway_start()?
+            .into_iter()
+            .map(|e| {
+                let (name, entries) = outcome_name(&e.outcome);
+                SweptSession {
+                    workspace: e.workspace,
+                    session: e.session,
+                    outcome: name.to_owned(),
+                    entries,
+                }
+            })
+            .collect();
         let workspaces = self.memory.workspaces()?;
         let mut open_sessions = Vec::new();
         for ws in &workspaces {
@@ -135,6 +250,7 @@ impl Cairn {
         Ok(GatewayStartReport {
             workspaces,
             open_sessions,
+            extracted,
         })
     }
 

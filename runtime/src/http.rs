@@ -76,6 +76,8 @@ impl From<CairnError> for ApiError {
             StatusCode::CONFLICT
         } else if err.is_caller_error() {
             StatusCode::BAD_REQUEST
+        } else if err.is_retryable() {
+            StatusCode::SERVICE_UNAVAILABLE
         } else {
             tracing::error!(error = %err, "request failed");
             StatusCode::INTERNAL_SERVER_ERROR
@@ -280,6 +282,39 @@ async fn session_end(
 ) -> ApiResult<Session> {
     let (ws, sid) = path.into_inner();
     blocking(move || Ok(cairn.session_end(&ws, &sid)?)).await
+}
+
+/// What `POST …/capture` takes: a work context, or none for all of them.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+struct CaptureRequest {
+    /// Work context to capture; every work context of the workspace when absent.
+    work_context: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/capture",
+    request_body = CaptureRequest,
+    responses((status = 200, body = Vec<cairn_actors::CaptureReport>), (status = 404, body = ErrorBody),
+              (status = 503, body = ErrorBody)))]
+async fn capture(
+    cairn: web::Data<Cairn>,
+    path: web::Path<String>,
+    body: web::Json<CaptureRequest>,
+) -> ApiResult<Vec<cairn_actors::CaptureReport>> {
+    let ws = path.into_inner();
+    let request = body.into_inner();
+    blocking(move || Ok(cairn.capture(&ws, request.work_context.as_deref())?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/compact",
+    responses((status = 200, body = cairn_actors::CaptureReport), (status = 404, body = ErrorBody),
+              (status = 503, body = ErrorBody)))]
+async fn before_compaction(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<cairn_actors::CaptureReport> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.before_compaction(&ws, &sid)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/reset",
@@ -491,6 +526,8 @@ async fn gateway_start(cairn: web::Data<Cairn>) -> ApiResult<GatewayStartReport>
         after_turn,
         session_end,
         before_reset,
+        before_compaction,
+        capture,
         transcript,
         ingest,
         append_entries,
@@ -570,6 +607,11 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/sessions/{session}/after_turn", web::post().to(after_turn))
                     .route("/sessions/{session}/end", web::post().to(session_end))
                     .route("/sessions/{session}/reset", web::post().to(before_reset))
+                    .route(
+                        "/sessions/{session}/compact",
+                        web::post().to(before_compaction),
+                    )
+                    .route("/capture", web::post().to(capture))
                     .route("/sessions/{session}/transcript", web::get().to(transcript))
                     .route("/turns", web::post().to(ingest))
                     .route("/entries", web::post().to(append_entries))

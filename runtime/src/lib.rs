@@ -29,6 +29,9 @@ mod error;
 mod host;
 pub mod http;
 
+pub use cairn_actors::{
+    ActorConfig, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
+};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,
@@ -37,7 +40,7 @@ pub use cairn_memory::{
 };
 pub use config::{AssembleConfig, CairnConfig, LogConfig, ServerConfig, default_data_dir};
 pub use error::{CairnError, Result};
-pub use host::{Cairn, GatewayStartReport, OpenSession};
+pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 
 #[allow(dead_code)]
 fn _assert_send_sync() {

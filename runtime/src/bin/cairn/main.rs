@@ -111,6 +111,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Capture now: turn the new turns of a work context (or of all of them)
+    /// into memory-log entries with provenance. Never processes a turn twice.
+    Capture {
+        /// Only this work context (default: every work context of the workspace).
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -434,6 +444,16 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             };
             writeln!(out, "{}", serde_json::to_string_pretty(&tombstone)?)?;
         }
+        Command::Capture { work_context, json } => {
+            let reports = cairn.capture(ws_id, work_context.as_deref())?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
+            } else {
+                for report in &reports {
+                    print_capture(out, report)?;
+                }
+            }
+        }
         Command::Tombstones { json } => {
             let mut all = cairn.memory().workspace_tombstones()?;
             if cairn.memory().workspaces()?.iter().any(|w| w == ws_id) {
@@ -553,6 +573,37 @@ fn print_entry(out: &mut impl Write, view: &EntryView) -> Result<()> {
     Ok(())
 }
 
+fn print_capture(out: &mut impl Write, report: &cairn::CaptureReport) -> Result<()> {
+    let spans: Vec<String> = report
+        .spans
+        .iter()
+        .map(|p| format!("{}:{}-{}", p.session, p.from_seq, p.to_seq))
+        .collect();
+    writeln!(
+        out,
+        "capture of {} ({}) at {}: {} new entries from turns [{}]",
+        report.work_context,
+        report.trigger,
+        report.at.format("%Y-%m-%d %H:%M"),
+        report.entries.len(),
+        spans.join(", ")
+    )?;
+    for e in &report.entries {
+        let prov = e
+            .provenance
+            .as_ref()
+            .map(|p| format!(" <- {}:{}-{}", p.session, p.from_seq, p.to_seq))
+            .unwrap_or_default();
+        let elsewhere = if e.work_context == report.work_context {
+            String::new()
+        } else {
+            format!(" (to {})", e.work_context)
+        };
+        writeln!(out, "  [{}] {}{elsewhere}{prov}", e.kind, e.content)?;
+    }
+    Ok(())
+}
+
 fn print_block(out: &mut impl Write, block: &AssembledContext, explain: bool) -> Result<()> {
     writeln!(out, "{}", block.text)?;
     writeln!(
@@ -646,7 +697,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let fresh = acks.iter().filter(|a| !a.duplicate).count();
     writeln!(
         out,
-        "\n== ingested {} turns ({fresh} new, durable before acknowledged)",
+        "\n== ingested {} turns through the session actors ({fresh} new, durable before acknowledged)",
         acks.len()
     )?;
     let ws = cairn.workspace(&ws_id)?;
@@ -669,6 +720,13 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     {
         let entries: Vec<EntryInput> = parse_jsonl(DEMO_ENTRIES.as_bytes())?;
         ws.append_entries(&entries)?;
+    }
+    writeln!(
+        out,
+        "\n== capture (manual trigger through the work-context actors; heuristic extraction)"
+    )?;
+    for report in cairn.capture(&ws_id, None)? {
+        print_capture(out, &report)?;
     }
     writeln!(
         out,

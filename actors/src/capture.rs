@@ -1,0 +1,612 @@
+//! Captures: turning a work context's new turns into log entries, exactly once.
+//!
+//! A capture runs on the blocking pool (it reads and fsyncs). It is
+//! serialised per work context by a striped lock and driven by a durable
+//! per-context record (`actors/context/<work context>` in the workspace's
+//! state collection) that holds the **high-water mark** of every session:
+//! the first turn no capture has processed yet. The steps:
+//!
+//! 1. lock the context; read its record;
+//! 2. read each extractable session's turns from its high-water mark on;
+//! 3. extract ([`cairn_memory::extract`]) and build entries with
+//!    deterministic ids (a hash of context, session, turn range and item);
+//! 4. add `cross_conversation_update` entries for other contexts that track
+//!    a subject this material mentions (seed 000 §5.5);
+//! 5. append the entries whose ids are not stored yet (one durable batch per
+//!    `max_batch`);
+//! 6. write the record with the new high-water marks (durable); unlock.
+//!
+//! A crash between 5 and 6 repeats steps 2–5 on the next capture; the
+//! deterministic ids make step 5 write nothing twice. The high-water mark
+//! makes a later capture skip processed turns.
+//!
+//! Session-level extraction (`session_end`, `before_reset`, `gateway_start`)
+//! is a capture restricted to one session plus a handoff entry, recorded in
+//! `actors/extraction/<session>` so that each session is extracted once, with
+//! one retry after a failure (seed 003 §4.1.1).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::{
+    EntryFilter, EntryInput, EntryKind, Provenance, Role, Session, Subject, Turn, Workspace,
+};
+use chrono::{DateTime, Utc};
+use parking_lot::{Mutex, MutexGuard};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ActorError, Result};
+use crate::fault::{Fault, Faults};
+
+/// Why a capture ran (seed 000 §5.2, seed 003 §4.1).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The focused, dirty context saw no turn for the idle time.
+    IdleTimeout,
+    /// The user moved away from a dirty context and the debounce elapsed.
+    DebouncedDefocus,
+    /// The host is about to compact the session (mandatory).
+    PreCompaction,
+    /// The nightly sweep.
+    NightlySweep,
+    /// Asked for by the API or `cairn capture`.
+    ManualRequest,
+    /// Hook `session_end`.
+    SessionEnd,
+    /// Hook `before_reset`.
+    BeforeReset,
+    /// Hook `gateway_start` (sweep of sessions not extracted yet).
+    GatewayStart,
+}
+
+impl Trigger {
+    /// The `snake_case` name.
+    ///
+    /// ```
+    /// assert_eq!(cairn_actors::Trigger::IdleTimeout.as_str(), "idle_timeout");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::IdleTimeout => "idle_timeout",
+            Trigger::DebouncedDefocus => "debounced_defocus",
+            Trigger::PreCompaction => "pre_compaction",
+            Trigger::NightlySweep => "nightly_sweep",
+            Trigger::ManualRequest => "manual_request",
+            Trigger::SessionEnd => "session_end",
+            Trigger::BeforeReset => "before_reset",
+            Trigger::GatewayStart => "gateway_start",
+        }
+    }
+
+    /// Mandatory triggers run (and report) even when nothing is new.
+    pub fn is_mandatory(self) -> bool {
+        !matches!(
+            self,
+            Trigger::IdleTimeout | Trigger::DebouncedDefocus | Trigger::NightlySweep
+        )
+    }
+
+    fn is_session_hook(self) -> bool {
+        matches!(
+            self,
+            Trigger::SessionEnd | Trigger::BeforeReset | Trigger::GatewayStart
+        )
+    }
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry a capture wrote.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapturedEntry {
+    /// Entry id (deterministic).
+    pub id: String,
+    /// Kind.
+    pub kind: EntryKind,
+    /// Content.
+    pub content: String,
+    /// The work context it was written to (another one for cross-conversation updates).
+    pub work_context: String,
+    /// Source session and turns.
+    pub provenance: Option<Provenance>,
+}
+
+/// What one capture did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureReport {
+    /// The work context captured.
+    pub work_context: String,
+    /// Why.
+    pub trigger: Trigger,
+    /// When (by the clock).
+    pub at: DateTime<Utc>,
+    /// The turn ranges processed, one per session.
+    pub spans: Vec<Provenance>,
+    /// Entries written (already-stored ones from an interrupted attempt are not repeated).
+    pub entries: Vec<CapturedEntry>,
+}
+
+/// A past capture, as kept in the context's durable record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureSummary {
+    /// Why.
+    pub trigger: Trigger,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Turn ranges processed.
+    pub spans: Vec<Provenance>,
+    /// Entries written.
+    pub entries: usize,
+}
+
+/// How many past captures a context record keeps.
+const KEPT_CAPTURES: usize = 64;
+
+/// The durable per-context record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ContextRecord {
+    /// Per session: the first turn not captured yet.
+    pub(crate) high_water: BTreeMap<String, u64>,
+    pub(crate) last_capture_at: Option<DateTime<Utc>>,
+    pub(crate) phase: Option<String>,
+    pub(crate) captures: Vec<CaptureSummary>,
+}
+
+pub(crate) fn context_key(work_context: &str) -> String {
+    format!("actors/context/{work_context}")
+}
+
+fn extraction_key(session: &str) -> String {
+    format!("actors/extraction/{session}")
+}
+
+pub(crate) fn load_record(ws: &Workspace, work_context: &str) -> Result<ContextRecord> {
+    match ws.state_get(&context_key(work_context))? {
+        None => Ok(ContextRecord::default()),
+        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            ActorError::Memory(cairn_memory::MemoryError::Invalid {
+                what: "actor state",
+                reason: format!("context record of {work_context:?}: {e}"),
+            })
+        }),
+    }
+}
+
+fn put_json<T: Serialize>(ws: &Workspace, key: &str, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec(value).map_err(|e| {
+        ActorError::Memory(cairn_memory::MemoryError::Invalid {
+            what: "actor state",
+            reason: e.to_string(),
+        })
+    })?;
+    Ok(ws.state_put(key, &bytes)?)
+}
+
+/// Striped locks serialising captures per (workspace, work context).
+///
+/// A `parking_lot` mutex, not an async one: it is only ever taken on the
+/// blocking pool, inside one synchronous capture, and never held across an
+/// `.await`.
+#[derive(Debug)]
+pub(crate) struct CaptureLocks {
+    stripes: Vec<Mutex<()>>,
+}
+
+impl Default for CaptureLocks {
+    fn default() -> Self {
+        CaptureLocks {
+            stripes: (0..64).map(|_| Mutex::new(())).collect(),
+        }
+    }
+}
+
+impl CaptureLocks {
+    fn lock(&self, workspace: &str, work_context: &str) -> MutexGuard<'_, ()> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (workspace, work_context).hash(&mut hasher);
+        let index = (hasher.finish() as usize) % self.stripes.len();
+        self.stripes[index].lock()
+    }
+}
+
+/// What a capture needs besides the workspace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CaptureEnv<'a> {
+    pub(crate) locks: &'a CaptureLocks,
+    pub(crate) faults: &'a Faults,
+    pub(crate) extract_all_sessions: bool,
+}
+
+pub(crate) fn extractable(session: &Session, extract_all: bool) -> bool {
+    extract_all || session.is_main()
+}
+
+/// Runs one capture of `work_context` (restricted to `only_session` for the
+/// session hooks). `None` when a non-mandatory trigger found nothing new.
+pub(crate) fn capture(
+    ws: &Workspace,
+    work_context: &str,
+    trigger: Trigger,
+    only_session: Option<&str>,
+    env: CaptureEnv<'_>,
+) -> Result<Option<CaptureReport>> {
+    let _guard = env.locks.lock(ws.id(), work_context);
+    let now = ws.clock().now();
+    let mut record = load_record(ws, work_context)?;
+    let subjects = ws.subjects()?;
+    let sessions: Vec<Session> = ws
+        .sessions(Some(work_context))?
+        .into_iter()
+        .filter(|s| extractable(s, env.extract_all_sessions))
+        .filter(|s| only_session.is_none_or(|only| only == s.id))
+        .collect();
+
+    let mut phase = record.phase.clone();
+    let mut inputs: Vec<EntryInput> = Vec::new();
+    let mut spans = Vec::new();
+    let mut new_marks = Vec::new();
+    for session in &sessions {
+        let from = record.high_water.get(&session.id).copied().unwrap_or(0);
+        if session.next_seq <= from {
+            continue;
+        }
+        let turns = ws.transcript(&session.id, from, None)?;
+        let Some(last) = turns.last() else { continue };
+        let to = last.seq;
+        let extraction = extract(&turns, &subjects, phase.as_deref());
+        phase = extraction.phase.clone();
+        let span = Provenance {
+            session: session.id.clone(),
+            from_seq: from,
+            to_seq: to,
+        };
+        build_entries(
+            ws,
+            work_context,
+            trigger,
+            &span,
+            &turns,
+            &extraction,
+            &mut inputs,
+        )?;
+        cross_updates(ws, work_context, &span, &extraction, &subjects, &mut inputs)?;
+        spans.push(span);
+        new_marks.push((session.id.clone(), to + 1));
+    }
+    if spans.is_empty() && !trigger.is_mandatory() {
+        return Ok(None);
+    }
+
+    // Step 5: only what an interrupted earlier attempt did not store yet.
+    let mut fresh = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let Some(id) = input.id.as_deref() else {
+            continue;
+        };
+        match ws.entry(id) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => fresh.push(input),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut written = Vec::with_capacity(fresh.len());
+    for chunk in fresh.chunks(ws.config().limits.max_batch.max(1)) {
+        written.extend(ws.append_entries(chunk)?);
+    }
+    let entries = written
+        .into_iter()
+        .map(|e| CapturedEntry {
+            id: e.id,
+            kind: e.kind,
+            content: e.content,
+            work_context: e.work_context,
+            provenance: e.provenance,
+        })
+        .collect::<Vec<_>>();
+    if env
+        .faults
+        .take(|f| matches!(f, Fault::PanicCaptureAfterEntries { workspace, work_context: wc } if workspace == ws.id() && wc == work_context))
+        .is_some()
+    {
+        panic!("injected fault: capture of {work_context} crashed before its high-water mark");
+    }
+
+    // Step 6.
+    for (session, mark) in new_marks {
+        record.high_water.insert(session, mark);
+    }
+    record.last_capture_at = Some(now);
+    record.phase = phase;
+    record.captures.push(CaptureSummary {
+        trigger,
+        at: now,
+        spans: spans.clone(),
+        entries: entries.len(),
+    });
+    if record.captures.len() > KEPT_CAPTURES {
+        let excess = record.captures.len() - KEPT_CAPTURES;
+        record.captures.drain(..excess);
+    }
+    put_json(ws, &context_key(work_context), &record)?;
+    tracing::info!(
+        workspace = %ws.id(), work_context, %trigger, spans = spans.len(), entries = entries.len(),
+        "captured"
+    );
+    Ok(Some(CaptureReport {
+        work_context: work_context.to_owned(),
+        trigger,
+        at: now,
+        spans,
+        entries,
+    }))
+}
+
+fn entry_id(parts: &[&str]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update(&[0]);
+    }
+    let hex = hasher.finalize().to_hex();
+    format!("cap-{}", &hex.as_str()[..26])
+}
+
+fn build_entries(
+    ws: &Workspace,
+    work_context: &str,
+    trigger: Trigger,
+    span: &Provenance,
+    turns: &[Turn],
+    extraction: &Extraction,
+    out: &mut Vec<EntryInput>,
+) -> Result<()> {
+    let range = format!("{}-{}", span.from_seq, span.to_seq);
+    let base = [ws.id(), work_context, span.session.as_str(), range.as_str()];
+    let first_subject = extraction.mentioned.iter().next().cloned();
+    // The session summary reference (seed 000 §5.3): what this span covered.
+    let mut summary = format!(
+        "Session {} turns {}–{}: {} user turn(s)",
+        span.session, span.from_seq, span.to_seq, extraction.user_turns
+    );
+    if !extraction.tools.is_empty() {
+        summary.push_str(&format!(", {} tool call(s)", extraction.tools.len()));
+    }
+    if !extraction.mentioned.is_empty() {
+        let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
+        summary.push_str(&format!(", subjects: {}", names.join(", ")));
+    }
+    let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
+        .in_context(work_context)
+        .from_turns(&span.session, span.from_seq, span.to_seq)
+        .with_detail(&format!("deterministic capture, trigger {trigger}"));
+    input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
+    input.subject = first_subject;
+    out.push(input);
+
+    let mut has_handoff = false;
+    for (index, item) in extraction.items.iter().enumerate() {
+        has_handoff |= item.kind == EntryKind::Handoff;
+        let content = match item.kind {
+            EntryKind::WorkPhaseChange => format!("Work phase: {}", item.content),
+            _ => item.content.clone(),
+        };
+        let mut input = EntryInput::new(item.kind, &content)
+            .in_context(work_context)
+            .from_turns(&span.session, item.seq, item.seq)
+            .with_detail(&format!(
+                "heuristic rule {:?}, trigger {trigger}",
+                item.rule
+            ));
+        let index = index.to_string();
+        input.id = Some(entry_id(&[&base[..], &["item", &index]].concat()));
+        input.subject = item.subject.clone();
+        out.push(input);
+    }
+    if trigger.is_session_hook() && !has_handoff {
+        if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
+            let said: String = last_user.content.chars().take(200).collect();
+            let ended = if trigger == Trigger::BeforeReset {
+                "was reset"
+            } else {
+                "ended"
+            };
+            let mut input = EntryInput::new(
+                EntryKind::Handoff,
+                &format!(
+                    "Session {} {ended}; last user message: \"{said}\"",
+                    span.session
+                ),
+            )
+            .in_context(work_context)
+            .from_turns(&span.session, last_user.seq, last_user.seq)
+            .with_detail(&format!("deterministic handoff, trigger {trigger}"));
+            input.id = Some(entry_id(&[&base[..], &["handoff"]].concat()));
+            input.subject = extraction.mentioned.iter().next().cloned();
+            out.push(input);
+        }
+    }
+    Ok(())
+}
+
+/// Seed 000 §5.5: for each subject this span mentions, every *other* work
+/// context with live entries about it gets a `cross_conversation_update`.
+fn cross_updates(
+    ws: &Workspace,
+    work_context: &str,
+    span: &Provenance,
+    extraction: &Extraction,
+    subjects: &[Subject],
+    out: &mut Vec<EntryInput>,
+) -> Result<()> {
+    let range = format!("{}-{}", span.from_seq, span.to_seq);
+    for slug in &extraction.mentioned {
+        let filter = EntryFilter {
+            subject: Some(slug.clone()),
+            ..EntryFilter::default()
+        };
+        let others: BTreeSet<String> = ws
+            .entries(&filter)?
+            .into_iter()
+            .map(|e| e.entry.work_context)
+            .filter(|wc| wc != work_context)
+            .collect();
+        let display = subjects
+            .iter()
+            .find(|s| &s.slug == slug)
+            .map_or(slug.as_str(), |s| s.display.as_str());
+        for other in others {
+            let mut input = EntryInput::new(
+                EntryKind::CrossConversationUpdate,
+                &format!(
+                    "{display} was updated in another conversation ({work_context}, session {}).",
+                    span.session
+                ),
+            )
+            .in_context(&other)
+            .about(slug)
+            // Provenance must name a session of the entry's own work context,
+            // so the source span is recorded in the detail instead.
+            .with_detail(&format!(
+                "source: work context {work_context}, session {}, turns {}-{}",
+                span.session, span.from_seq, span.to_seq
+            ));
+            input.id = Some(entry_id(&[
+                ws.id(),
+                work_context,
+                &span.session,
+                &range,
+                "ccu",
+                &other,
+                slug,
+            ]));
+            out.push(input);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a session's extraction already happened, durably.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ExtractionRecord {
+    pub(crate) done: bool,
+    pub(crate) attempts: u32,
+    pub(crate) hook: Trigger,
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) entries: usize,
+    pub(crate) error: Option<String>,
+}
+
+/// How many attempts a session's extraction gets (the first and one retry).
+pub const EXTRACTION_ATTEMPTS: u32 = 2;
+
+/// What a session-level hook did about extraction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ExtractionOutcome {
+    /// Extracted now.
+    Extracted {
+        /// The capture.
+        report: CaptureReport,
+    },
+    /// Already extracted by an earlier hook; nothing done.
+    AlreadyExtracted,
+    /// Not a main session (and configuration extracts main sessions only).
+    NotMain,
+    /// Failed now; `attempts` so far. Retried once on the next hook or sweep.
+    Failed {
+        /// Attempts so far.
+        attempts: u32,
+        /// Why.
+        error: String,
+    },
+    /// Failed on every allowed attempt earlier; skipped for good.
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+pub(crate) fn load_extraction(ws: &Workspace, session: &str) -> Result<Option<ExtractionRecord>> {
+    match ws.state_get(&extraction_key(session))? {
+        None => Ok(None),
+        Some(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+    }
+}
+
+/// Seed 003 §4.1: extract one session once, with one retry, recorded durably.
+pub(crate) fn extract_session(
+    ws: &Workspace,
+    session: &Session,
+    hook: Trigger,
+    env: CaptureEnv<'_>,
+) -> Result<ExtractionOutcome> {
+    if !extractable(session, env.extract_all_sessions) {
+        return Ok(ExtractionOutcome::NotMain);
+    }
+    let previous = load_extraction(ws, &session.id)?;
+    let attempts = match &previous {
+        Some(r) if r.done => return Ok(ExtractionOutcome::AlreadyExtracted),
+        Some(r) if r.attempts >= EXTRACTION_ATTEMPTS => {
+            return Ok(ExtractionOutcome::GaveUp {
+                attempts: r.attempts,
+            });
+        }
+        Some(r) => r.attempts,
+        None => 0,
+    };
+    let injected = env.faults.take(|f| {
+        matches!(f, Fault::FailExtraction { workspace, session: s } if workspace == ws.id() && *s == session.id)
+    });
+    let result = match injected {
+        Some(_) => Err(ActorError::Task("injected extraction failure".to_owned())),
+        None => capture(ws, &session.work_context, hook, Some(&session.id), env),
+    };
+    let now = ws.clock().now();
+    match result {
+        Ok(report) => {
+            let report = report.unwrap_or_else(|| CaptureReport {
+                work_context: session.work_context.clone(),
+                trigger: hook,
+                at: now,
+                spans: Vec::new(),
+                entries: Vec::new(),
+            });
+            let record = ExtractionRecord {
+                done: true,
+                attempts: attempts + 1,
+                hook,
+                at: now,
+                entries: report.entries.len(),
+                error: None,
+            };
+            put_json(ws, &extraction_key(&session.id), &record)?;
+            Ok(ExtractionOutcome::Extracted { report })
+        }
+        Err(error) if error.is_caller_error() => Err(error),
+        Err(error) => {
+            let record = ExtractionRecord {
+                done: false,
+                attempts: attempts + 1,
+                hook,
+                at: now,
+                entries: 0,
+                error: Some(error.to_string()),
+            };
+            put_json(ws, &extraction_key(&session.id), &record)?;
+            tracing::warn!(workspace = %ws.id(), session = %session.id, %hook, %error, attempts = attempts + 1, "extraction failed");
+            Ok(ExtractionOutcome::Failed {
+                attempts: attempts + 1,
+                error: error.to_string(),
+            })
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! `WorkContextActor`: one per live work context; tracks what is dirty and
+//! decides when to capture.
+//!
+//! **State.** Everything it knows is derived from the store: the durable
+//! context record (high-water marks, last capture, work phase) and the turns
+//! after the high-water marks, each assessed by the [`SignificanceGate`].
+//! It is loaded in `started` (on the blocking pool, with `ctx.wait` so no
+//! message is handled before it), and loaded again after each capture and
+//! after a restart. Passivation and a crash therefore lose nothing: the next
+//! incarnation reads the same record and the same turns.
+//!
+//! **Dirty** (seed 000 §5.2): at least `min_dirty_user_turns` uncaptured user
+//! turns, or any tool use, or a mention of a known subject.
+//!
+//! **Triggers** are evaluated on [`Tick`] against the clock's time: nightly
+//! sweep; idle (this context has the focus and the workspace saw no turn for
+//! `idle_minutes`); debounced defocus (the focus is elsewhere and
+//! `defocus_debounce_minutes` passed since the uncaptured material began or
+//! the last capture, whichever is later). Pre-compaction, manual and the
+//! session hooks arrive as [`CaptureNow`] / [`ExtractSession`].
+//!
+//! **Panics** in a handler are caught; the actor answers `Panicked`, stops,
+//! and its `Supervisor` restarts it, which reloads the state.
+//!
+//! [`SignificanceGate`]: crate::SignificanceGate
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use cairn_memory::{Role, Session, Subject, Workspace};
+use chrono::{DateTime, Duration, Utc};
+
+use crate::capture::{
+    CaptureEnv, CaptureReport, ExtractionOutcome, Trigger, capture, extract_session, extractable,
+    load_record,
+};
+use crate::config::TriggerConfig;
+use crate::error::{ActorError, Result};
+use crate::fault::Fault;
+use crate::gate::{GateInput, SignificanceGate};
+use crate::runtime::{Inner, Reply, blocking};
+
+/// A stored turn, as the session actor forwards it.
+#[derive(Debug, Clone)]
+pub(crate) struct ObservedTurn {
+    pub(crate) seq: u64,
+    pub(crate) role: Role,
+    pub(crate) content: String,
+    pub(crate) tool_use: bool,
+    pub(crate) timestamp: DateTime<Utc>,
+}
+
+/// What the actor derives from the store.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ContextState {
+    subjects: Vec<Subject>,
+    /// Per session: the next sequence number already accounted for.
+    seen: BTreeMap<String, u64>,
+    user_turns: usize,
+    tool_use: bool,
+    mentions: BTreeSet<String>,
+    first_uncaptured_at: Option<DateTime<Utc>>,
+    last_capture_at: Option<DateTime<Utc>>,
+}
+
+impl ContextState {
+    fn note(&mut self, gate: &dyn SignificanceGate, session: &str, turn: &ObservedTurn) {
+        let next = self.seen.entry(session.to_owned()).or_insert(0);
+        if turn.seq < *next {
+            return; // already accounted for (loaded from the store)
+        }
+        *next = turn.seq + 1;
+        let significance = gate.assess(&GateInput {
+            role: turn.role,
+            content: &turn.content,
+            tool_use: turn.tool_use,
+            subjects: &self.subjects,
+        });
+        if significance.user_turn {
+            self.user_turns += 1;
+        }
+        self.tool_use |= significance.tool_use;
+        self.mentions.extend(significance.mentions);
+        if self.first_uncaptured_at.is_none() {
+            self.first_uncaptured_at = Some(turn.timestamp);
+        }
+    }
+
+    pub(crate) fn is_dirty(&self, triggers: &TriggerConfig) -> bool {
+        self.user_turns >= triggers.min_dirty_user_turns
+            || self.tool_use
+            || !self.mentions.is_empty()
+    }
+
+    /// Which trigger, if any, is due at `now`.
+    pub(crate) fn due(&self, triggers: &TriggerConfig, tick: &Tick) -> Option<Trigger> {
+        if !self.is_dirty(triggers) {
+            return None;
+        }
+        if tick.nightly {
+            return Some(Trigger::NightlySweep);
+        }
+        if tick.focused {
+            let last = tick.workspace_last_turn_at?;
+            (tick.now - last >= Duration::minutes(triggers.idle_minutes))
+                .then_some(Trigger::IdleTimeout)
+        } else {
+            let anchor = match (self.first_uncaptured_at, self.last_capture_at) {
+                (Some(a), Some(b)) => a.max(b),
+                (a, b) => a.or(b)?,
+            };
+            (tick.now - anchor >= Duration::minutes(triggers.defocus_debounce_minutes))
+                .then_some(Trigger::DebouncedDefocus)
+        }
+    }
+}
+
+/// Rebuilds a context's state from the store (blocking).
+pub(crate) fn load_state(
+    ws: &Workspace,
+    work_context: &str,
+    gate: &dyn SignificanceGate,
+    extract_all: bool,
+) -> Result<ContextState> {
+    let record = load_record(ws, work_context)?;
+    let mut state = ContextState {
+        subjects: ws.subjects()?,
+        last_capture_at: record.last_capture_at,
+        ..ContextState::default()
+    };
+    let sessions: Vec<Session> = ws.sessions(Some(work_context))?;
+    for session in sessions.iter().filter(|s| extractable(s, extract_all)) {
+        let from = record.high_water.get(&session.id).copied().unwrap_or(0);
+        state.seen.insert(session.id.clone(), from);
+        if session.next_seq <= from {
+            continue;
+        }
+        for turn in ws.transcript(&session.id, from, None)? {
+            let observed = ObservedTurn {
+                seq: turn.seq,
+                role: turn.role,
+                tool_use: turn.tool_call_id.is_some() || turn.role == Role::Tool,
+                content: turn.content,
+                timestamp: turn.timestamp,
+            };
+            state.note(gate, &session.id, &observed);
+        }
+    }
+    Ok(state)
+}
+
+pub(crate) struct WorkContextActor {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) ws: Workspace,
+    pub(crate) work_context: String,
+    pub(crate) state: ContextState,
+    pub(crate) hops: u64,
+}
+
+impl WorkContextActor {
+    fn name(&self) -> String {
+        format!("context {}/{}", self.ws.id(), self.work_context)
+    }
+
+    /// Reloads the state from the store before handling anything else.
+    fn reload(&mut self, ctx: &mut Context<Self>) {
+        let ws = self.ws.clone();
+        let wc = self.work_context.clone();
+        let inner = self.inner.clone();
+        let load = blocking(move || {
+            load_state(
+                &ws,
+                &wc,
+                inner.gate.as_ref(),
+                inner.config.triggers.extract_all_sessions,
+            )
+        });
+        ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
+            Ok(state) => act.state = state,
+            Err(error) => {
+                tracing::error!(actor = %act.name(), %error, "could not load state; restarting");
+                ctx.stop();
+            }
+        }));
+    }
+
+    /// Runs a capture (or a session extraction) on the blocking pool; the
+    /// mailbox waits; then reloads. A panic in the capture restarts the actor.
+    fn run<T: Send + 'static>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        reply: Reply<T>,
+        job: impl FnOnce(&Workspace, CaptureEnv<'_>) -> Result<T> + Send + 'static,
+    ) {
+        let ws = self.ws.clone();
+        let inner = self.inner.clone();
+        let name = self.name();
+        let task = blocking(move || {
+            let env = CaptureEnv {
+                locks: &inner.locks,
+                faults: &inner.faults,
+                extract_all_sessions: inner.config.triggers.extract_all_sessions,
+            };
+            job(&ws, env)
+        });
+        ctx.wait(task.into_actor(self).map(move |result, act, ctx| {
+            let crashed = matches!(result, Err(ActorError::Task(_)));
+            let _ = reply.send(result.map_err(|e| match e {
+                ActorError::Task(_) => ActorError::Panicked { actor: name },
+                other => other,
+            }));
+            if crashed {
+                tracing::error!(actor = %act.name(), "capture panicked; stopping it so its supervisor restarts it");
+                ctx.stop();
+            } else {
+                act.reload(ctx);
+            }
+        }));
+    }
+}
+
+impl Actor for WorkContextActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.reload(ctx);
+    }
+}
+
+impl Supervised for WorkContextActor {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        tracing::warn!(actor = %self.name(), "restarting after a failure; reloading from the store");
+        self.inner.stats.restarts();
+        self.state = ContextState::default();
+    }
+}
+
+/// Turns a session actor stored.
+pub(crate) struct Observe {
+    pub(crate) session: String,
+    pub(crate) main: bool,
+    pub(crate) turns: Vec<ObservedTurn>,
+}
+
+impl Message for Observe {
+    type Result = ();
+}
+
+impl Handler<Observe> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Observe, ctx: &mut Self::Context) {
+        if !msg.main && !self.inner.config.triggers.extract_all_sessions {
+            return;
+        }
+        let inner = self.inner.clone();
+        let (ws_id, wc) = (self.ws.id().to_owned(), self.work_context.clone());
+        let state = &mut self.state;
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if inner
+                .faults
+                .take(|f| matches!(f, Fault::PanicContextObserve { workspace, work_context } if *workspace == ws_id && *work_context == wc))
+                .is_some()
+            {
+                panic!("injected fault: context {wc} crashed while observing turns");
+            }
+            for turn in &msg.turns {
+                state.note(inner.gate.as_ref(), &msg.session, turn);
+            }
+        }));
+        if outcome.is_err() {
+            tracing::error!(actor = %self.name(), "panicked; stopping it so its supervisor restarts it");
+            ctx.stop();
+        }
+    }
+}
+
+/// Evaluate the time triggers at `now`.
+#[derive(Debug, Clone)]
+pub(crate) struct Tick {
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) focused: bool,
+    pub(crate) workspace_last_turn_at: Option<DateTime<Utc>>,
+    pub(crate) nightly: bool,
+}
+
+/// What a tick did to one context.
+#[derive(Debug)]
+pub(crate) struct TickOutcome {
+    pub(crate) capture: Option<CaptureReport>,
+    pub(crate) dirty: bool,
+}
+
+pub(crate) struct TickMsg {
+    pub(crate) tick: Tick,
+    pub(crate) reply: Reply<TickOutcome>,
+}
+
+impl Message for TickMsg {
+    type Result = ();
+}
+
+impl Handler<TickMsg> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TickMsg, ctx: &mut Self::Context) {
+        let triggers = &self.inner.config.triggers;
+        let Some(trigger) = self.state.due(triggers, &msg.tick) else {
+            let dirty = self.state.is_dirty(triggers);
+            let _ = msg.reply.send(Ok(TickOutcome {
+                capture: None,
+                dirty,
+            }));
+            return;
+        };
+        let wc = self.work_context.clone();
+        self.run(ctx, msg.reply, move |ws, env| {
+            capture(ws, &wc, trigger, None, env).map(|capture| TickOutcome {
+                dirty: capture.is_none(),
+                capture,
+            })
+        });
+    }
+}
+
+/// Capture now (pre-compaction, manual).
+pub(crate) struct CaptureNow {
+    pub(crate) trigger: Trigger,
+    pub(crate) reply: Reply<Option<CaptureReport>>,
+}
+
+impl Message for CaptureNow {
+    type Result = ();
+}
+
+impl Handler<CaptureNow> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: CaptureNow, ctx: &mut Self::Context) {
+        let wc = self.work_context.clone();
+        let trigger = msg.trigger;
+        self.run(ctx, msg.reply, move |ws, env| {
+            capture(ws, &wc, trigger, None, env)
+        });
+    }
+}
+
+/// Session-level extraction (hooks `session_end`, `before_reset`, `gateway_start`).
+pub(crate) struct ExtractSession {
+    pub(crate) session: Session,
+    pub(crate) hook: Trigger,
+    pub(crate) reply: Reply<ExtractionOutcome>,
+}
+
+impl Message for ExtractSession {
+    type Result = ();
+}
+
+impl Handler<ExtractSession> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ExtractSession, ctx: &mut Self::Context) {
+        let ExtractSession {
+            session,
+            hook,
+            reply,
+        } = msg;
+        self.run(ctx, reply, move |ws, env| {
+            extract_session(ws, &session, hook, env)
+        });
+    }
+}
+
+/// Bench hook: an in-memory message that does nothing but count.
+pub(crate) struct Hop;
+
+impl Message for Hop {
+    type Result = ();
+}
+
+impl Handler<Hop> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Hop, _ctx: &mut Self::Context) {
+        self.hops += 1;
+    }
+}
+
+/// Bench hook: how many hops arrived (and reset).
+pub(crate) struct HopCount;
+
+impl Message for HopCount {
+    type Result = u64;
+}
+
+impl Handler<HopCount> for WorkContextActor {
+    type Result = u64;
+
+    fn handle(&mut self, _msg: HopCount, _ctx: &mut Self::Context) -> u64 {
+        std::mem::take(&mut self.hops)
+    }
+}

@@ -1,0 +1,383 @@
+//! Deterministic heuristic extraction: what in a span of turns is worth a
+//! log entry, found without a model.
+//!
+//! [`extract`] reads turns (the new material of a capture) and the subject
+//! registry and returns [`Extracted`] items — open questions, decisions,
+//! tasks, handoffs and work-phase changes — each tied to the turn it came
+//! from, plus what the span touched (subjects mentioned, tools used, user
+//! turns). The patterns follow seed 000 §5.3 ("we decided", "let's go with",
+//! "I'll come back to", "still need to figure out"…). They are honest
+//! heuristics: they miss things and sometimes misfire; every entry they
+//! produce carries the exact turn it came from, so a reader can check.
+//!
+//! The function is pure: same turns and subjects, same output. The actor
+//! runtime calls it at capture time; an LLM pass can be added later on top.
+//!
+//! ```
+//! use cairn_memory::extract::{extract, Extracted};
+//! use cairn_memory::{EntryKind, Role, Turn};
+//! # use chrono::Utc;
+//! # fn turn(seq: u64, role: Role, content: &str) -> Turn {
+//! #     Turn { workspace: "w".into(), session: "s1".into(), work_context: "wc".into(), seq, role,
+//! #            content: content.into(), tool_call_id: None, timestamp: Utc::now(), content_hash: String::new() }
+//! # }
+//! let turns = [
+//!     turn(0, Role::User, "Let's go with the price impact approach."),
+//!     turn(1, Role::User, "I still need to figure out the data timeline?"),
+//! ];
+//! let out = extract(&turns, &[], None);
+//! assert_eq!(out.items[0].kind, EntryKind::KeyDecision);
+//! assert_eq!(out.items[1].kind, EntryKind::OpenQuestion);
+//! assert_eq!(out.items[1].seq, 1);
+//! ```
+
+use std::collections::BTreeSet;
+
+use crate::log::EntryKind;
+use crate::record::{Role, Turn};
+use crate::subjects::Subject;
+
+/// Longest content an extracted item keeps, in characters.
+pub const MAX_ITEM_CHARS: usize = 300;
+
+/// One thing the heuristics found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extracted {
+    /// What kind of entry it becomes.
+    pub kind: EntryKind,
+    /// The sentence (trimmed, at most [`MAX_ITEM_CHARS`] characters).
+    pub content: String,
+    /// The turn it came from.
+    pub seq: u64,
+    /// The first known subject the sentence mentions.
+    pub subject: Option<String>,
+    /// Which pattern fired (for the explanation).
+    pub rule: &'static str,
+}
+
+/// Everything [`extract`] found in a span of turns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extraction {
+    /// Items in turn order.
+    pub items: Vec<Extracted>,
+    /// Known subjects (canonical slugs) mentioned anywhere in the span.
+    pub mentioned: BTreeSet<String>,
+    /// Tool-call ids seen (tool use).
+    pub tools: BTreeSet<String>,
+    /// Number of user turns in the span.
+    pub user_turns: usize,
+    /// The work phase after the span (the last phase change, or the one given).
+    pub phase: Option<String>,
+}
+
+/// Open loops whatever the punctuation.
+const QUESTION_MARKERS: &[&str] = &[
+    "come back to",
+    "deal with that later",
+    "still need to figure out",
+    "need to figure out",
+    "open question",
+    "not sure",
+    "to be decided",
+];
+
+const DECISION_MARKERS: &[&str] = &[
+    "we decided",
+    "i decided",
+    "decided to",
+    "let's go with",
+    "lets go with",
+    "going with",
+    "we'll go with",
+    "i'll commit to",
+    "we're committing to",
+    "decision:",
+    "we will use",
+    "we'll use",
+];
+
+/// To-dos; inside a question they make it an open question instead.
+const TASK_MARKERS: &[&str] = &[
+    "todo",
+    "need to check",
+    "action item",
+    "i need to",
+    "we need to",
+    "i have to",
+    "remember to",
+    "next step",
+    "i'll send",
+    "i'll draft",
+    "i'll write",
+];
+
+const HANDOFF_MARKERS: &[&str] = &[
+    "handoff",
+    "hand off",
+    "where we left off",
+    "where things stand",
+    "pick up tomorrow",
+    "pick this up",
+    "next session",
+    "stopping here",
+];
+
+const PHASES: &[(&str, &[&str])] = &[
+    (
+        "research",
+        &["researching", "research phase", "back to research"],
+    ),
+    (
+        "drafting",
+        &[
+            "start drafting",
+            "drafting now",
+            "begin drafting",
+            "move to drafting",
+            "moving to drafting",
+        ],
+    ),
+    (
+        "review",
+        &[
+            "ready for review",
+            "move to review",
+            "moving to review",
+            "start reviewing",
+            "in review",
+        ],
+    ),
+    ("revision", &["revise", "revising", "revision"]),
+    (
+        "waiting_for_external",
+        &["waiting on", "waiting for", "blocked on"],
+    ),
+    (
+        "completed",
+        &["we're done", "it's done", "completed", "shipped"],
+    ),
+];
+
+/// Finds entries in `turns` (user and assistant turns; tool results only
+/// count as tool use). `subjects` is the registry used for mentions;
+/// `phase` the work phase before the span.
+pub fn extract(turns: &[Turn], subjects: &[Subject], phase: Option<&str>) -> Extraction {
+    let mut out = Extraction {
+        phase: phase.map(str::to_owned),
+        ..Extraction::default()
+    };
+    for turn in turns {
+        if let Some(tool) = &turn.tool_call_id {
+            out.tools.insert(tool.clone());
+        }
+        match turn.role {
+            Role::User => out.user_turns += 1,
+            Role::Assistant => {}
+            Role::Tool | Role::System => continue,
+        }
+        for subject in mentions(&turn.content, subjects) {
+            out.mentioned.insert(subject);
+        }
+        if turn.role != Role::User {
+            // Decisions and questions are the user's; the assistant's text is
+            // only searched for mentions.
+            continue;
+        }
+        for sentence in sentences(&turn.content) {
+            let lower = sentence.to_lowercase();
+            let subject = mentions(sentence, subjects).into_iter().next();
+            let mut push = |kind, rule| {
+                out.items.push(Extracted {
+                    kind,
+                    content: clip(sentence),
+                    seq: turn.seq,
+                    subject: subject.clone(),
+                    rule,
+                })
+            };
+            if let Some(rule) = find(&lower, DECISION_MARKERS) {
+                push(EntryKind::KeyDecision, rule);
+            } else if lower.ends_with('?') || find(&lower, QUESTION_MARKERS).is_some() {
+                if let Some(rule) = find(&lower, QUESTION_MARKERS) {
+                    push(EntryKind::OpenQuestion, rule);
+                } else if let Some(rule) = find(&lower, TASK_MARKERS) {
+                    // "do we need to ...?" — an open loop, not a task.
+                    push(EntryKind::OpenQuestion, rule);
+                }
+            } else if let Some(rule) = find(&lower, HANDOFF_MARKERS) {
+                push(EntryKind::Handoff, rule);
+            } else if let Some(rule) = find(&lower, TASK_MARKERS) {
+                push(EntryKind::Task, rule);
+            }
+            for (name, markers) in PHASES {
+                if let Some(rule) = find(&lower, markers) {
+                    if out.phase.as_deref() != Some(*name) {
+                        out.items.push(Extracted {
+                            kind: EntryKind::WorkPhaseChange,
+                            content: (*name).to_owned(),
+                            seq: turn.seq,
+                            subject: subject.clone(),
+                            rule,
+                        });
+                        out.phase = Some((*name).to_owned());
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Known subjects (canonical slugs) that `text` mentions, by slug words or
+/// display name, case-insensitively and on word boundaries.
+pub fn mentions(text: &str, subjects: &[Subject]) -> Vec<String> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let mut found = Vec::new();
+    for subject in subjects {
+        let names = std::iter::once(subject.slug.replace('-', " "))
+            .chain(std::iter::once(subject.display.to_lowercase()))
+            .chain(subject.aliases.iter().map(|a| a.replace('-', " ")));
+        let hit = names.into_iter().any(|name| {
+            let needle: Vec<&str> = name
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            !needle.is_empty()
+                && words
+                    .windows(needle.len())
+                    .any(|window| window.iter().zip(&needle).all(|(a, b)| a == b))
+        });
+        if hit && !found.contains(&subject.slug) {
+            found.push(subject.slug.clone());
+        }
+    }
+    found
+}
+
+fn find(lower: &str, markers: &[&'static str]) -> Option<&'static str> {
+    markers.iter().copied().find(|m| lower.contains(m))
+}
+
+/// Splits on sentence ends, keeping the terminator (so questions keep `?`).
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?' | '\n') {
+            let end = i + c.len_utf8();
+            let s = text[start..end].trim();
+            if s.chars().any(char::is_alphanumeric) {
+                out.push(s);
+            }
+            start = end;
+        }
+    }
+    let rest = text[start..].trim();
+    if rest.chars().any(char::is_alphanumeric) {
+        out.push(rest);
+    }
+    out
+}
+
+fn clip(sentence: &str) -> String {
+    let trimmed = sentence.trim();
+    if trimmed.chars().count() <= MAX_ITEM_CHARS {
+        return trimmed.to_owned();
+    }
+    let mut s: String = trimmed.chars().take(MAX_ITEM_CHARS - 1).collect();
+    s.push('…');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use expect_test::{Expect, expect};
+
+    use super::*;
+    use crate::subjects::SubjectKind;
+
+    fn check(turns: &[(Role, &str)], expect: Expect) {
+        let turns: Vec<Turn> = turns
+            .iter()
+            .enumerate()
+            .map(|(i, (role, content))| Turn {
+                workspace: "w".into(),
+                session: "s".into(),
+                work_context: "wc".into(),
+                seq: i as u64,
+                role: *role,
+                content: (*content).into(),
+                tool_call_id: (*role == Role::Tool).then(|| format!("call-{i}")),
+                timestamp: Utc::now(),
+                content_hash: String::new(),
+            })
+            .collect();
+        let subjects = vec![Subject {
+            slug: "henderson".into(),
+            display: "Henderson".into(),
+            kind: SubjectKind::Project,
+            aliases: vec![],
+            created_at: Utc::now(),
+        }];
+        let out = extract(&turns, &subjects, None);
+        let mut text = String::new();
+        for item in &out.items {
+            text.push_str(&format!(
+                "{}@{} [{}] {:?} {}\n",
+                item.kind, item.seq, item.rule, item.subject, item.content
+            ));
+        }
+        text.push_str(&format!(
+            "mentioned={:?} tools={:?} users={} phase={:?}\n",
+            out.mentioned, out.tools, out.user_turns, out.phase
+        ));
+        expect.assert_eq(&text);
+    }
+
+    #[test]
+    fn finds_each_kind() {
+        check(
+            &[
+                (
+                    Role::User,
+                    "For Henderson, let's go with the price impact approach.",
+                ),
+                (Role::Assistant, "Noted. We decided nothing else."),
+                (
+                    Role::User,
+                    "I still need to figure out the data timeline? Also TODO: email Christensen.",
+                ),
+                (Role::Tool, "{\"ok\":true}"),
+                (
+                    Role::User,
+                    "Time to start drafting. Stopping here, pick this up tomorrow.",
+                ),
+                (Role::User, "Is it raining?"),
+            ],
+            expect![[r#"
+                key_decision@0 [let's go with] Some("henderson") For Henderson, let's go with the price impact approach.
+                open_question@2 [still need to figure out] None I still need to figure out the data timeline?
+                task@2 [todo] None Also TODO: email Christensen.
+                work_phase_change@4 [start drafting] None drafting
+                handoff@4 [pick this up] None Stopping here, pick this up tomorrow.
+                mentioned={"henderson"} tools={"call-3"} users=4 phase=Some("drafting")
+            "#]],
+        );
+    }
+
+    #[test]
+    fn mentions_need_word_boundaries() {
+        check(
+            &[(Role::User, "Hendersonville is a town. Nothing else to see.")],
+            expect![[r#"
+                mentioned={} tools={} users=1 phase=None
+            "#]],
+        );
+    }
+}
