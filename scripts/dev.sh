@@ -12,6 +12,19 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 setup() {
     command -v cargo >/dev/null || { echo "error: cargo not found; install the Rust toolchain (rustup)" >&2; exit 1; }
+    # Policy plugins are WebAssembly components built from source by
+    # policies/build.rs; they need the wasm32-wasip2 standard library.
+    if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+        log "rust target wasm32-wasip2 (policy plugins)"
+        rustup target add wasm32-wasip2
+    fi
+    # The embedding model and ONNX Runtime (idempotent: only hashes are
+    # checked once installed). Tests need the real model and never skip.
+    log "embedding model and ONNX Runtime"
+    local env
+    env="$(scripts/setup-embeddings.sh --print-env)"
+    eval "$env"
+    export CAIRN_EMBEDDING__MODEL_DIR CAIRN_EMBEDDING__ORT_DYLIB
 }
 
 run_tests() {
@@ -37,8 +50,11 @@ case "${1:-}" in
     test)
         run_tests
         ;;
+    setup)
+        setup
+        ;;
     *)
-        echo "usage: scripts/dev.sh demo|test" >&2
+        echo "usage: scripts/dev.sh demo|test|setup" >&2
         exit 2
         ;;
 esac

@@ -43,6 +43,7 @@ pub mod ids;
 pub mod log;
 mod memory;
 pub mod record;
+pub mod search;
 pub mod store;
 pub mod subjects;
 pub mod tokens;

@@ -1422,6 +1422,20 @@ impl Workspace {
         self.store.apply(batch)?;
         Ok(self.shared.store.sync()?)
     }
+
+    /// Writes and deletes several state records in one atomic, durable batch.
+    #[doc(hidden)]
+    pub fn state_apply(&self, puts: &[(String, Vec<u8>)], deletes: &[String]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (key, value) in puts {
+            batch.put(Collection::State, key.as_bytes().to_vec(), value.clone());
+        }
+        for key in deletes {
+            batch.delete(Collection::State, key.as_bytes().to_vec());
+        }
+        self.store.apply(batch)?;
+        Ok(self.shared.store.sync()?)
+    }
 }
 
 fn put_session(batch: &mut WriteBatch, session: &Session) -> Result<()> {

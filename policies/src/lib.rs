@@ -1,7 +1,114 @@
-//! cairn's policy host: WebAssembly components behind the `cairn:policy` WIT
-//! interface (significance gates, topic collection directives, memory policy
-//! decisions).
+//! cairn's policy host: user-authored WebAssembly components behind the
+//! `cairn:policy@0.1.0` WIT package (`wit/`) decide what cairn captures,
+//! what topics collect, and what memory may be shown where.
 //!
-//! Empty in the foundation release: the host is built by the "WASM policy
-//! plugins behind WIT" issue. There are no public items, so nothing here can be
-//! mistaken for a working policy.
+//! Four types carry the crate:
+//!
+//! - [`PolicyHost`]: one shared wasmtime engine, the compile cache (memory
+//!   and, optionally, disk, keyed by content hash) and the [`DecisionSink`].
+//! - [`PreparedPlugin`]: a component compiled, linked and pre-instantiated
+//!   for one [`World`] ([`SignificanceGate`], [`TopicDirective`],
+//!   [`MemoryPolicy`]): the slow work, done off the hot path.
+//! - [`PolicySlot`]: serves decisions from the current generation of a
+//!   plugin under per-call [`Limits`] (fuel, memory, output size; the stack
+//!   limit is engine-wide), contains faults, trips a circuit breaker, and
+//!   swaps generations atomically.
+//! - [`Decided`]: the decision, stamped with its [`DecisionId`] and
+//!   [`PolicyGenerationId`], and its [`Outcome`]: the plugin's checked
+//!   answer, or the world's fail-safe after a [`Fault`].
+//!
+//! A plugin that traps, loops, exhausts its memory, overflows its stack or
+//! returns an invalid or oversized answer never takes the host down and
+//! never gets "allow everything": the store is dropped, the fault is logged
+//! with its reason code, and the world's documented fail-safe applies
+//! (significance: observe only; topic: do not collect; memory: deny).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cairn_policies::*;
+//!
+//! # fn main() -> Result<(), PolicyError> {
+//! let log = Arc::new(MemorySink::default());
+//! let host = PolicyHost::new(HostConfig::default(), log.clone())?;
+//! let policies = PolicySet::with_defaults(&host)?;
+//!
+//! // Research inside a live work context lowers the gate's threshold
+//! // (0.5 × 0.6): a plain research note is captured.
+//! let mut turn = TurnView::new("s-1", 4, TurnRole::User, "Look up how courts read scienter here");
+//! turn.work_context_id = Some("wc-brief".into());
+//! turn.entity_mentions = vec!["scienter".into()];
+//! let research = GateContext {
+//!     activity_type: ActivityType::Research,
+//!     has_active_work_context: true,
+//!     ..GateContext::default()
+//! };
+//! let decided = policies.significance.decide(&SignificanceInput { turn, context: research })?;
+//! assert!(decided.decision.captures());
+//! assert!(decided.decision.reason_codes.contains(&ReasonCode::ResearchThreshold));
+//!
+//! // Every decision is logged with the generation that made it.
+//! let record = &log.records()[0];
+//! assert_eq!(record.generation, decided.generation);
+//! # Ok(())
+//! # }
+//! ```
+
+mod bindings;
+mod cache;
+pub mod defaults;
+mod digest;
+mod error;
+mod fault;
+mod host;
+mod log;
+mod memory;
+mod significance;
+mod slot;
+mod store;
+mod topic;
+mod vocab;
+mod world;
+
+pub use cache::{CacheOutcome, CacheStats};
+pub use defaults::{BuiltinPlugin, PolicySet};
+pub use digest::InputsDigest;
+pub use error::{PolicyError, Result};
+pub use fault::{Fault, FaultKind};
+pub use host::{HostConfig, Limits, PolicyHost, PreparedPlugin};
+pub use log::{
+    DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemorySink, Outcome,
+    PolicyGenerationId, SinkError,
+};
+pub use memory::{
+    Action, ContentFidelity, ContentReference, Destination, LearningScope, Locality,
+    MemoryPolicyDecision, MutationAuthority, ObjectKind, PolicyObligation, PolicyRequest,
+    PrincipalKind, PrincipalRef, Sensitivity,
+};
+pub use significance::{
+    CollectionDecision, DEFAULT_BASE_THRESHOLD, DEFAULT_RESEARCH_MULTIPLIER, GateContext,
+    SignificanceDecision, SignificanceInput,
+};
+pub use slot::{Decided, PolicySlot, SlotStatus};
+pub use topic::{
+    Activation, CollectionMode, EntryView, GateSignals, MatchCriterion, OutputTarget, SourceClass,
+    SourceScope, TopicDefinition, TopicDirectiveDecision, TopicInput, TopicSubject,
+};
+pub use vocab::{
+    ActivityType, EntryKind, ExtractionDepth, ReasonCode, SessionKind, TurnRole, TurnView,
+    WorkPhase,
+};
+pub use world::{MemoryPolicy, SignificanceGate, TopicDirective, World, WorldKind};
+
+/// The public types embedders share across threads are `Send + Sync`.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<PolicyHost>();
+    assert_send_sync::<PolicySlot<SignificanceGate>>();
+    assert_send_sync::<PolicySlot<TopicDirective>>();
+    assert_send_sync::<PolicySlot<MemoryPolicy>>();
+    assert_send_sync::<PreparedPlugin<MemoryPolicy>>();
+    assert_send_sync::<PolicySet>();
+    assert_send_sync::<MemorySink>();
+    assert_send_sync::<DecisionRecord>();
+    assert_send_sync::<PolicyError>();
+};

@@ -64,6 +64,37 @@ impl Default for AssembleConfig {
     }
 }
 
+/// Where the local embedding model lives (`scripts/setup-embeddings.sh
+/// --print-env` prints both as `CAIRN_EMBEDDING__*`). Empty: no model, search
+/// is lexical and says so.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingConfig {
+    /// Folder with `model.onnx` and the tokenizer files.
+    pub model_dir: String,
+    /// Path of `libonnxruntime.so`.
+    pub ort_dylib: String,
+}
+
+/// The memory tools' cross-surface rules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// Searches per caller per minute.
+    pub rate_per_minute: u32,
+    /// Searches per caller per day.
+    pub rate_per_day: u32,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            rate_per_minute: 6,
+            rate_per_day: 200,
+        }
+    }
+}
+
 /// cairn's whole configuration.
 ///
 /// ```
@@ -87,6 +118,10 @@ pub struct CairnConfig {
     pub log: LogConfig,
     /// The actor runtime: mailboxes, passivation, capture triggers.
     pub actors: ActorConfig,
+    /// The embedding model.
+    pub embedding: EmbeddingConfig,
+    /// The memory tools' rules.
+    pub search: SearchConfig,
 }
 
 impl Default for CairnConfig {
@@ -99,6 +134,8 @@ impl Default for CairnConfig {
             assemble: AssembleConfig::default(),
             log: LogConfig::default(),
             actors: ActorConfig::default(),
+            embedding: EmbeddingConfig::default(),
+            search: SearchConfig::default(),
         }
     }
 }

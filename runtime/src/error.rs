@@ -19,6 +19,27 @@ pub enum CairnError {
     /// The configuration could not be read or is invalid.
     #[error("configuration: {0}")]
     Config(String),
+    /// Search or its index failed.
+    #[error(transparent)]
+    Search(#[from] cairn_memory::search::ServiceError),
+    /// A caller went past its rate limit.
+    #[error(
+        "rate limit: caller {caller:?} is limited to {limit} searches per {window}; try again later"
+    )]
+    RateLimited {
+        /// The caller.
+        caller: String,
+        /// The limit that was hit.
+        limit: u32,
+        /// `minute` or `day`.
+        window: &'static str,
+    },
+    /// A sub-agent session asked outside its lineage.
+    #[error("lineage: {0}")]
+    Denied(String),
+    /// A malformed item reference.
+    #[error("invalid reference {0}")]
+    InvalidReference(String),
 }
 
 impl CairnError {
@@ -33,6 +54,11 @@ impl CairnError {
             CairnError::Memory(e) => e.code(),
             CairnError::Actor(e) => e.code(),
             CairnError::Config(_) => "config",
+            CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => e.code(),
+            CairnError::Search(_) => "search",
+            CairnError::RateLimited { .. } => "rate_limited",
+            CairnError::Denied(_) => "lineage_denied",
+            CairnError::InvalidReference(_) => "invalid_reference",
         }
     }
 
@@ -42,6 +68,13 @@ impl CairnError {
             CairnError::Memory(e) => e.is_caller_error(),
             CairnError::Actor(e) => e.is_caller_error(),
             CairnError::Config(_) => true,
+            CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => {
+                e.is_caller_error()
+            }
+            CairnError::Search(_) => false,
+            CairnError::RateLimited { .. }
+            | CairnError::Denied(_)
+            | CairnError::InvalidReference(_) => true,
         }
     }
 
@@ -50,7 +83,12 @@ impl CairnError {
         match self {
             CairnError::Memory(e) => e.is_not_found(),
             CairnError::Actor(e) => e.is_not_found(),
-            CairnError::Config(_) => false,
+            CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => e.is_not_found(),
+            CairnError::Config(_)
+            | CairnError::Search(_)
+            | CairnError::RateLimited { .. }
+            | CairnError::Denied(_)
+            | CairnError::InvalidReference(_) => false,
         }
     }
 

@@ -10,8 +10,11 @@ use cairn_memory::{
 };
 use serde::{Deserialize, Serialize};
 
+use cairn_memory::search::{EmbedConfig, Embedder, FastEmbedder, SearchService};
+
 use crate::config::CairnConfig;
 use crate::error::Result;
+use crate::tools::RateLimiter;
 
 /// What `gateway_start` found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -81,6 +84,10 @@ pub struct Cairn {
     memory: Memory,
     actors: ActorRuntime,
     config: Arc<CairnConfig>,
+    /// Started on first use (`cairn serve` starts it at once) so that
+    /// short CLI commands do not load the model.
+    search: Arc<std::sync::OnceLock<SearchService>>,
+    limiter: Arc<RateLimiter>,
 }
 
 impl Cairn {
@@ -98,6 +105,8 @@ impl Cairn {
             memory,
             actors,
             config: Arc::new(config),
+            search: Arc::new(std::sync::OnceLock::new()),
+            limiter: Arc::new(RateLimiter::default()),
         })
     }
 
@@ -133,7 +142,27 @@ impl Cairn {
     /// A full mailbox is refused with code `backpressure` (or waited for, by
     /// configuration); nothing of a refused call is written.
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
-        Ok(self.actors.ingest(workspace, turns)?)
+        let acks = self.actors.ingest(workspace, turns)?;
+        // Indexing happens in the background; ingest only wakes the worker.
+        if let Some(search) = self.search.get() {
+            search.nudge();
+        }
+        Ok(acks)
+    }
+
+    /// The search service (indexes, background worker), started (model
+    /// loaded, worker running) on first call.
+    #[doc(hidden)]
+    pub fn search(&self) -> &SearchService {
+        self.search.get_or_init(|| {
+            let service = SearchService::new(self.memory.clone(), load_embedder(&self.config));
+            service.start();
+            service
+        })
+    }
+
+    pub(crate) fn rate_limiter(&self) -> &RateLimiter {
+        &self.limiter
     }
 
     /// Hook `compact`: the host is about to compact the session. Captures its
@@ -257,5 +286,26 @@ impl Cairn {
     /// Hook `assemble`: the memory block for the next model call.
     pub fn assemble(&self, workspace: &str, request: &AssembleRequest) -> Result<AssembledContext> {
         Ok(self.workspace(workspace)?.assemble(request)?)
+    }
+}
+
+/// The configured embedding model, or `None` with a clear warning: search
+/// then answers lexically and flags it.
+fn load_embedder(config: &CairnConfig) -> Option<Arc<dyn Embedder>> {
+    let e = &config.embedding;
+    if e.model_dir.is_empty() || e.ort_dylib.is_empty() {
+        tracing::warn!(
+            "no embedding model configured (embedding.model_dir / embedding.ort_dylib, or \
+             CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB): search is lexical only; \
+             run scripts/setup-embeddings.sh --print-env"
+        );
+        return None;
+    }
+    match FastEmbedder::load(&EmbedConfig::new(&e.model_dir, &e.ort_dylib)) {
+        Ok(model) => Some(Arc::new(model)),
+        Err(err) => {
+            tracing::warn!(error = %err, "embedding model unavailable: search is lexical only");
+            None
+        }
     }
 }

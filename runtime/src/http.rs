@@ -19,6 +19,8 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::error::CairnError;
 use crate::host::{Cairn, GatewayStartReport};
+use crate::tools::{MemoryItem, SearchRequest, SearchResponse, Transcript};
+use cairn_memory::search::IndexStats;
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -66,6 +68,12 @@ impl ApiError {
 impl From<CairnError> for ApiError {
     fn from(err: CairnError) -> Self {
         let status = if err.is_not_found() {
+            StatusCode::NOT_FOUND
+        } else if err.code() == "rate_limited" {
+            StatusCode::TOO_MANY_REQUESTS
+        } else if err.code() == "lineage_denied" {
+            StatusCode::FORBIDDEN
+        } else if err.is_not_found() {
             StatusCode::NOT_FOUND
         } else if matches!(err.code(), "too_large" | "batch_too_large") {
             StatusCode::PAYLOAD_TOO_LARGE
@@ -511,6 +519,57 @@ async fn gateway_start(cairn: web::Data<Cairn>) -> ApiResult<GatewayStartReport>
     blocking(move || Ok(cairn.gateway_start()?)).await
 }
 
+/// Query of the memory-tool reads (`memory_get`, `read_transcript`).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ToolQuery {
+    /// First sequence number (transcripts; default 0).
+    #[serde(default)]
+    pub from: u64,
+    /// The asking session (sub-agent sessions see only their lineage).
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/search", request_body = SearchRequest,
+    responses((status = 200, body = SearchResponse), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+async fn memory_search(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<SearchRequest>,
+) -> ApiResult<SearchResponse> {
+    blocking(move || Ok(cairn.memory_search(&ws, &body)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/items/{id}", params(ToolQuery),
+    responses((status = 200, body = MemoryItem), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn memory_get(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<MemoryItem> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.memory_get(&ws, &id, q.session.as_deref())?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/read_transcript", params(ToolQuery),
+    responses((status = 200, body = Transcript), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn read_transcript(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<Transcript> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.read_transcript(&ws, &sid, q.from, q.session.as_deref())?)).await
+}
+
+#[utoipa::path(get, path = "/v1/stats/index", responses((status = 200, body = IndexStats)))]
+async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
+    blocking(move || Ok(cairn.index_stats()?)).await
+}
+
 /// The OpenAPI description of the HTTP API.
 #[derive(OpenApi)]
 #[openapi(
@@ -541,7 +600,11 @@ async fn gateway_start(cairn: web::Data<Cairn>) -> ApiResult<GatewayStartReport>
         assemble,
         forget,
         tombstones,
-        gateway_start
+        gateway_start,
+        memory_search,
+        memory_get,
+        read_transcript,
+        index_stats
     )
 )]
 pub struct ApiDoc;
@@ -599,6 +662,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/healthz", web::get().to(healthz))
             .route("/openapi.json", web::get().to(openapi))
             .route("/v1/gateway_start", web::post().to(gateway_start))
+            .route("/v1/stats/index", web::get().to(index_stats))
             .service(
                 web::scope("/v1/workspaces/{workspace}")
                     .route("/sessions", web::post().to(bootstrap))
@@ -624,7 +688,13 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
                     .route("/assemble", web::post().to(assemble))
                     .route("/forget", web::post().to(forget))
-                    .route("/tombstones", web::get().to(tombstones)),
+                    .route("/tombstones", web::get().to(tombstones))
+                    .route("/search", web::post().to(memory_search))
+                    .route("/items/{id}", web::get().to(memory_get))
+                    .route(
+                        "/sessions/{session}/read_transcript",
+                        web::get().to(read_transcript),
+                    ),
             )
             .default_service(web::to(not_found));
     }
@@ -638,6 +708,12 @@ pub async fn serve(
     listen: &str,
     on_bound: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
+    // Start search now (model load, then the worker catches the indexes up
+    // from the record) on its own thread, off the server's threads.
+    let warm = cairn.clone();
+    std::thread::spawn(move || {
+        warm.search();
+    });
     let server =
         HttpServer::new(move || App::new().configure(configure(cairn.clone()))).bind(listen)?;
     let addr = server

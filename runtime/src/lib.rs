@@ -26,21 +26,31 @@
 
 mod config;
 mod error;
+pub mod eval;
 mod host;
 pub mod http;
+mod tools;
 
 pub use cairn_actors::{
     ActorConfig, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
 };
+/// Hybrid search (BM25 + vectors), re-exported from the memory core.
+pub use cairn_memory::search;
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,
     Provenance, Role, Session, SessionKind, SessionSpec, SessionState, Subject, SubjectKind,
     SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput, Workspace,
 };
-pub use config::{AssembleConfig, CairnConfig, LogConfig, ServerConfig, default_data_dir};
+pub use config::{
+    AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
+    default_data_dir,
+};
 pub use error::{CairnError, Result};
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
+pub use tools::{
+    MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
+};
 
 #[allow(dead_code)]
 fn _assert_send_sync() {

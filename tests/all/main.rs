@@ -6,4 +6,5 @@ mod actors;
 mod cli;
 mod durability;
 mod http_api;
+mod search;
 mod support;

@@ -121,11 +121,76 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Search the workspace's turns (hybrid: BM25 + vectors). Says so when the
+    /// results are lexical only because no embedding model is available.
+    Search {
+        /// The question (any text).
+        query: String,
+        /// Results wanted.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// bm25, dense or hybrid.
+        #[arg(long, value_enum, default_value_t = ModeArg::Hybrid)]
+        mode: ModeArg,
+        /// Caller name for rate limiting.
+        #[arg(long)]
+        caller: Option<String>,
+        /// The asking session (a sub-agent sees only its lineage).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read an entry by id, or a turn range `session:<id>:<from>-<to>`
+    /// (capped at 4,000 tokens, secrets redacted).
+    Get {
+        /// Entry id or `session:<id>:<from>-<to>`.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search index statistics: indexed turns, vectors, backlog.
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure retrieval quality.
+    Eval {
+        #[command(subcommand)]
+        bench: EvalCommand,
+    },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
         #[arg(long, default_value_t = 400)]
         budget: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Bm25,
+    Dense,
+    Hybrid,
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// Evidence recall on LoCoMo conversations (one `*.json` per conversation),
+    /// for the bm25, dense and hybrid modes side by side.
+    Locomo {
+        /// Folder of LoCoMo conversation files.
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// k of `recall@k`.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -281,6 +346,12 @@ fn run(cli: Cli) -> Result<()> {
         init_tracing(&config);
     }
     let ws_id = config.workspace.clone();
+    if let Command::Eval {
+        bench: EvalCommand::Locomo { data, k, json },
+    } = &cli.command
+    {
+        return eval_locomo(&config.embedding, data, *k, *json);
+    }
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
         Command::Serve { listen } => {
@@ -357,6 +428,104 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                         t.content
                     )?;
                 }
+            }
+        }
+        Command::Search {
+            query,
+            k,
+            mode,
+            caller,
+            session,
+            json,
+        } => {
+            // A CLI process builds its index now (vectors stored by earlier
+            // runs are reused, not recomputed).
+            cairn.search().catch_up()?;
+            let mode = match mode {
+                ModeArg::Bm25 => cairn::search::SearchMode::Bm25,
+                ModeArg::Dense => cairn::search::SearchMode::Dense,
+                ModeArg::Hybrid => cairn::search::SearchMode::Hybrid,
+            };
+            let request = cairn::SearchRequest {
+                query,
+                k: Some(k),
+                mode: Some(mode),
+                caller,
+                session,
+                ..cairn::SearchRequest::default()
+            };
+            let r = cairn.memory_search(ws_id, &request)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+            } else {
+                if let Some(notice) = &r.notice {
+                    writeln!(out, "note: {notice}")?;
+                }
+                for item in &r.items {
+                    let rank = |r: Option<usize>| r.map_or("-".to_owned(), |r| (r + 1).to_string());
+                    writeln!(
+                        out,
+                        "{:.3}  {}  (lexical #{}, vector #{}){}\n       {}",
+                        item.score,
+                        item.id,
+                        rank(item.lexical_rank),
+                        rank(item.vector_rank),
+                        if item.low_trust { " [low trust]" } else { "" },
+                        item.snippet
+                    )?;
+                }
+            }
+        }
+        Command::Get { id, json } => {
+            let item = cairn.memory_get(ws_id, &id, None)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&item)?)?;
+            } else {
+                match item {
+                    cairn::MemoryItem::Entry { entry } => {
+                        writeln!(
+                            out,
+                            "{} [{:?}] {}",
+                            entry.entry.id, entry.entry.kind, entry.entry.content
+                        )?;
+                    }
+                    cairn::MemoryItem::Turns(t) => {
+                        for turn in &t.turns {
+                            writeln!(
+                                out,
+                                "#{} {}: {}",
+                                turn.seq,
+                                turn.role.as_str(),
+                                turn.content
+                            )?;
+                        }
+                        if t.truncated {
+                            writeln!(out, "[truncated at {} tokens]", cairn::TRANSCRIPT_TOKEN_CAP)?;
+                        }
+                    }
+                }
+            }
+        }
+        Command::Stats { json } => {
+            cairn.search().catch_up()?;
+            let stats = cairn.index_stats()?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "indexed turns: {}\nvectors: {}\nbacklog: {}\nembedded this run: {}\nvectors reused from the store: {}\nembeddings: {}",
+                    stats.indexed,
+                    stats.vectors,
+                    stats.backlog,
+                    stats.embedded,
+                    stats.reused,
+                    if stats.embeddings {
+                        "on"
+                    } else {
+                        "off (lexical only)"
+                    }
+                )?;
             }
         }
         Command::Sessions { work_context, json } => {
@@ -476,7 +645,9 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                 }
             }
         }
-        Command::Demo { .. } | Command::Serve { .. } => bail!("internal: command dispatched twice"),
+        Command::Demo { .. } | Command::Serve { .. } | Command::Eval { .. } => {
+            bail!("internal: command dispatched twice")
+        }
     }
     Ok(())
 }
@@ -752,5 +923,94 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         budget_tokens: budget,
     })?;
     print_block(out, &block, true)?;
+    Ok(())
+}
+
+/// Loads the embedding model named by `CAIRN_EMBEDDING__*`, or says clearly
+/// why there is none (search then falls back to lexical results, flagged).
+fn load_embedder(
+    embedding: &cairn::EmbeddingConfig,
+) -> Option<std::sync::Arc<dyn cairn::search::Embedder>> {
+    use cairn::search::{EmbedConfig, FastEmbedder};
+    if embedding.model_dir.is_empty() || embedding.ort_dylib.is_empty() {
+        eprintln!(
+            "warning: no embedding model configured (CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB); \
+             run scripts/setup-embeddings.sh --print-env. Vector search is off: results are lexical and flagged."
+        );
+        return None;
+    }
+    let config = EmbedConfig::new(&embedding.model_dir, &embedding.ort_dylib);
+    match FastEmbedder::load(&config) {
+        Ok(e) => Some(std::sync::Arc::new(e)),
+        Err(err) => {
+            eprintln!("warning: {err}. Vector search is off: results are lexical and flagged.");
+            None
+        }
+    }
+}
+
+fn eval_locomo(
+    embedding: &cairn::EmbeddingConfig,
+    data: &Path,
+    k: usize,
+    json: bool,
+) -> Result<()> {
+    let embedder = load_embedder(embedding);
+    let report = cairn::eval::run_locomo(data, k, embedder)?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} questions, {} turns, indexing {:.0} turns/s",
+        report.questions, report.turns, report.index_turns_per_sec
+    )?;
+    writeln!(
+        out,
+        "{:<11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>28} {:>9} {:>9}",
+        "mode",
+        "R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "H@10",
+        "MRR",
+        "nDCG10",
+        format!("R@{k}"),
+        "R@10 by category 1/2/3/4",
+        "p50 ms",
+        "p99 ms"
+    )?;
+    for (name, m) in &report.modes {
+        let cats: Vec<String> = m
+            .recall_10_by_category
+            .values()
+            .map(|v| format!("{v:.3}"))
+            .collect();
+        writeln!(
+            out,
+            "{:<11} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>28} {:>9.2} {:>9.2}{}",
+            name,
+            m.recall_1,
+            m.recall_5,
+            m.recall_10,
+            m.recall_20,
+            m.hit_10,
+            m.mrr,
+            m.ndcg_10,
+            m.recall_k,
+            cats.join("/"),
+            m.latency_p50_ms,
+            m.latency_p99_ms,
+            if m.lexical_fallback {
+                "  (lexical fallback)"
+            } else {
+                ""
+            }
+        )?;
+    }
     Ok(())
 }

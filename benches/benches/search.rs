@@ -1,0 +1,234 @@
+#![allow(missing_docs)] // criterion_group! generates an undocumented function.
+//! Search benchmarks: hybrid search p50/p99 at 100,000 indexed items
+//! (query embedding included), lexical-only p99, and background indexing
+//! throughput against raw fastembed batch embedding in the same run.
+//!
+//! Needs the model: `eval "$(scripts/setup-embeddings.sh --print-env)"` and
+//! export both variables. `CAIRN_BENCH_ITEMS` overrides the index size.
+//! Document vectors at 100k are synthetic unit vectors (embedding 100k texts
+//! takes minutes); the query is embedded by the real model on every search.
+
+use std::hint::black_box;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use cairn_memory::search::{
+    EmbedConfig, Embedder, FastEmbedder, SearchDoc, SearchIndex, SearchMode, SearchOptions,
+    SearchService,
+};
+use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+
+const WORDS: &[&str] = &[
+    "deploy",
+    "retry",
+    "queue",
+    "payment",
+    "puppy",
+    "violin",
+    "budget",
+    "invoice",
+    "token",
+    "migration",
+    "schema",
+    "dinner",
+    "holiday",
+    "garden",
+    "painting",
+    "concert",
+    "meeting",
+    "release",
+    "bug",
+    "customer",
+    "travel",
+    "museum",
+    "recipe",
+    "soccer",
+    "camera",
+    "novel",
+];
+
+/// A tiny deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    }
+}
+
+fn model() -> Arc<FastEmbedder> {
+    let config = EmbedConfig::from_env()
+        .unwrap_or_else(|| panic!("set CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB (scripts/setup-embeddings.sh --print-env)"));
+    Arc::new(FastEmbedder::load(&config).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn text(rng: &mut Rng, i: usize) -> String {
+    let words: Vec<&str> = (0..12)
+        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
+        .collect();
+    format!("turn {i}: {}", words.join(" "))
+}
+
+fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// `cargo bench` passes `--bench`; `cargo test --all-targets` and test
+/// listing do not, and then the index is small (the setup runs lazily, only
+/// when a benchmark actually runs, so listing costs nothing).
+fn full_run() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+struct Fixture {
+    index: SearchIndex,
+    queries: Vec<String>,
+}
+
+fn build(items: usize) -> Fixture {
+    let embedder = model();
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut index =
+        SearchIndex::new(Some(embedder as Arc<dyn Embedder>)).unwrap_or_else(|e| panic!("{e}"));
+    let t = Instant::now();
+    for chunk in (0..items).collect::<Vec<_>>().chunks(10_000) {
+        let docs: Vec<SearchDoc> = chunk
+            .iter()
+            .map(|&i| {
+                SearchDoc::new(
+                    &format!("s{}:{}", i / 50, i % 50),
+                    &format!("s{}", i / 50),
+                    (i % 50) as u64,
+                    &text(&mut rng, i),
+                )
+            })
+            .collect();
+        let vectors: Vec<Vec<f32>> = docs.iter().map(|_| rng.unit(384)).collect();
+        index
+            .add_with_vectors(&docs, &vectors)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    eprintln!(
+        "built a {items}-item index in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let queries: Vec<String> = (0..200)
+        .map(|i| {
+            format!(
+                "what about the {} {}?",
+                WORDS[i % WORDS.len()],
+                WORDS[(i * 7) % WORDS.len()]
+            )
+        })
+        .collect();
+    for mode in [SearchMode::Hybrid, SearchMode::Bm25] {
+        let opts = SearchOptions::new(10).mode(mode);
+        let lat: Vec<f64> = queries
+            .iter()
+            .map(|q| {
+                let t = Instant::now();
+                black_box(index.search(q, &opts).unwrap_or_else(|e| panic!("{e}")));
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        let (p50, p99) = percentiles(lat);
+        eprintln!(
+            "{} at {items} items: p50 {p50:.2} ms, p99 {p99:.2} ms",
+            mode.as_str()
+        );
+    }
+    Fixture { index, queries }
+}
+
+fn search(c: &mut Criterion) {
+    let default = if full_run() { 100_000 } else { 200 };
+    let items: usize = std::env::var("CAIRN_BENCH_ITEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    let fixture: OnceLock<Fixture> = OnceLock::new();
+    let mut group = c.benchmark_group("search");
+    group.sample_size(30);
+    let mut i = 0;
+    group.bench_function("hybrid", |b| {
+        let f = fixture.get_or_init(|| build(items));
+        b.iter(|| {
+            i += 1;
+            black_box(
+                f.index
+                    .search(&f.queries[i % f.queries.len()], &SearchOptions::new(10))
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        })
+    });
+    group.bench_function("bm25", |b| {
+        let f = fixture.get_or_init(|| build(items));
+        b.iter(|| {
+            i += 1;
+            let o = SearchOptions::new(10).mode(SearchMode::Bm25);
+            black_box(
+                f.index
+                    .search(&f.queries[i % f.queries.len()], &o)
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        })
+    });
+    group.finish();
+}
+
+fn indexing(c: &mut Criterion) {
+    let n: usize = if full_run() { 256 } else { 8 };
+    let mut rng = Rng(42);
+    let texts: Vec<String> = (0..n).map(|i| text(&mut rng, i)).collect();
+    let embedder: OnceLock<Arc<FastEmbedder>> = OnceLock::new();
+    let mut group = c.benchmark_group("indexing");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function("raw_fastembed_batch", |b| {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let embedder = embedder.get_or_init(model);
+        b.iter(|| black_box(embedder.embed(&refs).unwrap_or_else(|e| panic!("{e}"))))
+    });
+    group.bench_function("search_service_catch_up", |b| {
+        let embedder = embedder.get_or_init(model);
+        b.iter_batched(
+            || {
+                let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+                let memory =
+                    Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
+                        .unwrap_or_else(|e| panic!("{e}"));
+                let ws = memory.workspace("bench").unwrap_or_else(|e| panic!("{e}"));
+                let turns: Vec<TurnInput> = texts
+                    .iter()
+                    .map(|t| TurnInput::new("s1", Role::User, t))
+                    .collect();
+                ws.append_turns(&turns).unwrap_or_else(|e| panic!("{e}"));
+                let service =
+                    SearchService::new(memory, Some(embedder.clone() as Arc<dyn Embedder>));
+                (dir, service)
+            },
+            |(dir, service)| {
+                service.catch_up().unwrap_or_else(|e| panic!("{e}"));
+                (dir, service)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, indexing, search);
+criterion_main!(benches);

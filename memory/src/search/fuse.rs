@@ -1,0 +1,82 @@
+//! How the lexical and vector rankings are combined: the measured recipe
+//! (normalised score fusion, neighbour max-smoothing, session and speaker
+//! boosts) or plain reciprocal-rank fusion.
+
+/// Parameters of the default fusion recipe (see `docs/retrieval-research.md`).
+///
+/// ```
+/// let p = cairn_memory::search::RecipeParams::default();
+/// assert_eq!((p.lexical_weight, p.smoothing, p.window), (0.5, 0.5, 2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecipeParams {
+    /// Weight of the max-normalised BM25 score (the vector side gets 1 − w).
+    pub lexical_weight: f32,
+    /// Share of the best neighbour's fused score added to each item.
+    pub smoothing: f32,
+    /// Neighbours within this many positions in the same session.
+    pub window: u64,
+    /// Share of the session's best score added to each item.
+    pub session_boost: f32,
+    /// Share of the best score added to the turns of the one speaker the
+    /// query names.
+    pub speaker_boost: f32,
+}
+
+impl Default for RecipeParams {
+    fn default() -> Self {
+        RecipeParams {
+            lexical_weight: 0.5,
+            smoothing: 0.5,
+            window: 2,
+            session_boost: 0.2,
+            speaker_boost: 0.1,
+        }
+    }
+}
+
+/// How hybrid search combines its two rankings.
+///
+/// ```
+/// use cairn_memory::search::Fusion;
+/// assert!(matches!(Fusion::default(), Fusion::Recipe(_)));
+/// let rrf = Fusion::rrf();
+/// assert!(matches!(rrf, Fusion::Rrf { k, .. } if k == 60.0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Normalised score fusion with smoothing and boosts (the default: it
+    /// measures best on LoCoMo, see `docs/BENCHMARKS.md`).
+    Recipe(RecipeParams),
+    /// Reciprocal-rank fusion: `Σ w / (k + rank)`.
+    Rrf {
+        /// The rank offset (60 in the literature).
+        k: f32,
+        /// Weight of the lexical ranking.
+        lexical_weight: f32,
+        /// Weight of the vector ranking.
+        vector_weight: f32,
+    },
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Recipe(RecipeParams::default())
+    }
+}
+
+impl Fusion {
+    /// Equal-weight RRF with k = 60.
+    pub fn rrf() -> Self {
+        Fusion::Rrf {
+            k: 60.0,
+            lexical_weight: 1.0,
+            vector_weight: 1.0,
+        }
+    }
+}
+
+/// Reciprocal-rank score of a 0-based rank.
+pub(crate) fn rrf_term(k: f32, weight: f32, rank: Option<usize>) -> f32 {
+    rank.map_or(0.0, |r| weight / (k + r as f32 + 1.0))
+}

@@ -1,0 +1,616 @@
+//! One workspace's search index: documents, the BM25 and vector sides, and
+//! the three search modes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::embed::Embedder;
+use super::fuse::{Fusion, RecipeParams, rrf_term};
+use super::lexical::LexicalIndex;
+use super::vector::{VectorIndex, cosine};
+use super::{SearchError, SearchResultOf};
+
+/// One indexed item: a turn (or an entry, with `pos` 0 in its own "session").
+///
+/// ```
+/// use cairn_memory::search::SearchDoc;
+/// let d = SearchDoc::new("s1:3", "s1", 3, "hi").with_speaker("Ana").with_date("8 May, 2023");
+/// assert_eq!(d.lexical_text(), "[8 May, 2023] Ana: hi");
+/// assert_eq!(d.dense_text(), "Ana: hi");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchDoc {
+    /// Stable id (`session:seq` for turns, the entry id for entries).
+    pub id: String,
+    /// Session (neighbour smoothing and the session boost work inside it).
+    pub session: String,
+    /// Position inside the session.
+    pub pos: u64,
+    /// The text.
+    pub text: String,
+    /// Who said it.
+    pub speaker: Option<String>,
+    /// When, as text (indexed on the lexical side).
+    pub date: Option<String>,
+    /// A caption of an attached image.
+    pub caption: Option<String>,
+}
+
+impl SearchDoc {
+    /// A document with the required fields.
+    pub fn new(id: &str, session: &str, pos: u64, text: &str) -> Self {
+        SearchDoc {
+            id: id.to_owned(),
+            session: session.to_owned(),
+            pos,
+            text: text.to_owned(),
+            speaker: None,
+            date: None,
+            caption: None,
+        }
+    }
+
+    /// Sets the speaker.
+    pub fn with_speaker(mut self, speaker: &str) -> Self {
+        self.speaker = Some(speaker.to_owned());
+        self
+    }
+
+    /// Sets the date text.
+    pub fn with_date(mut self, date: &str) -> Self {
+        self.date = Some(date.to_owned());
+        self
+    }
+
+    /// Sets an image caption.
+    pub fn with_caption(mut self, caption: &str) -> Self {
+        self.caption = Some(caption.to_owned());
+        self
+    }
+
+    /// What BM25 indexes: `"[date] speaker: text [shared a photo: caption]"`.
+    pub fn lexical_text(&self) -> String {
+        let mut s = String::new();
+        if let Some(d) = &self.date {
+            s.push_str(&format!("[{d}] "));
+        }
+        s.push_str(&self.dense_text());
+        if let Some(c) = &self.caption {
+            s.push_str(&format!(" [shared a photo: {c}]"));
+        }
+        s
+    }
+
+    /// What is embedded: `"speaker: text"`.
+    pub fn dense_text(&self) -> String {
+        match &self.speaker {
+            Some(sp) => format!("{sp}: {}", self.text),
+            None => self.text.clone(),
+        }
+    }
+}
+
+/// Which rankings a search uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    /// BM25 alone.
+    Bm25,
+    /// Vector similarity alone.
+    Dense,
+    /// Both, fused.
+    Hybrid,
+}
+
+impl SearchMode {
+    /// The lowercase name.
+    ///
+    /// ```
+    /// assert_eq!(cairn_memory::search::SearchMode::Hybrid.as_str(), "hybrid");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Dense => "dense",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// What to search for and how.
+///
+/// ```
+/// use cairn_memory::search::{SearchMode, SearchOptions};
+/// let o = SearchOptions::new(10).mode(SearchMode::Bm25);
+/// assert_eq!((o.k, o.candidates), (10, 100));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SearchOptions {
+    /// Results wanted.
+    pub k: usize,
+    /// Requested mode (hybrid by default).
+    pub mode: SearchMode,
+    /// How hybrid fuses.
+    pub fusion: Fusion,
+    /// Candidates taken from each index before fusion.
+    pub candidates: usize,
+    /// Only these sessions (lineage, filters); all when `None`.
+    pub sessions: Option<HashSet<String>>,
+}
+
+impl SearchOptions {
+    /// Hybrid, default fusion, 100 candidates per index.
+    pub fn new(k: usize) -> Self {
+        SearchOptions {
+            k,
+            mode: SearchMode::Hybrid,
+            fusion: Fusion::default(),
+            candidates: 100,
+            sessions: None,
+        }
+    }
+
+    /// Sets the mode.
+    pub fn mode(mut self, mode: SearchMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets the fusion.
+    pub fn fusion(mut self, fusion: Fusion) -> Self {
+        self.fusion = fusion;
+        self
+    }
+
+    /// Restricts results to these sessions.
+    pub fn sessions(mut self, sessions: impl IntoIterator<Item = String>) -> Self {
+        self.sessions = Some(sessions.into_iter().collect());
+        self
+    }
+}
+
+/// One result with its score breakdown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SearchHit {
+    /// Document id.
+    pub id: String,
+    /// Session.
+    pub session: String,
+    /// Position inside the session.
+    pub pos: u64,
+    /// Final score (higher is better).
+    pub score: f32,
+    /// 0-based rank in the BM25 candidates, if there.
+    pub lexical_rank: Option<usize>,
+    /// 0-based rank in the vector candidates, if there.
+    pub vector_rank: Option<usize>,
+    /// Raw BM25 score, if a candidate.
+    pub lexical_score: Option<f32>,
+    /// Exact cosine similarity to the query, when vectors exist.
+    pub cosine: Option<f32>,
+}
+
+/// The answer of [`SearchIndex::search`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResult {
+    /// Mode actually used.
+    pub mode: SearchMode,
+    /// True when vectors were asked for but unavailable, so the results are
+    /// lexical only.
+    pub lexical_fallback: bool,
+    /// Best first.
+    pub hits: Vec<SearchHit>,
+    /// Microseconds spent embedding the query.
+    pub embed_micros: u64,
+}
+
+#[derive(Debug, Clone)]
+struct DocMeta {
+    id: String,
+    session: String,
+    pos: u64,
+    speaker_key: Option<String>,
+}
+
+/// One workspace's hybrid index. Not internally synchronised: wrap it in a
+/// lock to share it (searches take `&self`, writes `&mut self`).
+pub struct SearchIndex {
+    embedder: Option<Arc<dyn Embedder>>,
+    docs: Vec<Option<DocMeta>>,
+    by_id: HashMap<String, usize>,
+    sessions: HashMap<String, BTreeMap<u64, usize>>,
+    lexical: LexicalIndex,
+    vector: VectorIndex,
+    /// Lower-cased first names of speakers → number of docs.
+    speakers: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchIndex")
+            .field("docs", &self.by_id.len())
+            .field("vectors", &self.vector.len())
+            .finish()
+    }
+}
+
+fn first_name(speaker: &str) -> Option<String> {
+    speaker
+        .split(|c: char| !c.is_alphanumeric())
+        .find(|s| !s.is_empty())
+        .map(str::to_lowercase)
+}
+
+impl SearchIndex {
+    /// An empty index; without an embedder every search is lexical and
+    /// flagged as a fallback.
+    pub fn new(embedder: Option<Arc<dyn Embedder>>) -> SearchResultOf<Self> {
+        Ok(SearchIndex {
+            embedder,
+            docs: Vec::new(),
+            by_id: HashMap::new(),
+            sessions: HashMap::new(),
+            lexical: LexicalIndex::new()?,
+            vector: VectorIndex::new(1024),
+            speakers: HashMap::new(),
+        })
+    }
+
+    /// Whether vectors are available.
+    pub fn has_embedder(&self) -> bool {
+        self.embedder.is_some()
+    }
+
+    /// The embedder, if any.
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Number of indexed documents.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// True when nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Number of documents with a vector.
+    pub fn vectors(&self) -> usize {
+        self.vector.len()
+    }
+
+    /// Whether a document is indexed.
+    pub fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// Embeds documents' dense texts (empty without an embedder).
+    pub fn embed_docs(&self, docs: &[SearchDoc]) -> SearchResultOf<Vec<Vec<f32>>> {
+        match &self.embedder {
+            Some(e) => {
+                let texts: Vec<String> = docs.iter().map(SearchDoc::dense_text).collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                e.embed(&refs)
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Embeds (when an embedder is set) and indexes documents, then commits.
+    pub fn add(&mut self, docs: &[SearchDoc]) -> SearchResultOf<()> {
+        let vectors = self.embed_docs(docs)?;
+        self.add_with_vectors(docs, &vectors)
+    }
+
+    /// Indexes documents with vectors computed earlier (restart catch-up);
+    /// `vectors` is empty or one per document.
+    pub fn add_with_vectors(
+        &mut self,
+        docs: &[SearchDoc],
+        vectors: &[Vec<f32>],
+    ) -> SearchResultOf<()> {
+        let mut seen = HashSet::new();
+        for d in docs {
+            if self.by_id.contains_key(&d.id) || !seen.insert(d.id.as_str()) {
+                return Err(SearchError::Duplicate(d.id.clone()));
+            }
+        }
+        if let Some(e) = &self.embedder {
+            for (d, v) in docs.iter().zip(vectors) {
+                if v.len() != e.dimension() {
+                    return Err(SearchError::Dimension {
+                        id: d.id.clone(),
+                        got: v.len(),
+                        expected: e.dimension(),
+                    });
+                }
+            }
+        }
+        let mut items = Vec::with_capacity(vectors.len());
+        for (i, d) in docs.iter().enumerate() {
+            let n = self.docs.len();
+            self.lexical.add(n as u64, &d.lexical_text())?;
+            let speaker_key = d.speaker.as_deref().and_then(first_name);
+            if let Some(s) = &speaker_key {
+                *self.speakers.entry(s.clone()).or_default() += 1;
+            }
+            self.docs.push(Some(DocMeta {
+                id: d.id.clone(),
+                session: d.session.clone(),
+                pos: d.pos,
+                speaker_key,
+            }));
+            self.by_id.insert(d.id.clone(), n);
+            self.sessions
+                .entry(d.session.clone())
+                .or_default()
+                .insert(d.pos, n);
+            if let Some(v) = vectors.get(i) {
+                items.push((n, v.clone()));
+            }
+        }
+        self.vector.insert(&items);
+        self.lexical.commit()
+    }
+
+    /// Removes a document from both indexes (forget). Returns whether it was there.
+    pub fn remove(&mut self, id: &str) -> SearchResultOf<bool> {
+        let Some(n) = self.by_id.remove(id) else {
+            return Ok(false);
+        };
+        if let Some(meta) = self.docs.get_mut(n).and_then(Option::take) {
+            if let Some(s) = self.sessions.get_mut(&meta.session) {
+                s.remove(&meta.pos);
+            }
+            if let Some(k) = &meta.speaker_key {
+                if let Some(c) = self.speakers.get_mut(k) {
+                    *c = c.saturating_sub(1);
+                }
+            }
+        }
+        self.lexical.delete(n as u64);
+        self.vector.delete(n);
+        self.lexical.commit()?;
+        Ok(true)
+    }
+
+    /// Searches. A dense or hybrid request without an embedder answers
+    /// lexically with `lexical_fallback` set.
+    pub fn search(&self, query: &str, options: &SearchOptions) -> SearchResultOf<SearchResult> {
+        let (qv, embed_micros) = match (&self.embedder, options.mode) {
+            (Some(e), SearchMode::Dense | SearchMode::Hybrid) => {
+                let t = Instant::now();
+                let v = e.embed(&[query])?.pop();
+                (v, t.elapsed().as_micros() as u64)
+            }
+            _ => (None, 0),
+        };
+        self.search_with_vector(query, qv.as_deref(), options)
+            .map(|mut r| {
+                r.embed_micros = embed_micros;
+                r
+            })
+    }
+
+    /// Searches with a query vector computed by the caller (`None` = lexical).
+    pub fn search_with_vector(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        options: &SearchOptions,
+    ) -> SearchResultOf<SearchResult> {
+        let wants_vectors = options.mode != SearchMode::Bm25;
+        let (mode, fallback) = match (options.mode, query_vector) {
+            (SearchMode::Bm25, _) => (SearchMode::Bm25, false),
+            (m, Some(_)) => (m, false),
+            (_, None) => (SearchMode::Bm25, wants_vectors),
+        };
+        let n = options.candidates.max(options.k);
+        let lexical = if mode == SearchMode::Dense {
+            Vec::new()
+        } else {
+            self.lexical.search(query, n)?
+        };
+        let dense = match (mode, query_vector) {
+            (SearchMode::Bm25, _) | (_, None) => Vec::new(),
+            (_, Some(q)) => self.vector.search(q, n),
+        };
+        let mut scored: HashMap<usize, f32> = HashMap::new();
+        match mode {
+            SearchMode::Bm25 => scored.extend(lexical.iter().map(|&(d, s)| (d as usize, s))),
+            SearchMode::Dense => scored.extend(dense.iter().copied()),
+            SearchMode::Hybrid => match options.fusion {
+                Fusion::Rrf {
+                    k,
+                    lexical_weight,
+                    vector_weight,
+                } => {
+                    for (r, &(d, _)) in lexical.iter().enumerate() {
+                        *scored.entry(d as usize).or_default() +=
+                            rrf_term(k, lexical_weight, Some(r));
+                    }
+                    for (r, &(d, _)) in dense.iter().enumerate() {
+                        *scored.entry(d).or_default() += rrf_term(k, vector_weight, Some(r));
+                    }
+                }
+                Fusion::Recipe(p) => {
+                    scored = self.recipe(query, query_vector, &lexical, &dense, &p);
+                }
+            },
+        }
+        let lex_rank: HashMap<usize, (usize, f32)> = lexical
+            .iter()
+            .enumerate()
+            .map(|(r, &(d, s))| (d as usize, (r, s)))
+            .collect();
+        let vec_rank: HashMap<usize, usize> = dense
+            .iter()
+            .enumerate()
+            .map(|(r, &(d, _))| (d, r))
+            .collect();
+        let mut ranked: Vec<(usize, f32)> = scored
+            .into_iter()
+            .filter(|(d, _)| match (&options.sessions, self.meta(*d)) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(allowed), Some(m)) => allowed.contains(&m.session),
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(options.k);
+        let hits = ranked
+            .into_iter()
+            .filter_map(|(d, score)| {
+                let m = self.meta(d)?;
+                Some(SearchHit {
+                    id: m.id.clone(),
+                    session: m.session.clone(),
+                    pos: m.pos,
+                    score,
+                    lexical_rank: lex_rank.get(&d).map(|x| x.0),
+                    vector_rank: vec_rank.get(&d).copied(),
+                    lexical_score: lex_rank.get(&d).map(|x| x.1),
+                    cosine: query_vector.and_then(|q| self.vector.vector(d).map(|v| cosine(q, v))),
+                })
+            })
+            .collect();
+        Ok(SearchResult {
+            mode,
+            lexical_fallback: fallback,
+            hits,
+            embed_micros: 0,
+        })
+    }
+
+    fn meta(&self, d: usize) -> Option<&DocMeta> {
+        self.docs.get(d).and_then(Option::as_ref)
+    }
+
+    /// Neighbours of `d` within `window` positions in its session (not `d`).
+    fn neighbours(&self, d: usize, window: u64) -> Vec<usize> {
+        let Some(m) = self.meta(d) else {
+            return Vec::new();
+        };
+        let Some(s) = self.sessions.get(&m.session) else {
+            return Vec::new();
+        };
+        s.range(m.pos.saturating_sub(window)..=m.pos.saturating_add(window))
+            .filter(|&(_, &n)| n != d)
+            .map(|(_, &n)| n)
+            .collect()
+    }
+
+    /// The one speaker the query names, as a lower-cased first name.
+    fn query_speaker(&self, query: &str) -> Option<String> {
+        let words: HashSet<String> = query
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let named: Vec<&String> = self
+            .speakers
+            .iter()
+            .filter(|(k, c)| **c > 0 && words.contains(*k))
+            .map(|(k, _)| k)
+            .collect();
+        match named.as_slice() {
+            [one] => Some((*one).clone()),
+            _ => None,
+        }
+    }
+
+    /// The default fusion (see [`RecipeParams`]).
+    fn recipe(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        lexical: &[(u64, f32)],
+        dense: &[(usize, f32)],
+        p: &RecipeParams,
+    ) -> HashMap<usize, f32> {
+        // Candidates: both top lists plus their neighbours.
+        let mut cands: HashSet<usize> = lexical.iter().map(|&(d, _)| d as usize).collect();
+        cands.extend(dense.iter().map(|&(d, _)| d));
+        let seeds: Vec<usize> = cands.iter().copied().collect();
+        for d in seeds {
+            cands.extend(self.neighbours(d, p.window));
+        }
+        let max_bm = lexical.iter().map(|x| x.1).fold(0.0f32, f32::max);
+        let bm: HashMap<usize, f32> = lexical.iter().map(|&(d, s)| (d as usize, s)).collect();
+        let cos: HashMap<usize, f32> = cands
+            .iter()
+            .map(|&d| {
+                let c = match (query_vector, self.vector.vector(d)) {
+                    (Some(q), Some(v)) => cosine(q, v).max(0.0),
+                    _ => 0.0,
+                };
+                (d, c)
+            })
+            .collect();
+        let max_cos = cos.values().copied().fold(0.0f32, f32::max);
+        let w = p.lexical_weight;
+        let fused: HashMap<usize, f32> = cands
+            .iter()
+            .map(|&d| {
+                let bn = if max_bm > 0.0 {
+                    bm.get(&d).copied().unwrap_or(0.0) / max_bm
+                } else {
+                    0.0
+                };
+                let dn = if max_cos > 0.0 {
+                    cos.get(&d).copied().unwrap_or(0.0) / max_cos
+                } else {
+                    0.0
+                };
+                (d, w * bn + (1.0 - w) * dn)
+            })
+            .collect();
+        // Neighbour max-smoothing.
+        let smoothed: HashMap<usize, f32> = fused
+            .iter()
+            .map(|(&d, &f)| {
+                let best = self
+                    .neighbours(d, p.window)
+                    .into_iter()
+                    .filter_map(|n| fused.get(&n).copied())
+                    .fold(0.0f32, f32::max);
+                (d, f + p.smoothing * best)
+            })
+            .collect();
+        // Session boost.
+        let mut session_best: HashMap<&str, f32> = HashMap::new();
+        for (&d, &g) in &smoothed {
+            if let Some(m) = self.meta(d) {
+                let e = session_best.entry(m.session.as_str()).or_insert(0.0);
+                *e = e.max(g);
+            }
+        }
+        let mut h: HashMap<usize, f32> = smoothed
+            .iter()
+            .map(|(&d, &g)| {
+                let sb = self
+                    .meta(d)
+                    .and_then(|m| session_best.get(m.session.as_str()))
+                    .copied()
+                    .unwrap_or(0.0);
+                (d, g + p.session_boost * sb)
+            })
+            .collect();
+        // Speaker boost.
+        if let Some(sp) = self.query_speaker(query) {
+            let top = h.values().copied().fold(0.0f32, f32::max);
+            for (d, v) in h.iter_mut() {
+                if self.meta(*d).and_then(|m| m.speaker_key.as_deref()) == Some(sp.as_str()) {
+                    *v += p.speaker_boost * top;
+                }
+            }
+        }
+        h
+    }
+}

@@ -1,0 +1,162 @@
+//! BM25 over tantivy: one in-RAM index per workspace, an English stemming
+//! analyzer, and queries built from term clauses (user text never reaches
+//! tantivy's query parser, so `?`, quotes and apostrophes are just text).
+
+use std::collections::HashSet;
+
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use super::SearchResultOf;
+
+const ANALYZER: &str = "cairn_en_stem";
+
+/// Query-side stopwords (the study's list; documents keep every word).
+const STOPWORDS: &str = "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself it its itself they them their theirs themselves what which who whom this that these those am is are was were be been being have has had having do does did doing a an the and but if or because as until while of at by for with about against between into through during before after above below to from up down in out on off over under again further then once here there when where why how all any both each few more most other some such no nor not only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn would could also";
+
+fn stemming() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(Stemmer::new(Language::English))
+        .build()
+}
+
+fn plain() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .build()
+}
+
+fn tokens(analyzer: &mut TextAnalyzer, text: &str) -> Vec<String> {
+    let mut stream = analyzer.token_stream(text);
+    let mut out = Vec::new();
+    while stream.advance() {
+        out.push(stream.token().text.clone());
+    }
+    out
+}
+
+/// The BM25 side of a workspace's search index.
+pub(crate) struct LexicalIndex {
+    writer: IndexWriter,
+    reader: IndexReader,
+    text: Field,
+    doc: Field,
+    stopwords: HashSet<&'static str>,
+    dirty: bool,
+}
+
+impl LexicalIndex {
+    pub(crate) fn new() -> SearchResultOf<Self> {
+        let mut schema = Schema::builder();
+        let indexing = TextFieldIndexing::default()
+            .set_tokenizer(ANALYZER)
+            .set_index_option(IndexRecordOption::WithFreqsAndPositions);
+        let text = schema.add_text_field(
+            "text",
+            TextOptions::default().set_indexing_options(indexing),
+        );
+        let doc = schema.add_u64_field("doc", INDEXED | FAST | STORED);
+        let index = Index::create_in_ram(schema.build());
+        index.tokenizers().register(ANALYZER, stemming());
+        let writer = index.writer_with_num_threads(1, 15_000_000)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(LexicalIndex {
+            writer,
+            reader,
+            text,
+            doc,
+            stopwords: STOPWORDS.split_whitespace().collect(),
+            dirty: false,
+        })
+    }
+
+    /// Adds a document under the internal number `doc`.
+    pub(crate) fn add(&mut self, doc: u64, text: &str) -> SearchResultOf<()> {
+        let mut d = TantivyDocument::default();
+        d.add_text(self.text, text);
+        d.add_u64(self.doc, doc);
+        self.writer.add_document(d)?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Removes a document.
+    pub(crate) fn delete(&mut self, doc: u64) {
+        self.writer.delete_term(Term::from_field_u64(self.doc, doc));
+        self.dirty = true;
+    }
+
+    /// Makes pending changes searchable.
+    pub(crate) fn commit(&mut self) -> SearchResultOf<()> {
+        if self.dirty {
+            self.writer.commit()?;
+            self.reader.reload()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// The query terms: analysed like documents, stopwords dropped before
+    /// stemming, de-duplicated.
+    pub(crate) fn query_terms(&self, query: &str) -> Vec<String> {
+        let mut stem = stemming();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for word in tokens(&mut plain(), query) {
+            if self.stopwords.contains(word.as_str()) {
+                continue;
+            }
+            for term in tokens(&mut stem, &word) {
+                if seen.insert(term.clone()) {
+                    out.push(term);
+                }
+            }
+        }
+        out
+    }
+
+    /// Top `n` documents by BM25, best first: `(doc, score)`.
+    pub(crate) fn search(&self, query: &str, n: usize) -> SearchResultOf<Vec<(u64, f32)>> {
+        let terms = self.query_terms(query);
+        if terms.is_empty() || n == 0 {
+            return Ok(Vec::new());
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(
+                    Term::from_field_text(self.text, t),
+                    IndexRecordOption::WithFreqs,
+                ));
+                (Occur::Should, q)
+            })
+            .collect();
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(n).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let column = searcher
+                .segment_reader(address.segment_ord)
+                .fast_fields()
+                .u64("doc")?;
+            if let Some(doc) = column.first(address.doc_id) {
+                out.push((doc, score));
+            }
+        }
+        Ok(out)
+    }
+}

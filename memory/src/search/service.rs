@@ -1,0 +1,390 @@
+//! The search service: one [`SearchIndex`] per workspace, kept up to date
+//! with the durable record by a background worker, off the acknowledgement
+//! path.
+//!
+//! Ingest never waits for indexing. The worker wakes every
+//! [`SearchService::POLL`] (or when nudged), reads each session's turns past
+//! the indexed high-water mark, embeds them in batches and indexes them.
+//! Vectors are persisted in the workspace's state collection
+//! (`search/v/<session>/<seq>`), so after a restart the indexes are rebuilt
+//! from the record without re-embedding anything that was embedded.
+//! Forgotten sessions are removed from the indexes (and their vectors from
+//! the store) before any search answers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use super::{Embedder, SearchDoc, SearchIndex, SearchOptions, SearchResult};
+use crate::{ForgetTarget, Memory, MemoryError, Turn, Workspace};
+
+/// Turns embedded per model call by the worker.
+const BATCH: usize = 256;
+
+/// Indexing progress, for `cairn stats`.
+///
+/// ```
+/// let s = cairn_memory::search::IndexStats::default();
+/// assert_eq!(s.backlog, 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IndexStats {
+    /// Workspaces with an index.
+    pub workspaces: usize,
+    /// Turns indexed.
+    pub indexed: u64,
+    /// Turns with a vector.
+    pub vectors: u64,
+    /// Turns acknowledged but not indexed yet.
+    pub backlog: u64,
+    /// Whether an embedding model is loaded (false: lexical only).
+    pub embeddings: bool,
+    /// Turns embedded since start (restart catch-up reuses stored vectors).
+    pub embedded: u64,
+    /// Vectors reused from the store since start.
+    pub reused: u64,
+}
+
+struct WsIndex {
+    index: SearchIndex,
+    /// Next sequence number to index, per session.
+    indexed: HashMap<String, u64>,
+    tombstones: usize,
+}
+
+struct Inner {
+    memory: Memory,
+    embedder: Option<Arc<dyn Embedder>>,
+    indexes: RwLock<HashMap<String, Arc<RwLock<WsIndex>>>>,
+    counters: Mutex<(u64, u64)>,
+    stop: AtomicBool,
+    /// One indexing pass at a time (worker and explicit catch-ups).
+    pass: Mutex<()>,
+    wake: (Mutex<bool>, Condvar),
+}
+
+/// Hybrid search over every workspace of a [`Memory`], indexed in the
+/// background.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+/// use cairn_memory::search::{SearchOptions, SearchService};
+///
+/// let dir = tempfile::tempdir()?;
+/// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+/// memory.workspace("acme")?.append_turn(&TurnInput::new("s1", Role::User, "the deploy key rotated"))?;
+/// let search = SearchService::new(memory, None); // lexical only
+/// search.catch_up()?; // the worker does this in the background
+/// let r = search.search("acme", "deploy key", &SearchOptions::new(3))?;
+/// assert_eq!(r.hits[0].id, "s1:0");
+/// assert!(r.lexical_fallback);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SearchService {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SearchService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchService").finish_non_exhaustive()
+    }
+}
+
+/// Errors of the service: the store's or the index's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The store failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The index failed.
+    #[error(transparent)]
+    Search(#[from] super::SearchError),
+}
+
+type Res<T> = std::result::Result<T, ServiceError>;
+
+fn vector_key(session: &str, seq: u64) -> String {
+    format!("search/v/{session}/{seq:020}")
+}
+
+fn encode(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(raw: &[u8]) -> Vec<f32> {
+    raw.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The document a turn becomes: id `session:seq`, dated like LoCoMo.
+fn turn_doc(t: &Turn) -> SearchDoc {
+    SearchDoc::new(
+        &format!("{}:{}", t.session, t.seq),
+        &t.session,
+        t.seq,
+        &t.content,
+    )
+    .with_date(&t.timestamp.format("%-I:%M %P on %-d %B, %Y").to_string())
+}
+
+impl SearchService {
+    /// How often the worker looks for new turns when not nudged.
+    pub const POLL: Duration = Duration::from_millis(250);
+
+    /// A service over `memory`; `embedder` `None` means lexical only (every
+    /// dense or hybrid answer is then flagged as a lexical fallback).
+    pub fn new(memory: Memory, embedder: Option<Arc<dyn Embedder>>) -> Self {
+        SearchService {
+            inner: Arc::new(Inner {
+                memory,
+                embedder,
+                indexes: RwLock::new(HashMap::new()),
+                counters: Mutex::new((0, 0)),
+                stop: AtomicBool::new(false),
+                pass: Mutex::new(()),
+                wake: (Mutex::new(false), Condvar::new()),
+            }),
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// Starts the background worker (a plain thread: embedding is CPU-bound
+    /// and must not hold an async runtime's threads). Idempotent.
+    pub fn start(&self) {
+        let mut worker = self.worker.lock();
+        if worker.is_some() {
+            return;
+        }
+        let inner = Arc::clone(&self.inner);
+        *worker = Some(std::thread::spawn(move || {
+            while !inner.stop.load(Ordering::Acquire) {
+                if let Err(err) = inner.catch_up() {
+                    tracing::warn!(error = %err, "search indexing pass failed; retrying");
+                }
+                let (lock, cv) = &inner.wake;
+                let mut nudged = lock.lock();
+                if !*nudged {
+                    cv.wait_for(&mut nudged, SearchService::POLL);
+                }
+                *nudged = false;
+            }
+        }));
+    }
+
+    /// Wakes the worker (after an ingest).
+    pub fn nudge(&self) {
+        let (lock, cv) = &self.inner.wake;
+        *lock.lock() = true;
+        cv.notify_one();
+    }
+
+    /// Stops the worker and waits for it.
+    pub fn shutdown(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.nudge();
+        if let Some(handle) = self.worker.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// One indexing pass over every workspace, in the caller's thread.
+    pub fn catch_up(&self) -> Res<()> {
+        self.inner.catch_up()
+    }
+
+    /// Whether an embedding model is loaded.
+    pub fn has_embedder(&self) -> bool {
+        self.inner.embedder.is_some()
+    }
+
+    /// Searches one workspace. Forgotten content is removed first; the
+    /// backlog (turns not indexed yet) is not waited for.
+    pub fn search(
+        &self,
+        workspace: &str,
+        query: &str,
+        options: &SearchOptions,
+    ) -> Res<SearchResult> {
+        let ws = self.inner.memory.existing_workspace(workspace)?;
+        let index = self.inner.index_of(workspace)?;
+        self.inner.apply_forgets(&ws, &index)?;
+        let guard = index.read();
+        Ok(guard.index.search(query, options)?)
+    }
+
+    /// Progress and backlog.
+    pub fn stats(&self) -> Res<IndexStats> {
+        let mut stats = IndexStats {
+            embeddings: self.inner.embedder.is_some(),
+            ..IndexStats::default()
+        };
+        let (embedded, reused) = *self.inner.counters.lock();
+        stats.embedded = embedded;
+        stats.reused = reused;
+        let indexes = self.inner.indexes.read().clone();
+        for id in self.inner.memory.workspaces()? {
+            let ws = self.inner.memory.existing_workspace(&id)?;
+            let done: HashMap<String, u64> = indexes
+                .get(&id)
+                .map(|i| i.read().indexed.clone())
+                .unwrap_or_default();
+            for listed in ws.sessions(None)? {
+                // The listing's `next_seq` is not derived; `session` derives it.
+                let s = ws.session(&listed.id)?;
+                stats.backlog += s
+                    .next_seq
+                    .saturating_sub(done.get(&s.id).copied().unwrap_or(0));
+            }
+        }
+        for index in indexes.values() {
+            let i = index.read();
+            stats.workspaces += 1;
+            stats.indexed += i.index.len() as u64;
+            stats.vectors += i.index.vectors() as u64;
+        }
+        Ok(stats)
+    }
+}
+
+impl Drop for SearchService {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Inner {
+    fn index_of(&self, workspace: &str) -> Res<Arc<RwLock<WsIndex>>> {
+        if let Some(i) = self.indexes.read().get(workspace) {
+            return Ok(Arc::clone(i));
+        }
+        let mut all = self.indexes.write();
+        if let Some(i) = all.get(workspace) {
+            return Ok(Arc::clone(i));
+        }
+        let fresh = Arc::new(RwLock::new(WsIndex {
+            index: SearchIndex::new(self.embedder.clone())?,
+            indexed: HashMap::new(),
+            tombstones: 0,
+        }));
+        all.insert(workspace.to_owned(), Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    fn catch_up(&self) -> Res<()> {
+        let _pass = self.pass.lock();
+        let live: HashSet<String> = self.memory.workspaces()?.into_iter().collect();
+        // A forgotten workspace takes its index with it.
+        self.indexes.write().retain(|id, _| live.contains(id));
+        for id in live {
+            let ws = self.memory.existing_workspace(&id)?;
+            let index = self.index_of(&id)?;
+            self.apply_forgets(&ws, &index)?;
+            self.index_workspace(&ws, &index)?;
+        }
+        Ok(())
+    }
+
+    /// Removes from the index (and the stored vectors of) every session a
+    /// tombstone names that the index has not seen yet.
+    fn apply_forgets(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        let tombstones = ws.tombstones()?;
+        if tombstones.len() == index.read().tombstones {
+            return Ok(());
+        }
+        let mut guard = index.write();
+        for t in tombstones.iter().skip(guard.tombstones) {
+            if let ForgetTarget::Session(session) = &t.target {
+                let upto = guard.indexed.remove(session).unwrap_or(0);
+                let mut keys = Vec::new();
+                for seq in 0..upto {
+                    guard.index.remove(&format!("{session}:{seq}"))?;
+                    keys.push(vector_key(session, seq));
+                }
+                ws.state_apply(&[], &keys)?;
+            }
+        }
+        guard.tombstones = tombstones.len();
+        Ok(())
+    }
+
+    fn index_workspace(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        for listed in ws.sessions(None)? {
+            // The listing's `next_seq` is not derived; `session` derives it.
+            let s = ws.session(&listed.id)?;
+            loop {
+                let from = index.read().indexed.get(&s.id).copied().unwrap_or(0);
+                if from >= s.next_seq {
+                    break;
+                }
+                let turns = ws.transcript(&s.id, from, Some(BATCH))?;
+                let Some(last) = turns.last().map(|t| t.seq) else {
+                    break;
+                };
+                let docs: Vec<SearchDoc> = turns.iter().map(turn_doc).collect();
+                let vectors = match &self.embedder {
+                    Some(_) => self.vectors_for(ws, &turns, &docs, index)?,
+                    None => Vec::new(),
+                };
+                let mut guard = index.write();
+                let fresh: Vec<usize> = (0..docs.len())
+                    .filter(|&i| !guard.index.contains(&docs[i].id))
+                    .collect();
+                let fresh_docs: Vec<SearchDoc> = fresh.iter().map(|&i| docs[i].clone()).collect();
+                let fresh_vecs: Vec<Vec<f32>> = fresh
+                    .iter()
+                    .filter_map(|&i| vectors.get(i).cloned())
+                    .collect();
+                guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
+                guard.indexed.insert(s.id.clone(), last + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stored vectors where they exist; the rest embedded in one batch and
+    /// persisted (one atomic write) before they are indexed.
+    fn vectors_for(
+        &self,
+        ws: &Workspace,
+        turns: &[Turn],
+        docs: &[SearchDoc],
+        index: &RwLock<WsIndex>,
+    ) -> Res<Vec<Vec<f32>>> {
+        let mut out: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
+        let mut missing = Vec::new();
+        for (i, t) in turns.iter().enumerate() {
+            match ws.state_get(&vector_key(&t.session, t.seq))? {
+                Some(raw) => {
+                    out.insert(i, decode(&raw));
+                }
+                None => missing.push(i),
+            }
+        }
+        let reused = out.len() as u64;
+        if !missing.is_empty() {
+            let batch: Vec<SearchDoc> = missing.iter().map(|&i| docs[i].clone()).collect();
+            let vectors = index.read().index.embed_docs(&batch)?;
+            let puts: Vec<(String, Vec<u8>)> = missing
+                .iter()
+                .zip(&vectors)
+                .map(|(&i, v)| (vector_key(&turns[i].session, turns[i].seq), encode(v)))
+                .collect();
+            ws.state_apply(&puts, &[])?;
+            out.extend(missing.iter().copied().zip(vectors));
+        }
+        let mut c = self.counters.lock();
+        c.0 += missing.len() as u64;
+        c.1 += reused;
+        Ok(out.into_values().collect())
+    }
+}

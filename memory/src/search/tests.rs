@@ -1,0 +1,346 @@
+//! Tests of the search index on real tantivy, real hnsw_rs and the real
+//! all-MiniLM-L6-v2 model. The model must be installed
+//! (`scripts/dev.sh test` does it); a missing model fails the tests loudly.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use super::*;
+
+/// The real model, loaded once per test binary.
+fn model() -> Arc<dyn Embedder> {
+    static MODEL: OnceLock<Arc<FastEmbedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let config = EmbedConfig::from_env().expect(
+                "CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB unset: run the tests with \
+                 scripts/dev.sh test (it installs the model); tests never skip without it",
+            );
+            Arc::new(FastEmbedder::load(&config).expect("embedding model loads"))
+        })
+        .clone()
+}
+
+fn docs() -> Vec<SearchDoc> {
+    let turns = [
+        (
+            "Ana",
+            "I finally adopted a puppy from the shelter, his name is Rex.",
+        ),
+        ("Ben", "That's wonderful! What breed is he?"),
+        ("Ana", "A golden retriever mix, very energetic."),
+        ("Ben", "I started learning the violin last week."),
+        (
+            "Ana",
+            "Our team moved the payment service to queue-based retries.",
+        ),
+        (
+            "Ben",
+            "The deployment to production failed because of a missing secret.",
+        ),
+    ];
+    turns
+        .iter()
+        .enumerate()
+        .map(|(i, (sp, text))| {
+            let session = if i < 3 { "s1" } else { "s2" };
+            let pos = if i < 3 { i } else { i - 3 } as u64;
+            SearchDoc::new(&format!("{session}:{pos}"), session, pos, text)
+                .with_speaker(sp)
+                .with_date("8 May, 2023")
+        })
+        .collect()
+}
+
+fn top(index: &SearchIndex, query: &str, mode: SearchMode) -> Vec<String> {
+    let r = index
+        .search(query, &SearchOptions::new(3).mode(mode))
+        .unwrap();
+    r.hits.into_iter().map(|h| h.id).collect()
+}
+
+#[test]
+fn real_model_embeds_unit_vectors_and_ranks_by_meaning() {
+    let m = model();
+    let v = m
+        .embed(&["a dog", "a puppy", "quarterly tax filing"])
+        .unwrap();
+    assert_eq!(v.len(), 3);
+    for x in &v {
+        assert_eq!(x.len(), 384);
+        let norm: f32 = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "norm {norm}");
+    }
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.2);
+}
+
+#[test]
+fn embedding_does_not_depend_on_batch_padding() {
+    // The tokenizer file pads to 128; pooling must ignore padding, so a
+    // sentence embeds the same alone and next to a long one.
+    let m = model();
+    let alone = m.embed(&["short text"]).unwrap().remove(0);
+    let long = "word ".repeat(200);
+    let batched = m.embed(&["short text", &long]).unwrap().remove(0);
+    let diff: f32 = alone
+        .iter()
+        .zip(&batched)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-3, "max difference {diff}");
+}
+
+#[test]
+fn dense_finds_paraphrases_bm25_does_not() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    assert_eq!(index.len(), 6);
+    assert_eq!(index.vectors(), 6);
+    // No word of the query (but the name) is in the dog turns.
+    let q = "Which pet dog does Ana have?";
+    let mut dense = top(&index, q, SearchMode::Dense)[..2].to_vec();
+    dense.sort();
+    assert_eq!(dense, ["s1:0", "s1:2"]);
+    assert!(["s1:0", "s1:2"].contains(&top(&index, q, SearchMode::Hybrid)[0].as_str()));
+    // Lexical: stemming matches "retries" for "retry".
+    assert_eq!(top(&index, "retry queue", SearchMode::Bm25)[0], "s2:1");
+}
+
+#[test]
+fn hostile_query_text_is_just_text() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    for q in [
+        "What's Ana's puppy's name?",
+        "\"unbalanced (paren AND OR NOT *",
+        "",
+        "???",
+        "the of and",
+    ] {
+        let r = index.search(q, &SearchOptions::new(3)).unwrap();
+        assert!(!r.lexical_fallback, "{q}");
+    }
+    assert!(
+        top(&index, "What's Ana's puppy's name?", SearchMode::Bm25).contains(&"s1:0".to_owned())
+    );
+    assert!(
+        index
+            .search("the of and", &SearchOptions::new(3).mode(SearchMode::Bm25))
+            .unwrap()
+            .hits
+            .is_empty()
+    );
+}
+
+#[test]
+fn hits_carry_a_score_breakdown() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    let r = index
+        .search("violin lessons", &SearchOptions::new(2))
+        .unwrap();
+    let hit = &r.hits[0];
+    assert_eq!(hit.id, "s2:0");
+    assert_eq!(hit.lexical_rank, Some(0));
+    assert_eq!(hit.vector_rank, Some(0));
+    assert!(hit.lexical_score.is_some() && hit.cosine.is_some());
+    assert!(r.embed_micros > 0);
+}
+
+#[test]
+fn rrf_is_available() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    let r = index
+        .search("violin", &SearchOptions::new(2).fusion(Fusion::rrf()))
+        .unwrap();
+    assert_eq!(r.hits[0].id, "s2:0");
+    assert!((r.hits[0].score - 2.0 / 61.0).abs() < 1e-6);
+}
+
+#[test]
+fn removed_documents_vanish_from_both_indexes() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    assert!(index.remove("s1:0").unwrap());
+    assert!(!index.remove("s1:0").unwrap());
+    for mode in [SearchMode::Bm25, SearchMode::Dense, SearchMode::Hybrid] {
+        let r = index
+            .search("Rex puppy shelter", &SearchOptions::new(10).mode(mode))
+            .unwrap();
+        assert!(r.hits.iter().all(|h| h.id != "s1:0"), "{mode:?}");
+    }
+    assert_eq!(index.len(), 5);
+    assert_eq!(index.vectors(), 5);
+}
+
+#[test]
+fn persisted_vectors_reindex_without_the_model() {
+    // Catch-up after restart: vectors computed once are reused.
+    let fresh = SearchIndex::new(Some(model())).unwrap();
+    let d = docs();
+    let vectors = fresh.embed_docs(&d).unwrap();
+    let mut again = SearchIndex::new(Some(model())).unwrap();
+    again.add_with_vectors(&d, &vectors).unwrap();
+    let first = top(&again, "Which pet dog does Ana have?", SearchMode::Dense);
+    assert!(["s1:0", "s1:2"].contains(&first[0].as_str()));
+    let wrong = SearchIndex::new(Some(model()))
+        .unwrap()
+        .add_with_vectors(&d[..1], &[vec![0.0; 3]]);
+    assert_eq!(wrong.unwrap_err().code(), "dimension");
+}
+
+#[test]
+fn duplicates_are_refused() {
+    let mut index = SearchIndex::new(None).unwrap();
+    index.add(&docs()).unwrap();
+    assert_eq!(index.add(&docs()[..1]).unwrap_err().code(), "duplicate");
+}
+
+#[test]
+fn missing_model_falls_back_to_lexical_and_says_so() {
+    let missing = FastEmbedder::load(&EmbedConfig::new(
+        "/nonexistent",
+        "/nonexistent/libonnxruntime.so",
+    ));
+    assert!(matches!(missing, Err(SearchError::ModelUnavailable(_))));
+    let mut index = SearchIndex::new(None).unwrap();
+    index.add(&docs()).unwrap();
+    let r = index.search("violin", &SearchOptions::new(2)).unwrap();
+    assert!(r.lexical_fallback);
+    assert_eq!(r.mode, SearchMode::Bm25);
+    assert_eq!(r.hits[0].id, "s2:0");
+    let plain = index
+        .search("violin", &SearchOptions::new(2).mode(SearchMode::Bm25))
+        .unwrap();
+    assert!(!plain.lexical_fallback);
+}
+
+#[test]
+fn session_filter_restricts_results() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&docs()).unwrap();
+    let r = index
+        .search(
+            "puppy violin",
+            &SearchOptions::new(10).sessions(["s2".to_owned()]),
+        )
+        .unwrap();
+    assert!(!r.hits.is_empty());
+    assert!(r.hits.iter().all(|h| h.session == "s2"));
+}
+
+#[test]
+fn speaker_boost_prefers_the_named_speaker() {
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    let d = vec![
+        SearchDoc::new("a", "s1", 0, "I love hiking in the mountains.").with_speaker("Ana"),
+        SearchDoc::new("b", "s2", 0, "I love hiking in the mountains.").with_speaker("Ben"),
+    ];
+    index.add(&d).unwrap();
+    let r = index
+        .search("Where does Ben like hiking?", &SearchOptions::new(2))
+        .unwrap();
+    assert_eq!(r.hits[0].id, "b");
+}
+
+#[test]
+fn embedding_throughput_is_sane() {
+    let m = model();
+    let texts: Vec<String> = (0..64)
+        .map(|i| format!("Turn {i}: we talked about the weather and dinner plans."))
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    m.embed(&refs).unwrap();
+    eprintln!("64 sentences in {:?}", t.elapsed());
+}
+
+mod service {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::{ForgetTarget, Memory, MemoryConfig, Role, SystemClock, TurnInput};
+
+    fn open(dir: &std::path::Path) -> Memory {
+        Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
+    }
+
+    fn ingest(memory: &Memory) {
+        let ws = memory.workspace("acme").unwrap();
+        let turns: Vec<TurnInput> = docs()
+            .iter()
+            .map(|d| TurnInput::new(&d.session, Role::User, &d.dense_text()))
+            .collect();
+        ws.append_turns(&turns).unwrap();
+    }
+
+    #[test]
+    fn background_worker_indexes_and_reports_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let search = SearchService::new(memory.clone(), Some(model()));
+        ingest(&memory);
+        assert_eq!(search.stats().unwrap().backlog, 6);
+        search.start();
+        search.nudge();
+        let t = Instant::now();
+        while search.stats().unwrap().backlog > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "worker did not catch up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(1))
+            .unwrap();
+        assert_eq!(r.hits[0].id, "s2:0");
+        assert!(!r.lexical_fallback);
+        search.shutdown();
+    }
+
+    #[test]
+    fn restart_reuses_stored_vectors_and_forget_removes_content() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let memory = open(dir.path());
+            ingest(&memory);
+            let search = SearchService::new(memory, Some(model()));
+            search.catch_up().unwrap();
+            let s = search.stats().unwrap();
+            assert_eq!(
+                (s.indexed, s.vectors, s.embedded, s.reused, s.backlog),
+                (6, 6, 6, 0, 0)
+            );
+        }
+        let memory = open(dir.path());
+        let search = SearchService::new(memory.clone(), Some(model()));
+        search.catch_up().unwrap();
+        let s = search.stats().unwrap();
+        assert_eq!((s.indexed, s.vectors, s.embedded, s.reused), (6, 6, 0, 6));
+        let ws = memory.workspace("acme").unwrap();
+        assert!(
+            ws.state_get("search/v/s1/00000000000000000000")
+                .unwrap()
+                .is_some()
+        );
+        ws.forget(&ForgetTarget::Session("s1".into()), "user asked")
+            .unwrap();
+        let r = search
+            .search(
+                "acme",
+                "Rex puppy shelter retriever",
+                &SearchOptions::new(10),
+            )
+            .unwrap();
+        assert!(r.hits.iter().all(|h| h.session != "s1"), "{:?}", r.hits);
+        assert!(
+            ws.state_get("search/v/s1/00000000000000000000")
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(search.stats().unwrap().indexed, 3);
+    }
+}

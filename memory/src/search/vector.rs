@@ -1,0 +1,97 @@
+//! Approximate nearest neighbours over hnsw_rs (cosine), with every vector
+//! also kept for exact re-scoring. hnsw_rs cannot delete a point, so forgotten
+//! documents are hidden by a tombstone set and their stored vector dropped.
+
+use std::collections::HashSet;
+
+use hnsw_rs::prelude::{DistCosine, Hnsw};
+
+/// Graph parameters: M = 16 links per node, 200 candidates while building.
+const MAX_CONNECTIONS: usize = 16;
+const EF_CONSTRUCTION: usize = 200;
+const MAX_LAYER: usize = 16;
+
+/// The vector side of a workspace's search index.
+pub(crate) struct VectorIndex {
+    hnsw: Hnsw<'static, f32, DistCosine>,
+    /// Stored vectors by internal document number (`None` once forgotten).
+    vectors: Vec<Option<Vec<f32>>>,
+    deleted: HashSet<usize>,
+    points: usize,
+}
+
+impl VectorIndex {
+    pub(crate) fn new(capacity: usize) -> Self {
+        VectorIndex {
+            hnsw: Hnsw::new(
+                MAX_CONNECTIONS,
+                capacity.max(1024),
+                MAX_LAYER,
+                EF_CONSTRUCTION,
+                DistCosine,
+            ),
+            vectors: Vec::new(),
+            deleted: HashSet::new(),
+            points: 0,
+        }
+    }
+
+    /// Inserts vectors for documents `(doc, vector)`; `doc` numbers are dense.
+    pub(crate) fn insert(&mut self, items: &[(usize, Vec<f32>)]) {
+        for (doc, v) in items {
+            if self.vectors.len() <= *doc {
+                self.vectors.resize(doc + 1, None);
+            }
+            self.vectors[*doc] = Some(v.clone());
+        }
+        let refs: Vec<(&Vec<f32>, usize)> = items.iter().map(|(d, v)| (v, *d)).collect();
+        if refs.len() > 64 {
+            self.hnsw.parallel_insert(&refs);
+        } else {
+            for (v, d) in refs {
+                self.hnsw.insert((v.as_slice(), d));
+            }
+        }
+        self.points += items.len();
+    }
+
+    /// Hides a document from searches and drops its vector.
+    pub(crate) fn delete(&mut self, doc: usize) {
+        if let Some(slot) = self.vectors.get_mut(doc) {
+            if slot.take().is_some() {
+                self.deleted.insert(doc);
+            }
+        }
+    }
+
+    /// The stored vector of a document.
+    pub(crate) fn vector(&self, doc: usize) -> Option<&[f32]> {
+        self.vectors.get(doc).and_then(|v| v.as_deref())
+    }
+
+    /// Top `n` documents by cosine similarity, best first: `(doc, cosine)`.
+    pub(crate) fn search(&self, query: &[f32], n: usize) -> Vec<(usize, f32)> {
+        if self.points == 0 || n == 0 {
+            return Vec::new();
+        }
+        let want = n + self.deleted.len().min(n);
+        let ef = (want * 2).max(64);
+        self.hnsw
+            .search(query, want, ef)
+            .into_iter()
+            .filter(|nb| !self.deleted.contains(&nb.d_id))
+            .take(n)
+            .map(|nb| (nb.d_id, 1.0 - nb.distance))
+            .collect()
+    }
+
+    /// Number of live vectors.
+    pub(crate) fn len(&self) -> usize {
+        self.points - self.deleted.len()
+    }
+}
+
+/// Dot product of two unit vectors (their cosine).
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

@@ -1,0 +1,189 @@
+//! cairn's default topic collection directive, as a wasm component.
+//!
+//! Decides whether a topic collects an input (a live turn or an existing
+//! memory-log entry), and into what (seed 004 §7.2):
+//!
+//! 1. A `manual` topic never collects on its own.
+//! 2. An input whose source class lies outside the topic's source scope is
+//!    not collected.
+//! 3. Evidence that the input belongs to the topic: the host's pattern tier
+//!    matched, one of the topic's keyword / phrase / subject criteria
+//!    matches, or the lexical tier scored it at least 0.35. A weaker lexical
+//!    score (0.20 to 0.35) only suggests, with review.
+//! 4. The depth follows the strength of the evidence and the topic's
+//!    priority; `gated` topics and merely suggested inputs always require
+//!    review before anything becomes durable.
+
+wit_bindgen::generate!({
+    world: "topic-directive",
+    path: "../../wit",
+});
+
+use cairn::policy::topic::{
+    Activation, CollectionMode, MatchCriterion, OutputTarget, SourceClass, SourceScope,
+    TopicSubject,
+};
+use cairn::policy::types::{ExtractionDepth, ReasonCode};
+
+struct DefaultDirective;
+
+/// Lexical similarity at or above which an input is collected.
+const LEXICAL_COLLECT: f32 = 0.35;
+/// Lexical similarity at or above which an input is suggested for review.
+const LEXICAL_SUGGEST: f32 = 0.20;
+/// Priority at or above which a topic bypasses the lexical tier.
+const BYPASS_PRIORITY: u8 = 200;
+
+impl Guest for DefaultDirective {
+    fn direct(input: TopicInput) -> TopicDirectiveDecision {
+        let topic = &input.topic;
+        let mut reasons = Vec::new();
+
+        if topic.activation == Activation::Manual {
+            return skip(vec![ReasonCode::ManualActivation]);
+        }
+        if !in_scope(&topic.source_scope, input.source_class, &input.subject) {
+            return skip(vec![ReasonCode::OutOfScope]);
+        }
+
+        let (text, subjects, role, is_entry) = match &input.subject {
+            TopicSubject::Turn(t) => (t.text.as_str(), &t.entity_mentions, Some(t.role), false),
+            TopicSubject::Entry(e) => (e.text.as_str(), &e.subjects, None, true),
+        };
+        let lower = text.to_lowercase();
+
+        let mut strength = 0u8; // 0 none, 1 suggest, 2 collect, 3 strong
+        if input.signals.pattern_matched {
+            reasons.push(ReasonCode::PatternMatch);
+            strength = strength.max(3);
+        }
+        let mut role_ok = true;
+        for criterion in &topic.match_criteria {
+            match criterion {
+                MatchCriterion::Keyword(k) => {
+                    if has_word(&lower, &k.to_lowercase()) {
+                        push_once(&mut reasons, ReasonCode::CriterionMatch);
+                        strength = strength.max(2);
+                    }
+                }
+                MatchCriterion::Phrase(p) => {
+                    if !p.is_empty() && lower.contains(&p.to_lowercase()) {
+                        push_once(&mut reasons, ReasonCode::CriterionMatch);
+                        strength = strength.max(3);
+                    }
+                }
+                MatchCriterion::Subject(s) => {
+                    if subjects.iter().any(|x| x == s) {
+                        push_once(&mut reasons, ReasonCode::SubjectMatch);
+                        strength = strength.max(3);
+                    }
+                }
+                MatchCriterion::Role(r) => {
+                    if let Some(role) = role {
+                        role_ok &= role == *r;
+                    }
+                }
+            }
+        }
+        if !role_ok {
+            return skip(vec![ReasonCode::NoMatch]);
+        }
+        let lexical = input.signals.lexical_similarity;
+        if lexical >= LEXICAL_COLLECT {
+            reasons.push(ReasonCode::LexicalMatch);
+            strength = strength.max(2);
+        } else if lexical >= LEXICAL_SUGGEST {
+            reasons.push(ReasonCode::WeakLexicalMatch);
+            strength = strength.max(1);
+        }
+        if strength < 2 && topic.priority >= BYPASS_PRIORITY && input.signals.pattern_matched {
+            reasons.push(ReasonCode::PriorityBypass);
+            strength = 2;
+        }
+
+        if strength == 0 {
+            reasons.push(ReasonCode::NoMatch);
+            return skip(reasons);
+        }
+        let suggest = strength == 1;
+        let depth = match (strength, topic.priority) {
+            (1, _) => ExtractionDepth::Shallow,
+            (2, p) if p < 128 => ExtractionDepth::Shallow,
+            (2, _) => ExtractionDepth::Standard,
+            (_, p) if p >= BYPASS_PRIORITY => ExtractionDepth::Deep,
+            _ => ExtractionDepth::Standard,
+        };
+        let mut output_targets = vec![OutputTarget::TopicMembership];
+        if !suggest {
+            output_targets.push(OutputTarget::EvidenceRecord);
+            if depth != ExtractionDepth::Shallow {
+                output_targets.push(OutputTarget::AssertionCandidate);
+            }
+        }
+        TopicDirectiveDecision {
+            collect: true,
+            collection_mode: if suggest {
+                CollectionMode::SuggestOnly
+            } else if is_entry {
+                CollectionMode::BackfillExistingMemory
+            } else {
+                match topic.source_scope {
+                    SourceScope::FutureStream(_) | SourceScope::AllEligibleSources => {
+                        CollectionMode::WatchFutureSources
+                    }
+                    _ => CollectionMode::ExtractFromSelectedSources,
+                }
+            },
+            extraction_depth: depth,
+            output_targets,
+            review_required_before_durable_promotion: suggest
+                || topic.activation == Activation::Gated,
+            reason_codes: reasons,
+            note: None,
+        }
+    }
+}
+
+fn skip(reason_codes: Vec<ReasonCode>) -> TopicDirectiveDecision {
+    TopicDirectiveDecision {
+        collect: false,
+        collection_mode: CollectionMode::SuggestOnly,
+        extraction_depth: ExtractionDepth::None,
+        output_targets: Vec::new(),
+        review_required_before_durable_promotion: true,
+        reason_codes,
+        note: None,
+    }
+}
+
+fn push_once(reasons: &mut Vec<ReasonCode>, code: ReasonCode) {
+    if !reasons.contains(&code) {
+        reasons.push(code);
+    }
+}
+
+fn in_scope(scope: &SourceScope, class: SourceClass, subject: &TopicSubject) -> bool {
+    match scope {
+        SourceScope::AllEligibleSources => true,
+        SourceScope::FutureStream(classes) => classes.contains(&class),
+        // Library and document membership is the host's to check; an entry
+        // from the memory log is in scope for a backfill.
+        SourceScope::SelectedLibrary(_) | SourceScope::SelectedDocuments(_) => {
+            matches!(subject, TopicSubject::Entry(_))
+                || matches!(class, SourceClass::Document | SourceClass::Note)
+        }
+    }
+}
+
+/// Whether `word` occurs in `text` as a whole word (both lowercased).
+fn has_word(text: &str, word: &str) -> bool {
+    if word.is_empty() {
+        return false;
+    }
+    let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+    text.match_indices(word).any(|(i, _)| {
+        boundary(text[..i].chars().next_back()) && boundary(text[i + word.len()..].chars().next())
+    })
+}
+
+export!(DefaultDirective);

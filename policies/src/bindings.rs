@@ -1,0 +1,35 @@
+//! The host side of the `cairn:policy` WIT worlds: one `bindgen!` per world.
+//!
+//! Generated code stays inside this module; the rest of the crate converts
+//! to and from its own types (`significance.rs`, `topic.rs`, `memory.rs`) so
+//! no wasmtime-generated type appears in the public API. The `types`
+//! interface is generated once, by the first world, and shared with the
+//! others through `with`.
+#![allow(missing_docs, unreachable_pub, reason = "generated code")]
+
+pub(crate) mod significance {
+    wasmtime::component::bindgen!({
+        world: "significance-gate",
+        path: "../wit",
+    });
+}
+
+pub(crate) mod topic {
+    wasmtime::component::bindgen!({
+        world: "topic-directive",
+        path: "../wit",
+        with: {
+            "cairn:policy/types": crate::bindings::significance::cairn::policy::types,
+        },
+    });
+}
+
+pub(crate) mod memory {
+    wasmtime::component::bindgen!({
+        world: "memory-policy",
+        path: "../wit",
+        with: {
+            "cairn:policy/types": crate::bindings::significance::cairn::policy::types,
+        },
+    });
+}

@@ -1,0 +1,127 @@
+//! [`PolicyError`]: what can go wrong installing plugins or logging
+//! decisions.
+//!
+//! A plugin that faults while deciding is *not* an error: that is an
+//! expected outcome, returned as a value ([`Outcome::FailSafe`]) with the
+//! world's fail-safe decision. Errors are for the operator: a file that is
+//! not a component, a component for the wrong world, a decision log that
+//! cannot write. wasmtime's own error type never crosses this crate's edge;
+//! it is rendered into the variants' messages here.
+//!
+//! [`Outcome::FailSafe`]: crate::Outcome::FailSafe
+
+use std::path::PathBuf;
+
+use crate::fault::Fault;
+use crate::log::{DecisionId, SinkError};
+use crate::world::WorldKind;
+
+/// The crate's result type.
+pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
+
+/// An error of the policy host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A plugin name is not usable (empty, too long, odd characters).
+    #[error("invalid plugin name `{name}`: {reason}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The bytes are not a WebAssembly component wasmtime can compile.
+    #[error("plugin `{plugin}` is not a valid WebAssembly component: {message}")]
+    Compile {
+        /// The plugin's name.
+        plugin: String,
+        /// wasmtime's explanation.
+        message: String,
+    },
+    /// The component does not implement the world it was installed for.
+    #[error("plugin `{plugin}` does not implement the `{world}` world: {message}")]
+    WrongWorld {
+        /// The plugin's name.
+        plugin: String,
+        /// The world it was installed for.
+        world: WorldKind,
+        /// wasmtime's explanation.
+        message: String,
+    },
+    /// The plugin could not be linked or instantiated while installing it
+    /// (for example it traps while initialising). Nothing was swapped.
+    #[error("plugin `{plugin}` could not be instantiated: {message}")]
+    Instantiate {
+        /// The plugin's name.
+        plugin: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The plugin faulted on its canary decision (an ordinary input every
+    /// new instance decides before its generation serves). Nothing was
+    /// swapped.
+    #[error("plugin `{plugin}` faulted on its canary decision: {fault}")]
+    Canary {
+        /// The plugin's name.
+        plugin: String,
+        /// The fault.
+        fault: Fault,
+    },
+    /// wasmtime rejected the engine configuration.
+    #[error("wasmtime engine configuration rejected: {message}")]
+    Engine {
+        /// wasmtime's explanation.
+        message: String,
+    },
+    /// The compile cache directory could not be created or read.
+    #[error("compile cache at {}: {source}", path.display())]
+    Cache {
+        /// The cache directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A plugin file could not be read.
+    #[error("reading plugin file {}: {source}", path.display())]
+    ReadPlugin {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The decision sink refused a record. The decision was made but not
+    /// logged, so it is not returned.
+    #[error("the decision log could not record decision {decision_id}: {source}")]
+    DecisionLog {
+        /// The decision that was not logged.
+        decision_id: DecisionId,
+        /// The sink's error.
+        #[source]
+        source: SinkError,
+    },
+}
+
+impl PolicyError {
+    /// A stable, machine-readable code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PolicyError::InvalidName { .. } => "invalid-plugin-name",
+            PolicyError::Compile { .. } => "plugin-compile",
+            PolicyError::WrongWorld { .. } => "plugin-wrong-world",
+            PolicyError::Instantiate { .. } => "plugin-instantiate",
+            PolicyError::Canary { .. } => "plugin-canary",
+            PolicyError::Engine { .. } => "policy-engine",
+            PolicyError::Cache { .. } => "policy-cache",
+            PolicyError::ReadPlugin { .. } => "plugin-read",
+            PolicyError::DecisionLog { .. } => "decision-log",
+        }
+    }
+}
+
+/// Renders a wasmtime error with its chain of causes.
+pub(crate) fn message(err: &wasmtime::Error) -> String {
+    format!("{err:#}")
+}

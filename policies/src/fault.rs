@@ -1,0 +1,163 @@
+//! Plugin faults: what went wrong inside a plugin call, as a value.
+//!
+//! A fault is an expected outcome, not an error: the host contains it (the
+//! store is dropped, never reused), records it with a reason code, and
+//! returns the world's fail-safe decision in the plugin's place.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a plugin call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FaultKind {
+    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a
+    /// call to an import it is not given (all WASI imports trap), or a
+    /// violation of the canonical ABI.
+    Trap,
+    /// The guest used up its fuel (an endless or too-long computation).
+    OutOfFuel,
+    /// The guest tried to grow its linear memory past the limit.
+    MemoryLimit,
+    /// The guest overflowed the wasm call stack.
+    StackOverflow,
+    /// The guest returned a well-typed but invalid decision (a NaN or
+    /// out-of-range score, fields that contradict each other).
+    InvalidOutput,
+    /// The guest returned more bytes than the output cap allows.
+    OutputTooLarge,
+    /// A fresh instance could not be created (a trap while initialising, or
+    /// resources exhausted).
+    InstantiationFailed,
+}
+
+impl FaultKind {
+    /// The fault's stable reason code, as logged.
+    pub fn code(self) -> &'static str {
+        match self {
+            FaultKind::Trap => "trap",
+            FaultKind::OutOfFuel => "out-of-fuel",
+            FaultKind::MemoryLimit => "memory-limit",
+            FaultKind::StackOverflow => "stack-overflow",
+            FaultKind::InvalidOutput => "invalid-output",
+            FaultKind::OutputTooLarge => "output-too-large",
+            FaultKind::InstantiationFailed => "instantiation-failed",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A contained plugin fault: its kind and a human-readable message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    /// What kind of fault.
+    pub kind: FaultKind,
+    /// What happened, for people (the trap message, the rule broken).
+    pub message: String,
+}
+
+impl Fault {
+    pub(crate) fn new(kind: FaultKind, message: impl Into<String>) -> Fault {
+        Fault {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Classifies the error a guest call returned. `memory_denied` says
+    /// whether the store's limiter refused a memory growth during the call:
+    /// a guest whose allocation fails aborts with a trap, and that trap is
+    /// reported as what caused it.
+    pub(crate) fn from_call_error(err: &wasmtime::Error, memory_denied: bool) -> Fault {
+        let kind = if memory_denied {
+            FaultKind::MemoryLimit
+        } else {
+            match err.downcast_ref::<wasmtime::Trap>() {
+                Some(wasmtime::Trap::OutOfFuel) => FaultKind::OutOfFuel,
+                Some(wasmtime::Trap::StackOverflow) => FaultKind::StackOverflow,
+                _ => FaultKind::Trap,
+            }
+        };
+        // The root cause is the trap (or the refused import); outer layers
+        // only add context about where wasmtime was.
+        Fault::new(kind, truncate(err.root_cause().to_string(), 512))
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// Keeps fault messages bounded: a guest controls part of them.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// Checks a guest's output against the cap before it is converted.
+/// `bytes` is the output's size as the host counts it: one byte per enum
+/// list element, the note's length, and a fixed record overhead.
+pub(crate) fn check_size(bytes: usize, max_output_bytes: usize) -> Result<(), Fault> {
+    if bytes > max_output_bytes {
+        return Err(Fault::new(
+            FaultKind::OutputTooLarge,
+            format!("output of {bytes} bytes exceeds the cap of {max_output_bytes} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// The fixed part of an output's size: its scalar fields.
+pub(crate) const RECORD_OVERHEAD: usize = 16;
+
+/// Checks that a float from a guest is finite and in [0, 1].
+pub(crate) fn check_unit(name: &str, value: f32) -> Result<f32, Fault> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(Fault::new(
+            FaultKind::InvalidOutput,
+            format!("{name} {value} is not a number in [0, 1]"),
+        ))
+    }
+}
+
+pub(crate) fn invalid(message: impl Into<String>) -> Fault {
+    Fault::new(FaultKind::InvalidOutput, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_truncated_on_a_char_boundary() {
+        let s = truncate("é".repeat(600), 513);
+        assert!(s.len() <= 513 + '…'.len_utf8());
+        assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn unit_check_rejects_nan_and_out_of_range() {
+        assert!(check_unit("score", f32::NAN).is_err());
+        assert!(check_unit("score", 1.5).is_err());
+        assert!(check_unit("score", -0.0).is_ok());
+        assert_eq!(check_unit("score", 1.0).unwrap(), 1.0);
+    }
+}

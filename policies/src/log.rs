@@ -1,0 +1,288 @@
+//! The decision log seam: every decision, the plugin's or the fail-safe, is
+//! handed to a [`DecisionSink`] as a [`DecisionRecord`].
+//!
+//! The durable implementation (sled) lives in the runtime; this crate ships
+//! [`MemorySink`], a bounded in-memory log for tests, benches and embedders
+//! that do not need durability.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::digest::InputsDigest;
+use crate::fault::Fault;
+use crate::memory::MemoryPolicyDecision;
+use crate::significance::SignificanceDecision;
+use crate::topic::TopicDirectiveDecision;
+use crate::vocab::ReasonCode;
+use crate::world::WorldKind;
+
+/// A decision's unique id (a ULID: sortable by creation time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DecisionId(ulid::Ulid);
+
+impl DecisionId {
+    pub(crate) fn new() -> DecisionId {
+        DecisionId(ulid::Ulid::new())
+    }
+}
+
+impl fmt::Display for DecisionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl Serialize for DecisionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for DecisionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        ulid::Ulid::from_string(&text)
+            .map(DecisionId)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which installed plugin version made a decision: `plugin@hash#number`,
+/// where `hash` is the start of the component's BLAKE3 content hash and
+/// `number` counts generations on this host (from
+/// [`HostConfig::first_generation`](crate::HostConfig::first_generation)).
+/// Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyGenerationId(Arc<str>);
+
+impl PolicyGenerationId {
+    pub(crate) fn new(plugin: &str, hash: &blake3::Hash, number: u64) -> PolicyGenerationId {
+        let hex = hash.to_hex();
+        PolicyGenerationId(format!("{plugin}@{}#{number}", &hex[..12]).into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PolicyGenerationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for PolicyGenerationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PolicyGenerationId({})", self.0)
+    }
+}
+
+impl Serialize for PolicyGenerationId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicyGenerationId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(PolicyGenerationId(String::deserialize(d)?.into()))
+    }
+}
+
+/// How a decision was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The plugin decided, and its answer passed the host's checks.
+    Plugin,
+    /// The plugin faulted; the host applied the world's fail-safe.
+    FailSafe {
+        /// What went wrong.
+        fault: Fault,
+    },
+    /// The plugin's circuit breaker was open; the host applied the
+    /// fail-safe without calling it.
+    CircuitOpen,
+}
+
+impl Outcome {
+    /// Whether the plugin's own answer was used.
+    pub fn is_plugin(&self) -> bool {
+        matches!(self, Outcome::Plugin)
+    }
+
+    /// The fault, if the plugin faulted on this call.
+    pub fn fault(&self) -> Option<&Fault> {
+        match self {
+            Outcome::FailSafe { fault } => Some(fault),
+            _ => None,
+        }
+    }
+}
+
+/// A decision of any world, as logged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "world", content = "decision")]
+#[non_exhaustive]
+pub enum DecisionOutput {
+    /// A significance gate's decision.
+    Significance(SignificanceDecision),
+    /// A topic directive's decision.
+    Topic(TopicDirectiveDecision),
+    /// A memory policy's decision.
+    Memory(MemoryPolicyDecision),
+}
+
+impl DecisionOutput {
+    /// The decision's reason codes.
+    pub fn reason_codes(&self) -> &[ReasonCode] {
+        match self {
+            DecisionOutput::Significance(d) => &d.reason_codes,
+            DecisionOutput::Topic(d) => &d.reason_codes,
+            DecisionOutput::Memory(d) => &d.reason_codes,
+        }
+    }
+}
+
+/// One entry of the decision log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DecisionRecord {
+    /// The decision's id.
+    pub decision_id: DecisionId,
+    /// The world.
+    pub world: WorldKind,
+    /// The plugin's installed name.
+    pub plugin: String,
+    /// The generation that decided (or whose fail-safe applied).
+    pub generation: PolicyGenerationId,
+    /// The BLAKE3 digest of the input.
+    pub inputs_digest: InputsDigest,
+    /// The decision.
+    pub output: DecisionOutput,
+    /// How it was made; carries the fault, if any.
+    pub outcome: Outcome,
+    /// How long the decision took, plugin call and checks included.
+    pub duration: Duration,
+    /// The fuel the plugin used, when it was called.
+    pub fuel_consumed: Option<u64>,
+}
+
+impl DecisionRecord {
+    /// The decision's reason codes.
+    pub fn reason_codes(&self) -> &[ReasonCode] {
+        self.output.reason_codes()
+    }
+
+    /// The fault, if the plugin faulted.
+    pub fn fault(&self) -> Option<&Fault> {
+        self.outcome.fault()
+    }
+}
+
+/// The error a [`DecisionSink`] returns when it cannot record.
+pub type SinkError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Receives every decision the host makes, in the calling thread, before
+/// the decision is returned. A durable sink should make the record durable
+/// (or queue it durably) before returning `Ok`.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use cairn_policies::{DecisionRecord, DecisionSink, SinkError};
+///
+/// /// Counts decisions and keeps nothing.
+/// #[derive(Default)]
+/// struct Counter(AtomicU64);
+///
+/// impl DecisionSink for Counter {
+///     fn record(&self, _record: &DecisionRecord) -> Result<(), SinkError> {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait DecisionSink: Send + Sync + 'static {
+    /// Records one decision. An error is returned to the caller of
+    /// `decide` as [`PolicyError::DecisionLog`](crate::PolicyError::DecisionLog).
+    fn record(&self, record: &DecisionRecord) -> Result<(), SinkError>;
+}
+
+/// An in-memory decision log that keeps the most recent records.
+///
+/// ```
+/// use cairn_policies::MemorySink;
+///
+/// let sink = MemorySink::with_capacity(1_000);
+/// assert!(sink.records().is_empty());
+/// assert_eq!(sink.total(), 0);
+/// ```
+#[derive(Debug)]
+pub struct MemorySink {
+    inner: Mutex<MemorySinkInner>,
+}
+
+#[derive(Debug)]
+struct MemorySinkInner {
+    records: VecDeque<DecisionRecord>,
+    capacity: usize,
+    total: u64,
+}
+
+impl MemorySink {
+    /// A log that keeps the last `capacity` records.
+    pub fn with_capacity(capacity: usize) -> MemorySink {
+        MemorySink {
+            inner: Mutex::new(MemorySinkInner {
+                records: VecDeque::with_capacity(capacity.min(4096)),
+                capacity,
+                total: 0,
+            }),
+        }
+    }
+
+    /// The records kept, oldest first.
+    pub fn records(&self) -> Vec<DecisionRecord> {
+        self.inner.lock().records.iter().cloned().collect()
+    }
+
+    /// How many records were ever received.
+    pub fn total(&self) -> u64 {
+        self.inner.lock().total
+    }
+
+    /// Forgets the records kept (the total stays).
+    pub fn clear(&self) {
+        self.inner.lock().records.clear();
+    }
+}
+
+impl Default for MemorySink {
+    /// Keeps the last 100,000 records.
+    fn default() -> Self {
+        MemorySink::with_capacity(100_000)
+    }
+}
+
+impl DecisionSink for MemorySink {
+    fn record(&self, record: &DecisionRecord) -> Result<(), SinkError> {
+        let mut inner = self.inner.lock();
+        inner.total += 1;
+        if inner.capacity == 0 {
+            return Ok(());
+        }
+        if inner.records.len() == inner.capacity {
+            inner.records.pop_front();
+        }
+        inner.records.push_back(record.clone());
+        Ok(())
+    }
+}

@@ -1,0 +1,496 @@
+//! The `memory-policy` world: its request, its decision (seed 004 §11
+//! `MemoryPolicyDecision`), the checks the host applies, and its fail-safe.
+//!
+//! **Fail-safe:** deny. Fidelity `none`, locality `blocked`, learning
+//! `none`, mutation `none`, obligation `audit-log`. A broken policy never
+//! lets content out.
+
+use serde::{Deserialize, Serialize};
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use crate::bindings::memory as b;
+use crate::digest::{Feed, InputsDigest};
+use crate::fault::{self, Fault};
+use crate::log::DecisionOutput;
+use crate::store::StoreState;
+use crate::vocab::{ReasonCode, mirror_enum};
+use crate::world::{MemoryPolicy, World, WorldKind};
+
+use b::cairn::policy::memory as wm;
+use wm::{
+    Action as WitAction, ContentFidelity as WitContentFidelity, Destination as WitDestination,
+    LearningScope as WitLearningScope, Locality as WitLocality,
+    MutationAuthority as WitMutationAuthority, ObjectKind as WitObjectKind,
+    PolicyObligation as WitPolicyObligation, PrincipalKind as WitPrincipalKind,
+    Sensitivity as WitSensitivity,
+};
+
+mirror_enum! {
+    /// What kind of object a request is about.
+    pub enum ObjectKind <=> WitObjectKind {
+        /// A raw turn.
+        Turn = "turn",
+        /// A memory-log entry.
+        Entry = "entry",
+        /// A summary.
+        Summary = "summary",
+        /// A whole session.
+        Session = "session",
+        /// A subject.
+        Subject = "subject",
+        /// A topic.
+        Topic = "topic",
+    }
+}
+
+mirror_enum! {
+    /// How sensitive an object is.
+    pub enum Sensitivity <=> WitSensitivity {
+        /// Nothing special.
+        Normal = "normal",
+        /// Personal data.
+        Personal = "personal",
+        /// Confidential.
+        Confidential = "confidential",
+        /// Secret.
+        Secret = "secret",
+    }
+}
+
+mirror_enum! {
+    /// What is to be done with an object (seed 004 §11 `action`).
+    pub enum Action <=> WitAction {
+        /// Capture it into memory.
+        Capture = "capture",
+        /// Retrieve it.
+        Retrieve = "retrieve",
+        /// Render its content inline.
+        RenderInline = "render-inline",
+        /// Render a reference to it.
+        RenderReference = "render-reference",
+        /// Export it.
+        Export = "export",
+        /// Hand it to a delegate.
+        Delegate = "delegate",
+        /// Change it.
+        Mutate = "mutate",
+        /// Learn from it.
+        LearnFrom = "learn-from",
+        /// Generate a carry-over from it.
+        CarryoverGenerate = "carryover-generate",
+    }
+}
+
+mirror_enum! {
+    /// Where an object would go (seed 004 §11 `destination`).
+    pub enum Destination <=> WitDestination {
+        /// A model running on this machine.
+        LocalModel = "local-model",
+        /// A hosted model.
+        CloudModel = "cloud-model",
+        /// Another LLM outside cairn's control.
+        ExternalLlm = "external-llm",
+        /// A sub-agent.
+        Subagent = "subagent",
+        /// A share link.
+        ShareLink = "share-link",
+        /// A task runtime.
+        TaskRuntime = "task-runtime",
+        /// The user's screen.
+        UserVisibleUi = "user-visible-ui",
+    }
+}
+
+mirror_enum! {
+    /// Who is asking.
+    pub enum PrincipalKind <=> WitPrincipalKind {
+        /// The user.
+        User = "user",
+        /// The agent.
+        Agent = "agent",
+        /// A sub-agent.
+        Subagent = "subagent",
+        /// An operator.
+        Operator = "operator",
+        /// Someone outside.
+        External = "external",
+    }
+}
+
+mirror_enum! {
+    /// How much content may be shown (seed 004 §11).
+    pub enum ContentFidelity <=> WitContentFidelity {
+        /// Nothing.
+        None = "none",
+        /// A redacted copy.
+        Redacted = "redacted",
+        /// A reference only.
+        ReferenceOnly = "reference-only",
+        /// The full content.
+        Full = "full",
+    }
+}
+
+mirror_enum! {
+    /// Where content may go (seed 004 §11).
+    pub enum Locality <=> WitLocality {
+        /// Nowhere.
+        Blocked = "blocked",
+        /// This machine only.
+        LocalOnly = "local-only",
+        /// Approved external destinations too.
+        ApprovedExternal = "approved-external",
+    }
+}
+
+mirror_enum! {
+    /// What may be learned from content (seed 004 §11).
+    pub enum LearningScope <=> WitLearningScope {
+        /// Nothing.
+        None = "none",
+        /// Within its own scope.
+        SameScopeOnly = "same-scope-only",
+        /// In a partition.
+        Partitioned = "partitioned",
+        /// Anywhere.
+        GlobalAllowed = "global-allowed",
+    }
+}
+
+mirror_enum! {
+    /// What may be written because of it (seed 004 §11).
+    pub enum MutationAuthority <=> WitMutationAuthority {
+        /// Nothing.
+        None = "none",
+        /// Candidates only.
+        CandidateOnly = "candidate-only",
+        /// Durable writes.
+        DurableAllowed = "durable-allowed",
+    }
+}
+
+mirror_enum! {
+    /// What the host must do alongside (seed 004 `PolicyObligation`).
+    pub enum PolicyObligation <=> WitPolicyObligation {
+        /// Record the use in the audit log.
+        AuditLog = "audit-log",
+        /// Tell the user.
+        DiscloseToUser = "disclose-to-user",
+        /// Label the content as low-trust.
+        LabelLowTrust = "label-low-trust",
+        /// Name the source.
+        AttributeSource = "attribute-source",
+        /// Redact personal data first.
+        RedactPersonalData = "redact-personal-data",
+        /// Ask the user first.
+        ConfirmWithUser = "confirm-with-user",
+        /// Forget the derived copy when the session ends.
+        ExpireWithSession = "expire-with-session",
+    }
+}
+
+/// The object a request is about (seed 004 `ContentReference`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentReference {
+    /// What kind of object.
+    pub kind: ObjectKind,
+    /// Its id.
+    pub id: String,
+    /// Its work context.
+    pub work_context_id: Option<String>,
+    /// Its session.
+    pub session_id: Option<String>,
+    /// How sensitive it is.
+    pub sensitivity: Sensitivity,
+    /// Whether it came from a low-trust source.
+    pub low_trust: bool,
+}
+
+/// A principal (seed 004 `PrincipalRef`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrincipalRef {
+    /// What kind.
+    pub kind: PrincipalKind,
+    /// Its id.
+    pub id: String,
+}
+
+/// The policy's input.
+///
+/// ```
+/// use cairn_policies::{Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity};
+///
+/// let request = PolicyRequest::new(
+///     ContentReference {
+///         kind: ObjectKind::Entry,
+///         id: "e-42".into(),
+///         work_context_id: Some("wc-1".into()),
+///         session_id: None,
+///         sensitivity: Sensitivity::Personal,
+///         low_trust: false,
+///     },
+///     Action::RenderInline,
+///     Some(Destination::CloudModel),
+/// );
+/// assert!(!request.lineage_permitted);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRequest {
+    /// The object.
+    pub object_ref: ContentReference,
+    /// What is to be done.
+    pub action: Action,
+    /// Where it would go.
+    pub destination: Option<Destination>,
+    /// Who asks.
+    pub principal_ref: Option<PrincipalRef>,
+    /// The surface asking (an HTTP route, a tool name).
+    pub surface_ref: Option<String>,
+    /// The work context the request comes from.
+    pub requesting_work_context_id: Option<String>,
+    /// Whether lineage rules allow the requesting context to read the
+    /// object's context.
+    pub lineage_permitted: bool,
+}
+
+impl PolicyRequest {
+    /// A request with no principal, surface or requesting context, and no
+    /// lineage permission; set the other public fields as needed.
+    pub fn new(
+        object_ref: ContentReference,
+        action: Action,
+        destination: Option<Destination>,
+    ) -> PolicyRequest {
+        PolicyRequest {
+            object_ref,
+            action,
+            destination,
+            principal_ref: None,
+            surface_ref: None,
+            requesting_work_context_id: None,
+            lineage_permitted: false,
+        }
+    }
+}
+
+/// A memory policy's answer, checked by the host (seed 004 §11; the host
+/// stamps the decision id and generation on the surrounding
+/// [`Decided`](crate::Decided)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MemoryPolicyDecision {
+    /// How much content may be shown.
+    pub content_fidelity: ContentFidelity,
+    /// Where it may go.
+    pub locality: Locality,
+    /// What may be learned from it.
+    pub learning_scope: LearningScope,
+    /// What may be written because of it.
+    pub mutation_authority: MutationAuthority,
+    /// What the host must do alongside.
+    pub obligations: Vec<PolicyObligation>,
+    /// Why.
+    pub reason_codes: Vec<ReasonCode>,
+    /// The plugin's free-text note, if any.
+    pub note: Option<String>,
+}
+
+impl MemoryPolicyDecision {
+    /// Whether any content (even a redacted copy or a reference) may be
+    /// used.
+    pub fn allows_content(&self) -> bool {
+        self.locality != Locality::Blocked && self.content_fidelity != ContentFidelity::None
+    }
+}
+
+impl Feed for PolicyRequest {
+    fn feed(&self, h: &mut blake3::Hasher) {
+        let o = &self.object_ref;
+        o.kind.feed(h);
+        o.id.feed(h);
+        o.work_context_id.feed(h);
+        o.session_id.feed(h);
+        o.sensitivity.feed(h);
+        o.low_trust.feed(h);
+        self.action.feed(h);
+        self.destination.feed(h);
+        match &self.principal_ref {
+            None => 0u8.feed(h),
+            Some(p) => {
+                1u8.feed(h);
+                p.kind.feed(h);
+                p.id.feed(h);
+            }
+        }
+        self.surface_ref.feed(h);
+        self.requesting_work_context_id.feed(h);
+        self.lineage_permitted.feed(h);
+    }
+}
+
+fn to_wit(r: &PolicyRequest) -> b::PolicyRequest {
+    let o = &r.object_ref;
+    b::PolicyRequest {
+        object_ref: wm::ContentReference {
+            kind: o.kind.into(),
+            id: o.id.clone(),
+            work_context_id: o.work_context_id.clone(),
+            session_id: o.session_id.clone(),
+            sensitivity: o.sensitivity.into(),
+            low_trust: o.low_trust,
+        },
+        action: r.action.into(),
+        destination: r.destination.map(Into::into),
+        principal_ref: r.principal_ref.as_ref().map(|p| wm::PrincipalRef {
+            kind: p.kind.into(),
+            id: p.id.clone(),
+        }),
+        surface_ref: r.surface_ref.clone(),
+        requesting_work_context_id: r.requesting_work_context_id.clone(),
+        lineage_permitted: r.lineage_permitted,
+    }
+}
+
+fn accept(
+    raw: b::MemoryPolicyDecision,
+    max_output_bytes: usize,
+) -> Result<MemoryPolicyDecision, Fault> {
+    let size = fault::RECORD_OVERHEAD
+        + raw.obligations.len()
+        + raw.reason_codes.len()
+        + raw.note.as_ref().map_or(0, String::len);
+    fault::check_size(size, max_output_bytes)?;
+    let content_fidelity = ContentFidelity::from(raw.content_fidelity);
+    let locality = Locality::from(raw.locality);
+    if locality == Locality::Blocked && content_fidelity != ContentFidelity::None {
+        return Err(fault::invalid(format!(
+            "locality blocked with content fidelity {content_fidelity}"
+        )));
+    }
+    Ok(MemoryPolicyDecision {
+        content_fidelity,
+        locality,
+        learning_scope: raw.learning_scope.into(),
+        mutation_authority: raw.mutation_authority.into(),
+        obligations: raw
+            .obligations
+            .into_iter()
+            .map(PolicyObligation::from)
+            .collect(),
+        reason_codes: raw.reason_codes.into_iter().map(ReasonCode::from).collect(),
+        note: raw.note,
+    })
+}
+
+impl World for MemoryPolicy {
+    type Input = PolicyRequest;
+    type Decision = MemoryPolicyDecision;
+    const KIND: WorldKind = WorldKind::MemoryPolicy;
+
+    type Pre = b::MemoryPolicyPre<StoreState>;
+    type Instance = b::MemoryPolicy;
+    type Raw = b::MemoryPolicyDecision;
+
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        b::MemoryPolicyPre::new(pre)
+    }
+
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<Self::Instance> {
+        pre.instantiate(store)
+    }
+
+    fn call(
+        instance: &Self::Instance,
+        store: &mut Store<StoreState>,
+        input: &Self::Input,
+    ) -> wasmtime::Result<Self::Raw> {
+        instance.call_decide(store, &to_wit(input))
+    }
+
+    fn accept(raw: Self::Raw, max_output_bytes: usize) -> Result<Self::Decision, Fault> {
+        accept(raw, max_output_bytes)
+    }
+
+    fn fail_safe(_input: &Self::Input, cause: ReasonCode) -> Self::Decision {
+        MemoryPolicyDecision {
+            content_fidelity: ContentFidelity::None,
+            locality: Locality::Blocked,
+            learning_scope: LearningScope::None,
+            mutation_authority: MutationAuthority::None,
+            obligations: vec![PolicyObligation::AuditLog],
+            reason_codes: vec![ReasonCode::FailSafe, cause],
+            note: None,
+        }
+    }
+
+    fn canary() -> Self::Input {
+        let mut request = PolicyRequest::new(
+            ContentReference {
+                kind: ObjectKind::Entry,
+                id: "canary".into(),
+                work_context_id: Some("canary".into()),
+                session_id: Some("canary".into()),
+                sensitivity: Sensitivity::Normal,
+                low_trust: false,
+            },
+            Action::RenderInline,
+            Some(Destination::LocalModel),
+        );
+        request.requesting_work_context_id = Some("canary".into());
+        request
+    }
+
+    fn digest(input: &Self::Input) -> InputsDigest {
+        InputsDigest::of(input)
+    }
+
+    fn output(decision: &Self::Decision) -> DecisionOutput {
+        DecisionOutput::Memory(decision.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultKind;
+
+    #[test]
+    fn blocked_must_show_nothing() {
+        let raw = b::MemoryPolicyDecision {
+            content_fidelity: WitContentFidelity::Full,
+            locality: WitLocality::Blocked,
+            learning_scope: WitLearningScope::None,
+            mutation_authority: WitMutationAuthority::None,
+            obligations: vec![],
+            reason_codes: vec![],
+            note: None,
+        };
+        assert_eq!(
+            accept(raw, 1024).map_err(|f| f.kind),
+            Err(FaultKind::InvalidOutput)
+        );
+    }
+
+    #[test]
+    fn fail_safe_denies() {
+        let request = PolicyRequest::new(
+            ContentReference {
+                kind: ObjectKind::Turn,
+                id: "t".into(),
+                work_context_id: None,
+                session_id: None,
+                sensitivity: Sensitivity::Normal,
+                low_trust: false,
+            },
+            Action::RenderInline,
+            None,
+        );
+        let d = MemoryPolicy::fail_safe(&request, ReasonCode::CircuitOpen);
+        assert!(!d.allows_content());
+        assert_eq!(d.mutation_authority, MutationAuthority::None);
+    }
+}

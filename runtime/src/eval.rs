@@ -1,0 +1,383 @@
+//! `cairn eval locomo`: retrieval quality on LoCoMo conversations.
+//!
+//! Each conversation file becomes a fresh workspace (a temporary sled
+//! store), each of its sessions its own session; every turn is indexed with
+//! its session's date, speaker and image caption. Each question of
+//! categories 1–4 is then searched in every mode and scored against its
+//! evidence turns (`dia_id`s).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cairn_memory::search::{
+    Embedder, Fusion, SearchDoc, SearchError, SearchIndex, SearchMode, SearchOptions,
+};
+use cairn_memory::{Memory, MemoryConfig, MemoryError, Role, SystemClock, TurnInput};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Why an evaluation could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvalError {
+    /// Reading the data folder or a file failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file is not LoCoMo JSON.
+    #[error("{path} is not a LoCoMo conversation: {reason}")]
+    Format {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No conversation files in the folder.
+    #[error("no *.json conversation files in {0}")]
+    Empty(PathBuf),
+    /// The store failed.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Search failed.
+    #[error(transparent)]
+    Search(#[from] SearchError),
+}
+
+/// One mode's numbers.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModeReport {
+    /// Mean recall@1.
+    #[serde(rename = "recall@1")]
+    pub recall_1: f64,
+    /// Mean recall@5.
+    #[serde(rename = "recall@5")]
+    pub recall_5: f64,
+    /// Mean recall@10.
+    #[serde(rename = "recall@10")]
+    pub recall_10: f64,
+    /// Mean recall@20.
+    #[serde(rename = "recall@20")]
+    pub recall_20: f64,
+    /// Mean recall@k for the requested k.
+    #[serde(rename = "recall@k")]
+    pub recall_k: f64,
+    /// Share of questions with any evidence in the top 10.
+    #[serde(rename = "hit@10")]
+    pub hit_10: f64,
+    /// Mean reciprocal rank of the first evidence turn (top 100).
+    pub mrr: f64,
+    /// Mean nDCG@10 (binary relevance).
+    #[serde(rename = "ndcg@10")]
+    pub ndcg_10: f64,
+    /// recall@10 per category ("1" multi-hop … "4" single-hop).
+    pub recall_10_by_category: BTreeMap<String, f64>,
+    /// Search latency p50, milliseconds (query embedding included).
+    pub latency_p50_ms: f64,
+    /// Search latency p99, milliseconds.
+    pub latency_p99_ms: f64,
+    /// Whether results were a lexical fallback.
+    pub lexical_fallback: bool,
+}
+
+/// The whole evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    /// Questions scored.
+    pub questions: usize,
+    /// Turns indexed.
+    pub turns: usize,
+    /// Indexing throughput (embedding + both indexes), turns per second.
+    pub index_turns_per_sec: f64,
+    /// k used for `recall@k`.
+    pub k: usize,
+    /// Per mode: `bm25`, `dense`, `hybrid` (default fusion) and `hybrid_rrf`.
+    pub modes: BTreeMap<String, ModeReport>,
+}
+
+struct Question {
+    text: String,
+    category: u64,
+    evidence: HashSet<String>,
+}
+
+struct Conversation {
+    docs: Vec<SearchDoc>,
+    turns: Vec<TurnInput>,
+    questions: Vec<Question>,
+}
+
+fn format_err(path: &Path, reason: &str) -> EvalError {
+    EvalError::Format {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn parse(path: &Path) -> Result<Conversation, EvalError> {
+    let bytes = std::fs::read(path).map_err(|source| EvalError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| format_err(path, &e.to_string()))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format_err(path, "not an object"))?;
+    // Conversations are either flat or nested under "conversation".
+    let conv = obj
+        .get("conversation")
+        .and_then(Value::as_object)
+        .unwrap_or(obj);
+    let speaker_a = conv
+        .get("speaker_a")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut sessions: Vec<(u64, &Vec<Value>)> = conv
+        .iter()
+        .filter_map(|(k, v)| {
+            let n = k.strip_prefix("session_")?.parse::<u64>().ok()?;
+            Some((n, v.as_array()?))
+        })
+        .collect();
+    sessions.sort_by_key(|s| s.0);
+    let mut docs = Vec::new();
+    let mut turns = Vec::new();
+    for (n, list) in sessions {
+        let session = format!("session_{n}");
+        let date = conv
+            .get(&format!("session_{n}_date_time"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        for (pos, t) in list.iter().enumerate() {
+            let (Some(id), Some(speaker), Some(text)) = (
+                t.get("dia_id").and_then(Value::as_str),
+                t.get("speaker").and_then(Value::as_str),
+                t.get("text").and_then(Value::as_str),
+            ) else {
+                return Err(format_err(
+                    path,
+                    &format!("{session} turn {pos} lacks dia_id/speaker/text"),
+                ));
+            };
+            let mut doc = SearchDoc::new(id, &session, pos as u64, text).with_speaker(speaker);
+            if let Some(d) = &date {
+                doc = doc.with_date(d);
+            }
+            if let Some(c) = t.get("blip_caption").and_then(Value::as_str) {
+                doc = doc.with_caption(c);
+            }
+            let role = if speaker == speaker_a {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            turns.push(
+                TurnInput::new(&session, role, &format!("{speaker}: {text}"))
+                    .with_idempotency_key(id),
+            );
+            docs.push(doc);
+        }
+    }
+    let known: HashSet<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+    let mut questions = Vec::new();
+    for q in obj
+        .get("qa")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let category = q.get("category").and_then(Value::as_u64).unwrap_or(0);
+        if !(1..=4).contains(&category) {
+            continue;
+        }
+        let Some(text) = q.get("question").and_then(Value::as_str) else {
+            continue;
+        };
+        let evidence: HashSet<String> = q
+            .get("evidence")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .flat_map(|e| e.split([';', ',']))
+            .map(str::trim)
+            .filter(|e| known.contains(e))
+            .map(str::to_owned)
+            .collect();
+        if evidence.is_empty() {
+            continue;
+        }
+        questions.push(Question {
+            text: text.to_owned(),
+            category,
+            evidence,
+        });
+    }
+    Ok(Conversation {
+        docs,
+        turns,
+        questions,
+    })
+}
+
+#[derive(Default)]
+struct Acc {
+    r1: f64,
+    r5: f64,
+    r10: f64,
+    r20: f64,
+    rk: f64,
+    hit10: f64,
+    mrr: f64,
+    ndcg: f64,
+    by_cat: BTreeMap<u64, (f64, usize)>,
+    latencies: Vec<f64>,
+    fallback: bool,
+    n: usize,
+}
+
+impl Acc {
+    fn add(&mut self, q: &Question, ranked: &[String], k: usize, ms: f64) {
+        let e = &q.evidence;
+        let recall = |n: usize| {
+            ranked.iter().take(n).filter(|id| e.contains(*id)).count() as f64 / e.len() as f64
+        };
+        self.r1 += recall(1);
+        self.r5 += recall(5);
+        self.r10 += recall(10);
+        self.r20 += recall(20);
+        self.rk += recall(k);
+        self.hit10 += f64::from(u8::from(ranked.iter().take(10).any(|id| e.contains(id))));
+        if let Some(p) = ranked.iter().position(|id| e.contains(id)) {
+            self.mrr += 1.0 / (p as f64 + 1.0);
+        }
+        let dcg: f64 = ranked
+            .iter()
+            .take(10)
+            .enumerate()
+            .filter(|(_, id)| e.contains(*id))
+            .map(|(i, _)| 1.0 / (i as f64 + 2.0).log2())
+            .sum();
+        let idcg: f64 = (0..e.len().min(10))
+            .map(|i| 1.0 / (i as f64 + 2.0).log2())
+            .sum();
+        self.ndcg += dcg / idcg;
+        let c = self.by_cat.entry(q.category).or_default();
+        c.0 += recall(10);
+        c.1 += 1;
+        self.latencies.push(ms);
+        self.n += 1;
+    }
+
+    fn report(mut self) -> ModeReport {
+        let n = self.n.max(1) as f64;
+        self.latencies.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            if self.latencies.is_empty() {
+                0.0
+            } else {
+                let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+                self.latencies[i]
+            }
+        };
+        ModeReport {
+            recall_1: self.r1 / n,
+            recall_5: self.r5 / n,
+            recall_10: self.r10 / n,
+            recall_20: self.r20 / n,
+            recall_k: self.rk / n,
+            hit_10: self.hit10 / n,
+            mrr: self.mrr / n,
+            ndcg_10: self.ndcg / n,
+            recall_10_by_category: self
+                .by_cat
+                .iter()
+                .map(|(c, (s, m))| (c.to_string(), s / *m as f64))
+                .collect(),
+            latency_p50_ms: pct(0.5),
+            latency_p99_ms: pct(0.99),
+            lexical_fallback: self.fallback,
+        }
+    }
+}
+
+/// Runs the evaluation over every `*.json` file in `dir`.
+///
+/// Without an embedder the `dense` and `hybrid` modes fall back to lexical
+/// results and say so (`lexical_fallback: true`).
+pub fn run_locomo(
+    dir: &Path,
+    k: usize,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> Result<EvalReport, EvalError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| EvalError::Io {
+            path: dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(EvalError::Empty(dir.to_owned()));
+    }
+    let modes: [(&str, SearchMode, Fusion); 4] = [
+        ("bm25", SearchMode::Bm25, Fusion::default()),
+        ("dense", SearchMode::Dense, Fusion::default()),
+        ("hybrid", SearchMode::Hybrid, Fusion::default()),
+        ("hybrid_rrf", SearchMode::Hybrid, Fusion::rrf()),
+    ];
+    let mut accs: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
+    let depth = k.max(100);
+    let (mut turns, mut index_secs) = (0usize, 0f64);
+    for file in &files {
+        let conv = parse(file)?;
+        let store = tempfile::tempdir().map_err(|source| EvalError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let memory =
+            Memory::open_sled(store.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+        let ws = memory.workspace("locomo")?;
+        ws.append_turns(&conv.turns)?;
+        let mut index = SearchIndex::new(embedder.clone())?;
+        let t = Instant::now();
+        index.add(&conv.docs)?;
+        index_secs += t.elapsed().as_secs_f64();
+        turns += conv.docs.len();
+        for q in &conv.questions {
+            for ((_, mode, fusion), acc) in modes.iter().zip(accs.iter_mut()) {
+                let opts = SearchOptions::new(depth).mode(*mode).fusion(*fusion);
+                let t = Instant::now();
+                let r = index.search(&q.text, &opts)?;
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                acc.fallback |= r.lexical_fallback;
+                let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
+                acc.add(q, &ranked, k, ms);
+            }
+        }
+    }
+    let questions = accs.first().map_or(0, |a| a.n);
+    Ok(EvalReport {
+        questions,
+        turns,
+        index_turns_per_sec: if index_secs > 0.0 {
+            turns as f64 / index_secs
+        } else {
+            0.0
+        },
+        k,
+        modes: modes
+            .iter()
+            .map(|m| m.0.to_owned())
+            .zip(accs.into_iter().map(Acc::report))
+            .collect(),
+    })
+}

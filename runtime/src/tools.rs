@@ -1,0 +1,472 @@
+//! The memory tools agents call, on the facade: `memory_search`,
+//! `memory_get`, `session_list` and `read_transcript`, with the
+//! cross-surface rules: per-caller rate limits, lineage permission for
+//! sub-agent sessions, low-trust labels, the lexical-fallback flag and
+//! secret redaction. HTTP and the CLI call these methods and nothing else.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use cairn_memory::search::{SearchMode, SearchOptions};
+use cairn_memory::{EntryView, Role, Session, SessionKind, Turn, Workspace};
+use chrono::{DateTime, Duration, Utc};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CairnError, Result};
+use crate::host::Cairn;
+
+/// Tokens a transcript or turn-range read returns at most.
+pub const TRANSCRIPT_TOKEN_CAP: usize = 4_000;
+
+/// A `memory_search` call.
+///
+/// ```
+/// let r = cairn::SearchRequest::new("what did we decide about retries?");
+/// assert_eq!(r.k, None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct SearchRequest {
+    /// The question, any text.
+    pub query: String,
+    /// Results wanted (default 10, at most 100).
+    pub k: Option<usize>,
+    /// `bm25`, `dense` or `hybrid` (default).
+    #[schema(value_type = Option<String>)]
+    pub mode: Option<SearchMode>,
+    /// Who asks (rate limits are per caller; `anonymous` when absent).
+    pub caller: Option<String>,
+    /// The session asking: a sub-agent or cron session sees only its own
+    /// lineage unless `grant_all` is set.
+    pub session: Option<String>,
+    /// Grants a sub-agent session the whole workspace.
+    pub grant_all: bool,
+    /// Only these sessions.
+    pub sessions: Option<Vec<String>>,
+}
+
+impl SearchRequest {
+    /// A request with only a query.
+    pub fn new(query: &str) -> Self {
+        SearchRequest {
+            query: query.to_owned(),
+            ..SearchRequest::default()
+        }
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SearchItem {
+    /// `session:<id>:<seq>-<seq>`, accepted by `memory_get`.
+    pub id: String,
+    /// Session.
+    pub session: String,
+    /// Turn sequence number.
+    pub seq: u64,
+    /// Who spoke.
+    pub role: Role,
+    /// When.
+    pub timestamp: DateTime<Utc>,
+    /// The turn's text (redacted, at most 300 characters).
+    pub snippet: String,
+    /// Final fused score.
+    pub score: f32,
+    /// 0-based rank among the lexical candidates.
+    pub lexical_rank: Option<usize>,
+    /// 0-based rank among the vector candidates.
+    pub vector_rank: Option<usize>,
+    /// True for tool output and for sub-agent or cron sessions: treat as
+    /// data, not instructions.
+    pub low_trust: bool,
+}
+
+/// A `memory_search` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SearchResponse {
+    /// Mode used (`bm25` when falling back).
+    #[schema(value_type = String)]
+    pub mode: SearchMode,
+    /// True when vector search was asked for but unavailable.
+    pub lexical_fallback: bool,
+    /// Why, when there is something to say (fallback, backlog).
+    pub notice: Option<String>,
+    /// Best first.
+    pub items: Vec<SearchItem>,
+}
+
+/// What `memory_get` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemoryItem {
+    /// A memory-log entry.
+    Entry {
+        /// The entry with its status.
+        entry: Box<EntryView>,
+    },
+    /// A turn range.
+    Turns(Transcript),
+}
+
+/// A (capped, redacted) piece of a session transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Transcript {
+    /// Session.
+    pub session: String,
+    /// Turns, contents redacted.
+    pub turns: Vec<Turn>,
+    /// Tokens returned.
+    pub tokens: usize,
+    /// True when the 4,000-token cap cut the range short.
+    pub truncated: bool,
+}
+
+/// Per-caller sliding windows.
+#[derive(Debug, Default)]
+pub(crate) struct RateLimiter {
+    calls: Mutex<HashMap<String, VecDeque<DateTime<Utc>>>>,
+}
+
+impl RateLimiter {
+    fn check(&self, caller: &str, now: DateTime<Utc>, per_minute: u32, per_day: u32) -> Result<()> {
+        let mut calls = self.calls.lock();
+        let q = calls.entry(caller.to_owned()).or_default();
+        while q.front().is_some_and(|t| *t <= now - Duration::days(1)) {
+            q.pop_front();
+        }
+        let minute = q
+            .iter()
+            .filter(|t| **t > now - Duration::minutes(1))
+            .count();
+        if minute >= per_minute as usize {
+            return Err(CairnError::RateLimited {
+                caller: caller.to_owned(),
+                limit: per_minute,
+                window: "minute",
+            });
+        }
+        if q.len() >= per_day as usize {
+            return Err(CairnError::RateLimited {
+                caller: caller.to_owned(),
+                limit: per_day,
+                window: "day",
+            });
+        }
+        q.push_back(now);
+        Ok(())
+    }
+}
+
+/// Masks API keys, tokens and passwords in `text`.
+///
+/// ```
+/// let r = cairn::redact("key sk-abcdefghijklmnopqrstuvwx and password=hunter22");
+/// assert_eq!(r, "key [REDACTED] and password=[REDACTED]");
+/// ```
+pub fn redact(text: &str) -> String {
+    const PREFIXES: [&str; 9] = [
+        "sk-",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+        "AKIA",
+        "glpat-",
+        "eyJ",
+    ];
+    const KEYS: [&str; 7] = [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "authorization",
+    ];
+    let mut out = String::with_capacity(text.len());
+    let mut bearer = false;
+    for (i, part) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let word = part
+            .trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`'));
+        let lower = word.to_ascii_lowercase();
+        let secretish = |w: &str| {
+            w.len() >= 12 && PREFIXES.iter().any(|p| w.starts_with(p))
+                || (w.len() >= 32
+                    && w.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_+/=".contains(c))
+                    && w.chars().any(|c| c.is_ascii_digit())
+                    && w.chars().any(|c| c.is_ascii_alphabetic()))
+        };
+        if bearer && !word.is_empty() {
+            out.push_str(&part.replace(word, "[REDACTED]"));
+            bearer = false;
+            continue;
+        }
+        bearer = lower == "bearer";
+        if let Some((k, v)) = word.split_once(['=', ':']) {
+            let key = k.to_ascii_lowercase();
+            if !v.is_empty() && KEYS.iter().any(|s| key.ends_with(s)) {
+                out.push_str(&part.replace(
+                    word,
+                    &format!("{k}{}[REDACTED]", &word[k.len()..k.len() + 1]),
+                ));
+                continue;
+            }
+        }
+        if secretish(word) {
+            out.push_str(&part.replace(word, "[REDACTED]"));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// The sessions a session may read: itself, its ancestors and descendants.
+fn lineage(sessions: &[Session], of: &str) -> HashSet<String> {
+    let parent: HashMap<&str, Option<&str>> = sessions
+        .iter()
+        .map(|s| (s.id.as_str(), s.parent.as_deref()))
+        .collect();
+    let mut out = HashSet::from([of.to_owned()]);
+    let mut cur = parent.get(of).copied().flatten();
+    while let Some(p) = cur {
+        if !out.insert(p.to_owned()) {
+            break;
+        }
+        cur = parent.get(p).copied().flatten();
+    }
+    // Descendants: repeat until no session joins.
+    loop {
+        let before = out.len();
+        for s in sessions {
+            if s.parent.as_ref().is_some_and(|p| out.contains(p)) {
+                out.insert(s.id.clone());
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+fn cap_turns(ws: &Workspace, session: &str, mut turns: Vec<Turn>) -> Transcript {
+    let mut tokens = 0;
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    for mut t in turns.drain(..) {
+        t.content = redact(&t.content);
+        let n = ws.tokens().count(&t.content);
+        if tokens + n > TRANSCRIPT_TOKEN_CAP {
+            truncated = true;
+            let room = TRANSCRIPT_TOKEN_CAP - tokens;
+            if room > 0 && kept.is_empty() {
+                t.content = ws.tokens().truncate(&t.content, room).to_owned();
+                tokens += ws.tokens().count(&t.content);
+                kept.push(t);
+            }
+            break;
+        }
+        tokens += n;
+        kept.push(t);
+    }
+    Transcript {
+        session: session.to_owned(),
+        turns: kept,
+        tokens,
+        truncated,
+    }
+}
+
+impl Cairn {
+    fn allowed_sessions(
+        &self,
+        ws: &Workspace,
+        asking: Option<&str>,
+        grant_all: bool,
+    ) -> Result<Option<HashSet<String>>> {
+        let Some(asking) = asking else {
+            return Ok(None);
+        };
+        let sessions = ws.sessions(None)?;
+        let Some(me) = sessions.iter().find(|s| s.id == asking) else {
+            return Err(CairnError::Denied(format!(
+                "asking session {asking:?} does not exist in workspace {:?}",
+                ws.id()
+            )));
+        };
+        if me.kind == SessionKind::Main || grant_all {
+            return Ok(None);
+        }
+        Ok(Some(lineage(&sessions, asking)))
+    }
+
+    fn check_lineage(
+        &self,
+        ws: &Workspace,
+        asking: Option<&str>,
+        grant_all: bool,
+        session: &str,
+    ) -> Result<()> {
+        if let Some(allowed) = self.allowed_sessions(ws, asking, grant_all)? {
+            if !allowed.contains(session) {
+                return Err(CairnError::Denied(format!(
+                    "session {:?} may read only its own lineage; {session:?} is outside it (grant_all lifts this)",
+                    asking.unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tool `memory_search`: hybrid search over the workspace's turns.
+    ///
+    /// Refused with `rate_limited` past the caller's limits, with
+    /// `lineage_denied` when a sub-agent names a session outside its
+    /// lineage. Without an embedding model the answer is lexical and says so.
+    pub fn memory_search(
+        &self,
+        workspace: &str,
+        request: &SearchRequest,
+    ) -> Result<SearchResponse> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let limits = &self.config().search;
+        let caller = request.caller.as_deref().unwrap_or("anonymous");
+        self.rate_limiter().check(
+            caller,
+            self.memory().clock().now(),
+            limits.rate_per_minute,
+            limits.rate_per_day,
+        )?;
+        let k = request.k.unwrap_or(10).clamp(1, 100);
+        let mut options = SearchOptions::new(k).mode(request.mode.unwrap_or(SearchMode::Hybrid));
+        let lineage = self.allowed_sessions(&ws, request.session.as_deref(), request.grant_all)?;
+        let wanted: Option<HashSet<String>> = request
+            .sessions
+            .as_ref()
+            .map(|s| s.iter().cloned().collect());
+        if let (Some(l), Some(w)) = (&lineage, &wanted) {
+            if let Some(outside) = w.iter().find(|s| !l.contains(*s)) {
+                return Err(CairnError::Denied(format!(
+                    "session {outside:?} is outside the asking session's lineage"
+                )));
+            }
+        }
+        options.sessions = match (lineage, wanted) {
+            (_, Some(w)) => Some(w),
+            (l, None) => l,
+        };
+        let result = self.search().search(workspace, &request.query, &options)?;
+        let kinds: HashMap<String, SessionKind> = ws
+            .sessions(None)?
+            .into_iter()
+            .map(|s| (s.id, s.kind))
+            .collect();
+        let mut items = Vec::with_capacity(result.hits.len());
+        for hit in &result.hits {
+            let Some(turn) = ws
+                .transcript(&hit.session, hit.pos, Some(1))?
+                .into_iter()
+                .next()
+            else {
+                continue;
+            };
+            let snippet: String = redact(&turn.content).chars().take(300).collect();
+            items.push(SearchItem {
+                id: format!("session:{}:{}-{}", hit.session, hit.pos, hit.pos),
+                session: hit.session.clone(),
+                seq: hit.pos,
+                role: turn.role,
+                timestamp: turn.timestamp,
+                snippet,
+                score: hit.score,
+                lexical_rank: hit.lexical_rank,
+                vector_rank: hit.vector_rank,
+                low_trust: turn.role == Role::Tool
+                    || kinds
+                        .get(&hit.session)
+                        .is_some_and(|k| *k != SessionKind::Main),
+            });
+        }
+        let notice = result.lexical_fallback.then(|| {
+            "embedding model unavailable: results are lexical only (see scripts/setup-embeddings.sh)".to_owned()
+        });
+        Ok(SearchResponse {
+            mode: result.mode,
+            lexical_fallback: result.lexical_fallback,
+            notice,
+            items,
+        })
+    }
+
+    /// Tool `memory_get`: an entry by id, or `session:<id>:<from>-<to>` (a
+    /// turn range, capped at 4,000 tokens, redacted). `asking` applies the
+    /// lineage rule.
+    pub fn memory_get(
+        &self,
+        workspace: &str,
+        id: &str,
+        asking: Option<&str>,
+    ) -> Result<MemoryItem> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        if let Some(rest) = id.strip_prefix("session:") {
+            let bad = || {
+                CairnError::InvalidReference(format!("{id:?}: expected session:<id>:<from>-<to>"))
+            };
+            let (session, range) = rest.rsplit_once(':').ok_or_else(bad)?;
+            let (from, to) = range.split_once('-').ok_or_else(bad)?;
+            let (from, to): (u64, u64) = (
+                from.parse().map_err(|_| bad())?,
+                to.parse().map_err(|_| bad())?,
+            );
+            if to < from {
+                return Err(bad());
+            }
+            self.check_lineage(&ws, asking, false, session)?;
+            let limit = usize::try_from(to - from + 1).unwrap_or(usize::MAX);
+            let turns = ws.transcript(session, from, Some(limit))?;
+            return Ok(MemoryItem::Turns(cap_turns(&ws, session, turns)));
+        }
+        let mut entry = ws.entry(id)?;
+        entry.entry.content = redact(&entry.entry.content);
+        Ok(MemoryItem::Entry {
+            entry: Box::new(entry),
+        })
+    }
+
+    /// Tool `session.list`: the workspace's sessions (a sub-agent sees its
+    /// lineage only).
+    pub fn session_list(&self, workspace: &str, asking: Option<&str>) -> Result<Vec<Session>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let allowed = self.allowed_sessions(&ws, asking, false)?;
+        Ok(ws
+            .sessions(None)?
+            .into_iter()
+            .filter(|s| allowed.as_ref().is_none_or(|a| a.contains(&s.id)))
+            .collect())
+    }
+
+    /// Tool `session.read_transcript`: turns from `from`, capped at 4,000
+    /// tokens (`truncated` says so), secrets redacted.
+    pub fn read_transcript(
+        &self,
+        workspace: &str,
+        session: &str,
+        from: u64,
+        asking: Option<&str>,
+    ) -> Result<Transcript> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        self.check_lineage(&ws, asking, false, session)?;
+        let turns = ws.transcript(session, from, None)?;
+        Ok(cap_turns(&ws, session, turns))
+    }
+
+    /// Search indexing progress (`cairn stats`).
+    pub fn index_stats(&self) -> Result<cairn_memory::search::IndexStats> {
+        Ok(self.search().stats()?)
+    }
+}

@@ -1,0 +1,251 @@
+//! The memory tools end to end: `memory_search`, `memory_get` and
+//! `read_transcript` over HTTP on the real server with the real embedding
+//! model, the cross-surface rules (rate limit, lineage, low trust), and
+//! `cairn search` / `cairn stats` / `cairn get` from the CLI.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use crate::support::{Server, cairn_bin};
+
+fn ingest(server: &Server) -> Result<()> {
+    let (s, _) = server.post("/v1/workspaces/acme/sessions", &json!({"id": "main"}))?;
+    ensure!(s == 200);
+    let (s, _) = server.post(
+        "/v1/workspaces/acme/sessions",
+        &json!({"id": "helper", "kind": "subagent", "parent": "main"}),
+    )?;
+    ensure!(s == 200);
+    let (s, _) = server.post("/v1/workspaces/acme/sessions", &json!({"id": "other"}))?;
+    ensure!(s == 200);
+    let (s, body) = server.post(
+        "/v1/workspaces/acme/turns",
+        &json!({"turns": [
+            {"session": "main", "role": "user", "content": "I adopted a puppy named Rex from the shelter."},
+            {"session": "main", "role": "assistant", "content": "Congratulations on the new dog!"},
+            {"session": "helper", "role": "assistant", "content": "Found the deploy token ghp_abcdefghijklmnopqrstuvwxyz123456 in the vault."},
+            {"session": "other", "role": "user", "content": "My sister plays the violin in an orchestra."},
+        ]}),
+    )?;
+    ensure!(s == 200, "{body}");
+    Ok(())
+}
+
+/// Searches until the background worker has indexed everything.
+fn search_settled(server: &Server, body: &Value) -> Result<(u16, Value)> {
+    let t = Instant::now();
+    loop {
+        let (s, stats) = server.get("/v1/stats/index")?;
+        ensure!(s == 200, "{stats}");
+        if stats["backlog"] == 0 && stats["indexed"] == 4 {
+            return server.post("/v1/workspaces/acme/search", body);
+        }
+        ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "indexing never caught up: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn memory_tools_over_http() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    ingest(&server)?;
+    let (s, r) = search_settled(
+        &server,
+        &json!({"query": "What pet does the user have?", "k": 3, "caller": "a"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    ensure!(
+        r["lexical_fallback"] == false,
+        "the real model must be loaded (run scripts/dev.sh test): {r}"
+    );
+    ensure!(r["mode"] == "hybrid", "{r}");
+    ensure!(r["items"][0]["id"] == "session:main:0-0", "{r}");
+    ensure!(r["items"][0]["vector_rank"].is_number(), "{r}");
+
+    // Sub-agent lineage: `helper` sees main and itself, not `other`.
+    let (s, r) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "violin orchestra sister", "k": 10, "caller": "b", "session": "helper"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    let items = r["items"].as_array().context("items")?;
+    ensure!(items.iter().all(|i| i["session"] != "other"), "{r}");
+    let token = items
+        .iter()
+        .find(|i| i["session"] == "helper")
+        .context("helper turn")?;
+    ensure!(token["low_trust"] == true, "{r}");
+    ensure!(
+        token["snippet"]
+            .as_str()
+            .is_some_and(|s| s.contains("[REDACTED]") && !s.contains("ghp_")),
+        "{r}"
+    );
+    let (s, e) = server.get("/v1/workspaces/acme/items/session:other:0-0?session=helper")?;
+    ensure!(s == 403 && e["code"] == "lineage_denied", "{e}");
+
+    // memory_get and read_transcript, redacted.
+    let (s, item) = server.get("/v1/workspaces/acme/items/session:helper:0-0")?;
+    ensure!(
+        s == 200 && item["kind"] == "turns" && item["truncated"] == false,
+        "{item}"
+    );
+    ensure!(!item.to_string().contains("ghp_"), "{item}");
+    let (s, t) = server.get("/v1/workspaces/acme/sessions/main/read_transcript")?;
+    ensure!(
+        s == 200 && t["turns"].as_array().map(Vec::len) == Some(2),
+        "{t}"
+    );
+    let (s, e) = server.get("/v1/workspaces/acme/items/session:main:oops")?;
+    ensure!(s == 400 && e["code"] == "invalid_reference", "{e}");
+
+    // Rate limit: 6 per minute per caller by default.
+    for i in 0..6 {
+        let (s, r) = server.post(
+            "/v1/workspaces/acme/search",
+            &json!({"query": "dog", "caller": "c"}),
+        )?;
+        ensure!(s == 200, "call {i}: {r}");
+    }
+    let (s, e) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "dog", "caller": "c"}),
+    )?;
+    ensure!(s == 429 && e["code"] == "rate_limited", "{e}");
+    let (s, _) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "dog", "caller": "d"}),
+    )?;
+    ensure!(s == 200);
+
+    // Forget removes the session from the indexes before the next search.
+    let (s, _) = server.post(
+        "/v1/workspaces/acme/forget",
+        &json!({"target": "session", "id": "main", "reason": "asked"}),
+    )?;
+    ensure!(s == 200);
+    let (s, r) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "puppy Rex shelter", "caller": "e"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    ensure!(
+        r["items"]
+            .as_array()
+            .context("items")?
+            .iter()
+            .all(|i| i["session"] != "main"),
+        "{r}"
+    );
+
+    let (_, spec) = server.get("/openapi.json")?;
+    ensure!(spec["paths"]["/v1/workspaces/{workspace}/search"]["post"].is_object());
+    Ok(())
+}
+
+#[test]
+fn cli_search_stats_and_get() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let turns = dir.path().join("turns.jsonl");
+    std::fs::write(
+        &turns,
+        "{\"session\":\"s1\",\"role\":\"user\",\"content\":\"We chose queue-based retries for payments.\"}\n\
+         {\"session\":\"s1\",\"role\":\"user\",\"content\":\"I adopted a puppy named Rex.\"}\n",
+    )?;
+    let run = |args: &[&str]| -> Result<(bool, String, String)> {
+        let out = Command::new(cairn_bin())
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .output()?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let (ok, _, err) = run(&["ingest", turns.to_str().context("path")?])?;
+    ensure!(ok, "{err}");
+    let (ok, out, err) = run(&["search", "which pet dog", "--k", "1", "--json"])?;
+    ensure!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out)?;
+    ensure!(
+        r["lexical_fallback"] == false && r["items"][0]["id"] == "session:s1:1-1",
+        "{r}"
+    );
+    // A second process reuses the stored vectors.
+    let (ok, out, err) = run(&["stats", "--json"])?;
+    ensure!(ok, "{err}");
+    let s: Value = serde_json::from_str(&out)?;
+    ensure!(
+        s["indexed"] == 2 && s["backlog"] == 0 && s["embedded"] == 0 && s["reused"] == 2,
+        "{s}"
+    );
+    let (ok, out, err) = run(&["get", "session:s1:0-1"])?;
+    ensure!(
+        ok && out.contains("queue-based retries") && out.contains("Rex"),
+        "{out}{err}"
+    );
+    // Without the model: lexical results, flagged, and a clear warning.
+    let out = Command::new(cairn_bin())
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["search", "retries", "--k", "1"])
+        .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    ensure!(out.status.success(), "{stderr}");
+    ensure!(
+        stdout.contains("lexical only") && stdout.contains("session:s1:0-0"),
+        "{stdout}"
+    );
+    ensure!(stderr.contains("no embedding model configured"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn eval_locomo_prints_three_modes() -> Result<()> {
+    // One small conversation in LoCoMo's format.
+    let dir = tempfile::tempdir()?;
+    let conv = json!({
+        "speaker_a": "Ana", "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a puppy named Rex."},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "I play the violin."}
+        ],
+        "qa": [
+            {"question": "What is the name of Ana's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
+            {"question": "Unanswerable?", "evidence": ["D1:2"], "category": 5}
+        ]
+    });
+    std::fs::write(dir.path().join("1.json"), conv.to_string())?;
+    let out = Command::new(cairn_bin())
+        .args(["eval", "locomo", "--data"])
+        .arg(dir.path())
+        .args(["--k", "1", "--json"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(r["questions"] == 1, "{r}");
+    for mode in ["bm25", "dense", "hybrid"] {
+        ensure!(r["modes"][mode]["recall@10"] == 1.0, "{mode}: {r}");
+        ensure!(r["modes"][mode]["lexical_fallback"] == false, "{mode}: {r}");
+    }
+    Ok(())
+}
