@@ -415,10 +415,15 @@ fn install_costs() {
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
+    // `--list` (nextest, `cargo bench -- --list`) must only list.
+    let listing = std::env::args().any(|a| a == "--list");
     let f = fixture();
     let mut c = Criterion::default().configure_from_args();
     criterion_groups(&mut c, &f);
     c.final_summary();
+    if listing {
+        return;
+    }
     if bench {
         percentiles(&f, 100_000);
         drop(f);
