@@ -1093,6 +1093,58 @@ impl Workspace {
         Ok(chain)
     }
 
+    /// Ids of every stored entry (live, replaced or expired), in key order.
+    /// Forgotten entries are gone. Used by the search indexer.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let e = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// assert_eq!(ws.entry_ids()?, vec![e.id.clone()]);
+    /// assert_eq!(ws.stored_entry(&e.id)?.map(|x| x.content), Some("The API is v2".to_owned()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn entry_ids(&self) -> Result<Vec<String>> {
+        Ok(self
+            .store
+            .scan_prefix(Collection::Entries, b"")?
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+            .collect())
+    }
+
+    /// A stored entry as written, without resolving its status (cheaper
+    /// than [`Workspace::entry`]); `None` when absent or forgotten.
+    pub fn stored_entry(&self, id: &str) -> Result<Option<Entry>> {
+        validate_id("entry id", id)?;
+        self.load_entry(id)
+    }
+
+    /// Which entries are replaced: replaced id → the id that replaced it.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let a = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// let b = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v3").replacing(&a.id))?;
+    /// assert_eq!(ws.replacements()?.get(&a.id), Some(&b.id));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replacements(&self) -> Result<HashMap<String, String>> {
+        self.replacement_map()
+    }
+
+    /// Subject aliases: old (renamed or merged) slug → canonical slug.
+    pub fn subject_aliases(&self) -> Result<HashMap<String, String>> {
+        self.alias_map()
+    }
+
     // ----- subjects -------------------------------------------------------
 
     /// Registers a subject. Fails if the slug (or an alias with it) exists.

@@ -5,9 +5,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::embed::Embedder;
+use super::filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 use super::fuse::{Fusion, RecipeParams, rrf_term};
 use super::lexical::LexicalIndex;
 use super::vector::{VectorIndex, cosine};
@@ -37,6 +39,9 @@ pub struct SearchDoc {
     pub date: Option<String>,
     /// A caption of an attached image.
     pub caption: Option<String>,
+    /// Turn or entry, and what the filters look at.
+    #[serde(default)]
+    pub attrs: DocAttrs,
 }
 
 impl SearchDoc {
@@ -50,7 +55,14 @@ impl SearchDoc {
             speaker: None,
             date: None,
             caption: None,
+            attrs: DocAttrs::default(),
         }
+    }
+
+    /// Sets the attributes (turn or entry, kind, subject, role, times…).
+    pub fn with_attrs(mut self, attrs: DocAttrs) -> Self {
+        self.attrs = attrs;
+        self
     }
 
     /// Sets the speaker.
@@ -139,6 +151,11 @@ pub struct SearchOptions {
     pub candidates: usize,
     /// Only these sessions (lineage, filters); all when `None`.
     pub sessions: Option<HashSet<String>>,
+    /// Attribute filters and the replaced / expired exclusions.
+    pub filters: SearchFilters,
+    /// The time decay is judged at (`None`: nothing counts as expired).
+    /// [`super::SearchService`] sets it from the memory's clock.
+    pub now: Option<DateTime<Utc>>,
 }
 
 impl SearchOptions {
@@ -150,6 +167,8 @@ impl SearchOptions {
             fusion: Fusion::default(),
             candidates: 100,
             sessions: None,
+            filters: SearchFilters::default(),
+            now: None,
         }
     }
 
@@ -162,6 +181,18 @@ impl SearchOptions {
     /// Sets the fusion.
     pub fn fusion(mut self, fusion: Fusion) -> Self {
         self.fusion = fusion;
+        self
+    }
+
+    /// Sets the filters.
+    pub fn filters(mut self, filters: SearchFilters) -> Self {
+        self.filters = filters;
+        self
+    }
+
+    /// Sets the time decay is judged at.
+    pub fn at(mut self, now: DateTime<Utc>) -> Self {
+        self.now = Some(now);
         self
     }
 
@@ -192,6 +223,12 @@ pub struct SearchHit {
     pub lexical_score: Option<f32>,
     /// Exact cosine similarity to the query, when vectors exist.
     pub cosine: Option<f32>,
+    /// What the hit is: a turn (session and seq) or an entry (its id).
+    pub item: ItemRef,
+    /// Its attributes (kind, subject, role, provenance, times, low trust).
+    pub attrs: DocAttrs,
+    /// True for an entry replaced by a later one (only returned when asked).
+    pub replaced: bool,
 }
 
 /// The answer of [`SearchIndex::search`].
@@ -214,6 +251,7 @@ struct DocMeta {
     session: String,
     pos: u64,
     speaker_key: Option<String>,
+    attrs: DocAttrs,
 }
 
 /// One workspace's hybrid index. Not internally synchronised: wrap it in a
@@ -227,6 +265,10 @@ pub struct SearchIndex {
     vector: VectorIndex,
     /// Lower-cased first names of speakers → number of docs.
     speakers: HashMap<String, usize>,
+    /// Ids of entries replaced by a later entry (set by the owner).
+    replaced: HashSet<String>,
+    /// Live documents with a decay time.
+    decaying: usize,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -257,6 +299,8 @@ impl SearchIndex {
             lexical: LexicalIndex::new()?,
             vector: VectorIndex::new(1024),
             speakers: HashMap::new(),
+            replaced: HashSet::new(),
+            decaying: 0,
         })
     }
 
@@ -340,11 +384,15 @@ impl SearchIndex {
             if let Some(s) = &speaker_key {
                 *self.speakers.entry(s.clone()).or_default() += 1;
             }
+            if d.attrs.decay_at.is_some() {
+                self.decaying += 1;
+            }
             self.docs.push(Some(DocMeta {
                 id: d.id.clone(),
                 session: d.session.clone(),
                 pos: d.pos,
                 speaker_key,
+                attrs: d.attrs.clone(),
             }));
             self.by_id.insert(d.id.clone(), n);
             self.sessions
@@ -372,6 +420,9 @@ impl SearchIndex {
                 if let Some(c) = self.speakers.get_mut(k) {
                     *c = c.saturating_sub(1);
                 }
+            }
+            if meta.attrs.decay_at.is_some() {
+                self.decaying = self.decaying.saturating_sub(1);
             }
         }
         self.lexical.delete(n as u64);
@@ -412,14 +463,15 @@ impl SearchIndex {
             (_, None) => (SearchMode::Bm25, wants_vectors),
         };
         let n = options.candidates.max(options.k);
+        let allowed = self.allowed(options);
         let lexical = if mode == SearchMode::Dense {
             Vec::new()
         } else {
-            self.lexical.search(query, n)?
+            self.lexical.search(query, n, allowed.clone())?
         };
         let dense = match (mode, query_vector) {
             (SearchMode::Bm25, _) | (_, None) => Vec::new(),
-            (_, Some(q)) => self.vector.search(q, n),
+            (_, Some(q)) => self.vector.search(q, n, allowed.as_ref().map(|a| a.as_slice())),
         };
         let mut scored: HashMap<usize, f32> = HashMap::new();
         match mode {
@@ -456,10 +508,10 @@ impl SearchIndex {
             .collect();
         let mut ranked: Vec<(usize, f32)> = scored
             .into_iter()
-            .filter(|(d, _)| match (&options.sessions, self.meta(*d)) {
+            .filter(|(d, _)| match (&allowed, self.meta(*d)) {
                 (_, None) => false,
                 (None, Some(_)) => true,
-                (Some(allowed), Some(m)) => allowed.contains(&m.session),
+                (Some(allowed), Some(_)) => allowed.get(*d).copied().unwrap_or(false),
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -477,6 +529,15 @@ impl SearchIndex {
                     vector_rank: vec_rank.get(&d).copied(),
                     lexical_score: lex_rank.get(&d).map(|x| x.1),
                     cosine: query_vector.and_then(|q| self.vector.vector(d).map(|v| cosine(q, v))),
+                    item: match m.attrs.source {
+                        DocSource::Turn => ItemRef::Turn {
+                            session: m.session.clone(),
+                            seq: m.pos,
+                        },
+                        DocSource::Entry => ItemRef::Entry { id: m.id.clone() },
+                    },
+                    attrs: m.attrs.clone(),
+                    replaced: self.replaced.contains(&m.id),
                 })
             })
             .collect();
@@ -486,6 +547,68 @@ impl SearchIndex {
             hits,
             embed_micros: 0,
         })
+    }
+
+    /// Marks which entry ids are replaced by a later entry (the owner reads
+    /// this from the log; replaced entries are left out unless a search asks
+    /// for them). Returns whether anything changed.
+    pub fn set_replaced(&mut self, ids: HashSet<String>) -> bool {
+        if ids == self.replaced {
+            return false;
+        }
+        self.replaced = ids;
+        true
+    }
+
+    /// The entry ids currently marked replaced.
+    pub fn replaced_ids(&self) -> &HashSet<String> {
+        &self.replaced
+    }
+
+    /// The attributes of an indexed document.
+    pub fn attrs(&self, id: &str) -> Option<&DocAttrs> {
+        let n = *self.by_id.get(id)?;
+        self.meta(n).map(|m| &m.attrs)
+    }
+
+    /// Ids of the indexed documents of one source (turns or entries).
+    pub fn ids(&self, source: DocSource) -> Vec<String> {
+        self.docs
+            .iter()
+            .flatten()
+            .filter(|m| m.attrs.source == source)
+            .map(|m| m.id.clone())
+            .collect()
+    }
+
+    /// Which documents a search may return, as a bitmap over internal
+    /// numbers; `None` when every live document may.
+    fn allowed(&self, o: &SearchOptions) -> Option<Arc<Vec<bool>>> {
+        let f = &o.filters;
+        let drop_replaced = !f.include_replaced && !self.replaced.is_empty();
+        let drop_expired = !f.include_expired && o.now.is_some() && self.decaying > 0;
+        if f.is_empty() && o.sessions.is_none() && !drop_replaced && !drop_expired {
+            return None;
+        }
+        let bitmap = self
+            .docs
+            .iter()
+            .map(|m| {
+                let Some(m) = m else { return false };
+                if drop_replaced && self.replaced.contains(&m.id) {
+                    return false;
+                }
+                if drop_expired {
+                    if let (Some(at), Some(now)) = (m.attrs.decay_at, o.now) {
+                        if at <= now {
+                            return false;
+                        }
+                    }
+                }
+                f.admits(&m.session, &m.attrs, o.sessions.as_ref())
+            })
+            .collect();
+        Some(Arc::new(bitmap))
     }
 
     fn meta(&self, d: usize) -> Option<&DocMeta> {

@@ -3,8 +3,9 @@
 //! tantivy's query parser, so `?`, quotes and apostrophes are just text).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use tantivy::collector::TopDocs;
+use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions,
@@ -128,8 +129,14 @@ impl LexicalIndex {
         out
     }
 
-    /// Top `n` documents by BM25, best first: `(doc, score)`.
-    pub(crate) fn search(&self, query: &str, n: usize) -> SearchResultOf<Vec<(u64, f32)>> {
+    /// Top `n` documents by BM25, best first: `(doc, score)`; with
+    /// `allowed`, only documents whose number is `true` in it.
+    pub(crate) fn search(
+        &self,
+        query: &str,
+        n: usize,
+        allowed: Option<Arc<Vec<bool>>>,
+    ) -> SearchResultOf<Vec<(u64, f32)>> {
         let terms = self.query_terms(query);
         if terms.is_empty() || n == 0 {
             return Ok(Vec::new());
@@ -146,7 +153,23 @@ impl LexicalIndex {
             .collect();
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(n).order_by_score())?;
+        let collector = TopDocs::with_limit(n).order_by_score();
+        let top = match allowed {
+            None => searcher.search(&query, &collector)?,
+            Some(allowed) => searcher.search(
+                &query,
+                &FilterCollector::new(
+                    "doc".to_owned(),
+                    move |d: u64| {
+                        usize::try_from(d)
+                            .ok()
+                            .and_then(|d| allowed.get(d).copied())
+                            .unwrap_or(false)
+                    },
+                    collector,
+                ),
+            )?,
+        };
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
             let column = searcher

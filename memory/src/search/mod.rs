@@ -29,6 +29,7 @@
 //! ```
 
 mod embed;
+mod filter;
 mod fuse;
 mod index;
 mod lexical;
@@ -36,6 +37,7 @@ mod service;
 mod vector;
 
 pub use embed::{EmbedConfig, Embedder, FastEmbedder};
+pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 pub use fuse::{Fusion, RecipeParams};
 pub use index::{SearchDoc, SearchHit, SearchIndex, SearchMode, SearchOptions, SearchResult};
 pub use service::{IndexStats, SearchService, ServiceError};

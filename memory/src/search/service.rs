@@ -4,12 +4,17 @@
 //!
 //! Ingest never waits for indexing. The worker wakes every
 //! [`SearchService::POLL`] (or when nudged), reads each session's turns past
-//! the indexed high-water mark, embeds them in batches and indexes them.
-//! Vectors are persisted in the workspace's state collection
-//! (`search/v/<session>/<seq>`), so after a restart the indexes are rebuilt
-//! from the record without re-embedding anything that was embedded.
-//! Forgotten sessions are removed from the indexes (and their vectors from
-//! the store) before any search answers.
+//! the indexed high-water mark and every memory-log entry not indexed yet,
+//! embeds them in batches and indexes them. Vectors are persisted in the
+//! workspace's state collection (`search/v/<session>/<seq>` for turns,
+//! `search/e/<entry id>` for entries), so after a restart the indexes are
+//! rebuilt from the record without re-embedding anything that was embedded.
+//! Forgotten sessions, entries and subjects are removed from the indexes
+//! (and their vectors from the store) before any search answers.
+//!
+//! Searches leave out entries replaced by a later entry and entries past
+//! their kind's time-to-live (judged on the memory's clock) unless the
+//! [`SearchFilters`] ask for them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -20,8 +25,14 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-use super::{Embedder, SearchDoc, SearchIndex, SearchOptions, SearchResult};
-use crate::{ForgetTarget, Memory, MemoryError, Turn, Workspace};
+use super::{
+    DocAttrs, DocSource, Embedder, SearchDoc, SearchFilters, SearchIndex, SearchOptions,
+    SearchResult,
+};
+use crate::{
+    DecayConfig, Entry, ForgetTarget, Memory, MemoryError, Provenance, Role, SessionKind, Turn,
+    Workspace,
+};
 
 /// Turns embedded per model call by the worker.
 const BATCH: usize = 256;
@@ -39,13 +50,20 @@ pub struct IndexStats {
     pub workspaces: usize,
     /// Turns indexed.
     pub indexed: u64,
-    /// Turns with a vector.
+    /// Items (turns and entries) with a vector.
     pub vectors: u64,
     /// Turns acknowledged but not indexed yet.
     pub backlog: u64,
+    /// Memory-log entries indexed.
+    #[serde(default)]
+    pub entries: u64,
+    /// Memory-log entries stored but not indexed yet.
+    #[serde(default)]
+    pub entry_backlog: u64,
     /// Whether an embedding model is loaded (false: lexical only).
     pub embeddings: bool,
-    /// Turns embedded since start (restart catch-up reuses stored vectors).
+    /// Items (turns and entries) embedded since start (restart catch-up
+    /// reuses stored vectors).
     pub embedded: u64,
     /// Vectors reused from the store since start.
     pub reused: u64,
@@ -56,6 +74,8 @@ struct WsIndex {
     /// Next sequence number to index, per session.
     indexed: HashMap<String, u64>,
     tombstones: usize,
+    /// Entries indexed.
+    entries: usize,
 }
 
 struct Inner {
@@ -116,6 +136,10 @@ fn vector_key(session: &str, seq: u64) -> String {
     format!("search/v/{session}/{seq:020}")
 }
 
+fn entry_vector_key(id: &str) -> String {
+    format!("search/e/{id}")
+}
+
 fn encode(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -126,15 +150,55 @@ fn decode(raw: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+fn date_text(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%-I:%M %P on %-d %B, %Y").to_string()
+}
+
 /// The document a turn becomes: id `session:seq`, dated like LoCoMo.
-fn turn_doc(t: &Turn) -> SearchDoc {
+fn turn_doc(t: &Turn, low_trust_session: bool) -> SearchDoc {
     SearchDoc::new(
         &format!("{}:{}", t.session, t.seq),
         &t.session,
         t.seq,
         &t.content,
     )
-    .with_date(&t.timestamp.format("%-I:%M %P on %-d %B, %Y").to_string())
+    .with_date(&date_text(&t.timestamp))
+    .with_attrs(DocAttrs {
+        source: DocSource::Turn,
+        role: Some(t.role),
+        work_context: Some(t.work_context.clone()),
+        provenance: Some(Provenance {
+            session: t.session.clone(),
+            from_seq: t.seq,
+            to_seq: t.seq,
+        }),
+        timestamp: Some(t.timestamp),
+        low_trust: low_trust_session || t.role == Role::Tool,
+        ..DocAttrs::default()
+    })
+}
+
+/// The document an entry becomes: id = the entry id, alone in its own
+/// pseudo-session `entry:<id>` (so turn-neighbour smoothing never mixes it
+/// with turns); its text is the content and the detail.
+fn entry_doc(e: &Entry, decay: &DecayConfig, low_trust: bool) -> SearchDoc {
+    let text = match &e.detail {
+        Some(d) if !d.is_empty() => format!("{} ({d})", e.content),
+        _ => e.content.clone(),
+    };
+    SearchDoc::new(&e.id, &format!("entry:{}", e.id), 0, &text)
+        .with_date(&date_text(&e.timestamp))
+        .with_attrs(DocAttrs {
+            source: DocSource::Entry,
+            kind: Some(e.kind),
+            subject: e.subject.clone(),
+            role: None,
+            work_context: Some(e.work_context.clone()),
+            provenance: e.provenance.clone(),
+            timestamp: Some(e.timestamp),
+            decay_at: decay.decay_at(e.kind, e.timestamp),
+            low_trust,
+        })
 }
 
 impl SearchService {
@@ -207,8 +271,39 @@ impl SearchService {
         self.inner.embedder.is_some()
     }
 
-    /// Searches one workspace. Forgotten content is removed first; the
-    /// backlog (turns not indexed yet) is not waited for.
+    /// Searches one workspace's turns and memory-log entries; each hit's
+    /// [`super::SearchHit::item`] says whether it is a turn (session, seq)
+    /// or an entry (id), and its `attrs` carry kind, subject, provenance,
+    /// times and the low-trust label.
+    ///
+    /// Forgotten content is removed first; the backlog (items not indexed
+    /// yet) is not waited for. Replaced entries and entries past their
+    /// time-to-live (judged now, on the memory's clock, unless
+    /// `options.now` is set) are left out unless `options.filters` asks for
+    /// them; a subject filter also matches the subject's old slugs.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_memory::{EntryInput, EntryKind, Memory, MemoryConfig, SystemClock};
+    /// use cairn_memory::search::{ItemRef, SearchFilters, SearchOptions, SearchService};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let old = ws.append_entry(&EntryInput::new(EntryKind::Decision, "Retries use a fixed delay"))?;
+    /// let new = ws.append_entry(
+    ///     &EntryInput::new(EntryKind::Decision, "Retries use a queue with backoff").replacing(&old.id),
+    /// )?;
+    /// let search = SearchService::new(memory, None); // lexical only
+    /// search.catch_up()?;
+    /// let r = search.search("acme", "retries", &SearchOptions::new(5))?;
+    /// assert_eq!(r.hits.len(), 1); // the replaced decision is left out
+    /// assert_eq!(r.hits[0].item, ItemRef::Entry { id: new.id.clone() });
+    /// let all = SearchFilters { include_replaced: true, ..SearchFilters::default() };
+    /// let r = search.search("acme", "retries", &SearchOptions::new(5).filters(all))?;
+    /// assert_eq!(r.hits.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn search(
         &self,
         workspace: &str,
@@ -218,8 +313,14 @@ impl SearchService {
         let ws = self.inner.memory.existing_workspace(workspace)?;
         let index = self.inner.index_of(workspace)?;
         self.inner.apply_forgets(&ws, &index)?;
+        self.inner.sync_replaced(&ws, &index)?;
+        let mut options = options.clone();
+        if options.now.is_none() {
+            options.now = Some(self.inner.memory.clock().now());
+        }
+        resolve_subject(&ws, &mut options.filters)?;
         let guard = index.read();
-        Ok(guard.index.search(query, options)?)
+        Ok(guard.index.search(query, &options)?)
     }
 
     /// Progress and backlog.
@@ -245,11 +346,20 @@ impl SearchService {
                     .next_seq
                     .saturating_sub(done.get(&s.id).copied().unwrap_or(0));
             }
+            let stored = ws.entry_ids()?;
+            stats.entry_backlog += match indexes.get(&id) {
+                Some(i) => {
+                    let i = i.read();
+                    stored.iter().filter(|e| !i.index.contains(e)).count() as u64
+                }
+                None => stored.len() as u64,
+            };
         }
         for index in indexes.values() {
             let i = index.read();
             stats.workspaces += 1;
-            stats.indexed += i.index.len() as u64;
+            stats.indexed += (i.index.len() - i.entries) as u64;
+            stats.entries += i.entries as u64;
             stats.vectors += i.index.vectors() as u64;
         }
         Ok(stats)
@@ -275,6 +385,7 @@ impl Inner {
             index: SearchIndex::new(self.embedder.clone())?,
             indexed: HashMap::new(),
             tombstones: 0,
+            entries: 0,
         }));
         all.insert(workspace.to_owned(), Arc::clone(&fresh));
         Ok(fresh)
@@ -290,6 +401,81 @@ impl Inner {
             let index = self.index_of(&id)?;
             self.apply_forgets(&ws, &index)?;
             self.index_workspace(&ws, &index)?;
+            self.index_entries(&ws, &index)?;
+            self.sync_replaced(&ws, &index)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the index which entries are replaced (read from the log, so a
+    /// replacement still in the backlog already hides what it replaces).
+    fn sync_replaced(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        if index.read().entries == 0 {
+            return Ok(());
+        }
+        let replaced: HashSet<String> = ws.replacements()?.into_keys().collect();
+        let changed = {
+            let guard = index.read();
+            !same_set(&guard.index, &replaced)
+        };
+        if changed {
+            index.write().index.set_replaced(replaced);
+        }
+        Ok(())
+    }
+
+    /// Indexes every stored entry the index does not hold yet, in batches.
+    fn index_entries(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        let pending: Vec<String> = {
+            let guard = index.read();
+            ws.entry_ids()?
+                .into_iter()
+                .filter(|id| !guard.index.contains(id))
+                .collect()
+        };
+        let decay = &ws.config().decay;
+        let mut kinds: HashMap<String, bool> = HashMap::new();
+        for chunk in pending.chunks(BATCH) {
+            let mut docs = Vec::with_capacity(chunk.len());
+            let mut keys = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                // Forgotten between the scan and now: skip.
+                let Some(e) = ws.stored_entry(id)? else {
+                    continue;
+                };
+                let low_trust = match &e.provenance {
+                    Some(p) => match kinds.get(&p.session) {
+                        Some(l) => *l,
+                        None => {
+                            let l = match ws.session(&p.session) {
+                                Ok(s) => s.kind != SessionKind::Main,
+                                Err(MemoryError::SessionNotFound { .. }) => false,
+                                Err(e) => return Err(e.into()),
+                            };
+                            kinds.insert(p.session.clone(), l);
+                            l
+                        }
+                    },
+                    None => false,
+                };
+                docs.push(entry_doc(&e, decay, low_trust));
+                keys.push(entry_vector_key(&e.id));
+            }
+            let vectors = match &self.embedder {
+                Some(_) => self.vectors_for(ws, &keys, &docs, index)?,
+                None => Vec::new(),
+            };
+            let mut guard = index.write();
+            let fresh: Vec<usize> = (0..docs.len())
+                .filter(|&i| !guard.index.contains(&docs[i].id))
+                .collect();
+            let fresh_docs: Vec<SearchDoc> = fresh.iter().map(|&i| docs[i].clone()).collect();
+            let fresh_vecs: Vec<Vec<f32>> = fresh
+                .iter()
+                .filter_map(|&i| vectors.get(i).cloned())
+                .collect();
+            guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
+            guard.entries += fresh_docs.len();
         }
         Ok(())
     }
@@ -313,6 +499,27 @@ impl Inner {
                 ws.state_apply(&[], &keys)?;
             }
         }
+        // Any erasure (of a session, an entry, a subject) may have removed
+        // entries: drop the indexed entries the log no longer holds.
+        if guard.entries > 0 {
+            let stored: HashSet<String> = ws.entry_ids()?.into_iter().collect();
+            let gone: Vec<String> = guard
+                .index
+                .ids(DocSource::Entry)
+                .into_iter()
+                .filter(|id| !stored.contains(id))
+                .collect();
+            let mut keys = Vec::with_capacity(gone.len());
+            for id in &gone {
+                if guard.index.remove(id)? {
+                    guard.entries -= 1;
+                }
+                keys.push(entry_vector_key(id));
+            }
+            if !keys.is_empty() {
+                ws.state_apply(&[], &keys)?;
+            }
+        }
         guard.tombstones = tombstones.len();
         Ok(())
     }
@@ -321,6 +528,7 @@ impl Inner {
         for listed in ws.sessions(None)? {
             // The listing's `next_seq` is not derived; `session` derives it.
             let s = ws.session(&listed.id)?;
+            let low_trust = s.kind != SessionKind::Main;
             loop {
                 let from = index.read().indexed.get(&s.id).copied().unwrap_or(0);
                 if from >= s.next_seq {
@@ -330,9 +538,13 @@ impl Inner {
                 let Some(last) = turns.last().map(|t| t.seq) else {
                     break;
                 };
-                let docs: Vec<SearchDoc> = turns.iter().map(turn_doc).collect();
+                let docs: Vec<SearchDoc> = turns.iter().map(|t| turn_doc(t, low_trust)).collect();
+                let keys: Vec<String> = turns
+                    .iter()
+                    .map(|t| vector_key(&t.session, t.seq))
+                    .collect();
                 let vectors = match &self.embedder {
-                    Some(_) => self.vectors_for(ws, &turns, &docs, index)?,
+                    Some(_) => self.vectors_for(ws, &keys, &docs, index)?,
                     None => Vec::new(),
                 };
                 let mut guard = index.write();
@@ -356,14 +568,14 @@ impl Inner {
     fn vectors_for(
         &self,
         ws: &Workspace,
-        turns: &[Turn],
+        keys: &[String],
         docs: &[SearchDoc],
         index: &RwLock<WsIndex>,
     ) -> Res<Vec<Vec<f32>>> {
         let mut out: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
         let mut missing = Vec::new();
-        for (i, t) in turns.iter().enumerate() {
-            match ws.state_get(&vector_key(&t.session, t.seq))? {
+        for (i, key) in keys.iter().enumerate() {
+            match ws.state_get(key)? {
                 Some(raw) => {
                     out.insert(i, decode(&raw));
                 }
@@ -377,7 +589,7 @@ impl Inner {
             let puts: Vec<(String, Vec<u8>)> = missing
                 .iter()
                 .zip(&vectors)
-                .map(|(&i, v)| (vector_key(&turns[i].session, turns[i].seq), encode(v)))
+                .map(|(&i, v)| (keys[i].clone(), encode(v)))
                 .collect();
             ws.state_apply(&puts, &[])?;
             out.extend(missing.iter().copied().zip(vectors));
@@ -387,4 +599,28 @@ impl Inner {
         c.1 += reused;
         Ok(out.into_values().collect())
     }
+}
+
+/// Whether the index's replaced set already equals `replaced`.
+fn same_set(index: &SearchIndex, replaced: &HashSet<String>) -> bool {
+    index.replaced_ids() == replaced
+}
+
+/// Resolves a subject filter to its canonical slug and collects the old
+/// slugs (renamed or merged) that also count.
+fn resolve_subject(ws: &Workspace, filters: &mut SearchFilters) -> Res<()> {
+    let Some(slug) = filters.subject.clone() else {
+        return Ok(());
+    };
+    let aliases = ws.subject_aliases()?;
+    let canonical = aliases.get(&slug).cloned().unwrap_or(slug);
+    let mut also: Vec<String> = aliases
+        .into_iter()
+        .filter(|(_, c)| *c == canonical)
+        .map(|(old, _)| old)
+        .collect();
+    also.sort();
+    filters.subject_aliases.extend(also);
+    filters.subject = Some(canonical);
+    Ok(())
 }

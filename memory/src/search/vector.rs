@@ -10,6 +10,9 @@ use hnsw_rs::prelude::{DistCosine, Hnsw};
 const MAX_CONNECTIONS: usize = 16;
 const EF_CONSTRUCTION: usize = 200;
 const MAX_LAYER: usize = 16;
+/// Filtered searches that admit at most this many documents score them all
+/// exactly.
+const EXACT_BELOW: usize = 4096;
 
 /// The vector side of a workspace's search index.
 pub(crate) struct VectorIndex {
@@ -69,10 +72,43 @@ impl VectorIndex {
         self.vectors.get(doc).and_then(|v| v.as_deref())
     }
 
-    /// Top `n` documents by cosine similarity, best first: `(doc, cosine)`.
-    pub(crate) fn search(&self, query: &[f32], n: usize) -> Vec<(usize, f32)> {
+    /// Top `n` documents by cosine similarity, best first: `(doc, cosine)`;
+    /// with `allowed`, only documents whose number is `true` in it. When few
+    /// documents are allowed they are scored exactly instead (a filtered
+    /// graph walk finds little when the filter keeps little).
+    pub(crate) fn search(
+        &self,
+        query: &[f32],
+        n: usize,
+        allowed: Option<&[bool]>,
+    ) -> Vec<(usize, f32)> {
         if self.points == 0 || n == 0 {
             return Vec::new();
+        }
+        if let Some(allowed) = allowed {
+            let admitted = |d: usize| allowed.get(d).copied().unwrap_or(false);
+            let count = allowed.iter().filter(|a| **a).count();
+            if count <= EXACT_BELOW.max(n * 4) {
+                let mut scored: Vec<(usize, f32)> = self
+                    .vectors
+                    .iter()
+                    .enumerate()
+                    .filter(|(d, _)| admitted(*d))
+                    .filter_map(|(d, v)| v.as_deref().map(|v| (d, cosine(query, v))))
+                    .collect();
+                scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                scored.truncate(n);
+                return scored;
+            }
+            let ef = (n * 2).max(64);
+            let filter = |d: &usize| admitted(*d) && !self.deleted.contains(d);
+            return self
+                .hnsw
+                .search_filter(query, n, ef, Some(&filter))
+                .into_iter()
+                .take(n)
+                .map(|nb| (nb.d_id, 1.0 - nb.distance))
+                .collect();
         }
         let want = n + self.deleted.len().min(n);
         let ef = (want * 2).max(64);
