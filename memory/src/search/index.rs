@@ -471,7 +471,9 @@ impl SearchIndex {
         };
         let dense = match (mode, query_vector) {
             (SearchMode::Bm25, _) | (_, None) => Vec::new(),
-            (_, Some(q)) => self.vector.search(q, n, allowed.as_ref().map(|a| a.as_slice())),
+            (_, Some(q)) => self
+                .vector
+                .search(q, n, allowed.as_ref().map(|a| a.as_slice())),
         };
         let mut scored: HashMap<usize, f32> = HashMap::new();
         match mode {

@@ -344,3 +344,5 @@ mod service {
         assert_eq!(search.stats().unwrap().indexed, 3);
     }
 }
+
+mod entries;

@@ -121,8 +121,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Search the workspace's turns (hybrid: BM25 + vectors). Says so when the
-    /// results are lexical only because no embedding model is available.
+    /// Search the workspace's turns and memory-log entries (hybrid: BM25 +
+    /// vectors), with filters. Replaced and expired entries are left out
+    /// unless asked for. Says so when the results are lexical only because
+    /// no embedding model is available.
     Search {
         /// The question (any text).
         query: String,
@@ -138,6 +140,33 @@ enum Command {
         /// The asking session (a sub-agent sees only its lineage).
         #[arg(long)]
         session: Option<String>,
+        /// Only items from this session (repeatable).
+        #[arg(long = "in-session")]
+        in_session: Vec<String>,
+        /// Only this work context.
+        #[arg(long)]
+        work_context: Option<String>,
+        /// `turn`, `entry`, or an entry kind (decision, task, fact…).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only entries about this subject.
+        #[arg(long)]
+        subject: Option<String>,
+        /// Only turns with this role (user, assistant, system, tool).
+        #[arg(long)]
+        role: Option<String>,
+        /// Only items at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        /// Only items before this time (RFC 3339).
+        #[arg(long)]
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        /// Also return entries replaced by a later entry.
+        #[arg(long)]
+        include_replaced: bool,
+        /// Also return entries past their time-to-live.
+        #[arg(long)]
+        include_expired: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -436,8 +465,28 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             mode,
             caller,
             session,
+            in_session,
+            work_context,
+            kind,
+            subject,
+            role,
+            since,
+            until,
+            include_replaced,
+            include_expired,
             json,
         } => {
+            let role = match role {
+                Some(r) => Some(
+                    serde_json::from_value::<cairn::Role>(serde_json::Value::String(r.clone()))
+                        .map_err(|_| {
+                            anyhow::anyhow!(
+                                "unknown role {r:?}: expected user, assistant, system or tool"
+                            )
+                        })?,
+                ),
+                None => None,
+            };
             // A CLI process builds its index now (vectors stored by earlier
             // runs are reused, not recomputed).
             cairn.search().catch_up()?;
@@ -452,6 +501,15 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                 mode: Some(mode),
                 caller,
                 session,
+                sessions: (!in_session.is_empty()).then_some(in_session),
+                work_context,
+                kind,
+                subject,
+                role,
+                since,
+                until,
+                include_replaced,
+                include_expired,
                 ..cairn::SearchRequest::default()
             };
             let r = cairn.memory_search(ws_id, &request)?;
@@ -463,14 +521,22 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                 }
                 for item in &r.items {
                     let rank = |r: Option<usize>| r.map_or("-".to_owned(), |r| (r + 1).to_string());
+                    let what = match (item.kind, &item.subject) {
+                        (Some(k), Some(s)) => format!("{k} about {s}"),
+                        (Some(k), None) => k.to_string(),
+                        _ => item.role.map_or("turn", |r| r.as_str()).to_owned(),
+                    };
                     writeln!(
                         out,
-                        "{:.3}  {}  (lexical #{}, vector #{}){}\n       {}",
+                        "{:.3}  {}  {}  (lexical #{}, vector #{}){}{}{}\n       {}",
                         item.score,
                         item.id,
+                        what,
                         rank(item.lexical_rank),
                         rank(item.vector_rank),
                         if item.low_trust { " [low trust]" } else { "" },
+                        if item.replaced { " [replaced]" } else { "" },
+                        if item.expired { " [expired]" } else { "" },
                         item.snippet
                     )?;
                 }
@@ -507,6 +573,9 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             }
         }
         Command::Stats { json } => {
+            // The backlog a fresh process finds, then the state after this
+            // run's catch-up (which embeds only what was never embedded).
+            let before = cairn.index_stats()?;
             cairn.search().catch_up()?;
             let stats = cairn.index_stats()?;
             if json {
@@ -514,10 +583,14 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             } else {
                 writeln!(
                     out,
-                    "indexed turns: {}\nvectors: {}\nbacklog: {}\nembedded this run: {}\nvectors reused from the store: {}\nembeddings: {}",
+                    "backlog at start: {} turns, {} entries\nindexed turns: {}\nindexed entries: {}\nvectors: {}\nbacklog: {} turns, {} entries\nembedded this run: {}\nvectors reused from the store: {}\nembeddings: {}",
+                    before.backlog,
+                    before.entry_backlog,
                     stats.indexed,
+                    stats.entries,
                     stats.vectors,
                     stats.backlog,
+                    stats.entry_backlog,
                     stats.embedded,
                     stats.reused,
                     if stats.embeddings {
