@@ -151,6 +151,119 @@ fn memory_tools_over_http() -> Result<()> {
 }
 
 #[test]
+fn entries_and_filters_over_http() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    ingest(&server)?;
+    let (s, body) = server.post(
+        "/v1/workspaces/acme/entries",
+        &json!({"entries": [
+            {"id": "dec-1", "kind": "decision", "content": "Payments retry on a fixed one-minute timer", "subject": "payment-retries"},
+            {"id": "dec-2", "kind": "decision", "content": "Payments retry from a queue with exponential backoff", "subject": "payment-retries", "replaces": "dec-1",
+             "provenance": {"session": "main", "from_seq": 0, "to_seq": 1}},
+            {"id": "fact-1", "kind": "fact", "content": "Rex the puppy is a golden retriever", "subject": "pets"},
+        ]}),
+    )?;
+    ensure!(s == 200, "{body}");
+    let t = Instant::now();
+    loop {
+        let (s, stats) = server.get("/v1/stats/index")?;
+        ensure!(s == 200, "{stats}");
+        if stats["entry_backlog"] == 0 && stats["entries"].as_u64() >= Some(3) {
+            break;
+        }
+        ensure!(t.elapsed() < Duration::from_secs(60), "{stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Entries are found by meaning; the replaced decision is left out.
+    let ask = |body: Value| server.post("/v1/workspaces/acme/search", &body);
+    let (s, r) = ask(
+        json!({"query": "how do failed payments get retried?", "kind": "decision", "caller": "f"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    let items = r["items"].as_array().context("items")?;
+    ensure!(items.len() == 1, "{r}");
+    let it = &items[0];
+    ensure!(
+        it["id"] == "dec-2"
+            && it["source"] == "entry"
+            && it["kind"] == "decision"
+            && it["subject"] == "payment-retries"
+            && it["provenance"]["session"] == "main"
+            && it["provenance"]["to_seq"] == 1
+            && it["replaced"] == false
+            && it["vector_rank"].is_number()
+            && it["snippet"]
+                .as_str()
+                .is_some_and(|s| s.contains("exponential backoff")),
+        "{r}"
+    );
+    let (s, r) = ask(
+        json!({"query": "how do failed payments get retried?", "kind": "decision",
+        "include_replaced": true, "caller": "f"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    let items = r["items"].as_array().context("items")?;
+    ensure!(
+        items.len() == 2
+            && items
+                .iter()
+                .any(|i| i["id"] == "dec-1" && i["replaced"] == true),
+        "{r}"
+    );
+    // The id is what memory_get takes.
+    let (s, e) = server.get("/v1/workspaces/acme/items/dec-2")?;
+    ensure!(s == 200 && e["kind"] == "entry", "{e}");
+    // Subject and role filters; turns only.
+    let (s, r) = ask(json!({"query": "dog puppy", "subject": "pets", "caller": "f"}))?;
+    ensure!(
+        s == 200
+            && r["items"].as_array().map(Vec::len) == Some(1)
+            && r["items"][0]["id"] == "fact-1",
+        "{r}"
+    );
+    let (s, r) =
+        ask(json!({"query": "dog puppy", "kind": "turn", "role": "assistant", "caller": "f"}))?;
+    ensure!(s == 200, "{r}");
+    let items = r["items"].as_array().context("items")?;
+    ensure!(
+        !items.is_empty()
+            && items
+                .iter()
+                .all(|i| i["source"] == "turn" && i["role"] == "assistant"),
+        "{r}"
+    );
+    // Bad filters are refused with a clear error.
+    let (s, e) = ask(json!({"query": "x", "kind": "decisions", "caller": "g"}))?;
+    ensure!(
+        s == 400
+            && e["code"] == "invalid"
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("decisions")),
+        "{e}"
+    );
+    // Forget takes the entry out of search.
+    let (s, _) = server.post(
+        "/v1/workspaces/acme/forget",
+        &json!({"target": "entry", "id": "fact-1", "reason": "asked"}),
+    )?;
+    ensure!(s == 200);
+    let (s, r) =
+        ask(json!({"query": "golden retriever puppy Rex", "kind": "entry", "caller": "g"}))?;
+    ensure!(s == 200, "{r}");
+    ensure!(
+        r["items"]
+            .as_array()
+            .context("items")?
+            .iter()
+            .all(|i| i["id"] != "fact-1"),
+        "{r}"
+    );
+    Ok(())
+}
+
+#[test]
 fn cli_search_stats_and_get() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
@@ -189,6 +302,42 @@ fn cli_search_stats_and_get() -> Result<()> {
         s["indexed"] == 2 && s["backlog"] == 0 && s["embedded"] == 0 && s["reused"] == 2,
         "{s}"
     );
+    // Filters from the command line.
+    let (ok, out, err) = run(&[
+        "log",
+        "add",
+        "--kind",
+        "decision",
+        "--content",
+        "Payments retry from a queue",
+        "--subject",
+        "payments",
+    ])?;
+    ensure!(ok, "{err}");
+    let entry: Value = serde_json::from_str(&out)?;
+    let (ok, out, err) = run(&["search", "payments retries", "--kind", "decision", "--json"])?;
+    ensure!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out)?;
+    ensure!(
+        r["items"].as_array().map(Vec::len) == Some(1) && r["items"][0]["id"] == entry["id"],
+        "{r}"
+    );
+    let (ok, out, err) = run(&[
+        "search",
+        "payments retries",
+        "--kind",
+        "turn",
+        "--role",
+        "user",
+        "--json",
+    ])?;
+    ensure!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out)?;
+    ensure!(r["items"][0]["id"] == "session:s1:0-0", "{r}");
+    let (ok, _, err) = run(&["search", "x", "--kind", "nope"])?;
+    ensure!(!ok && err.contains("unknown kind"), "{err}");
+    let (ok, out, err) = run(&["stats"])?;
+    ensure!(ok && out.contains("indexed entries: 1"), "{out}{err}");
     let (ok, out, err) = run(&["get", "session:s1:0-1"])?;
     ensure!(
         ok && out.contains("queue-based retries") && out.contains("Rex"),
@@ -198,7 +347,7 @@ fn cli_search_stats_and_get() -> Result<()> {
     let out = Command::new(cairn_bin())
         .arg("--data-dir")
         .arg(&data)
-        .args(["search", "retries", "--k", "1"])
+        .args(["search", "retries", "--k", "1", "--kind", "turn"])
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .output()?;
     let (stdout, stderr) = (
