@@ -29,7 +29,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use cairn_memory::{Role, Session, Subject, Workspace};
+use cairn_memory::{Role, Session, SessionKind, Subject, Workspace};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::capture::{
@@ -46,6 +46,8 @@ use crate::runtime::{Inner, Reply, blocking};
 #[derive(Debug, Clone)]
 pub(crate) struct ObservedTurn {
     pub(crate) seq: u64,
+    pub(crate) session_kind: SessionKind,
+    pub(crate) work_context: String,
     pub(crate) role: Role,
     pub(crate) content: String,
     pub(crate) tool_use: bool,
@@ -73,6 +75,10 @@ impl ContextState {
         }
         *next = turn.seq + 1;
         let significance = gate.assess(&GateInput {
+            session,
+            session_kind: turn.session_kind,
+            work_context: &turn.work_context,
+            seq: turn.seq,
             role: turn.role,
             content: &turn.content,
             tool_use: turn.tool_use,
@@ -140,6 +146,8 @@ pub(crate) fn load_state(
         for turn in ws.transcript(&session.id, from, None)? {
             let observed = ObservedTurn {
                 seq: turn.seq,
+                session_kind: session.kind,
+                work_context: session.work_context.clone(),
                 role: turn.role,
                 tool_use: turn.tool_call_id.is_some() || turn.role == Role::Tool,
                 content: turn.content,
