@@ -62,6 +62,8 @@ pub(crate) struct ContextState {
     seen: BTreeMap<String, u64>,
     user_turns: usize,
     tool_use: bool,
+    /// The gate judged a turn worth capturing.
+    significant: bool,
     mentions: BTreeSet<String>,
     first_uncaptured_at: Option<DateTime<Utc>>,
     last_capture_at: Option<DateTime<Utc>>,
@@ -88,6 +90,7 @@ impl ContextState {
             self.user_turns += 1;
         }
         self.tool_use |= significance.tool_use;
+        self.significant |= significance.significant;
         self.mentions.extend(significance.mentions);
         if self.first_uncaptured_at.is_none() {
             self.first_uncaptured_at = Some(turn.timestamp);
@@ -97,6 +100,7 @@ impl ContextState {
     pub(crate) fn is_dirty(&self, triggers: &TriggerConfig) -> bool {
         self.user_turns >= triggers.min_dirty_user_turns
             || self.tool_use
+            || self.significant
             || !self.mentions.is_empty()
     }
 

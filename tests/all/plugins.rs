@@ -150,8 +150,9 @@ fn cli_install_swap_list_log_and_refusals() -> Result<()> {
     ensure!(significance(&list)?["generation"] == generation.as_str());
     ensure!(list["plugins"][2]["plugin"] == "memory-policy-default");
 
-    // Turns ingested in one process are decided by the installed gate and
-    // logged; another process reads the log.
+    // Turns ingested in one process are decided by the installed gate (here
+    // when the capture's actor loads its state) and logged; another
+    // process reads the log.
     let turns = b"{\"session\":\"s1\",\"role\":\"user\",\"content\":\"We decided to ship on Friday.\",\"work_context\":\"launch\"}\n";
     let mut child = Command::new(cairn_bin())
         .arg("--data-dir")
@@ -163,6 +164,7 @@ fn cli_install_swap_list_log_and_refusals() -> Result<()> {
         .spawn()?;
     std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, turns)?;
     ok(&child.wait_with_output()?)?;
+    ok(&cairn(data, &["capture", "--work-context", "launch"])?)?;
     let log = json(&cairn(
         data,
         &["plugins", "log", "--world", "significance", "--json"],
@@ -292,8 +294,19 @@ fn http_install_list_log_and_refusals() -> Result<()> {
         &serde_json::json!({"turns": [{"session": "s", "role": "user", "content": "Let's go with sled.", "work_context": "db"}]}),
     )?;
     ensure!(status == 200);
-    let (status, log) = server.get("/v1/plugins/log?world=significance-gate&limit=5")?;
-    ensure!(status == 200 && log[0]["generation"] == generation, "{log}");
+    // The session's actor hands the stored turn to its context (and the
+    // gate) right after the acknowledgement.
+    let mut log = Value::Null;
+    for _ in 0..100 {
+        let (status, read) = server.get("/v1/plugins/log?world=significance-gate&limit=5")?;
+        ensure!(status == 200, "{read}");
+        log = read;
+        if log.as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    ensure!(log[0]["generation"] == generation, "{log}");
     let (status, log) = server.get("/v1/plugins/log?faults=true")?;
     ensure!(
         status == 200 && log.as_array().is_some_and(Vec::is_empty),

@@ -366,11 +366,16 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             let cairn = Cairn::open(config)?;
-            serve(cairn, &listen)
+            let served = serve(cairn.clone(), &listen);
+            // The decision log's last records, durable before exit.
+            cairn.policies().flush()?;
+            served
         }
         command => {
             let cairn = Cairn::open(config)?;
-            run_command(&cairn, &ws_id, command)
+            let ran = run_command(&cairn, &ws_id, command);
+            cairn.policies().flush()?;
+            ran
         }
     }
 }

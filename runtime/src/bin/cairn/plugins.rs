@@ -135,7 +135,12 @@ pub(crate) fn run(config: CairnConfig, action: PluginsAction) -> Result<()> {
                     }
                     Client::new(url).get("/v1/plugins/log", &params)?
                 }
-                None => open(config)?.policies().log(&query)?,
+                None => {
+                    let cairn = open(config)?;
+                    let records = cairn.policies().log(&query)?;
+                    cairn.policies().flush()?;
+                    records
+                }
             };
             if args.target.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&records)?)?;
@@ -178,7 +183,12 @@ fn install(config: CairnConfig, args: InstallArgs, swap: bool, out: &mut impl Wr
         Some(url) => {
             Client::new(url).put_wasm(&format!("/v1/plugins/{}", world.as_str()), &name, &wasm)?
         }
-        None => open(config)?.policies().install(world, &name, &wasm)?,
+        None => {
+            let cairn = open(config)?;
+            let report = cairn.policies().install(world, &name, &wasm)?;
+            cairn.policies().flush()?;
+            report
+        }
     };
     if args.target.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
