@@ -410,7 +410,7 @@ impl Writer {
                 let mut next = Some(message);
                 while let Some(message) = next.take() {
                     match message {
-                        Message::Record(record) => records.push(record),
+                        Message::Record(record) => records.push(*record),
                         Message::Barrier { sync, done } => {
                             want_sync |= sync;
                             waiters.push(done);
@@ -446,12 +446,12 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, records: &[Box<DecisionRecord>]) -> std::result::Result<(), String> {
+    fn write(&mut self, records: &[DecisionRecord]) -> std::result::Result<(), String> {
         let mut batch = WriteBatch::default();
         let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
         let mut next = self.next;
         for record in records {
-            let value = serde_json::to_vec(record.as_ref()).map_err(|e| e.to_string())?;
+            let value = serde_json::to_vec(record).map_err(|e| e.to_string())?;
             batch.put(Collection::State, record_key(next), value);
             next += 1;
             let generation = record.generation.as_str();
