@@ -25,6 +25,7 @@ const PLUGINS: &[&str] = &[
     "topic-default",
     "memory-policy-default",
     "example-custom",
+    "example-quiet",
     "hostile-trap",
     "hostile-infinite-loop",
     "hostile-memory-bomb",

@@ -29,7 +29,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use cairn_memory::{Role, Session, Subject, Workspace};
+use cairn_memory::{Role, Session, SessionKind, Subject, Workspace};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::capture::{
@@ -46,6 +46,8 @@ use crate::runtime::{Inner, Reply, blocking};
 #[derive(Debug, Clone)]
 pub(crate) struct ObservedTurn {
     pub(crate) seq: u64,
+    pub(crate) session_kind: SessionKind,
+    pub(crate) work_context: String,
     pub(crate) role: Role,
     pub(crate) content: String,
     pub(crate) tool_use: bool,
@@ -60,6 +62,8 @@ pub(crate) struct ContextState {
     seen: BTreeMap<String, u64>,
     user_turns: usize,
     tool_use: bool,
+    /// The gate judged a turn worth capturing.
+    significant: bool,
     mentions: BTreeSet<String>,
     first_uncaptured_at: Option<DateTime<Utc>>,
     last_capture_at: Option<DateTime<Utc>>,
@@ -73,6 +77,10 @@ impl ContextState {
         }
         *next = turn.seq + 1;
         let significance = gate.assess(&GateInput {
+            session,
+            session_kind: turn.session_kind,
+            work_context: &turn.work_context,
+            seq: turn.seq,
             role: turn.role,
             content: &turn.content,
             tool_use: turn.tool_use,
@@ -82,6 +90,7 @@ impl ContextState {
             self.user_turns += 1;
         }
         self.tool_use |= significance.tool_use;
+        self.significant |= significance.significant;
         self.mentions.extend(significance.mentions);
         if self.first_uncaptured_at.is_none() {
             self.first_uncaptured_at = Some(turn.timestamp);
@@ -91,6 +100,7 @@ impl ContextState {
     pub(crate) fn is_dirty(&self, triggers: &TriggerConfig) -> bool {
         self.user_turns >= triggers.min_dirty_user_turns
             || self.tool_use
+            || self.significant
             || !self.mentions.is_empty()
     }
 
@@ -140,6 +150,8 @@ pub(crate) fn load_state(
         for turn in ws.transcript(&session.id, from, None)? {
             let observed = ObservedTurn {
                 seq: turn.seq,
+                session_kind: session.kind,
+                work_context: session.work_context.clone(),
                 role: turn.role,
                 tool_use: turn.tool_call_id.is_some() || turn.role == Role::Tool,
                 content: turn.content,

@@ -1,17 +1,28 @@
 //! The significance gate: does a turn make its work context dirty?
 //!
 //! [`SignificanceGate`] is the seam where the WebAssembly significance-gate
-//! policy (the policy host in `policies/`) slots in later; the runtime uses
+//! policy (the policy host in `policies/`) slots in: `cairn::Cairn` starts
+//! the runtime with the installed wasm gate (`runtime/src/policy.rs`);
+//! [`ActorRuntime::start`](crate::ActorRuntime::start) uses
 //! [`HeuristicGate`] (seed 000 §5.2: user turns, tool use, known-entity
-//! mentions) until then. A gate is called on an arbiter thread for every
-//! stored turn, so it must be cheap and must not block.
+//! mentions). A gate is called on an arbiter thread for every stored turn
+//! (and again when an actor rebuilds its state from the store), so it must
+//! be cheap, must not block and must not panic.
 
 use cairn_memory::extract::mentions;
-use cairn_memory::{Role, Subject};
+use cairn_memory::{Role, SessionKind, Subject};
 
 /// What a gate sees of one stored turn.
 #[derive(Debug, Clone, Copy)]
 pub struct GateInput<'a> {
+    /// The session the turn belongs to.
+    pub session: &'a str,
+    /// Its kind (main, sub-agent, cron).
+    pub session_kind: SessionKind,
+    /// The session's work context.
+    pub work_context: &'a str,
+    /// The turn's sequence number in its session.
+    pub seq: u64,
     /// Who spoke.
     pub role: Role,
     /// The text.
@@ -31,12 +42,16 @@ pub struct Significance {
     pub tool_use: bool,
     /// Known subjects mentioned (dirty at once when non-empty).
     pub mentions: Vec<String>,
+    /// A policy judged the turn worth capturing (dirty at once). The
+    /// heuristic gate never sets it; the wasm gate sets it when the plugin
+    /// asks for any extraction.
+    pub significant: bool,
 }
 
 impl Significance {
     /// True when the turn alone makes its context dirty.
     pub fn is_immediately_dirty(&self) -> bool {
-        self.tool_use || !self.mentions.is_empty()
+        self.significant || self.tool_use || !self.mentions.is_empty()
     }
 }
 
@@ -44,8 +59,17 @@ impl Significance {
 ///
 /// ```
 /// use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
-/// use cairn_memory::Role;
-/// let s = HeuristicGate.assess(&GateInput { role: Role::User, content: "hi", tool_use: false, subjects: &[] });
+/// use cairn_memory::{Role, SessionKind};
+/// let s = HeuristicGate.assess(&GateInput {
+///     session: "s1",
+///     session_kind: SessionKind::Main,
+///     work_context: "launch",
+///     seq: 0,
+///     role: Role::User,
+///     content: "hi",
+///     tool_use: false,
+///     subjects: &[],
+/// });
 /// assert!(s.user_turn && !s.is_immediately_dirty());
 /// ```
 pub trait SignificanceGate: Send + Sync + std::fmt::Debug {
@@ -69,6 +93,7 @@ impl SignificanceGate for HeuristicGate {
             } else {
                 Vec::new()
             },
+            significant: false,
         }
     }
 }

@@ -120,6 +120,8 @@ impl Handler<Ingest> for SessionActor {
                     .filter(|(turn, ack)| !ack.duplicate && turn.session == record.id)
                     .map(|(turn, ack)| ObservedTurn {
                         seq: ack.seq,
+                        session_kind: record.kind,
+                        work_context: record.work_context.clone(),
                         tool_use: turn.tool_call_id.is_some() || turn.role == Role::Tool,
                         role: turn.role,
                         content: turn.content.clone(),

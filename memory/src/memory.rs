@@ -134,6 +134,30 @@ impl Memory {
         Ok(self.shared.store.sync()?)
     }
 
+    /// A handle on the system namespace `name` (see
+    /// [`Store::system`](crate::store::Store::system)): process-wide data
+    /// such as the policy decision log, outside every workspace. `name` is a
+    /// slug (lowercase letters, digits, `-`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_memory::{Memory, MemoryConfig, SystemClock};
+    /// use cairn_memory::store::{Collection, WriteBatch};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let log = memory.system("decisions")?;
+    /// let mut batch = WriteBatch::default();
+    /// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+    /// log.apply(batch)?;
+    /// assert!(memory.workspaces()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>> {
+        validate_slug(name)?;
+        Ok(self.shared.store.system(name)?)
+    }
+
     /// A handle on a workspace, created on first use.
     pub fn workspace(&self, id: &str) -> Result<Workspace> {
         validate_id("workspace id", id)?;

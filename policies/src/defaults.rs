@@ -66,6 +66,14 @@ pub const EXAMPLE_CUSTOM: BuiltinPlugin = builtin!(
     "CAIRN_PLUGIN_EXAMPLE_CUSTOM"
 );
 
+/// The example significance gate that never captures (observe only), to
+/// pause capture without stopping cairn (`plugins/example-quiet`).
+pub const EXAMPLE_QUIET: BuiltinPlugin = builtin!(
+    "example-quiet",
+    WorldKind::SignificanceGate,
+    "CAIRN_PLUGIN_EXAMPLE_QUIET"
+);
+
 /// The three slots a runtime decides with.
 ///
 /// ```

@@ -290,6 +290,7 @@ impl PolicyHost {
             hash,
             pre,
             limits: self.inner.config.limits,
+            generation: None,
             cache,
         })
     }
@@ -363,6 +364,8 @@ pub struct PreparedPlugin<W: World> {
     pub(crate) hash: blake3::Hash,
     pub(crate) pre: W::Pre,
     pub(crate) limits: Limits,
+    /// Serve as this generation number instead of the host's next one.
+    pub(crate) generation: Option<u64>,
     cache: CacheOutcome,
 }
 
@@ -373,6 +376,7 @@ impl<W: World> Clone for PreparedPlugin<W> {
             hash: self.hash,
             pre: self.pre.clone(),
             limits: self.limits,
+            generation: self.generation,
             cache: self.cache,
         }
     }
@@ -414,6 +418,30 @@ impl<W: World> PreparedPlugin<W> {
     /// The same plugin with other limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The same plugin, served as generation `number` rather than the
+    /// host's next one: a runtime restoring an installed plugin after a
+    /// restart keeps its [`PolicyGenerationId`](crate::PolicyGenerationId),
+    /// so decisions before and after the restart carry the same id. The
+    /// caller keeps numbers unique (start the host past every number it
+    /// restores, with [`HostConfig::first_generation`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_policies::{defaults, HostConfig, MemorySink, PolicyHost, SignificanceGate};
+    ///
+    /// # fn main() -> Result<(), cairn_policies::PolicyError> {
+    /// let host = PolicyHost::new(HostConfig::default().first_generation(8), Arc::new(MemorySink::default()))?;
+    /// let plugin = host.prepare::<SignificanceGate>("gate", defaults::SIGNIFICANCE.wasm)?;
+    /// let slot = host.slot(&plugin.at_generation(7))?;
+    /// assert_eq!(slot.generation().number(), 7);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn at_generation(mut self, number: u64) -> Self {
+        self.generation = Some(number);
         self
     }
 }

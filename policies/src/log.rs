@@ -70,6 +70,15 @@ impl PolicyGenerationId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The generation number (the part after `#`; 0 if the id, read back
+    /// from a log, has none).
+    pub fn number(&self) -> u64 {
+        self.0
+            .rsplit_once('#')
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 impl fmt::Display for PolicyGenerationId {

@@ -305,7 +305,11 @@ struct Counters {
 impl<W: World> Generation<W> {
     fn new(host: &HostInner, plugin: &PreparedPlugin<W>) -> Result<Generation<W>> {
         let generation = Generation {
-            id: PolicyGenerationId::new(&plugin.name, &plugin.hash, host.next_generation()),
+            id: PolicyGenerationId::new(
+                &plugin.name,
+                &plugin.hash,
+                plugin.generation.unwrap_or_else(|| host.next_generation()),
+            ),
             plugin: plugin.name.clone(),
             pre: plugin.pre.clone(),
             limits: plugin.limits,

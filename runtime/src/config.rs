@@ -9,6 +9,7 @@ use cairn_memory::MemoryConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
+use crate::policy::PolicyConfig;
 
 /// Settings of `cairn serve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,6 +123,8 @@ pub struct CairnConfig {
     pub embedding: EmbeddingConfig,
     /// The memory tools' rules.
     pub search: SearchConfig,
+    /// The policy plugins and the decision log.
+    pub policies: PolicyConfig,
 }
 
 impl Default for CairnConfig {
@@ -136,6 +139,7 @@ impl Default for CairnConfig {
             actors: ActorConfig::default(),
             embedding: EmbeddingConfig::default(),
             search: SearchConfig::default(),
+            policies: PolicyConfig::default(),
         }
     }
 }
@@ -201,6 +205,7 @@ impl CairnConfig {
             )));
         }
         self.actors.validate().map_err(CairnError::Config)?;
+        self.policies.validate().map_err(CairnError::Config)?;
         if self.memory.limits.max_content_bytes == 0 || self.memory.limits.max_batch == 0 {
             return Err(CairnError::Config(
                 "memory.limits values must be greater than zero".to_owned(),

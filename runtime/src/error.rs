@@ -40,6 +40,26 @@ pub enum CairnError {
     /// A malformed item reference.
     #[error("invalid reference {0}")]
     InvalidReference(String),
+    /// The policy host refused a plugin (not a component, the wrong world,
+    /// a bad name, a failed canary…) or could not start.
+    #[error(transparent)]
+    Policy(#[from] cairn_policies::PolicyError),
+    /// A plugin upload is larger than `policies.max_plugin_bytes`.
+    #[error(
+        "plugin of {size} bytes is larger than the limit of {max} bytes (policies.max_plugin_bytes)"
+    )]
+    PluginTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A world name that is not one of the three.
+    #[error("unknown world {0:?}; use significance-gate, topic-directive or memory-policy")]
+    UnknownWorld(String),
+    /// The decision log or the plugin registry failed.
+    #[error("decision log: {0}")]
+    DecisionLog(String),
 }
 
 impl CairnError {
@@ -59,6 +79,10 @@ impl CairnError {
             CairnError::RateLimited { .. } => "rate_limited",
             CairnError::Denied(_) => "lineage_denied",
             CairnError::InvalidReference(_) => "invalid_reference",
+            CairnError::Policy(e) => policy_code(e),
+            CairnError::PluginTooLarge { .. } => "plugin_too_large",
+            CairnError::UnknownWorld(_) => "unknown_world",
+            CairnError::DecisionLog(_) => "decision_log",
         }
     }
 
@@ -74,7 +98,16 @@ impl CairnError {
             CairnError::Search(_) => false,
             CairnError::RateLimited { .. }
             | CairnError::Denied(_)
-            | CairnError::InvalidReference(_) => true,
+            | CairnError::InvalidReference(_)
+            | CairnError::PluginTooLarge { .. }
+            | CairnError::UnknownWorld(_) => true,
+            CairnError::Policy(e) => !matches!(
+                e,
+                cairn_policies::PolicyError::Engine { .. }
+                    | cairn_policies::PolicyError::Cache { .. }
+                    | cairn_policies::PolicyError::DecisionLog { .. }
+            ),
+            CairnError::DecisionLog(_) => false,
         }
     }
 
@@ -88,7 +121,11 @@ impl CairnError {
             | CairnError::Search(_)
             | CairnError::RateLimited { .. }
             | CairnError::Denied(_)
-            | CairnError::InvalidReference(_) => false,
+            | CairnError::InvalidReference(_)
+            | CairnError::Policy(_)
+            | CairnError::PluginTooLarge { .. }
+            | CairnError::UnknownWorld(_)
+            | CairnError::DecisionLog(_) => false,
         }
     }
 
@@ -96,6 +133,30 @@ impl CairnError {
     /// restarted actor): HTTP answers 503.
     pub fn is_retryable(&self) -> bool {
         matches!(self, CairnError::Actor(e) if e.is_retryable())
+    }
+}
+
+/// The policy host's kebab-case codes, in this crate's snake_case.
+fn policy_code(err: &cairn_policies::PolicyError) -> &'static str {
+    use cairn_policies::PolicyError as P;
+    match err {
+        P::InvalidName { .. } => "invalid_plugin_name",
+        P::Compile { .. } => "plugin_compile",
+        P::WrongWorld { .. } => "plugin_wrong_world",
+        P::Instantiate { .. } => "plugin_instantiate",
+        P::Canary { .. } => "plugin_canary",
+        P::ReadPlugin { .. } => "plugin_read",
+        P::DecisionLog { .. } => "decision_log",
+        P::Cache { .. } => "policy_cache",
+        _ => "policy_engine",
+    }
+}
+
+impl From<cairn_memory::store::StoreError> for CairnError {
+    /// Storage errors of the system namespaces (decision log, plugin
+    /// registry) read as the memory core's.
+    fn from(err: cairn_memory::store::StoreError) -> Self {
+        CairnError::Memory(err.into())
     }
 }
 

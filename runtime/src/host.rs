@@ -14,6 +14,7 @@ use cairn_memory::search::{EmbedConfig, Embedder, FastEmbedder, SearchService};
 
 use crate::config::CairnConfig;
 use crate::error::Result;
+use crate::policy::Policies;
 use crate::tools::RateLimiter;
 
 /// What `gateway_start` found.
@@ -83,6 +84,7 @@ pub struct OpenSession {
 pub struct Cairn {
     memory: Memory,
     actors: ActorRuntime,
+    policies: Policies,
     config: Arc<CairnConfig>,
     /// Started on first use (`cairn serve` starts it at once) so that
     /// short CLI commands do not load the model.
@@ -99,11 +101,18 @@ impl Cairn {
     /// Opens cairn with a clock of the caller's (tests drive a `ManualClock`).
     pub fn open_with_clock(config: CairnConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         let memory = Memory::open_sled(&config.data_dir, config.memory.clone(), clock)?;
-        let actors = ActorRuntime::start(memory.clone(), config.actors.clone())?;
+        // The installed significance gate decides what the actors capture.
+        let policies = Policies::open(&memory, &config.data_dir, &config.policies)?;
+        let actors = ActorRuntime::start_with_gate(
+            memory.clone(),
+            config.actors.clone(),
+            Arc::new(policies.gate()),
+        )?;
         tracing::info!(data_dir = %config.data_dir.display(), "cairn opened");
         Ok(Cairn {
             memory,
             actors,
+            policies,
             config: Arc::new(config),
             search: Arc::new(std::sync::OnceLock::new()),
             limiter: Arc::new(RateLimiter::default()),
@@ -128,6 +137,12 @@ impl Cairn {
     /// Hook `bootstrap`: a session starts. Creates it (durably) or returns it.
     pub fn bootstrap(&self, workspace: &str, spec: &SessionSpec) -> Result<Session> {
         Ok(self.workspace(workspace)?.ensure_session(spec)?)
+    }
+
+    /// The policy plugins: install and swap, status, the decision log, and
+    /// the memory policy check ([`Policies::check_memory`]).
+    pub fn policies(&self) -> &Policies {
+        &self.policies
     }
 
     /// The actor runtime (test and bench hooks: faults, stats).

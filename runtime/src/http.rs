@@ -17,8 +17,10 @@ use cairn_memory::{
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
+use crate::decision_log::DecisionQuery;
 use crate::error::CairnError;
 use crate::host::{Cairn, GatewayStartReport};
+use crate::policy::{InstallReport, PluginsReport, parse_world};
 use crate::tools::{MemoryItem, SearchRequest, SearchResponse, Transcript};
 use cairn_memory::search::IndexStats;
 
@@ -75,7 +77,10 @@ impl From<CairnError> for ApiError {
             StatusCode::FORBIDDEN
         } else if err.is_not_found() {
             StatusCode::NOT_FOUND
-        } else if matches!(err.code(), "too_large" | "batch_too_large") {
+        } else if matches!(
+            err.code(),
+            "too_large" | "batch_too_large" | "plugin_too_large"
+        ) {
             StatusCode::PAYLOAD_TOO_LARGE
         } else if matches!(
             err.code(),
@@ -570,6 +575,75 @@ async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
     blocking(move || Ok(cairn.index_stats()?)).await
 }
 
+#[utoipa::path(get, path = "/v1/plugins",
+    responses((status = 200, body = PluginsReport)))]
+async fn plugins(cairn: web::Data<Cairn>) -> ApiResult<PluginsReport> {
+    blocking(move || Ok(cairn.policies().list()?)).await
+}
+
+/// Query of `PUT /v1/plugins/{world}`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct InstallQuery {
+    /// The plugin's name (lowercase letters, digits, `-`, `_`, `.`);
+    /// default `custom`.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Installs (or swaps in) a plugin: the body is the component's bytes.
+/// It is compiled and checked against the world off the decision path,
+/// then replaces the current generation atomically and is persisted.
+#[utoipa::path(put, path = "/v1/plugins/{world}", params(
+        ("world" = String, Path, description = "significance-gate, topic-directive or memory-policy"),
+        InstallQuery),
+    request_body(content = Vec<u8>, content_type = "application/wasm"),
+    responses((status = 200, body = InstallReport), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
+async fn install_plugin(
+    cairn: web::Data<Cairn>,
+    world: web::Path<String>,
+    q: web::Query<InstallQuery>,
+    mut payload: web::Payload,
+) -> ApiResult<InstallReport> {
+    use futures_util::StreamExt;
+    let world = parse_world(&world).map_err(ApiError::from)?;
+    let max = cairn.config().policies.max_plugin_bytes;
+    let mut wasm = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))?;
+        if wasm.len() + chunk.len() > max {
+            return Err(CairnError::PluginTooLarge {
+                size: wasm.len() + chunk.len(),
+                max,
+            }
+            .into());
+        }
+        wasm.extend_from_slice(&chunk);
+    }
+    let name = q.into_inner().name.unwrap_or_else(|| "custom".to_owned());
+    blocking(move || Ok(cairn.policies().install(world, &name, &wasm)?)).await
+}
+
+/// Reads the decision log, newest first.
+#[utoipa::path(get, path = "/v1/plugins/log", params(DecisionQuery),
+    responses((status = 200, description = "Decision records (world, plugin, generation, inputs digest, output, outcome, duration), newest first", content_type = "application/json"),
+        (status = 400, body = ErrorBody)))]
+async fn plugin_log(cairn: web::Data<Cairn>, q: web::Query<DecisionQuery>) -> HttpResponse {
+    let query = q.into_inner();
+    match web::block(move || cairn.policies().log(&query)).await {
+        Ok(Ok(records)) => HttpResponse::Ok().json(records),
+        Ok(Err(e)) => ApiError::from(e).error_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("worker failed: {e}"),
+        )
+        .error_response(),
+    }
+}
+
 /// The OpenAPI description of the HTTP API.
 #[derive(OpenApi)]
 #[openapi(
@@ -604,7 +678,10 @@ async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
         memory_search,
         memory_get,
         read_transcript,
-        index_stats
+        index_stats,
+        plugins,
+        install_plugin,
+        plugin_log
     )
 )]
 pub struct ApiDoc;
@@ -663,6 +740,9 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/openapi.json", web::get().to(openapi))
             .route("/v1/gateway_start", web::post().to(gateway_start))
             .route("/v1/stats/index", web::get().to(index_stats))
+            .route("/v1/plugins", web::get().to(plugins))
+            .route("/v1/plugins/log", web::get().to(plugin_log))
+            .route("/v1/plugins/{world}", web::put().to(install_plugin))
             .service(
                 web::scope("/v1/workspaces/{workspace}")
                     .route("/sessions", web::post().to(bootstrap))

@@ -25,10 +25,12 @@
 //! ```
 
 mod config;
+mod decision_log;
 mod error;
 pub mod eval;
 mod host;
 pub mod http;
+mod policy;
 mod tools;
 
 pub use cairn_actors::{
@@ -46,8 +48,16 @@ pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
     default_data_dir,
 };
+pub use decision_log::{
+    DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
+    GenerationCounts, MAX_QUERY_LIMIT,
+};
 pub use error::{CairnError, Result};
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
+pub use policy::{
+    InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
+    PolicyConfig, WasmGate, parse_world,
+};
 pub use tools::{
     MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
 };

@@ -217,6 +217,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Writes a key in the store-wide metadata space (not yet durable).
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
 
+    /// A handle on the system namespace `name`: process-wide data that
+    /// belongs to no workspace (the policy decision log, the plugin
+    /// registry). It is a separate keyspace: never listed by
+    /// [`Store::workspaces`], never reachable through a workspace id, and
+    /// untouched by [`Store::drop_workspace`]. `name` must already be
+    /// validated (lowercase ASCII letters, digits and `-`).
+    fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError>;
+
     /// Blocks until every write applied before the call is durable on disk.
     /// Concurrent callers share one flush (group commit).
     fn sync(&self) -> Result<(), StoreError>;

@@ -2,7 +2,8 @@
 //!
 //! Layout: one sled tree per workspace, named `ws:<workspace>`; inside it every
 //! key is `<collection tag byte><key>`. Store-wide metadata (tombstones of
-//! dropped workspaces) lives in the tree `cairn:meta`. One tree per workspace
+//! dropped workspaces) lives in the tree `cairn:meta`; system namespaces
+//! ([`Store::system`]) in trees `sys:<name>`, keyed like a workspace. One tree per workspace
 //! makes dropping a workspace a single `drop_tree` and keeps a batch on a single
 //! tree, which sled applies atomically.
 //!
@@ -20,6 +21,7 @@ use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch,
 
 const WORKSPACE_TREE_PREFIX: &str = "ws:";
 const META_TREE: &str = "cairn:meta";
+const SYSTEM_TREE_PREFIX: &str = "sys:";
 
 /// sled-backed [`Store`].
 ///
@@ -166,6 +168,15 @@ impl Store for SledStore {
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.inner.meta.insert(key, value)?;
         Ok(())
+    }
+
+    fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
+        let tree_name = format!("{SYSTEM_TREE_PREFIX}{name}");
+        let tree = self.inner.db.open_tree(&tree_name)?;
+        Ok(Arc::new(SledWorkspace {
+            name: tree_name,
+            tree,
+        }))
     }
 
     fn sync(&self) -> Result<(), StoreError> {

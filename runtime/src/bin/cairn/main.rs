@@ -11,6 +11,8 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod plugins;
+
 /// cairn: the memory runtime for AI-agent gateways.
 #[derive(Debug, Parser)]
 #[command(name = "cairn", version, about, long_about = None)]
@@ -190,6 +192,12 @@ enum Command {
     Eval {
         #[command(subcommand)]
         bench: EvalCommand,
+    },
+    /// Install, swap and inspect the policy plugins (WebAssembly), and read
+    /// the decision log. With `--server URL`, acts on a running `cairn serve`.
+    Plugins {
+        #[command(subcommand)]
+        action: plugins::PluginsAction,
     },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
@@ -383,14 +391,20 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
+        Command::Plugins { action } => plugins::run(config, action),
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             let cairn = Cairn::open(config)?;
-            serve(cairn, &listen)
+            let served = serve(cairn.clone(), &listen);
+            // The decision log's last records, durable before exit.
+            cairn.policies().flush()?;
+            served
         }
         command => {
             let cairn = Cairn::open(config)?;
-            run_command(&cairn, &ws_id, command)
+            let ran = run_command(&cairn, &ws_id, command);
+            cairn.policies().flush()?;
+            ran
         }
     }
 }
@@ -718,7 +732,10 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                 }
             }
         }
-        Command::Demo { .. } | Command::Serve { .. } | Command::Eval { .. } => {
+        Command::Demo { .. }
+        | Command::Serve { .. }
+        | Command::Eval { .. }
+        | Command::Plugins { .. } => {
             bail!("internal: command dispatched twice")
         }
     }

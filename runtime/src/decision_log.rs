@@ -1,0 +1,564 @@
+//! The durable decision log: every decision the policy host makes (the
+//! plugin's, or a world's fail-safe) kept in the store's system namespace
+//! `policy-decisions`, queryable by the CLI and the HTTP API.
+//!
+//! # The write path
+//!
+//! [`DecisionLog::record`] runs on the thread that made the decision (an
+//! actor's arbiter, an HTTP worker) and only clones the record into a
+//! bounded queue: no serialisation, no storage call, no lock held across
+//! anything slow. One writer thread (`cairn-decisions`) drains the queue in
+//! batches of up to [`DecisionLogConfig::batch`] records, writes each batch
+//! as one atomic store batch (records, per-generation counters, the next
+//! sequence number, the retention deletes), and makes it durable with the
+//! store's group-committed `sync` at most every
+//! [`DecisionLogConfig::flush_ms`] milliseconds, or at once when someone
+//! waits for it ([`DecisionLog::flush`], [`DecisionLog::query`]).
+//!
+//! **What a crash can lose.** A process crash or power loss loses the
+//! records still queued and those written but not yet synced: at most the
+//! last `flush_ms` milliseconds of decisions (default 200). Nothing else the
+//! store holds depends on them. When the writer falls more than
+//! [`DecisionLogConfig::queue`] records behind, further records are dropped
+//! and counted ([`DecisionLogStats::dropped`], logged at `warn`), never
+//! blocking a decision.
+//!
+//! # Layout
+//!
+//! In collection `State` of the system namespace: `r` + big-endian sequence
+//! number → the record as JSON; `c` + generation id → that generation's
+//! decision and fault counts; `m:first` / `m:next` → the oldest kept and the
+//! next sequence number. Retention keeps the newest
+//! [`DecisionLogConfig::keep`] records; older ones are deleted in the same
+//! batch that pushes them out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+use cairn_memory::Memory;
+use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
+use cairn_policies::{DecisionRecord, DecisionSink, SinkError, WorldKind};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CairnError, Result};
+
+/// The system namespace the log lives in.
+pub const DECISIONS_NAMESPACE: &str = "policy-decisions";
+
+const RECORD: u8 = b'r';
+const COUNTER: u8 = b'c';
+const FIRST: &[u8] = b"m:first";
+const NEXT: &[u8] = b"m:next";
+/// Records per query page: one key prefix covers 256 sequence numbers.
+const PAGE_SHIFT: u32 = 8;
+/// The most old records one batch deletes (a lowered `keep` catches up
+/// over several batches).
+const MAX_DELETES_PER_BATCH: u64 = 10_000;
+
+/// Settings of the durable decision log (`[policies.decision_log]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DecisionLogConfig {
+    /// How many records to keep (the newest). Default 100,000.
+    pub keep: u64,
+    /// The longest a written record waits to be made durable, in
+    /// milliseconds. Default 200.
+    pub flush_ms: u64,
+    /// How many records may wait for the writer before new ones are
+    /// dropped (and counted). Default 65,536.
+    pub queue: usize,
+    /// The most records written in one store batch. Default 1,024.
+    pub batch: usize,
+}
+
+impl Default for DecisionLogConfig {
+    fn default() -> Self {
+        DecisionLogConfig {
+            keep: 100_000,
+            flush_ms: 200,
+            queue: 65_536,
+            batch: 1_024,
+        }
+    }
+}
+
+impl DecisionLogConfig {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
+        if self.keep == 0 || self.queue == 0 || self.batch == 0 {
+            return Err(
+                "policies.decision_log keep, queue and batch must be greater than zero".to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What to read from the decision log; every filter is optional.
+///
+/// ```
+/// use cairn::DecisionQuery;
+///
+/// let faults = DecisionQuery { faults_only: true, limit: 20, ..DecisionQuery::default() };
+/// assert!(faults.world.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(default, deny_unknown_fields)]
+pub struct DecisionQuery {
+    /// Only this world (`significance-gate`, `topic-directive`,
+    /// `memory-policy`).
+    #[param(value_type = Option<String>)]
+    pub world: Option<WorldKind>,
+    /// Only this plugin (its installed name).
+    pub plugin: Option<String>,
+    /// Only this generation: its full id (`name@hash#n`) or its number `n`.
+    pub generation: Option<String>,
+    /// Only decisions that were not the plugin's own answer (a fault, or
+    /// an open circuit breaker).
+    #[serde(alias = "faults")]
+    pub faults_only: bool,
+    /// At most this many records, newest first. Default 50, at most 10,000.
+    pub limit: usize,
+}
+
+impl Default for DecisionQuery {
+    fn default() -> Self {
+        DecisionQuery {
+            world: None,
+            plugin: None,
+            generation: None,
+            faults_only: false,
+            limit: 50,
+        }
+    }
+}
+
+/// The most records one query returns.
+pub const MAX_QUERY_LIMIT: usize = 10_000;
+
+impl DecisionQuery {
+    fn matches(&self, record: &DecisionRecord) -> bool {
+        if self.world.is_some_and(|w| w != record.world) {
+            return false;
+        }
+        if self.plugin.as_ref().is_some_and(|p| *p != record.plugin) {
+            return false;
+        }
+        if let Some(generation) = &self.generation {
+            let hit = match generation.parse::<u64>() {
+                Ok(number) => record.generation.number() == number,
+                Err(_) => record.generation.as_str() == generation,
+            };
+            if !hit {
+                return false;
+            }
+        }
+        !(self.faults_only && record.outcome.is_plugin())
+    }
+}
+
+/// Counters of the decision log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DecisionLogStats {
+    /// Records written since the log was created (the next sequence number).
+    pub written: u64,
+    /// Records kept now (at most the configured `keep`).
+    pub kept: u64,
+    /// Records dropped by this process because the writer fell behind.
+    pub dropped: u64,
+    /// Write errors in this process (each logged at `error`).
+    pub write_errors: u64,
+}
+
+/// Decisions and faults a generation made, as counted by the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationCounts {
+    /// Decisions logged.
+    pub decisions: u64,
+    /// Of those, how many were not the plugin's own answer.
+    pub faults: u64,
+}
+
+enum Message {
+    Record(Box<DecisionRecord>),
+    /// Answer once everything queued before is written (and synced, if
+    /// asked).
+    Barrier {
+        sync: bool,
+        done: SyncSender<std::result::Result<(), String>>,
+    },
+}
+
+/// The durable [`DecisionSink`]: a bounded queue in front of a writer
+/// thread. Cheap to clone; dropping the last clone stops the writer after
+/// it has written and synced what was queued.
+#[derive(Clone)]
+pub struct DecisionLog {
+    inner: Arc<LogInner>,
+}
+
+struct LogInner {
+    tx: Mutex<Option<SyncSender<Message>>>,
+    store: Arc<dyn WorkspaceStore>,
+    dropped: AtomicU64,
+    write_errors: Arc<AtomicU64>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for DecisionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionLog")
+            .field("dropped", &self.inner.dropped.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecisionLog {
+    /// Opens the log in `memory`'s system namespace and starts its writer.
+    pub fn open(memory: &Memory, config: &DecisionLogConfig) -> Result<DecisionLog> {
+        config.validate().map_err(CairnError::Config)?;
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let first = read_u64(store.as_ref(), FIRST)?;
+        let next = read_u64(store.as_ref(), NEXT)?;
+        let (tx, rx) = mpsc::sync_channel(config.queue);
+        let write_errors = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            store: store.clone(),
+            memory: memory.clone(),
+            config: config.clone(),
+            first,
+            next,
+            counters: HashMap::new(),
+            errors: write_errors.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("cairn-decisions".to_owned())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| CairnError::DecisionLog(format!("cannot start the writer: {e}")))?;
+        Ok(DecisionLog {
+            inner: Arc::new(LogInner {
+                tx: Mutex::new(Some(tx)),
+                store,
+                dropped: AtomicU64::new(0),
+                write_errors,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    fn barrier(&self, sync: bool) -> Result<()> {
+        let (done, wait) = mpsc::sync_channel(1);
+        let sent = match self.inner.tx.lock().as_ref() {
+            Some(tx) => tx.send(Message::Barrier { sync, done }).is_ok(),
+            None => false,
+        };
+        if !sent {
+            return Err(CairnError::DecisionLog("the writer has stopped".to_owned()));
+        }
+        wait.recv()
+            .map_err(|_| CairnError::DecisionLog("the writer has stopped".to_owned()))?
+            .map_err(CairnError::DecisionLog)
+    }
+
+    /// Blocks until every record handed to the log before the call is
+    /// written and durable.
+    pub fn flush(&self) -> Result<()> {
+        self.barrier(true)
+    }
+
+    /// The records matching `query`, newest first. Sees every record
+    /// handed to the log before the call.
+    pub fn query(&self, query: &DecisionQuery) -> Result<Vec<DecisionRecord>> {
+        self.barrier(false)?;
+        let store = self.inner.store.as_ref();
+        let first = read_u64(store, FIRST)?;
+        let next = read_u64(store, NEXT)?;
+        let limit = query.limit.min(MAX_QUERY_LIMIT);
+        let mut out = Vec::new();
+        if next == first || limit == 0 {
+            return Ok(out);
+        }
+        let mut page = (next - 1) >> PAGE_SHIFT;
+        loop {
+            let mut prefix = vec![RECORD];
+            prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+            for (key, value) in
+                store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)?
+            {
+                let record: DecisionRecord = serde_json::from_slice(&value).map_err(|e| {
+                    CairnError::DecisionLog(format!(
+                        "record {} does not decode: {e}",
+                        seq_of(&key).unwrap_or_default()
+                    ))
+                })?;
+                if query.matches(&record) {
+                    out.push(record);
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            if page == 0 || (page << PAGE_SHIFT) <= first {
+                return Ok(out);
+            }
+            page -= 1;
+        }
+    }
+
+    /// What the log counted for `generation` (durable, across restarts).
+    pub fn counts(&self, generation: &str) -> Result<GenerationCounts> {
+        self.barrier(false)?;
+        let mut key = vec![COUNTER];
+        key.extend_from_slice(generation.as_bytes());
+        Ok(match self.inner.store.get(Collection::State, &key)? {
+            Some(bytes) => decode_counts(&bytes),
+            None => GenerationCounts::default(),
+        })
+    }
+
+    /// The log's counters.
+    pub fn stats(&self) -> Result<DecisionLogStats> {
+        self.barrier(false)?;
+        let store = self.inner.store.as_ref();
+        let first = read_u64(store, FIRST)?;
+        let next = read_u64(store, NEXT)?;
+        Ok(DecisionLogStats {
+            written: next,
+            kept: next - first,
+            dropped: self.inner.dropped.load(Ordering::Relaxed),
+            write_errors: self.inner.write_errors.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Stops the writer after it has written and synced everything queued.
+    /// Later records are dropped. Called when the last `Cairn` clone goes.
+    pub fn close(&self) {
+        drop(self.inner.tx.lock().take());
+        if let Some(handle) = self.inner.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for LogInner {
+    fn drop(&mut self) {
+        drop(self.tx.lock().take());
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl DecisionSink for DecisionLog {
+    fn record(&self, record: &DecisionRecord) -> std::result::Result<(), SinkError> {
+        let sent = match self.inner.tx.lock().as_ref() {
+            Some(tx) => tx.try_send(Message::Record(Box::new(record.clone()))),
+            None => return Ok(()),
+        };
+        match sent {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                let dropped = self.inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped.is_power_of_two() {
+                    tracing::warn!(
+                        dropped,
+                        "decision log writer is behind; records dropped (raise policies.decision_log.queue)"
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+struct Writer {
+    store: Arc<dyn WorkspaceStore>,
+    memory: Memory,
+    config: DecisionLogConfig,
+    first: u64,
+    next: u64,
+    counters: HashMap<String, GenerationCounts>,
+    errors: Arc<AtomicU64>,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Message>) {
+        let flush_every = Duration::from_millis(self.config.flush_ms);
+        let mut unsynced = false;
+        let mut last_sync = Instant::now();
+        loop {
+            let first = if unsynced {
+                let wait = flush_every.saturating_sub(last_sync.elapsed());
+                match rx.recv_timeout(wait) {
+                    Ok(message) => Some(message),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(message) => Some(message),
+                    Err(_) => break,
+                }
+            };
+            let mut records = Vec::new();
+            let mut waiters = Vec::new();
+            let mut want_sync = false;
+            if let Some(message) = first {
+                let mut next = Some(message);
+                while let Some(message) = next.take() {
+                    match message {
+                        Message::Record(record) => records.push(*record),
+                        Message::Barrier { sync, done } => {
+                            want_sync |= sync;
+                            waiters.push(done);
+                        }
+                    }
+                    if records.len() < self.config.batch {
+                        next = rx.try_recv().ok();
+                    }
+                }
+            }
+            let mut result = Ok(());
+            if !records.is_empty() {
+                result = self.write(&records);
+                unsynced |= result.is_ok();
+            }
+            if result.is_ok() && unsynced && (want_sync || last_sync.elapsed() >= flush_every) {
+                result = self.memory.sync().map_err(|e| e.to_string());
+                unsynced = false;
+                last_sync = Instant::now();
+            }
+            if let Err(error) = &result {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%error, lost = records.len(), "decision log write failed");
+            }
+            for done in waiters {
+                let _ = done.send(result.clone());
+            }
+        }
+        if unsynced {
+            if let Err(error) = self.memory.sync() {
+                tracing::error!(%error, "decision log: final sync failed");
+            }
+        }
+    }
+
+    fn write(&mut self, records: &[DecisionRecord]) -> std::result::Result<(), String> {
+        let mut batch = WriteBatch::default();
+        let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
+        let mut next = self.next;
+        for record in records {
+            let value = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+            batch.put(Collection::State, record_key(next), value);
+            next += 1;
+            let generation = record.generation.as_str();
+            let counts = match touched.get_mut(generation) {
+                Some(counts) => counts,
+                None => {
+                    let base = self.load_counts(generation)?;
+                    touched.entry(generation.to_owned()).or_insert(base)
+                }
+            };
+            counts.decisions += 1;
+            if !record.outcome.is_plugin() {
+                counts.faults += 1;
+            }
+        }
+        for (generation, counts) in &touched {
+            let mut key = vec![COUNTER];
+            key.extend_from_slice(generation.as_bytes());
+            batch.put(Collection::State, key, encode_counts(*counts));
+        }
+        let mut first = self.first;
+        let stale_until = next.saturating_sub(self.config.keep);
+        let delete_until = stale_until.min(first + MAX_DELETES_PER_BATCH);
+        while first < delete_until {
+            batch.delete(Collection::State, record_key(first));
+            first += 1;
+        }
+        batch.put(
+            Collection::State,
+            NEXT.to_vec(),
+            next.to_be_bytes().to_vec(),
+        );
+        batch.put(
+            Collection::State,
+            FIRST.to_vec(),
+            first.to_be_bytes().to_vec(),
+        );
+        self.store.apply(batch).map_err(|e| e.to_string())?;
+        self.next = next;
+        self.first = first;
+        // Keep the counter cache small: generations come and go rarely.
+        if self.counters.len() > 1_024 {
+            self.counters.clear();
+        }
+        self.counters.extend(touched);
+        Ok(())
+    }
+
+    fn load_counts(&self, generation: &str) -> std::result::Result<GenerationCounts, String> {
+        if let Some(counts) = self.counters.get(generation) {
+            return Ok(*counts);
+        }
+        let mut key = vec![COUNTER];
+        key.extend_from_slice(generation.as_bytes());
+        Ok(self
+            .store
+            .get(Collection::State, &key)
+            .map_err(|e| e.to_string())?
+            .map(|bytes| decode_counts(&bytes))
+            .unwrap_or_default())
+    }
+}
+
+fn record_key(seq: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9);
+    key.push(RECORD);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn seq_of(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(1..9)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+fn read_u64(store: &dyn WorkspaceStore, key: &[u8]) -> Result<u64> {
+    match store.get(Collection::State, key)? {
+        None => Ok(0),
+        Some(bytes) => {
+            let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                CairnError::DecisionLog(format!(
+                    "{} holds {} bytes, not 8",
+                    String::from_utf8_lossy(key),
+                    bytes.len()
+                ))
+            })?;
+            Ok(u64::from_be_bytes(array))
+        }
+    }
+}
+
+fn encode_counts(counts: GenerationCounts) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    out.extend_from_slice(&counts.decisions.to_be_bytes());
+    out.extend_from_slice(&counts.faults.to_be_bytes());
+    out
+}
+
+fn decode_counts(bytes: &[u8]) -> GenerationCounts {
+    let word = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map_or(0, u64::from_be_bytes)
+    };
+    GenerationCounts {
+        decisions: word(0),
+        faults: word(8),
+    }
+}

@@ -1,0 +1,722 @@
+//! The policy plugins of a running cairn: the one [`PolicyHost`] (compile
+//! cache on disk under the data dir), its three slots, the registry of
+//! installed plugins, the durable decision log, and the adapter that lets
+//! the actor runtime ask the significance gate.
+//!
+//! # The registry
+//!
+//! Installed plugins live in the store's system namespace
+//! `policy-plugins` (collection `State`): `p:<world>` → the
+//! [`InstalledPlugin`] record (name, world, content hash, installed_at,
+//! generation), `w:<hash>` → the component's bytes, `m:next-generation` →
+//! the next generation number. On open every world is served by its
+//! installed plugin at its recorded generation, so a restart serves the
+//! same plugin under the same [`PolicyGenerationId`]; a world with nothing
+//! installed gets the built-in default, recorded as such (a new cairn
+//! build with a changed default makes a new generation).
+//!
+//! # Install and swap
+//!
+//! [`Policies::install`] compiles and validates the component against the
+//! world (off the decision path, on the caller's thread), swaps it into the
+//! slot atomically ([`PolicySlot::swap`]: calls in flight finish on the old
+//! generation), then persists it and syncs. A component that does not
+//! compile, implements another world, cannot start or faults on its canary
+//! decision is refused before anything changes; nothing is written.
+//!
+//! # The gate adapter
+//!
+//! [`WasmGate`] implements the actor runtime's
+//! [`SignificanceGate`](cairn_actors::SignificanceGate): see its docs for
+//! how a decision maps to dirty tracking.
+
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_actors::{GateInput, HeuristicGate, Significance};
+use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
+use cairn_memory::{Memory, Role};
+use cairn_policies::{
+    ActivityType, BuiltinPlugin, Decided, GateContext, HostConfig, MemoryPolicy,
+    MemoryPolicyDecision, PolicyGenerationId, PolicyHost, PolicyRequest, PolicySlot,
+    PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput, SlotStatus, TopicDirective,
+    TopicDirectiveDecision, TopicInput, TurnRole, TurnView, World, WorldKind, defaults,
+};
+use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::decision_log::{DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery};
+use crate::error::{CairnError, Result};
+
+/// The system namespace of the plugin registry.
+pub const PLUGINS_NAMESPACE: &str = "policy-plugins";
+
+const NEXT_GENERATION: &[u8] = b"m:next-generation";
+
+/// Settings of the policy plugins (`[policies]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// The largest component accepted by `install` / `swap` (and the HTTP
+    /// upload cap), in bytes. Default 8 MiB.
+    pub max_plugin_bytes: usize,
+    /// How many faults in a row trip a plugin's circuit breaker. Default 5.
+    pub breaker_trip_after: u32,
+    /// The durable decision log.
+    pub decision_log: DecisionLogConfig,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            max_plugin_bytes: 8 << 20,
+            breaker_trip_after: 5,
+            decision_log: DecisionLogConfig::default(),
+        }
+    }
+}
+
+impl PolicyConfig {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
+        if self.max_plugin_bytes == 0 || self.breaker_trip_after == 0 {
+            return Err(
+                "policies.max_plugin_bytes and policies.breaker_trip_after must be greater than zero"
+                    .to_owned(),
+            );
+        }
+        self.decision_log.validate()
+    }
+}
+
+/// Reads a world's name as the CLI and the HTTP API accept it: the WIT
+/// world (`significance-gate`, `topic-directive`, `memory-policy`) or its
+/// short form (`significance`, `topic`, `memory`).
+///
+/// ```
+/// use cairn::parse_world;
+/// use cairn_policies::WorldKind;
+///
+/// assert_eq!(parse_world("significance").unwrap(), WorldKind::SignificanceGate);
+/// assert!(parse_world("gatekeeper").is_err());
+/// ```
+pub fn parse_world(name: &str) -> Result<WorldKind> {
+    match name {
+        "significance-gate" | "significance" => Ok(WorldKind::SignificanceGate),
+        "topic-directive" | "topic" => Ok(WorldKind::TopicDirective),
+        "memory-policy" | "memory" => Ok(WorldKind::MemoryPolicy),
+        other => Err(CairnError::UnknownWorld(other.chars().take(64).collect())),
+    }
+}
+
+/// A plugin as the registry keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InstalledPlugin {
+    /// The world it serves.
+    #[schema(value_type = String)]
+    pub world: WorldKind,
+    /// Its installed name.
+    pub plugin: String,
+    /// The BLAKE3 hash of the component, in hex.
+    pub content_hash: String,
+    /// The generation serving it (`name@hash#n`).
+    #[schema(value_type = String)]
+    pub generation: PolicyGenerationId,
+    /// When it was installed.
+    pub installed_at: DateTime<Utc>,
+    /// A default plugin built into cairn (not stored in the registry).
+    pub builtin: bool,
+    /// The component's size in bytes.
+    pub size_bytes: u64,
+}
+
+/// What `cairn plugins list` and `GET /v1/plugins` show for one world.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PluginStatus {
+    /// The installed plugin.
+    #[serde(flatten)]
+    pub installed: InstalledPlugin,
+    /// Whether its circuit breaker is open (the fail-safe answers).
+    pub breaker_open: bool,
+    /// Faults in a row right now.
+    pub consecutive_faults: u32,
+    /// The last fault this process saw, if any.
+    pub last_fault: Option<String>,
+    /// Decisions this generation made, as the durable log counted them
+    /// (across restarts).
+    pub decisions: u64,
+    /// Of those, how many were a fail-safe (a fault or an open breaker).
+    pub faults: u64,
+}
+
+/// `GET /v1/plugins`: every world's plugin and the decision log's counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PluginsReport {
+    /// One per world.
+    pub plugins: Vec<PluginStatus>,
+    /// The decision log.
+    pub decision_log: DecisionLogStats,
+}
+
+/// What an install or swap did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InstallReport {
+    /// The world.
+    #[schema(value_type = String)]
+    pub world: WorldKind,
+    /// The plugin's name.
+    pub plugin: String,
+    /// Its content hash (hex).
+    pub content_hash: String,
+    /// The generation replaced.
+    #[schema(value_type = String)]
+    pub previous_generation: PolicyGenerationId,
+    /// The generation now serving.
+    #[schema(value_type = String)]
+    pub generation: PolicyGenerationId,
+    /// Where its compiled code came from: `compiled`, `disk` or `memory`.
+    pub compile: String,
+}
+
+/// One world's slot with what it currently serves.
+struct WorldSlot<W: World> {
+    slot: PolicySlot<W>,
+    serving: Mutex<(PreparedPlugin<W>, InstalledPlugin)>,
+}
+
+/// The policy plugins of one cairn: host, slots, registry, decision log.
+/// Cheap to clone.
+///
+/// ```
+/// use cairn::{Cairn, CairnConfig};
+/// use cairn_policies::WorldKind;
+///
+/// let dir = tempfile::tempdir()?;
+/// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+/// let policies = cairn.policies();
+/// let listed = policies.list()?;
+/// assert_eq!(listed.plugins[0].installed.world, WorldKind::SignificanceGate);
+/// assert!(listed.plugins.iter().all(|p| p.installed.builtin));
+///
+/// // Installing the built-in example gate makes a new generation at once.
+/// let quiet = cairn_policies::defaults::EXAMPLE_QUIET;
+/// let report = policies.install(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+/// assert!(report.generation.number() > report.previous_generation.number());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Policies {
+    inner: Arc<PoliciesInner>,
+}
+
+struct PoliciesInner {
+    memory: Memory,
+    host: PolicyHost,
+    log: DecisionLog,
+    registry: Arc<dyn WorkspaceStore>,
+    config: PolicyConfig,
+    significance: WorldSlot<SignificanceGate>,
+    topic: WorldSlot<TopicDirective>,
+    memory_policy: WorldSlot<MemoryPolicy>,
+    /// Serialises installs (each is compile + swap + persist).
+    install: Mutex<()>,
+}
+
+impl std::fmt::Debug for Policies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policies")
+            .field("significance", &self.inner.significance.slot)
+            .field("topic", &self.inner.topic.slot)
+            .field("memory", &self.inner.memory_policy.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Policies {
+    /// Opens the decision log and the registry in `memory`'s store, and
+    /// serves every world from its installed plugin (or the default).
+    /// Compiled components are cached in `data_dir/policy-cache`.
+    pub fn open(memory: &Memory, data_dir: &Path, config: &PolicyConfig) -> Result<Policies> {
+        config.validate().map_err(CairnError::Config)?;
+        let log = DecisionLog::open(memory, &config.decision_log)?;
+        let registry = memory.system(PLUGINS_NAMESPACE)?;
+        let next = read_next_generation(registry.as_ref())?.max(1);
+        let host = PolicyHost::new(
+            HostConfig::default()
+                .cache_dir(data_dir.join("policy-cache"))
+                .first_generation(next)
+                .breaker_trip_after(config.breaker_trip_after),
+            Arc::new(log.clone()),
+        )?;
+        let now = memory.clock().now();
+        let significance = restore::<SignificanceGate>(&host, registry.as_ref(), now)?;
+        let topic = restore::<TopicDirective>(&host, registry.as_ref(), now)?;
+        let memory_policy = restore::<MemoryPolicy>(&host, registry.as_ref(), now)?;
+        let policies = Policies {
+            inner: Arc::new(PoliciesInner {
+                memory: memory.clone(),
+                host,
+                log,
+                registry,
+                config: config.clone(),
+                significance,
+                topic,
+                memory_policy,
+                install: Mutex::new(()),
+            }),
+        };
+        // Record what is served (defaults included) and where numbering
+        // continues, so the next start serves the same generations.
+        let mut batch = WriteBatch::default();
+        policies.record_serving(&mut batch)?;
+        policies.inner.registry.apply(batch)?;
+        memory.sync()?;
+        Ok(policies)
+    }
+
+    /// The significance gate's slot (decisions, status, breaker reset).
+    pub fn significance(&self) -> &PolicySlot<SignificanceGate> {
+        &self.inner.significance.slot
+    }
+
+    /// The topic directive's slot.
+    pub fn topic(&self) -> &PolicySlot<TopicDirective> {
+        &self.inner.topic.slot
+    }
+
+    /// The memory policy's slot.
+    pub fn memory_policy(&self) -> &PolicySlot<MemoryPolicy> {
+        &self.inner.memory_policy.slot
+    }
+
+    /// The policy host (engine, compile cache).
+    pub fn host(&self) -> &PolicyHost {
+        &self.inner.host
+    }
+
+    /// The durable decision log.
+    pub fn decision_log(&self) -> &DecisionLog {
+        &self.inner.log
+    }
+
+    /// Asks the installed memory policy whether `request` (an object, an
+    /// action, a destination, a principal) may go ahead, and how. Assembly
+    /// calls this before rendering anything for a destination.
+    ///
+    /// A plugin fault is not an error: the decision is then the world's
+    /// fail-safe, deny (fidelity `none`, locality `blocked`), and
+    /// [`Decided::outcome`] says what happened. The decision is in the
+    /// decision log with the generation that made it. Synchronous and cheap
+    /// (microseconds): callable on any thread.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig};
+    /// use cairn_policies::*;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let entry = ContentReference {
+    ///     kind: ObjectKind::Entry,
+    ///     id: "e-42".into(),
+    ///     work_context_id: Some("launch".into()),
+    ///     session_id: None,
+    ///     sensitivity: Sensitivity::Normal,
+    ///     low_trust: false,
+    /// };
+    /// let request = PolicyRequest::new(entry, Action::RenderInline, Some(Destination::LocalModel));
+    /// let decided = cairn.policies().check_memory(&request)?;
+    /// assert!(decided.outcome.is_plugin());
+    /// assert_eq!(decided.generation, cairn.policies().memory_policy().generation());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
+        Ok(self.inner.memory_policy.slot.decide(request)?)
+    }
+
+    /// Asks the installed topic directive about one input.
+    pub fn topic_directive(&self, input: &TopicInput) -> Result<Decided<TopicDirectiveDecision>> {
+        Ok(self.inner.topic.slot.decide(input)?)
+    }
+
+    /// The significance gate as the actor runtime's gate.
+    pub fn gate(&self) -> WasmGate {
+        WasmGate {
+            slot: self.inner.significance.slot.clone(),
+        }
+    }
+
+    /// Installs `wasm` as `world`'s plugin under `name` and serves it at
+    /// once: compiles it (or loads it from the cache), checks it implements
+    /// the world, starts its instances (each makes a canary decision),
+    /// swaps it in atomically, then persists it (a restart serves it).
+    ///
+    /// Refused, with nothing changed or written: a component larger than
+    /// `policies.max_plugin_bytes`, a bad name, bytes that are not a
+    /// component, a component of another world, one that cannot start or
+    /// faults on its canary.
+    pub fn install(&self, world: WorldKind, name: &str, wasm: &[u8]) -> Result<InstallReport> {
+        let max = self.inner.config.max_plugin_bytes;
+        if wasm.len() > max {
+            return Err(CairnError::PluginTooLarge {
+                size: wasm.len(),
+                max,
+            });
+        }
+        let _serial = self.inner.install.lock();
+        match world {
+            WorldKind::SignificanceGate => self.install_in(&self.inner.significance, name, wasm),
+            WorldKind::TopicDirective => self.install_in(&self.inner.topic, name, wasm),
+            WorldKind::MemoryPolicy => self.install_in(&self.inner.memory_policy, name, wasm),
+            other => Err(CairnError::UnknownWorld(other.to_string())),
+        }
+    }
+
+    fn install_in<W: World>(
+        &self,
+        world: &WorldSlot<W>,
+        name: &str,
+        wasm: &[u8],
+    ) -> Result<InstallReport> {
+        let prepared = self.inner.host.prepare::<W>(name, wasm)?;
+        let previous = world.slot.generation();
+        let generation = world.slot.swap(&prepared)?;
+        let record = InstalledPlugin {
+            world: W::KIND,
+            plugin: name.to_owned(),
+            content_hash: prepared.content_hash(),
+            generation: generation.clone(),
+            installed_at: self.inner.memory.clock().now(),
+            builtin: false,
+            size_bytes: wasm.len() as u64,
+        };
+        let old = std::mem::replace(
+            &mut *world.serving.lock(),
+            (prepared.clone(), record.clone()),
+        );
+        if let Err(error) = self.persist(&record, wasm, &old.1) {
+            // Serve what is persisted again, under its own generation id.
+            tracing::error!(%error, world = %W::KIND, "could not persist the plugin; swapping back");
+            let number = old.1.generation.number();
+            let restored = world.slot.swap(&old.0.clone().at_generation(number));
+            *world.serving.lock() = old;
+            if let Err(swap_back) = restored {
+                tracing::error!(error = %swap_back, "swapping back failed");
+            }
+            return Err(error);
+        }
+        tracing::info!(world = %W::KIND, plugin = name, from = %previous, to = %generation, "plugin installed");
+        Ok(InstallReport {
+            world: W::KIND,
+            plugin: name.to_owned(),
+            content_hash: record.content_hash,
+            previous_generation: previous,
+            generation,
+            compile: match prepared.cache_outcome() {
+                cairn_policies::CacheOutcome::Disk => "disk",
+                cairn_policies::CacheOutcome::Memory => "memory",
+                _ => "compiled",
+            }
+            .to_owned(),
+        })
+    }
+
+    fn persist(&self, record: &InstalledPlugin, wasm: &[u8], old: &InstalledPlugin) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::State,
+            wasm_key(&record.content_hash),
+            wasm.to_vec(),
+        );
+        let still_used = self
+            .installed()
+            .iter()
+            .any(|p| !p.builtin && p.content_hash == old.content_hash);
+        if !old.builtin && old.content_hash != record.content_hash && !still_used {
+            batch.delete(Collection::State, wasm_key(&old.content_hash));
+        }
+        self.record_serving(&mut batch)?;
+        self.inner.registry.apply(batch)?;
+        self.inner.memory.sync()?;
+        Ok(())
+    }
+
+    /// Adds the three registry records and the next generation number to
+    /// `batch`.
+    fn record_serving(&self, batch: &mut WriteBatch) -> Result<()> {
+        let installed = self.installed();
+        let mut next = read_next_generation(self.inner.registry.as_ref())?;
+        for record in &installed {
+            let value = serde_json::to_vec(record)
+                .map_err(|e| CairnError::DecisionLog(format!("encoding the registry: {e}")))?;
+            batch.put(Collection::State, plugin_key(record.world), value);
+            next = next.max(record.generation.number() + 1);
+        }
+        batch.put(
+            Collection::State,
+            NEXT_GENERATION.to_vec(),
+            next.to_be_bytes().to_vec(),
+        );
+        Ok(())
+    }
+
+    /// The plugin each world serves, in world order.
+    pub fn installed(&self) -> Vec<InstalledPlugin> {
+        vec![
+            self.inner.significance.serving.lock().1.clone(),
+            self.inner.topic.serving.lock().1.clone(),
+            self.inner.memory_policy.serving.lock().1.clone(),
+        ]
+    }
+
+    /// Every world's plugin with its breaker state and logged counts, and
+    /// the decision log's counters.
+    pub fn list(&self) -> Result<PluginsReport> {
+        let statuses = [
+            self.inner.significance.slot.status(),
+            self.inner.topic.slot.status(),
+            self.inner.memory_policy.slot.status(),
+        ];
+        let mut plugins = Vec::new();
+        for (installed, status) in self.installed().into_iter().zip(statuses) {
+            plugins.push(self.status_of(installed, &status)?);
+        }
+        Ok(PluginsReport {
+            plugins,
+            decision_log: self.inner.log.stats()?,
+        })
+    }
+
+    fn status_of(&self, installed: InstalledPlugin, status: &SlotStatus) -> Result<PluginStatus> {
+        let counts = self.inner.log.counts(installed.generation.as_str())?;
+        Ok(PluginStatus {
+            breaker_open: status.breaker_open,
+            consecutive_faults: status.consecutive_faults,
+            last_fault: status.last_fault.as_ref().map(ToString::to_string),
+            decisions: counts.decisions,
+            faults: counts.faults,
+            installed,
+        })
+    }
+
+    /// The decision log's records matching `query`, newest first.
+    pub fn log(&self, query: &DecisionQuery) -> Result<Vec<cairn_policies::DecisionRecord>> {
+        self.inner.log.query(query)
+    }
+
+    /// Makes every decision so far durable.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.log.flush()
+    }
+}
+
+/// Serves `W` from its registry record, or from the built-in default.
+fn restore<W: World>(
+    host: &PolicyHost,
+    registry: &dyn WorkspaceStore,
+    now: DateTime<Utc>,
+) -> Result<WorldSlot<W>> {
+    let builtin = builtin_for(W::KIND);
+    let stored: Option<InstalledPlugin> = match registry
+        .get(Collection::State, &plugin_key(W::KIND))?
+    {
+        Some(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(record) => Some(record),
+            Err(error) => {
+                tracing::error!(world = %W::KIND, %error, "unreadable plugin record; serving the default");
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(record) = stored {
+        let number = record.generation.number();
+        if record.builtin {
+            if record.content_hash == blake3_hex(builtin.wasm) {
+                let prepared = host
+                    .prepare::<W>(&record.plugin, builtin.wasm)?
+                    .at_generation(number);
+                let slot = host.slot(&prepared)?;
+                return Ok(WorldSlot {
+                    slot,
+                    serving: Mutex::new((prepared, record)),
+                });
+            }
+            tracing::info!(world = %W::KIND, "the built-in default changed; serving it as a new generation");
+        } else {
+            match restore_installed::<W>(host, registry, &record) {
+                Ok(world) => return Ok(world),
+                Err(error) => tracing::error!(
+                    world = %W::KIND,
+                    plugin = %record.plugin,
+                    %error,
+                    "the installed plugin cannot be served; serving the built-in default"
+                ),
+            }
+        }
+    }
+    let prepared = host.prepare::<W>(builtin.name, builtin.wasm)?;
+    let slot = host.slot(&prepared)?;
+    let record = InstalledPlugin {
+        world: W::KIND,
+        plugin: builtin.name.to_owned(),
+        content_hash: prepared.content_hash(),
+        generation: slot.generation(),
+        installed_at: now,
+        builtin: true,
+        size_bytes: builtin.wasm.len() as u64,
+    };
+    Ok(WorldSlot {
+        slot,
+        serving: Mutex::new((prepared, record)),
+    })
+}
+
+fn restore_installed<W: World>(
+    host: &PolicyHost,
+    registry: &dyn WorkspaceStore,
+    record: &InstalledPlugin,
+) -> Result<WorldSlot<W>> {
+    let wasm = registry
+        .get(Collection::State, &wasm_key(&record.content_hash))?
+        .ok_or_else(|| {
+            CairnError::DecisionLog(format!(
+                "the component of {} ({}) is missing from the registry",
+                record.plugin, record.content_hash
+            ))
+        })?;
+    if blake3_hex(&wasm) != record.content_hash {
+        return Err(CairnError::DecisionLog(format!(
+            "the stored component of {} does not match its hash {}",
+            record.plugin, record.content_hash
+        )));
+    }
+    let prepared = host
+        .prepare::<W>(&record.plugin, &wasm)?
+        .at_generation(record.generation.number());
+    let slot = host.slot(&prepared)?;
+    Ok(WorldSlot {
+        slot,
+        serving: Mutex::new((prepared, record.clone())),
+    })
+}
+
+fn builtin_for(world: WorldKind) -> BuiltinPlugin {
+    match world {
+        WorldKind::TopicDirective => defaults::TOPIC,
+        WorldKind::MemoryPolicy => defaults::MEMORY_POLICY,
+        _ => defaults::SIGNIFICANCE,
+    }
+}
+
+fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+fn plugin_key(world: WorldKind) -> Vec<u8> {
+    format!("p:{world}").into_bytes()
+}
+
+fn wasm_key(hash: &str) -> Vec<u8> {
+    format!("w:{hash}").into_bytes()
+}
+
+fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
+    match registry.get(Collection::State, NEXT_GENERATION)? {
+        None => Ok(1),
+        Some(bytes) => {
+            let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                CairnError::DecisionLog("the registry's next generation is not 8 bytes".to_owned())
+            })?;
+            Ok(u64::from_be_bytes(array))
+        }
+    }
+}
+
+/// The installed wasm significance gate as the actor runtime's
+/// [`SignificanceGate`](cairn_actors::SignificanceGate).
+///
+/// For every stored turn it builds a [`TurnView`] (session, kind, work
+/// context, seq, role, text, the known subjects the turn mentions as
+/// `entity-mentions`) and a [`GateContext`] (a live work context when the
+/// session has one; activity and phase `unknown` until routing lands; the
+/// default thresholds; `turns-in-session` = seq + 1), asks the slot, and
+/// maps the decision onto the runtime's dirty tracking:
+///
+/// - the plugin asks for any extraction (`extract-candidate`,
+///   `extract-durable-eligible`, `deep-extract`): the turn is
+///   **significant**, its work context is dirty at once;
+/// - `observe-only` / `do-not-collect`: the turn counts as activity only,
+///   under seed 000 §5.2's structural rules (three user turns, tool use, a
+///   known subject) — the same as with no plugin at all.
+///
+/// A fault, an open breaker, a decision log that refuses, or a panic gives
+/// the world's fail-safe, observe only: never more than a plugin could
+/// have asked for, and the actor never crashes.
+#[derive(Debug, Clone)]
+pub struct WasmGate {
+    slot: PolicySlot<SignificanceGate>,
+}
+
+impl WasmGate {
+    /// The gate's input for one stored turn.
+    pub fn input(input: &GateInput<'_>, mentions: &[String]) -> SignificanceInput {
+        let work_context = (!input.work_context.is_empty()).then(|| input.work_context.to_owned());
+        let has_context = work_context.is_some();
+        let mut turn = TurnView::new(input.session, input.seq, role(input.role), input.content);
+        turn.session_kind = match input.session_kind {
+            cairn_memory::SessionKind::Subagent => SessionKind::SubAgent,
+            cairn_memory::SessionKind::Cron => SessionKind::Cron,
+            _ => SessionKind::Main,
+        };
+        turn.work_context_id = work_context;
+        turn.entity_mentions = mentions.to_vec();
+        SignificanceInput {
+            turn,
+            context: GateContext {
+                activity_type: ActivityType::Unknown,
+                has_active_work_context: has_context,
+                turns_in_session: u32::try_from(input.seq.saturating_add(1)).unwrap_or(u32::MAX),
+                ..GateContext::default()
+            },
+        }
+    }
+}
+
+fn role(role: Role) -> TurnRole {
+    match role {
+        Role::User => TurnRole::User,
+        Role::Assistant => TurnRole::Assistant,
+        Role::Tool => TurnRole::Tool,
+        _ => TurnRole::System,
+    }
+}
+
+impl cairn_actors::SignificanceGate for WasmGate {
+    fn assess(&self, input: &GateInput<'_>) -> Significance {
+        let structural = HeuristicGate.assess(input);
+        let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.slot
+                .decide(&WasmGate::input(input, &structural.mentions))
+        }));
+        let significant = match asked {
+            Ok(Ok(decided)) => decided.decision.captures(),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, session = input.session, seq = input.seq, "significance gate: fail-safe (observe only)");
+                false
+            }
+            Err(_) => {
+                tracing::error!(
+                    session = input.session,
+                    seq = input.seq,
+                    "significance gate panicked: fail-safe (observe only)"
+                );
+                false
+            }
+        };
+        Significance {
+            significant,
+            ..structural
+        }
+    }
+}
