@@ -29,6 +29,7 @@ mod error;
 pub mod eval;
 mod host;
 pub mod http;
+pub mod loadgen;
 mod tools;
 
 pub use cairn_actors::{
