@@ -6,5 +6,6 @@ mod actors;
 mod cli;
 mod durability;
 mod http_api;
+mod loadgen;
 mod search;
 mod support;

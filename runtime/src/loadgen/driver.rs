@@ -19,7 +19,7 @@
 //! push or pop one slot.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use hdrhistogram::Histogram;
 
 use super::report::{Latencies, Report};
 use super::scenario::Scenario;
-use super::target::{SwapOutcome, Target};
+use super::target::{StoredTurn, SwapOutcome, Target};
 use super::workload::{SessionSim, topics};
 use super::{LoadgenError, Progress};
 
@@ -406,25 +406,10 @@ pub(crate) fn run(
             });
         }
     }
-    let (mut lost, mut duplicated, mut stored_unacked) = (0u64, 0u64, 0u64);
-    let mut checked = 0u64;
+    let mut tally = Tally::default();
     for ledger in &ledgers {
         let stored = target.read_back(&ledger.workspace, &ledger.session)?;
-        let by_seq: HashMap<u64, &str> = stored.iter().map(|t| (t.seq, t.hash.as_str())).collect();
-        let mut copies: HashMap<&str, u64> = HashMap::new();
-        for t in &stored {
-            *copies.entry(t.hash.as_str()).or_default() += 1;
-        }
-        for (seq, hash) in &ledger.acked {
-            checked += 1;
-            if by_seq.get(seq) != Some(&hash.as_str()) {
-                lost += 1;
-            }
-            duplicated += copies.get(hash.as_str()).copied().unwrap_or(0).saturating_sub(1);
-        }
-        let acked: std::collections::HashSet<&str> =
-            ledger.acked.iter().map(|(_, h)| h.as_str()).collect();
-        stored_unacked += stored.iter().filter(|t| !acked.contains(t.hash.as_str())).count() as u64;
+        tally.account(&ledger.acked, &stored);
     }
 
     let c = &shared.counters;
@@ -466,11 +451,11 @@ pub(crate) fn run(
         offered_tps: s.rate,
         elapsed_secs: elapsed.as_secs_f64(),
         turns_acked: acked,
-        turns_checked: checked,
-        turns_lost: lost,
-        turns_duplicated: duplicated,
+        turns_checked: tally.checked,
+        turns_lost: tally.lost,
+        turns_duplicated: tally.duplicated,
         turns_failed: c.failed.load(Ordering::Relaxed),
-        stored_unacked,
+        stored_unacked: tally.stored_unacked,
         retries: c.retries.load(Ordering::Relaxed),
         throughput_tps: acked as f64 / elapsed.as_secs_f64().max(1e-9),
         ack_p50_ms: Latencies::ms(&hists.ack, 50.0),
@@ -497,6 +482,38 @@ pub(crate) fn run(
     })
 }
 
+/// The loss accounting of one run.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    checked: u64,
+    /// Acknowledged turns not found at their seq with their content.
+    lost: u64,
+    /// Extra stored copies of acknowledged turns.
+    duplicated: u64,
+    /// Stored turns matching no acknowledged turn.
+    stored_unacked: u64,
+}
+
+impl Tally {
+    /// Compares one session's acknowledged turns with what storage holds.
+    fn account(&mut self, acked: &[(u64, String)], stored: &[StoredTurn]) {
+        let by_seq: HashMap<u64, &str> = stored.iter().map(|t| (t.seq, t.hash.as_str())).collect();
+        let mut copies: HashMap<&str, u64> = HashMap::new();
+        for t in stored {
+            *copies.entry(t.hash.as_str()).or_default() += 1;
+        }
+        for (seq, hash) in acked {
+            self.checked += 1;
+            if by_seq.get(seq) != Some(&hash.as_str()) {
+                self.lost += 1;
+            }
+            self.duplicated += copies.get(hash.as_str()).copied().unwrap_or(0).saturating_sub(1);
+        }
+        let acked: HashSet<&str> = acked.iter().map(|(_, h)| h.as_str()).collect();
+        self.stored_unacked += stored.iter().filter(|t| !acked.contains(t.hash.as_str())).count() as u64;
+    }
+}
+
 /// Sleeps up to `d`, waking early when the run stops; true once stopped.
 fn sleep_unless_stopped(shared: &Shared, d: Duration) -> bool {
     let until = Instant::now() + d;
@@ -509,5 +526,45 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) -> bool {
             return false;
         }
         std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(turns: &[(u64, &str)]) -> Vec<StoredTurn> {
+        turns
+            .iter()
+            .map(|(seq, hash)| StoredTurn { seq: *seq, hash: (*hash).to_owned() })
+            .collect()
+    }
+
+    fn check(acked: &[(u64, &str)], storage: &[(u64, &str)], expect: (u64, u64, u64)) {
+        let acked: Vec<(u64, String)> = acked.iter().map(|(s, h)| (*s, (*h).to_owned())).collect();
+        let mut tally = Tally::default();
+        tally.account(&acked, &stored(storage));
+        assert_eq!(
+            (tally.lost, tally.duplicated, tally.stored_unacked),
+            expect,
+            "acked {acked:?} stored {storage:?}"
+        );
+        assert_eq!(tally.checked, acked.len() as u64);
+    }
+
+    #[test]
+    fn accounting_counts_missing_moved_duplicated_and_unacked_turns() {
+        // All there.
+        check(&[(0, "a"), (1, "b")], &[(0, "a"), (1, "b")], (0, 0, 0));
+        // Missing.
+        check(&[(0, "a"), (1, "b")], &[(0, "a")], (1, 0, 0));
+        // Other content at the acknowledged seq (and the turn nowhere).
+        check(&[(0, "a"), (1, "b")], &[(0, "a"), (1, "x")], (1, 0, 1));
+        // Stored twice: once where acknowledged, once more.
+        check(&[(0, "a"), (1, "b")], &[(0, "a"), (1, "b"), (2, "b")], (0, 1, 0));
+        // A failed call whose write landed anyway: not a loss.
+        check(&[(0, "a")], &[(0, "a"), (1, "c")], (0, 0, 1));
+        // A corrupted turn (hash mismatch marked by read_back) is lost.
+        check(&[(0, "a")], &[(0, "corrupt:a")], (1, 0, 1));
     }
 }

@@ -233,3 +233,32 @@ impl Scenario {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_scenarios_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                names.push(Scenario::load(&path).unwrap().name);
+            }
+        }
+        names.sort();
+        assert_eq!(names, ["bursty", "many-idle-sessions", "steady", "swap-storm"]);
+    }
+
+    #[test]
+    fn bad_values_and_unknown_keys_are_named() {
+        let err = Scenario::from_toml("sessions = 0").unwrap_err().to_string();
+        assert!(err.contains("sessions must be at least 1"), "{err}");
+        let err = Scenario::from_toml("[idle]\nprobability = 2.0").unwrap_err().to_string();
+        assert!(err.contains("idle.probability"), "{err}");
+        let err = Scenario::from_toml("sesions = 3").unwrap_err().to_string();
+        assert!(err.contains("sesions"), "{err}");
+    }
+}
