@@ -25,8 +25,22 @@ use cairn_memory::{
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const TOPICS: &[&str] = &[
-    "postgres", "kafka", "billing", "onboarding", "kubernetes", "grafana", "stripe", "redis",
-    "terraform", "auth", "search", "payments", "invoices", "mobile", "analytics", "compliance",
+    "postgres",
+    "kafka",
+    "billing",
+    "onboarding",
+    "kubernetes",
+    "grafana",
+    "stripe",
+    "redis",
+    "terraform",
+    "auth",
+    "search",
+    "payments",
+    "invoices",
+    "mobile",
+    "analytics",
+    "compliance",
 ];
 
 fn turn_text(i: usize) -> String {
@@ -59,16 +73,23 @@ fn fixture() -> &'static Fixture {
 }
 
 fn build(dir: &std::path::Path) -> (Workspace, Vec<Subject>) {
-    let memory = Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock))
-        .expect("memory");
+    let memory =
+        Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock)).expect("memory");
     let ws = memory.workspace("bench").expect("workspace");
     let subjects = TOPICS
         .iter()
-        .map(|t| ws.add_subject(t, SubjectKind::Topic, None).expect("subject"))
+        .map(|t| {
+            ws.add_subject(t, SubjectKind::Topic, None)
+                .expect("subject")
+        })
         .collect();
     let turns: Vec<TurnInput> = (0..200)
         .map(|i| {
-            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let role = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
             TurnInput::new("s1", role, &turn_text(i)).in_context("wc")
         })
         .collect();
@@ -77,9 +98,12 @@ fn build(dir: &std::path::Path) -> (Workspace, Vec<Subject>) {
     }
     let entries: Vec<EntryInput> = (0..100u64)
         .map(|i| {
-            EntryInput::new(EntryKind::Decision, &format!("Decision {i}: use the billing queue"))
-                .about(TOPICS[i as usize % TOPICS.len()])
-                .from_turns("s1", i, i)
+            EntryInput::new(
+                EntryKind::Decision,
+                &format!("Decision {i}: use the billing queue"),
+            )
+            .about(TOPICS[i as usize % TOPICS.len()])
+            .from_turns("s1", i, i)
         })
         .collect();
     ws.append_entries(&entries).expect("entries");
@@ -116,7 +140,10 @@ fn assemble(c: &mut Criterion) {
 }
 
 fn gate(c: &mut Criterion) {
-    let text = format!("{} and the kafka consumer lag on stripe webhooks", turn_text(7));
+    let text = format!(
+        "{} and the kafka consumer lag on stripe webhooks",
+        turn_text(7)
+    );
     let mut group = c.benchmark_group("gate/assess");
     group.bench_function("split_words", |b| {
         b.iter(|| {

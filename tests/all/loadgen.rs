@@ -51,7 +51,10 @@ fn loadgen(args: &[&str]) -> Result<(Output, Value)> {
     let acked = report["turns_acked"].as_u64().context("turns_acked")?;
     ensure!(acked > 0, "nothing acknowledged: {report}");
     ensure!(report["turns_checked"] == acked, "{report}");
-    ensure!(report["turns_lost"] == 0 && report["turns_duplicated"] == 0, "{report}");
+    ensure!(
+        report["turns_lost"] == 0 && report["turns_duplicated"] == 0,
+        "{report}"
+    );
     ensure!(report["assembles"].as_u64() > Some(0), "{report}");
     Ok((out, report))
 }
@@ -69,7 +72,10 @@ fn loadgen_in_process_loses_nothing_and_swaps_the_policy() -> Result<()> {
     ensure!(report["mode"] == "in-process", "{report}");
     // Every stored turn went through the wasm significance gate.
     let decisions = report["decisions"].as_u64().context("decisions")?;
-    ensure!(decisions >= report["turns_acked"].as_u64().unwrap_or(u64::MAX), "{report}");
+    ensure!(
+        decisions >= report["turns_acked"].as_u64().unwrap_or(u64::MAX),
+        "{report}"
+    );
     ensure!(report["decision_faults"] == 0, "{report}");
     ensure!(report["swaps"].as_u64() >= Some(1), "{report}");
     ensure!(report["embedding_model_loaded"] == false, "{report}");
@@ -79,9 +85,16 @@ fn loadgen_in_process_loses_nothing_and_swaps_the_policy() -> Result<()> {
         .arg(&data)
         .args(["-w", "lg-ws-0", "sessions", "--json"])
         .output()?;
-    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let sessions: Value = serde_json::from_slice(&out.stdout)?;
-    ensure!(sessions.as_array().is_some_and(|s| !s.is_empty()), "{sessions}");
+    ensure!(
+        sessions.as_array().is_some_and(|s| !s.is_empty()),
+        "{sessions}"
+    );
     Ok(())
 }
 
@@ -96,11 +109,17 @@ fn loadgen_over_http_loses_nothing() -> Result<()> {
     let notes = report["notes"].to_string();
     // A server without the plugin route answers 404: no swap, and a note says so.
     if report["swaps"] == 0 {
-        ensure!(notes.contains("PUT /v1/plugins/significance-gate"), "{report}");
+        ensure!(
+            notes.contains("PUT /v1/plugins/significance-gate"),
+            "{report}"
+        );
     }
     // The server holds what the loadgen says it read back.
     let (status, sessions) = server.get("/v1/workspaces/lg-ws-0/sessions")?;
-    ensure!(status == 200 && sessions.as_array().is_some_and(|s| !s.is_empty()), "{sessions}");
+    ensure!(
+        status == 200 && sessions.as_array().is_some_and(|s| !s.is_empty()),
+        "{sessions}"
+    );
     Ok(())
 }
 
@@ -108,13 +127,19 @@ fn loadgen_over_http_loses_nothing() -> Result<()> {
 fn loadgen_names_a_bad_scenario_file() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "sessions = 10\n[idle]\nmin_secs = 5.0\nmax_secs = 1.0\n")?;
+    std::fs::write(
+        &path,
+        "sessions = 10\n[idle]\nmin_secs = 5.0\nmax_secs = 1.0\n",
+    )?;
     let out = Command::new(cairn_bin())
         .args(["loadgen", "--scenario"])
         .arg(&path)
         .output()?;
     ensure!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    ensure!(err.contains("bad.toml") && err.contains("min_secs <= max_secs"), "{err}");
+    ensure!(
+        err.contains("bad.toml") && err.contains("min_secs <= max_secs"),
+        "{err}"
+    );
     Ok(())
 }

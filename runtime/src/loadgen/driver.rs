@@ -191,7 +191,9 @@ impl Shared {
             match self.target.bootstrap(&slot.sim.workspace, &spec) {
                 Ok(()) => {
                     slot.sim.bootstrapped = true;
-                    self.counters.sessions_started.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .sessions_started
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
                     self.note_error(&format!("bootstrap {}: {}", slot.sim.id, e.message));
@@ -203,13 +205,18 @@ impl Shared {
         let ws = slot.sim.workspace.clone();
         if turn.role == Role::Assistant {
             let started = Instant::now();
-            match self.target.assemble(&ws, &slot.sim.id, s.assemble_budget_tokens) {
+            match self
+                .target
+                .assemble(&ws, &slot.sim.id, s.assemble_budget_tokens)
+            {
                 Ok(()) => {
                     record(&mut h.assemble, started.elapsed());
                     self.counters.assembles.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    self.counters.assemble_errors.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .assemble_errors
+                        .fetch_add(1, Ordering::Relaxed);
                     self.note_error(&format!("assemble {}: {}", slot.sim.id, e.message));
                 }
             }
@@ -375,7 +382,10 @@ pub(crate) fn run(
     });
 
     while !sleep_unless_stopped(&shared, Duration::from_millis(200)) {
-        progress.update(shared.counters.acked.load(Ordering::Relaxed), start.elapsed());
+        progress.update(
+            shared.counters.acked.load(Ordering::Relaxed),
+            start.elapsed(),
+        );
     }
     let mut hists = Hists::new()?;
     for worker in workers {
@@ -507,10 +517,17 @@ impl Tally {
             if by_seq.get(seq) != Some(&hash.as_str()) {
                 self.lost += 1;
             }
-            self.duplicated += copies.get(hash.as_str()).copied().unwrap_or(0).saturating_sub(1);
+            self.duplicated += copies
+                .get(hash.as_str())
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(1);
         }
         let acked: HashSet<&str> = acked.iter().map(|(_, h)| h.as_str()).collect();
-        self.stored_unacked += stored.iter().filter(|t| !acked.contains(t.hash.as_str())).count() as u64;
+        self.stored_unacked += stored
+            .iter()
+            .filter(|t| !acked.contains(t.hash.as_str()))
+            .count() as u64;
     }
 }
 
@@ -536,7 +553,10 @@ mod tests {
     fn stored(turns: &[(u64, &str)]) -> Vec<StoredTurn> {
         turns
             .iter()
-            .map(|(seq, hash)| StoredTurn { seq: *seq, hash: (*hash).to_owned() })
+            .map(|(seq, hash)| StoredTurn {
+                seq: *seq,
+                hash: (*hash).to_owned(),
+            })
             .collect()
     }
 
@@ -561,7 +581,11 @@ mod tests {
         // Other content at the acknowledged seq (and the turn nowhere).
         check(&[(0, "a"), (1, "b")], &[(0, "a"), (1, "x")], (1, 0, 1));
         // Stored twice: once where acknowledged, once more.
-        check(&[(0, "a"), (1, "b")], &[(0, "a"), (1, "b"), (2, "b")], (0, 1, 0));
+        check(
+            &[(0, "a"), (1, "b")],
+            &[(0, "a"), (1, "b"), (2, "b")],
+            (0, 1, 0),
+        );
         // A failed call whose write landed anyway: not a loss.
         check(&[(0, "a")], &[(0, "a"), (1, "c")], (0, 0, 1));
         // A corrupted turn (hash mismatch marked by read_back) is lost.

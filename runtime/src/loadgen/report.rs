@@ -195,7 +195,11 @@ impl fmt::Display for Report {
             "  memory     RSS {:.0} MB (peak {:.0} MB){server}; embedding model {}",
             self.rss_mb,
             self.peak_rss_mb,
-            if self.embedding_model_loaded { "loaded" } else { "not loaded" }
+            if self.embedding_model_loaded {
+                "loaded"
+            } else {
+                "not loaded"
+            }
         )?;
         writeln!(
             f,

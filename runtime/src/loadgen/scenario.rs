@@ -249,14 +249,19 @@ mod tests {
             }
         }
         names.sort();
-        assert_eq!(names, ["bursty", "many-idle-sessions", "steady", "swap-storm"]);
+        assert_eq!(
+            names,
+            ["bursty", "many-idle-sessions", "steady", "swap-storm"]
+        );
     }
 
     #[test]
     fn bad_values_and_unknown_keys_are_named() {
         let err = Scenario::from_toml("sessions = 0").unwrap_err().to_string();
         assert!(err.contains("sessions must be at least 1"), "{err}");
-        let err = Scenario::from_toml("[idle]\nprobability = 2.0").unwrap_err().to_string();
+        let err = Scenario::from_toml("[idle]\nprobability = 2.0")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("idle.probability"), "{err}");
         let err = Scenario::from_toml("sesions = 3").unwrap_err().to_string();
         assert!(err.contains("sesions"), "{err}");

@@ -137,9 +137,10 @@ impl InProcess {
         config.actors.tick_interval_secs = 0;
         let sink = Arc::new(CountingSink::default());
         let host = PolicyHost::new(HostConfig::default(), sink.clone())?;
-        let slot = host.slot(
-            &host.prepare::<SignificanceGate>(defaults::SIGNIFICANCE.name, defaults::SIGNIFICANCE.wasm)?,
-        )?;
+        let slot = host.slot(&host.prepare::<SignificanceGate>(
+            defaults::SIGNIFICANCE.name,
+            defaults::SIGNIFICANCE.wasm,
+        )?)?;
         let gate = Arc::new(WasmGate { slot: slot.clone() });
         let clock = Arc::new(ScaledClock::new(time_scale));
         let cairn = Cairn::open_with_gate(config, clock, gate)?;
@@ -277,7 +278,10 @@ impl Http {
             swap_unsupported: AtomicBool::new(false),
         };
         http.get("/healthz").map_err(|e| {
-            LoadgenError::Setup(format!("cairn serve at {} does not answer: {}", http.base, e.message))
+            LoadgenError::Setup(format!(
+                "cairn serve at {} does not answer: {}",
+                http.base, e.message
+            ))
         })?;
         Ok(http)
     }
@@ -355,7 +359,10 @@ impl Target for Http {
             retryable: false,
             message: e.to_string(),
         })?;
-        self.post(&format!("/v1/workspaces/{}/sessions", seg(workspace)), &body)?;
+        self.post(
+            &format!("/v1/workspaces/{}/sessions", seg(workspace)),
+            &body,
+        )?;
         Ok(())
     }
 
@@ -370,7 +377,10 @@ impl Target for Http {
 
     fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
         let body = json!({ "session": session, "budget_tokens": budget });
-        self.post(&format!("/v1/workspaces/{}/assemble", seg(workspace)), &body)?;
+        self.post(
+            &format!("/v1/workspaces/{}/assemble", seg(workspace)),
+            &body,
+        )?;
         Ok(())
     }
 
