@@ -22,7 +22,7 @@
 //! let scenario = Scenario { sessions: 20, duration_secs: 2.0, ..Scenario::default() };
 //! let report = loadgen::run(&Options {
 //!     scenario,
-//!     target: Target::InProcess { config: cairn::CairnConfig::default(), data_dir: None },
+//!     target: Target::InProcess { config: Box::default(), data_dir: None },
 //!     progress: false,
 //! })?;
 //! assert!(report.lossless());
@@ -76,7 +76,7 @@ pub enum Target {
     /// gate.
     InProcess {
         /// The configuration (its `data_dir` is replaced).
-        config: CairnConfig,
+        config: Box<CairnConfig>,
         /// Keep the data here instead of a temporary folder.
         data_dir: Option<PathBuf>,
     },
@@ -107,7 +107,7 @@ pub fn run(options: &Options) -> Result<Report, LoadgenError> {
     match &options.target {
         Target::InProcess { config, data_dir } => {
             let target = Arc::new(target::InProcess::open(
-                config.clone(),
+                (**config).clone(),
                 data_dir.clone(),
                 options.scenario.time_scale,
             )?);

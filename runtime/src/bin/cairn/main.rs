@@ -441,7 +441,10 @@ fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -
             addr: addr.clone(),
             server_pid: args.server_pid,
         },
-        None => Target::InProcess { config, data_dir },
+        None => Target::InProcess {
+            config: Box::new(config),
+            data_dir,
+        },
     };
     let report = loadgen::run(&Options {
         scenario,
