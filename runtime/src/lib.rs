@@ -31,6 +31,7 @@ pub mod eval;
 mod host;
 pub mod http;
 mod policy;
+pub mod loadgen;
 mod tools;
 
 pub use cairn_actors::{

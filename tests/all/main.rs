@@ -7,5 +7,6 @@ mod cli;
 mod durability;
 mod http_api;
 mod plugins;
+mod loadgen;
 mod search;
 mod support;

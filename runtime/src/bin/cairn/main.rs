@@ -199,12 +199,64 @@ enum Command {
         #[command(subcommand)]
         action: plugins::PluginsAction,
     },
+    /// Load-test cairn with simulated sessions, then check that no
+    /// acknowledged turn was lost or duplicated (exits non-zero if one was).
+    /// In process on a fresh temporary data dir unless --data-dir is given,
+    /// or against a running `cairn serve` with --http.
+    Loadgen(LoadgenArgs),
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
         #[arg(long, default_value_t = 400)]
         budget: usize,
     },
+}
+
+/// `cairn loadgen` flags; each overrides the scenario file's value.
+#[derive(Debug, clap::Args)]
+struct LoadgenArgs {
+    /// Scenario file (TOML; see scenarios/).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Drive a running `cairn serve` at this address (127.0.0.1:PORT).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// With --http: the server's pid, to report its peak RSS.
+    #[arg(long, requires = "http")]
+    server_pid: Option<u32>,
+    /// Concurrent simulated sessions.
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// Work contexts.
+    #[arg(long)]
+    work_contexts: Option<usize>,
+    /// Workspaces.
+    #[arg(long)]
+    workspaces: Option<usize>,
+    /// Topics.
+    #[arg(long)]
+    topics: Option<usize>,
+    /// Offered turns per second (Poisson); 0 = as fast as acknowledged.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Calls in flight at most.
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Seconds to run.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop after this many turns.
+    #[arg(long)]
+    max_turns: Option<u64>,
+    /// Seed of the random generator.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Swap the significance plugin every this many seconds.
+    #[arg(long, value_name = "SECS")]
+    swap_every: Option<f64>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -389,6 +441,9 @@ fn run(cli: Cli) -> Result<()> {
     {
         return eval_locomo(&config.embedding, data, *k, *json);
     }
+    if let Command::Loadgen(args) = &cli.command {
+        return loadgen(config, cli.data_dir.clone(), args);
+    }
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
         Command::Plugins { action } => plugins::run(config, action),
@@ -407,6 +462,54 @@ fn run(cli: Cli) -> Result<()> {
             ran
         }
     }
+}
+
+fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -> Result<()> {
+    use cairn::loadgen::{self, Options, Scenario, Target};
+    use std::io::IsTerminal;
+    let mut scenario = match &args.scenario {
+        Some(path) => Scenario::load(path)?,
+        None => Scenario::default(),
+    };
+    let s = &mut scenario;
+    macro_rules! set {
+        ($($flag:ident => $field:expr),*) => { $(if let Some(v) = args.$flag { $field = v; })* };
+    }
+    set!(sessions => s.sessions, work_contexts => s.work_contexts, workspaces => s.workspaces,
+        topics => s.topics, rate => s.rate, concurrency => s.concurrency,
+        duration => s.duration_secs, max_turns => s.max_turns, seed => s.seed,
+        swap_every => s.swap_every_secs);
+    let target = match &args.http {
+        Some(addr) => Target::Http {
+            addr: addr.clone(),
+            server_pid: args.server_pid,
+        },
+        None => Target::InProcess {
+            config: Box::new(config),
+            data_dir,
+        },
+    };
+    let report = loadgen::run(&Options {
+        scenario,
+        target,
+        progress: std::io::stderr().is_terminal(),
+    })?;
+    let out = &mut std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{report}")?;
+    }
+    out.flush()?;
+    if !report.lossless() {
+        bail!(
+            "loss accounting failed: {} acknowledged turns lost, {} duplicated",
+            report.turns_lost,
+            report.turns_duplicated
+        );
+    }
+    Ok(())
 }
 
 fn serve(cairn: Cairn, listen: &str) -> Result<()> {
@@ -735,7 +838,8 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
         Command::Demo { .. }
         | Command::Serve { .. }
         | Command::Eval { .. }
-        | Command::Plugins { .. } => {
+        | Command::Plugins { .. }
+        | Command::Loadgen(_) => {
             bail!("internal: command dispatched twice")
         }
     }

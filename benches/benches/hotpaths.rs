@@ -1,0 +1,173 @@
+#![allow(clippy::expect_used, missing_docs)] // a bench binary: failing loudly is right.
+//! Hot paths the loadgen exercises on every turn that no other bench covers,
+//! each against a baseline in the same group.
+//!
+//! - `assemble/session_200_turns`: `Workspace::assemble` (budget 800 and
+//!   2,000 tokens) on a session of 200 turns with 100 live entries in its
+//!   work context, the call made before every assistant turn. Baseline
+//!   `reads_only`: the two reads assembly starts with (the context's entries
+//!   and the session's recent turns), without ranking, rendering or token
+//!   counting.
+//! - `gate/assess`: the heuristic significance gate on a 600-character
+//!   turn with 16 known subjects (called on an arbiter thread for every
+//!   stored turn). Baseline `split_words`: splitting the text into words,
+//!   the least any mention finder does.
+//!
+//! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
+
+use std::sync::{Arc, OnceLock};
+
+use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
+use cairn_memory::{
+    AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, Subject,
+    SubjectKind, SystemClock, TurnInput, Workspace,
+};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const TOPICS: &[&str] = &[
+    "postgres",
+    "kafka",
+    "billing",
+    "onboarding",
+    "kubernetes",
+    "grafana",
+    "stripe",
+    "redis",
+    "terraform",
+    "auth",
+    "search",
+    "payments",
+    "invoices",
+    "mobile",
+    "analytics",
+    "compliance",
+];
+
+fn turn_text(i: usize) -> String {
+    let mut text = format!("Turn {i}: ");
+    while text.len() < 600 {
+        text.push_str("we decided to move the billing export to the new queue after the review; ");
+    }
+    text
+}
+
+/// Built on first use, so that `--list` only lists.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ws: Workspace,
+    subjects: Vec<Subject>,
+}
+
+static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+
+fn fixture() -> &'static Fixture {
+    FIXTURE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ws, subjects) = build(dir.path());
+        Fixture {
+            _dir: dir,
+            ws,
+            subjects,
+        }
+    })
+}
+
+fn build(dir: &std::path::Path) -> (Workspace, Vec<Subject>) {
+    let memory =
+        Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock)).expect("memory");
+    let ws = memory.workspace("bench").expect("workspace");
+    let subjects = TOPICS
+        .iter()
+        .map(|t| {
+            ws.add_subject(t, SubjectKind::Topic, None)
+                .expect("subject")
+        })
+        .collect();
+    let turns: Vec<TurnInput> = (0..200)
+        .map(|i| {
+            let role = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            TurnInput::new("s1", role, &turn_text(i)).in_context("wc")
+        })
+        .collect();
+    for chunk in turns.chunks(50) {
+        ws.append_turns(chunk).expect("turns");
+    }
+    let entries: Vec<EntryInput> = (0..100u64)
+        .map(|i| {
+            EntryInput::new(
+                EntryKind::Decision,
+                &format!("Decision {i}: use the billing queue"),
+            )
+            .about(TOPICS[i as usize % TOPICS.len()])
+            .from_turns("s1", i, i)
+        })
+        .collect();
+    ws.append_entries(&entries).expect("entries");
+    (ws, subjects)
+}
+
+fn assemble(c: &mut Criterion) {
+    let mut group = c.benchmark_group("assemble/session_200_turns");
+    group.bench_function("reads_only", |b| {
+        let ws = &fixture().ws;
+        b.iter(|| {
+            let session = ws.session("s1").expect("session");
+            let entries = ws
+                .entries(&EntryFilter {
+                    work_context: Some(session.work_context.clone()),
+                    ..EntryFilter::default()
+                })
+                .expect("entries");
+            let turns = ws.recent_turns("s1", 64).expect("turns");
+            (entries.len(), turns.len())
+        })
+    });
+    for budget in [800, 2_000] {
+        group.bench_function(format!("assemble_budget_{budget}"), |b| {
+            let ws = &fixture().ws;
+            let request = AssembleRequest {
+                session: "s1".into(),
+                budget_tokens: budget,
+            };
+            b.iter(|| ws.assemble(&request).expect("assemble").text.len())
+        });
+    }
+    group.finish();
+}
+
+fn gate(c: &mut Criterion) {
+    let text = format!(
+        "{} and the kafka consumer lag on stripe webhooks",
+        turn_text(7)
+    );
+    let mut group = c.benchmark_group("gate/assess");
+    group.bench_function("split_words", |b| {
+        b.iter(|| {
+            text.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .count()
+        })
+    });
+    group.bench_function("heuristic_16_subjects", |b| {
+        let subjects = &fixture().subjects;
+        b.iter(|| {
+            HeuristicGate
+                .assess(&GateInput {
+                    role: Role::User,
+                    content: &text,
+                    tool_use: false,
+                    subjects,
+                })
+                .mentions
+                .len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assemble, gate);
+criterion_main!(benches);

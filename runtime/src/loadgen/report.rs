@@ -1,0 +1,218 @@
+//! The result of a run: one JSON object (`--json`) or a human summary.
+
+use std::fmt;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// What a loadgen run measured. Latencies are in milliseconds, measured by
+/// the caller around each call (over HTTP: including the round trip).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// `in-process` or `http`.
+    pub mode: String,
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed.
+    pub seed: u64,
+    /// Concurrent simulated sessions.
+    pub sessions: usize,
+    /// Work contexts.
+    pub work_contexts: usize,
+    /// Workspaces.
+    pub workspaces: usize,
+    /// Topics.
+    pub topics: usize,
+    /// Calls in flight at most (driver threads).
+    pub concurrency: usize,
+    /// Offered turns per second (0: closed loop).
+    pub offered_tps: f64,
+    /// How long the load ran.
+    pub elapsed_secs: f64,
+    /// Turns acknowledged.
+    pub turns_acked: u64,
+    /// Acknowledged turns read back after the run.
+    pub turns_checked: u64,
+    /// Acknowledged turns missing from storage (or stored with other content).
+    pub turns_lost: u64,
+    /// Extra stored copies of acknowledged turns.
+    pub turns_duplicated: u64,
+    /// Turns refused even after retries (not acknowledged, so not lost).
+    pub turns_failed: u64,
+    /// Stored turns that were never acknowledged (a call that failed after
+    /// the write); not a loss.
+    pub stored_unacked: u64,
+    /// Retried calls (backpressure, 503, transport errors).
+    pub retries: u64,
+    /// Acknowledged turns per second.
+    pub throughput_tps: f64,
+    /// Ingest acknowledgement latency, median.
+    pub ack_p50_ms: f64,
+    /// Ingest acknowledgement latency, 99th percentile.
+    pub ack_p99_ms: f64,
+    /// Slowest acknowledgement.
+    pub ack_max_ms: f64,
+    /// `assemble` calls made (one before each assistant turn).
+    pub assembles: u64,
+    /// `assemble` calls that failed.
+    pub assemble_errors: u64,
+    /// Assembly latency, median.
+    pub assemble_p50_ms: f64,
+    /// Assembly latency, 99th percentile.
+    pub assemble_p99_ms: f64,
+    /// How late turns were sent against their Poisson schedule, 99th
+    /// percentile (large: the runtime did not keep up with the offered load).
+    pub lag_p99_ms: f64,
+    /// Sessions bootstrapped.
+    pub sessions_started: u64,
+    /// Sessions ended (each then replaced by a new one).
+    pub sessions_ended: u64,
+    /// Captures the time triggers fired (in process; `null` over HTTP).
+    pub captures: Option<u64>,
+    /// Significance decisions (in process; `null` over HTTP).
+    pub decisions: Option<u64>,
+    /// Of those, how many were fail-safes after a plugin fault.
+    pub decision_faults: Option<u64>,
+    /// Policy hot swaps done.
+    pub swaps: u64,
+    /// Policy swaps refused.
+    pub swap_failures: u64,
+    /// Resident memory of this process at the end, MB.
+    pub rss_mb: f64,
+    /// Peak resident memory of this process, MB.
+    pub peak_rss_mb: f64,
+    /// Peak resident memory of the server (over HTTP, with `--server-pid`).
+    pub server_rss_mb: Option<f64>,
+    /// Whether the embedding model was loaded in this process (it loads on
+    /// the first search; the loadgen does not search).
+    pub embedding_model_loaded: bool,
+    /// Where the data went (in process).
+    pub data_dir: Option<String>,
+    /// What the numbers do not cover.
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// True when every acknowledged turn was read back exactly once.
+    pub fn lossless(&self) -> bool {
+        self.turns_lost == 0 && self.turns_duplicated == 0
+    }
+}
+
+pub(crate) struct Latencies;
+
+impl Latencies {
+    /// A percentile of a µs histogram, in ms (0 when empty).
+    pub(crate) fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(q / 100.0) as f64 / 1000.0
+        }
+    }
+}
+
+/// `(current, peak)` resident memory of a process in MB, from
+/// `/proc/<pid>/status` (0 where unavailable).
+pub(crate) fn rss_of(pid: &str) -> (f64, f64) {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return (0.0, 0.0);
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+pub(crate) fn rss_mb() -> (f64, f64) {
+    rss_of("self")
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_owned(), |v| v.to_string());
+        writeln!(
+            f,
+            "cairn loadgen: {} ({}), seed {}, {} sessions over {} work contexts in {} workspaces, {} topics",
+            self.scenario,
+            self.mode,
+            self.seed,
+            self.sessions,
+            self.work_contexts,
+            self.workspaces,
+            self.topics
+        )?;
+        let offered = if self.offered_tps > 0.0 {
+            format!("{:.0} turns/s offered", self.offered_tps)
+        } else {
+            "closed loop".to_owned()
+        };
+        writeln!(
+            f,
+            "  load       {:.1} s, {offered}, {} in flight at most",
+            self.elapsed_secs, self.concurrency
+        )?;
+        writeln!(
+            f,
+            "  turns      {} acked ({:.0}/s), {} failed, {} retries",
+            self.turns_acked, self.throughput_tps, self.turns_failed, self.retries
+        )?;
+        writeln!(
+            f,
+            "  ack        p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (schedule lag p99 {:.1} ms)",
+            self.ack_p50_ms, self.ack_p99_ms, self.ack_max_ms, self.lag_p99_ms
+        )?;
+        writeln!(
+            f,
+            "  assemble   {} calls, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+            self.assembles, self.assemble_p50_ms, self.assemble_p99_ms, self.assemble_errors
+        )?;
+        writeln!(
+            f,
+            "  sessions   {} started, {} ended; captures {}",
+            self.sessions_started,
+            self.sessions_ended,
+            opt(self.captures)
+        )?;
+        writeln!(
+            f,
+            "  policy     {} decisions, {} faults, {} swaps ({} refused)",
+            opt(self.decisions),
+            opt(self.decision_faults),
+            self.swaps,
+            self.swap_failures
+        )?;
+        let server = self
+            .server_rss_mb
+            .map_or_else(String::new, |mb| format!(", server peak {mb:.0} MB"));
+        writeln!(
+            f,
+            "  memory     RSS {:.0} MB (peak {:.0} MB){server}; embedding model {}",
+            self.rss_mb,
+            self.peak_rss_mb,
+            if self.embedding_model_loaded {
+                "loaded"
+            } else {
+                "not loaded"
+            }
+        )?;
+        writeln!(
+            f,
+            "  loss       {} checked, {} lost, {} duplicated, {} stored but unacknowledged: {}",
+            self.turns_checked,
+            self.turns_lost,
+            self.turns_duplicated,
+            self.stored_unacked,
+            if self.lossless() { "OK" } else { "FAILED" }
+        )?;
+        for note in &self.notes {
+            writeln!(f, "  note: {note}")?;
+        }
+        Ok(())
+    }
+}

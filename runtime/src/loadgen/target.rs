@@ -1,0 +1,446 @@
+//! What the loadgen drives: the runtime in this process, or a running
+//! `cairn serve` over HTTP. Both answer the same calls, so the driver does
+//! not know which one it talks to.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_memory::{Clock, SessionSpec, SubjectKind, TurnInput};
+use cairn_policies::{HostConfig, PolicyHost, PolicySlot, SignificanceGate, WorldKind, defaults};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::LoadgenError;
+use super::gate::{CountingSink, WasmGate};
+use crate::{AssembleRequest, Cairn, CairnConfig};
+
+/// A call that did not succeed.
+#[derive(Debug)]
+pub(crate) struct CallError {
+    /// Worth retrying (backpressure, a timeout, a 503).
+    pub(crate) retryable: bool,
+    pub(crate) message: String,
+}
+
+/// One stored turn as read back: its seq and the blake3 of its content
+/// (recomputed from the content, and checked against the stored hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredTurn {
+    pub(crate) seq: u64,
+    pub(crate) hash: String,
+}
+
+/// What a plugin swap did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SwapOutcome {
+    Swapped,
+    /// The target cannot swap (an HTTP server without the route): say so
+    /// once and stop trying.
+    Unsupported(String),
+    Failed(String),
+}
+
+pub(crate) trait Target: Send + Sync {
+    /// Registers the topics as subjects in a workspace.
+    fn add_topics(&self, workspace: &str, topics: &[String]) -> Result<(), LoadgenError>;
+    fn bootstrap(&self, workspace: &str, spec: &SessionSpec) -> Result<(), CallError>;
+    fn ingest(&self, workspace: &str, turn: &TurnInput) -> Result<u64, CallError>;
+    fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError>;
+    fn session_end(&self, workspace: &str, session: &str) -> Result<(), CallError>;
+    fn swap(&self) -> SwapOutcome;
+    /// Evaluates time triggers where the target lets us (in process);
+    /// returns the captures that fired, or `None` when the target runs its
+    /// own ticker.
+    fn tick(&self) -> Option<u64>;
+    /// `(decisions, faults)` where the target lets us count them.
+    fn decisions(&self) -> Option<(u64, u64)>;
+    /// Every stored turn of a session, in seq order.
+    fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError>;
+}
+
+fn stored(turns: Vec<cairn_memory::Turn>) -> Vec<StoredTurn> {
+    turns
+        .into_iter()
+        .map(|t| {
+            let hash = blake3::hash(t.content.as_bytes()).to_hex().to_string();
+            // A stored hash that disagrees with the content is corruption:
+            // report a hash that matches nothing, so the turn counts as lost.
+            let hash = if hash == t.content_hash {
+                hash
+            } else {
+                format!("corrupt:{}", t.content_hash)
+            };
+            StoredTurn { seq: t.seq, hash }
+        })
+        .collect()
+}
+
+/// A clock that runs `scale` times faster than the wall clock, from now.
+#[derive(Debug)]
+pub(crate) struct ScaledClock {
+    start_wall: DateTime<Utc>,
+    start: Instant,
+    scale: f64,
+}
+
+impl ScaledClock {
+    pub(crate) fn new(scale: f64) -> ScaledClock {
+        ScaledClock {
+            start_wall: Utc::now(),
+            start: Instant::now(),
+            scale,
+        }
+    }
+}
+
+impl Clock for ScaledClock {
+    fn now(&self) -> DateTime<Utc> {
+        let micros = (self.start.elapsed().as_secs_f64() * self.scale * 1e6) as i64;
+        self.start_wall + chrono::Duration::microseconds(micros)
+    }
+}
+
+/// The runtime in this process, with the WebAssembly significance gate.
+pub(crate) struct InProcess {
+    cairn: Cairn,
+    host: PolicyHost,
+    slot: PolicySlot<SignificanceGate>,
+    sink: Arc<CountingSink>,
+    /// Kept alive for the run when the loadgen made the data dir.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl InProcess {
+    /// Opens cairn on `data_dir` (a fresh temporary folder when `None`).
+    pub(crate) fn open(
+        mut config: CairnConfig,
+        data_dir: Option<PathBuf>,
+        time_scale: f64,
+    ) -> Result<InProcess, LoadgenError> {
+        let temp = match data_dir {
+            Some(dir) => {
+                config.data_dir = dir;
+                None
+            }
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("cairn-loadgen-")
+                    .tempdir()
+                    .map_err(|e| LoadgenError::Setup(format!("temporary data dir: {e}")))?;
+                config.data_dir = temp.path().to_owned();
+                Some(temp)
+            }
+        };
+        // The driver ticks once a second itself and counts the captures.
+        config.actors.tick_interval_secs = 0;
+        let sink = Arc::new(CountingSink::default());
+        let host = PolicyHost::new(HostConfig::default(), sink.clone())?;
+        let slot = host.slot(&host.prepare::<SignificanceGate>(
+            defaults::SIGNIFICANCE.name,
+            defaults::SIGNIFICANCE.wasm,
+        )?)?;
+        let gate = Arc::new(WasmGate { slot: slot.clone() });
+        let clock = Arc::new(ScaledClock::new(time_scale));
+        let cairn = Cairn::open_with_gate(config, clock, gate)?;
+        Ok(InProcess {
+            cairn,
+            host,
+            slot,
+            sink,
+            _temp: temp,
+        })
+    }
+
+    /// Where the store lives.
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.cairn.config().data_dir.clone()
+    }
+}
+
+fn call_error(e: crate::CairnError) -> CallError {
+    CallError {
+        retryable: e.is_retryable(),
+        message: format!("{}: {e}", e.code()),
+    }
+}
+
+impl Target for InProcess {
+    fn add_topics(&self, workspace: &str, topics: &[String]) -> Result<(), LoadgenError> {
+        let ws = self.cairn.workspace(workspace)?;
+        for topic in topics {
+            if ws.subject(topic).is_err() {
+                ws.add_subject(topic, SubjectKind::Topic, None)
+                    .map_err(crate::CairnError::from)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn bootstrap(&self, workspace: &str, spec: &SessionSpec) -> Result<(), CallError> {
+        self.cairn.bootstrap(workspace, spec).map_err(call_error)?;
+        Ok(())
+    }
+
+    fn ingest(&self, workspace: &str, turn: &TurnInput) -> Result<u64, CallError> {
+        let acks = self
+            .cairn
+            .ingest(workspace, std::slice::from_ref(turn))
+            .map_err(call_error)?;
+        acks.first().map(|a| a.seq).ok_or_else(|| CallError {
+            retryable: false,
+            message: "ingest answered no acknowledgement".to_owned(),
+        })
+    }
+
+    fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
+        let request = AssembleRequest {
+            session: session.to_owned(),
+            budget_tokens: budget,
+        };
+        self.cairn
+            .assemble(workspace, &request)
+            .map_err(call_error)?;
+        Ok(())
+    }
+
+    fn session_end(&self, workspace: &str, session: &str) -> Result<(), CallError> {
+        self.cairn
+            .session_end(workspace, session)
+            .map_err(call_error)?;
+        Ok(())
+    }
+
+    fn swap(&self) -> SwapOutcome {
+        // A freshly prepared default plugin (the compile cache makes this
+        // cheap); the swap itself creates and canaries new instances.
+        let prepared = self
+            .host
+            .prepare::<SignificanceGate>(defaults::SIGNIFICANCE.name, defaults::SIGNIFICANCE.wasm);
+        match prepared.and_then(|p| self.slot.swap(&p)) {
+            Ok(_) => SwapOutcome::Swapped,
+            Err(e) => SwapOutcome::Failed(e.to_string()),
+        }
+    }
+
+    fn tick(&self) -> Option<u64> {
+        match self.cairn.tick() {
+            Ok(reports) => Some(reports.len() as u64),
+            Err(e) => {
+                tracing::warn!(error = %e, "tick failed");
+                Some(0)
+            }
+        }
+    }
+
+    fn decisions(&self) -> Option<(u64, u64)> {
+        Some((self.sink.decisions(), self.sink.faults()))
+    }
+
+    fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
+        // Straight from the store, not through the actors.
+        let turns = self
+            .cairn
+            .memory()
+            .existing_workspace(workspace)
+            .and_then(|ws| ws.transcript(session, 0, None))
+            .map_err(crate::CairnError::from)?;
+        Ok(stored(turns))
+    }
+}
+
+/// A running `cairn serve`.
+pub(crate) struct Http {
+    base: String,
+    agent: ureq::Agent,
+    swap_unsupported: AtomicBool,
+}
+
+impl Http {
+    /// Checks that `addr` (`host:port`) answers `/healthz`.
+    pub(crate) fn connect(addr: &str, concurrency: usize) -> Result<Http, LoadgenError> {
+        let base = if addr.starts_with("http://") {
+            addr.trim_end_matches('/').to_owned()
+        } else {
+            format!("http://{}", addr.trim_end_matches('/'))
+        };
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(concurrency.max(1) * 2)
+            .max_idle_connections_per_host(concurrency.max(1) * 2)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let http = Http {
+            base,
+            agent,
+            swap_unsupported: AtomicBool::new(false),
+        };
+        http.get("/healthz").map_err(|e| {
+            LoadgenError::Setup(format!(
+                "cairn serve at {} does not answer: {}",
+                http.base, e.message
+            ))
+        })?;
+        Ok(http)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn answer(
+        result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<serde_json::Value, CallError> {
+        let mut resp = result.map_err(|e| CallError {
+            retryable: true,
+            message: format!("transport: {e}"),
+        })?;
+        let status = resp.status().as_u16();
+        let body: serde_json::Value = resp.body_mut().read_json().map_err(|e| CallError {
+            retryable: false,
+            message: format!("HTTP {status}: unreadable body: {e}"),
+        })?;
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(CallError {
+                retryable: status == 503 || status == 429,
+                message: format!("HTTP {status}: {body}"),
+            })
+        }
+    }
+
+    fn get(&self, path: &str) -> Result<serde_json::Value, CallError> {
+        Http::answer(self.agent.get(self.url(path)).call())
+    }
+
+    fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, CallError> {
+        Http::answer(self.agent.post(self.url(path)).send_json(body))
+    }
+}
+
+/// Percent-encodes a path segment (ids are checked by the server; this only
+/// keeps the URL well formed).
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Target for Http {
+    fn add_topics(&self, workspace: &str, topics: &[String]) -> Result<(), LoadgenError> {
+        for topic in topics {
+            let path = format!("/v1/workspaces/{}/subjects", seg(workspace));
+            match self.post(&path, &json!({ "slug": topic, "kind": "topic" })) {
+                Ok(_) => {}
+                // Already registered by an earlier run on the same server.
+                Err(e) if e.message.starts_with("HTTP 409") => {}
+                Err(e) => {
+                    return Err(LoadgenError::Setup(format!(
+                        "registering topic {topic:?}: {}",
+                        e.message
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn bootstrap(&self, workspace: &str, spec: &SessionSpec) -> Result<(), CallError> {
+        let body = serde_json::to_value(spec).map_err(|e| CallError {
+            retryable: false,
+            message: e.to_string(),
+        })?;
+        self.post(
+            &format!("/v1/workspaces/{}/sessions", seg(workspace)),
+            &body,
+        )?;
+        Ok(())
+    }
+
+    fn ingest(&self, workspace: &str, turn: &TurnInput) -> Result<u64, CallError> {
+        let body = json!({ "turns": [turn] });
+        let reply = self.post(&format!("/v1/workspaces/{}/turns", seg(workspace)), &body)?;
+        reply["acks"][0]["seq"].as_u64().ok_or_else(|| CallError {
+            retryable: false,
+            message: format!("ingest answered no acknowledgement: {reply}"),
+        })
+    }
+
+    fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
+        let body = json!({ "session": session, "budget_tokens": budget });
+        self.post(
+            &format!("/v1/workspaces/{}/assemble", seg(workspace)),
+            &body,
+        )?;
+        Ok(())
+    }
+
+    fn session_end(&self, workspace: &str, session: &str) -> Result<(), CallError> {
+        let path = format!(
+            "/v1/workspaces/{}/sessions/{}/end",
+            seg(workspace),
+            seg(session)
+        );
+        self.post(&path, &json!({}))?;
+        Ok(())
+    }
+
+    fn swap(&self) -> SwapOutcome {
+        if self.swap_unsupported.load(Ordering::Relaxed) {
+            return SwapOutcome::Unsupported(String::new());
+        }
+        let path = format!("/v1/plugins/{}", WorldKind::SignificanceGate.as_str());
+        let result = self
+            .agent
+            .put(self.url(&path))
+            .header("content-type", "application/wasm")
+            .send(defaults::SIGNIFICANCE.wasm);
+        match result {
+            Ok(resp) if resp.status().is_success() => SwapOutcome::Swapped,
+            Ok(resp) if resp.status().as_u16() == 404 || resp.status().as_u16() == 405 => {
+                self.swap_unsupported.store(true, Ordering::Relaxed);
+                SwapOutcome::Unsupported(format!(
+                    "the server answers {} to PUT {path}: it has no plugin hot-swap route",
+                    resp.status().as_u16()
+                ))
+            }
+            Ok(mut resp) => {
+                let status = resp.status().as_u16();
+                let body = resp.body_mut().read_to_string().unwrap_or_default();
+                SwapOutcome::Failed(format!("PUT {path}: HTTP {status}: {body}"))
+            }
+            Err(e) => SwapOutcome::Failed(format!("PUT {path}: {e}")),
+        }
+    }
+
+    fn tick(&self) -> Option<u64> {
+        None
+    }
+
+    fn decisions(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
+        let path = format!(
+            "/v1/workspaces/{}/sessions/{}/transcript",
+            seg(workspace),
+            seg(session)
+        );
+        let body = self
+            .get(&path)
+            .map_err(|e| LoadgenError::Http(format!("GET {path}: {}", e.message)))?;
+        let turns: Vec<cairn_memory::Turn> = serde_json::from_value(body)
+            .map_err(|e| LoadgenError::Http(format!("GET {path}: unexpected answer: {e}")))?;
+        Ok(stored(turns))
+    }
+}
