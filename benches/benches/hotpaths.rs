@@ -19,8 +19,8 @@ use std::sync::{Arc, OnceLock};
 
 use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
 use cairn_memory::{
-    AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, Subject,
-    SubjectKind, SystemClock, TurnInput, Workspace,
+    AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, SessionKind,
+    Subject, SubjectKind, SystemClock, TurnInput, Workspace,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -157,6 +157,10 @@ fn gate(c: &mut Criterion) {
         b.iter(|| {
             HeuristicGate
                 .assess(&GateInput {
+                    session: "s-bench",
+                    session_kind: SessionKind::Main,
+                    work_context: "wc-bench",
+                    seq: 7,
                     role: Role::User,
                     content: &text,
                     tool_use: false,

@@ -119,29 +119,6 @@ impl Cairn {
         })
     }
 
-    /// Opens cairn with a clock and a significance gate of the caller's.
-    ///
-    /// The hook `cairn loadgen` uses to run the WebAssembly significance
-    /// gate (and hot-swap it) in process; [`Cairn::open_with_clock`] uses the
-    /// heuristic gate.
-    #[doc(hidden)]
-    pub fn open_with_gate(
-        config: CairnConfig,
-        clock: Arc<dyn Clock>,
-        gate: Arc<dyn cairn_actors::SignificanceGate>,
-    ) -> Result<Self> {
-        let memory = Memory::open_sled(&config.data_dir, config.memory.clone(), clock)?;
-        let actors = ActorRuntime::start_with_gate(memory.clone(), config.actors.clone(), gate)?;
-        tracing::info!(data_dir = %config.data_dir.display(), "cairn opened (caller's gate)");
-        Ok(Cairn {
-            memory,
-            actors,
-            config: Arc::new(config),
-            search: Arc::new(std::sync::OnceLock::new()),
-            limiter: Arc::new(RateLimiter::default()),
-        })
-    }
-
     /// The configuration in force.
     pub fn config(&self) -> &CairnConfig {
         &self.config

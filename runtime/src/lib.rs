@@ -30,8 +30,8 @@ mod error;
 pub mod eval;
 mod host;
 pub mod http;
-mod policy;
 pub mod loadgen;
+mod policy;
 mod tools;
 
 pub use cairn_actors::{

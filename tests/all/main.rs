@@ -6,7 +6,7 @@ mod actors;
 mod cli;
 mod durability;
 mod http_api;
-mod plugins;
 mod loadgen;
+mod plugins;
 mod search;
 mod support;

@@ -30,7 +30,6 @@
 //! ```
 
 mod driver;
-mod gate;
 mod report;
 mod scenario;
 mod target;

@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cairn_memory::{Clock, SessionSpec, SubjectKind, TurnInput};
-use cairn_policies::{HostConfig, PolicyHost, PolicySlot, SignificanceGate, WorldKind, defaults};
+use cairn_policies::{PolicyGenerationId, WorldKind, defaults};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::LoadgenError;
-use super::gate::{CountingSink, WasmGate};
 use crate::{AssembleRequest, Cairn, CairnConfig};
 
 /// A call that did not succeed.
@@ -102,12 +101,13 @@ impl Clock for ScaledClock {
     }
 }
 
-/// The runtime in this process, with the WebAssembly significance gate.
+/// The runtime in this process, with its WebAssembly significance gate
+/// (the runtime's own: `Cairn::policies`).
 pub(crate) struct InProcess {
     cairn: Cairn,
-    host: PolicyHost,
-    slot: PolicySlot<SignificanceGate>,
-    sink: Arc<CountingSink>,
+    /// Every significance generation that served during the run, to count
+    /// their decisions in the durable decision log at the end.
+    generations: parking_lot::Mutex<Vec<PolicyGenerationId>>,
     /// Kept alive for the run when the loadgen made the data dir.
     _temp: Option<tempfile::TempDir>,
 }
@@ -135,20 +135,12 @@ impl InProcess {
         };
         // The driver ticks once a second itself and counts the captures.
         config.actors.tick_interval_secs = 0;
-        let sink = Arc::new(CountingSink::default());
-        let host = PolicyHost::new(HostConfig::default(), sink.clone())?;
-        let slot = host.slot(&host.prepare::<SignificanceGate>(
-            defaults::SIGNIFICANCE.name,
-            defaults::SIGNIFICANCE.wasm,
-        )?)?;
-        let gate = Arc::new(WasmGate { slot: slot.clone() });
         let clock = Arc::new(ScaledClock::new(time_scale));
-        let cairn = Cairn::open_with_gate(config, clock, gate)?;
+        let cairn = Cairn::open_with_clock(config, clock)?;
+        let serving = cairn.policies().significance().generation();
         Ok(InProcess {
             cairn,
-            host,
-            slot,
-            sink,
+            generations: parking_lot::Mutex::new(vec![serving]),
             _temp: temp,
         })
     }
@@ -213,13 +205,19 @@ impl Target for InProcess {
     }
 
     fn swap(&self) -> SwapOutcome {
-        // A freshly prepared default plugin (the compile cache makes this
-        // cheap); the swap itself creates and canaries new instances.
-        let prepared = self
-            .host
-            .prepare::<SignificanceGate>(defaults::SIGNIFICANCE.name, defaults::SIGNIFICANCE.wasm);
-        match prepared.and_then(|p| self.slot.swap(&p)) {
-            Ok(_) => SwapOutcome::Swapped,
+        // The default plugin installed again, as an operator would: a new
+        // generation (the compile cache makes preparing it cheap), swapped
+        // in atomically while the sessions keep deciding.
+        let installed = self.cairn.policies().install(
+            WorldKind::SignificanceGate,
+            defaults::SIGNIFICANCE.name,
+            defaults::SIGNIFICANCE.wasm,
+        );
+        match installed {
+            Ok(report) => {
+                self.generations.lock().push(report.generation);
+                SwapOutcome::Swapped
+            }
             Err(e) => SwapOutcome::Failed(e.to_string()),
         }
     }
@@ -235,7 +233,21 @@ impl Target for InProcess {
     }
 
     fn decisions(&self) -> Option<(u64, u64)> {
-        Some((self.sink.decisions(), self.sink.faults()))
+        let log = self.cairn.policies().decision_log();
+        let mut total = (0, 0);
+        for generation in self.generations.lock().iter() {
+            match log.counts(generation.as_str()) {
+                Ok(counts) => {
+                    total.0 += counts.decisions;
+                    total.1 += counts.faults;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the decision log's counters failed");
+                    return None;
+                }
+            }
+        }
+        Some(total)
     }
 
     fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
