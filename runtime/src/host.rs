@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use cairn_actors::{ActorRuntime, CaptureReport, ExtractionOutcome, Trigger};
 use cairn_memory::{
-    Ack, AssembleRequest, AssembledContext, Clock, Memory, Session, SessionSpec, SessionState,
-    SystemClock, TurnInput, Workspace,
+    Ack, Clock, Memory, Session, SessionSpec, SessionState, SystemClock, TurnInput, Workspace,
 };
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +74,7 @@ pub struct OpenSession {
 /// cairn.bootstrap("acme", &cairn::SessionSpec { id: "s1".into(), ..Default::default() })?;
 /// let acks = cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Ship it Friday.")])?;
 /// assert_eq!(acks[0].seq, 0);
-/// let block = cairn.assemble("acme", &cairn::AssembleRequest { session: "s1".into(), budget_tokens: 100 })?;
+/// let block = cairn.assemble("acme", &cairn::AssembleRequest::new("s1", 300))?;
 /// assert!(block.text.contains("Ship it Friday."));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -88,6 +87,8 @@ pub struct Cairn {
     /// short CLI commands do not load the model.
     search: Arc<std::sync::OnceLock<SearchService>>,
     limiter: Arc<RateLimiter>,
+    /// The memory policy assembly checks with, loaded on first use.
+    assembly: Arc<crate::assembly::AssemblyPolicy>,
 }
 
 impl Cairn {
@@ -107,6 +108,7 @@ impl Cairn {
             config: Arc::new(config),
             search: Arc::new(std::sync::OnceLock::new()),
             limiter: Arc::new(RateLimiter::default()),
+            assembly: Arc::default(),
         })
     }
 
@@ -163,6 +165,10 @@ impl Cairn {
 
     pub(crate) fn rate_limiter(&self) -> &RateLimiter {
         &self.limiter
+    }
+
+    pub(crate) fn assembly_policy(&self) -> &crate::assembly::AssemblyPolicy {
+        &self.assembly
     }
 
     /// Hook `compact`: the host is about to compact the session. Captures its
@@ -281,11 +287,6 @@ impl Cairn {
             open_sessions,
             extracted,
         })
-    }
-
-    /// Hook `assemble`: the memory block for the next model call.
-    pub fn assemble(&self, workspace: &str, request: &AssembleRequest) -> Result<AssembledContext> {
-        Ok(self.workspace(workspace)?.assemble(request)?)
     }
 }
 

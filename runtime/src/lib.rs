@@ -19,11 +19,12 @@
 //! cairn.workspace("acme")?.append_entry(
 //!     &EntryInput::new(EntryKind::Decision, "Use Postgres").about("storage").from_turns("s1", 0, 0),
 //! )?;
-//! let block = cairn.assemble("acme", &cairn::AssembleRequest { session: "s1".into(), budget_tokens: 200 })?;
-//! assert!(block.text.contains("[decision] Use Postgres"));
+//! let block = cairn.assemble("acme", &cairn::AssembleRequest::new("s1", 400))?;
+//! assert!(block.text.contains("Use Postgres"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod assembly;
 mod config;
 mod error;
 pub mod eval;
@@ -36,6 +37,10 @@ pub use cairn_actors::{
 };
 /// Hybrid search (BM25 + vectors), re-exported from the memory core.
 pub use cairn_memory::search;
+pub use cairn_memory::assemble::{
+    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote,
+    RetrievalMode, RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
+};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,

@@ -69,7 +69,7 @@ use serde::{Deserialize, Serialize};
 
 pub use seams::{
     Candidate, CandidateRef, IndexRetriever, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem,
-    PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll,
+    PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll, search_options,
 };
 
 use crate::error::Result;

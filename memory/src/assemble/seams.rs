@@ -113,9 +113,21 @@ impl Retriever for NoRetrieval {
 #[derive(Debug, Clone, Copy)]
 pub struct IndexRetriever<'a>(pub &'a SearchIndex);
 
-/// How a search hit maps to a candidate: a turn when its id is
-/// `session:pos`, else an entry by id.
-pub(crate) fn hit_target(id: &str, session: &str, pos: u64) -> CandidateRef {
+impl CandidateRef {
+    /// What a search hit names: a turn when its id is `session:pos` (how
+    /// turns are indexed), else an entry by id.
+    ///
+    /// ```
+    /// use cairn_memory::assemble::CandidateRef;
+    /// assert_eq!(CandidateRef::from_hit("s1:4", "s1", 4), CandidateRef::Turn { session: "s1".into(), seq: 4 });
+    /// assert_eq!(CandidateRef::from_hit("01JABC", "log", 0), CandidateRef::Entry { id: "01JABC".into() });
+    /// ```
+    pub fn from_hit(id: &str, session: &str, pos: u64) -> CandidateRef {
+        hit_target(id, session, pos)
+    }
+}
+
+fn hit_target(id: &str, session: &str, pos: u64) -> CandidateRef {
     let is_turn = id
         .rsplit_once(':')
         .is_some_and(|(s, p)| s == session && p.parse::<u64>() == Ok(pos));
@@ -130,7 +142,15 @@ pub(crate) fn hit_target(id: &str, session: &str, pos: u64) -> CandidateRef {
 }
 
 /// The search options for a query: mode and session restriction.
-pub(crate) fn search_options(query: &RetrievalQuery<'_>) -> SearchOptions {
+///
+/// ```
+/// use cairn_memory::assemble::{search_options, RetrievalMode, RetrievalQuery};
+/// use cairn_memory::search::SearchMode;
+/// let q = RetrievalQuery { text: "x", k: 7, mode: RetrievalMode::Lexical,
+///     session: "s", work_context: "w", sessions: None };
+/// assert_eq!(search_options(&q).mode, SearchMode::Bm25);
+/// ```
+pub fn search_options(query: &RetrievalQuery<'_>) -> SearchOptions {
     let mode = match query.mode {
         RetrievalMode::Lexical | RetrievalMode::Off => SearchMode::Bm25,
         RetrievalMode::Hybrid => SearchMode::Hybrid,
