@@ -130,7 +130,10 @@ pub fn redact_personal(text: &str) -> String {
             out.push(' ');
         }
         let word = part.trim_matches(|c: char| {
-            matches!(c, '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`' | '<' | '>' | ':')
+            matches!(
+                c,
+                '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`' | '<' | '>' | ':'
+            )
         });
         if is_email(word) {
             out.push_str(&part.replace(word, "[EMAIL]"));

@@ -12,9 +12,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use cairn_memory::assemble::{
-    AssembleRequest, AssembledContext, Candidate, CandidateRef, Destination, Fidelity,
-    ItemSource, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved,
-    Retriever, SeamError, search_options,
+    AssembleRequest, AssembledContext, Candidate, CandidateRef, Destination, Fidelity, ItemSource,
+    PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever,
+    SeamError, search_options,
 };
 use cairn_memory::redact::{has_personal_data, has_secret};
 use cairn_memory::search::SearchService;
@@ -185,7 +185,11 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
         };
         Ok(PolicyVerdict {
             fidelity,
-            reason_codes: d.reason_codes.iter().map(|c| c.as_str().to_owned()).collect(),
+            reason_codes: d
+                .reason_codes
+                .iter()
+                .map(|c| c.as_str().to_owned())
+                .collect(),
             generation: decided.generation.as_str().to_owned(),
             label_low_trust: d.obligations.contains(&PolicyObligation::LabelLowTrust),
         })

@@ -35,12 +35,12 @@ mod tools;
 pub use cairn_actors::{
     ActorConfig, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
 };
+pub use cairn_memory::assemble::{
+    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
+    RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
+};
 /// Hybrid search (BM25 + vectors), re-exported from the memory core.
 pub use cairn_memory::search;
-pub use cairn_memory::assemble::{
-    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote,
-    RetrievalMode, RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
-};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,

@@ -25,7 +25,10 @@ fn open(dir: &std::path::Path) -> Result<(Cairn, ManualClock)> {
         data_dir: dir.to_owned(),
         ..CairnConfig::default()
     };
-    Ok((Cairn::open_with_clock(config, Arc::new(clock.clone()))?, clock))
+    Ok((
+        Cairn::open_with_clock(config, Arc::new(clock.clone()))?,
+        clock,
+    ))
 }
 
 fn request(session: &str, budget: usize, destination: Destination) -> AssembleRequest {
@@ -52,8 +55,11 @@ fn three_tiers_with_the_real_policy() -> Result<()> {
     )?;
     ws.append_entries(&[
         EntryInput::new(EntryKind::WorkPhaseChange, "Phase: drafting").from_turns("s-mon", 0, 0),
-        EntryInput::new(EntryKind::Handoff, "Subsections 1-3 done; event study waits on data.")
-            .from_turns("s-mon", 0, 0),
+        EntryInput::new(
+            EntryKind::Handoff,
+            "Subsections 1-3 done; event study waits on data.",
+        )
+        .from_turns("s-mon", 0, 0),
         EntryInput::new(EntryKind::OpenQuestion, "Address Dura in the intro.")
             .from_turns("s-mon", 0, 0),
         EntryInput::new(EntryKind::Decision, "Evening patch: Marbles into Plaits.")
@@ -76,11 +82,22 @@ fn three_tiers_with_the_real_policy() -> Result<()> {
     ensure!(fired == vec![1, 2, 3], "{:#?}", block.tiers);
     ensure!(block.activity.activity_type == "drafting" && block.activity.inherited);
     // Every memory item was decided by the wasm policy, stamped with its generation.
-    ensure!(block.policy_generations.len() == 1, "{:?}", block.policy_generations);
+    ensure!(
+        block.policy_generations.len() == 1,
+        "{:?}",
+        block.policy_generations
+    );
     let generation = &block.policy_generations[0];
-    for t in block.trace.iter().filter(|t| !matches!(t.source, ItemSource::Directive { .. })) {
+    for t in block
+        .trace
+        .iter()
+        .filter(|t| !matches!(t.source, ItemSource::Directive { .. }))
+    {
         let p = t.policy.as_ref().context("policy note")?;
-        ensure!(&p.generation == generation && !p.reason_codes.is_empty(), "{t:?}");
+        ensure!(
+            &p.generation == generation && !p.reason_codes.is_empty(),
+            "{t:?}"
+        );
     }
     // Tier 2 shows another context; a main session may read it in full.
     let synth = block
@@ -106,8 +123,16 @@ fn fidelity_follows_the_destination() -> Result<()> {
     cairn.ingest(
         "acme",
         &[
-            TurnInput::new("s1", Role::User, "The deploy key is sk-abcdefghijklmnopqrstuvwx for now."),
-            TurnInput::new("s1", Role::User, "Send the invoice to ana@example.org please."),
+            TurnInput::new(
+                "s1",
+                Role::User,
+                "The deploy key is sk-abcdefghijklmnopqrstuvwx for now.",
+            ),
+            TurnInput::new(
+                "s1",
+                Role::User,
+                "Send the invoice to ana@example.org please.",
+            ),
             TurnInput::new("s1", Role::Assistant, "Will do."),
         ],
     )?;
@@ -117,7 +142,13 @@ fn fidelity_follows_the_destination() -> Result<()> {
         block
             .trace
             .iter()
-            .find(|t| t.source == ItemSource::Turn { session: "s1".into(), seq })
+            .find(|t| {
+                t.source
+                    == ItemSource::Turn {
+                        session: "s1".into(),
+                        seq,
+                    }
+            })
             .and_then(|t| t.policy.as_ref())
             .map(|p| p.fidelity)
     };
@@ -131,13 +162,20 @@ fn fidelity_follows_the_destination() -> Result<()> {
         .iter()
         .find(|t| t.rule == "policy.blocked")
         .context("blocked in the trace")?;
-    ensure!(!blocked.included && blocked.reason.contains("cloud_model"), "{blocked:?}");
+    ensure!(
+        !blocked.included && blocked.reason.contains("cloud_model"),
+        "{blocked:?}"
+    );
     ensure!(!cloud.items.iter().any(|i| i.source == blocked.source));
     // Personal data: full locally, redacted for a cloud model.
     ensure!(fidelity(&local, 1) == Some(Fidelity::Full));
     ensure!(local.text.contains("ana@example.org"));
     ensure!(fidelity(&cloud, 1) == Some(Fidelity::Redacted));
-    ensure!(cloud.text.contains("Send the invoice to [EMAIL] please."), "{}", cloud.text);
+    ensure!(
+        cloud.text.contains("Send the invoice to [EMAIL] please."),
+        "{}",
+        cloud.text
+    );
     ensure!(fidelity(&cloud, 2) == Some(Fidelity::Full));
     Ok(())
 }
@@ -150,14 +188,17 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
         cairn.ingest(
             "default",
             &[
-                TurnInput::new("old", Role::User, "The staging password rotates every Monday."),
+                TurnInput::new(
+                    "old",
+                    Role::User,
+                    "The staging password rotates every Monday.",
+                ),
                 TurnInput::new("s1", Role::User, "When does the staging password rotate?"),
             ],
         )?;
-        cairn.workspace("default")?.append_entry(&EntryInput::new(
-            EntryKind::Fact,
-            "The team is in Oslo.",
-        ))?;
+        cairn
+            .workspace("default")?
+            .append_entry(&EntryInput::new(EntryKind::Fact, "The team is in Oslo."))?;
     }
     let out = std::process::Command::new(crate::support::cairn_bin())
         .arg("--data-dir")
@@ -177,12 +218,17 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
         ])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     ensure!(text.contains("- Be brief."), "{text}");
     ensure!(text.contains("tier 3 living_memory"), "{text}");
     ensure!(text.contains("retrieval: bm25"), "{text}");
     ensure!(
-        text.lines().any(|l| l.trim_start().starts_with("in  retrieved") && l.contains("turn old:0")),
+        text.lines()
+            .any(|l| l.trim_start().starts_with("in  retrieved") && l.contains("turn old:0")),
         "{text}"
     );
     ensure!(text.contains("projection.partition"), "{text}");
@@ -205,13 +251,27 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
     ensure!(block["tokens"].as_u64().unwrap_or(u64::MAX) <= 600);
     ensure!(block["destination"] == "cloud_model");
     let trace = block["trace"].as_array().context("trace")?;
-    ensure!(trace.iter().any(|t| t["rule"] == "projection.retrieved" && t["included"] == true), "{block}");
-    ensure!(trace.iter().all(|t| t["policy"]["generation"].is_string()), "{block}");
+    ensure!(
+        trace
+            .iter()
+            .any(|t| t["rule"] == "projection.retrieved" && t["included"] == true),
+        "{block}"
+    );
+    ensure!(
+        trace
+            .iter()
+            .filter(|t| t["included"] == true)
+            .all(|t| t["policy"]["generation"].is_string()),
+        "{block}"
+    );
     ensure!(block["tiers"].as_array().map(Vec::len) == Some(3));
     let (s, err) = server.post(
         "/v1/workspaces/default/assemble",
         &json!({"session": "s1", "budget_tokens": 120, "directives": ["Always answer formally. ".repeat(30)]}),
     )?;
-    ensure!(s == 400 && err["code"] == "invariants_exceed_budget", "{err}");
+    ensure!(
+        s == 400 && err["code"] == "invariants_exceed_budget",
+        "{err}"
+    );
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 
 use super::render::{self, CLOSE, RULES, RULES_CLOSE, RULES_OPEN};
-use super::seams::{CandidateRef, PolicyCheck, PolicyContext, PolicyItem, RetrievalQuery, Retriever};
+use super::seams::{
+    CandidateRef, PolicyCheck, PolicyContext, PolicyItem, RetrievalQuery, Retriever,
+};
 use super::tiers::{self, ResumePart};
 use super::{
     AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Fidelity, ItemSource,
@@ -227,17 +229,27 @@ impl<'a> Ctx<'a> {
             raw.warrant
         };
         let scope = self.scope_of(raw.session.as_deref(), raw.work_context.as_deref());
-        let freshness = raw.at.map(|at| render::age(self.now, at)).unwrap_or_default();
+        let freshness = raw
+            .at
+            .map(|at| render::age(self.now, at))
+            .unwrap_or_default();
         let content = render::shown(raw.text, verdict.fidelity, &raw.source);
         let fid = render::fidelity_label(verdict.fidelity);
         let line = match (&raw.source, raw.section) {
             (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
             (ItemSource::Turn { seq, .. }, Section::Tail) => {
-                let low = if warrant == Warrant::LowTrust { "; low_trust" } else { "" };
+                let low = if warrant == Warrant::LowTrust {
+                    "; low_trust"
+                } else {
+                    ""
+                };
                 if low.is_empty() && fid.is_empty() {
                     format!("[{seq}] {}: {content}\n", raw.role)
                 } else {
-                    format!("[{seq}] {} ({}{low}{fid}): {content}\n", raw.role, raw.support)
+                    format!(
+                        "[{seq}] {} ({}{low}{fid}): {content}\n",
+                        raw.role, raw.support
+                    )
                 }
             }
             (_, Section::LivingMemory | Section::Resume | Section::RecentActivity) => {
@@ -253,7 +265,11 @@ impl<'a> Ctx<'a> {
                 raw.role,
                 warrant.as_str(),
                 raw.support,
-                if freshness.is_empty() { "undated" } else { &freshness },
+                if freshness.is_empty() {
+                    "undated"
+                } else {
+                    &freshness
+                },
                 scope.as_str()
             ),
         };
@@ -400,7 +416,10 @@ pub(super) fn assemble(
         if d.len() > limit {
             return Err(MemoryError::Invalid {
                 what: "directives",
-                reason: format!("directive {i} has {} bytes, over the limit of {limit}", d.len()),
+                reason: format!(
+                    "directive {i} has {} bytes, over the limit of {limit}",
+                    d.len()
+                ),
             });
         }
     }
@@ -460,7 +479,11 @@ pub(super) fn assemble(
         session.work_context,
         request.destination.as_str(),
         activity.activity_type,
-        if activity.inherited { " (inherited)" } else { "" }
+        if activity.inherited {
+            " (inherited)"
+        } else {
+            ""
+        }
     );
     let frame = counter.count(&open)
         + counter.count(CLOSE)
@@ -505,7 +528,12 @@ pub(super) fn assemble(
             prefix: String::new(),
             score: None,
         };
-        force(&mut cx, raw, "invariant.directive", "standing directive (hard invariant)")?;
+        force(
+            &mut cx,
+            raw,
+            "invariant.directive",
+            "standing directive (hard invariant)",
+        )?;
     }
     if !request.directives.is_empty() {
         parts.push(format!("{} directive(s)", request.directives.len()));
@@ -531,7 +559,12 @@ pub(super) fn assemble(
     }
     for v in &pinned_views {
         let raw = entry_raw(v, Section::Pinned, Some(Warrant::Standing));
-        force(&mut cx, raw, "invariant.pinned", "pinned entry (hard invariant)")?;
+        force(
+            &mut cx,
+            raw,
+            "invariant.pinned",
+            "pinned entry (hard invariant)",
+        )?;
     }
     if !pinned_views.is_empty() {
         parts.push(format!("{} pinned entr(y/ies)", pinned_views.len()));
@@ -541,7 +574,9 @@ pub(super) fn assemble(
     let n = tail_turns.len();
     let mut base_start = n.saturating_sub(settings.min_tail_turns);
     loop {
-        let earliest_call = (base_start..n).filter_map(|i| call_of(&tail_turns, i)).min();
+        let earliest_call = (base_start..n)
+            .filter_map(|i| call_of(&tail_turns, i))
+            .min();
         match earliest_call {
             Some(c) if c < base_start => base_start = c,
             _ => break,
@@ -624,9 +659,9 @@ pub(super) fn assemble(
     });
 
     // 4. Tail extension: older turns, contiguous, up to the tail budget.
-    let tail_target = settings.tail_budget_tokens.unwrap_or(
-        request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100,
-    );
+    let tail_target = settings
+        .tail_budget_tokens
+        .unwrap_or(request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100);
     let mut tail_start = base_start;
     while tail_start > 0 {
         let last = tail_start - 1;
@@ -655,7 +690,9 @@ pub(super) fn assemble(
             // A tool call and its result stay together: undo the unit.
             undo(&mut cx, &added, before);
             let why = if tail_used >= tail_target {
-                format!("the tail budget ({tail_target} tokens) is used up; older turns are left to retrieval")
+                format!(
+                    "the tail budget ({tail_target} tokens) is used up; older turns are left to retrieval"
+                )
             } else {
                 format!(
                     "would pass the tail budget ({tail_target} tokens) or the budget; older turns are left to retrieval"
@@ -703,7 +740,11 @@ pub(super) fn assemble(
                 let mut raw = entry_raw(v, Section::Resume, Some(Warrant::Orientation));
                 raw.prefix = match part {
                     ResumePart::History => {
-                        format!("{} ({} ago): ", part.prefix(), render::age(now, v.entry.timestamp))
+                        format!(
+                            "{} ({} ago): ",
+                            part.prefix(),
+                            render::age(now, v.entry.timestamp)
+                        )
                     }
                     _ => format!("{}: ", part.prefix()),
                 };
@@ -748,9 +789,11 @@ pub(super) fn assemble(
     let exclude: Vec<String> = exclude.into_iter().map(str::to_owned).collect();
     let exclude_refs: Vec<&str> = exclude.iter().map(String::as_str).collect();
     let recent = tiers::recent_activity(&live, &exclude_refs, now, &settings);
-    let t2_cap = settings
-        .recent_activity_max_tokens
-        .min(settings.tiers_max_tokens.saturating_sub(t3_tokens + t1_tokens));
+    let t2_cap = settings.recent_activity_max_tokens.min(
+        settings
+            .tiers_max_tokens
+            .saturating_sub(t3_tokens + t1_tokens),
+    );
     if recent.is_empty() {
         tier_reports.push(TierReport {
             tier: 2,
@@ -779,7 +822,12 @@ pub(super) fn assemble(
                 render::age(now, v.entry.timestamp)
             );
             let free = t2_cap.saturating_sub(section_total(&cx, Section::RecentActivity));
-            match cx.offer(raw, free, "tier2.recent_activity", "recent activity elsewhere (tier 2)")? {
+            match cx.offer(
+                raw,
+                free,
+                "tier2.recent_activity",
+                "recent activity elsewhere (tier 2)",
+            )? {
                 Offer::Added => added.push(cx.trace.len() - 1),
                 Offer::Blocked => {}
                 Offer::TooBig {
@@ -820,7 +868,10 @@ pub(super) fn assemble(
             } else if t2_tokens == 0 {
                 "no room within the tiers' total".to_owned()
             } else {
-                format!("other work contexts, last {} days", settings.recent_activity_max_age_days)
+                format!(
+                    "other work contexts, last {} days",
+                    settings.recent_activity_max_age_days
+                )
             },
         });
     }
@@ -862,13 +913,25 @@ pub(super) fn assemble(
                         seq: *seq,
                     };
                     if tail_sources.contains(&source) || cx.in_block.contains(&source) {
-                        trace_skip(&mut cx, source, cand.score, "projection.partition", "already in the recent tail");
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.partition",
+                            "already in the recent tail",
+                        );
                         continue;
                     }
                     let (turn, turn_wc) = match load_turn(ws, session, *seq)? {
                         Some(found) => found,
                         None => {
-                            trace_skip(&mut cx, source, cand.score, "projection.missing", "no longer in the record (forgotten)");
+                            trace_skip(
+                                &mut cx,
+                                source,
+                                cand.score,
+                                "projection.missing",
+                                "no longer in the record (forgotten)",
+                            );
                             continue;
                         }
                     };
@@ -878,12 +941,24 @@ pub(super) fn assemble(
                 CandidateRef::Entry { id } => {
                     let Some(v) = live_by_id.get(id.as_str()) else {
                         let source = ItemSource::Missing { id: id.clone() };
-                        trace_skip(&mut cx, source, cand.score, "projection.not_live", "not live (replaced, expired or forgotten)");
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.not_live",
+                            "not live (replaced, expired or forgotten)",
+                        );
                         continue;
                     };
                     let source = entry_source(v);
                     if cx.in_block.contains(&source) {
-                        trace_skip(&mut cx, source, cand.score, "projection.duplicate", "already in the block");
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.duplicate",
+                            "already in the block",
+                        );
                         continue;
                     }
                     let mut raw = entry_raw(v, Section::Retrieved, None);
@@ -917,7 +992,11 @@ fn header_if(cx: &Ctx<'_>, section: Section) -> usize {
 /// Tokens a section takes: its lines and, once it has one, its header.
 fn section_total(cx: &Ctx<'_>, section: Section) -> usize {
     let lines = cx.sections.tokens(section);
-    if lines == 0 { 0 } else { lines + header_if(cx, section) }
+    if lines == 0 {
+        0
+    } else {
+        lines + header_if(cx, section)
+    }
 }
 
 /// Adds an invariant whatever the budget says (the caller checks the total).
@@ -996,7 +1075,9 @@ fn load_turn(ws: &Workspace, session: &str, seq: u64) -> Result<Option<(Turn, St
         Err(e) => return Err(e),
     };
     let turn = ws.transcript(session, seq, Some(1))?.into_iter().next();
-    Ok(turn.filter(|t| t.seq == seq).map(|t| (t, meta.work_context)))
+    Ok(turn
+        .filter(|t| t.seq == seq)
+        .map(|t| (t, meta.work_context)))
 }
 
 fn render_text(cx: &Ctx<'_>, open: &str) -> String {
@@ -1136,4 +1217,3 @@ fn resume_rank(line: &str) -> u8 {
     .position(|p| line.starts_with(p.prefix()))
     .map_or(9, |i| i as u8)
 }
-

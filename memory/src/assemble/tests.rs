@@ -61,7 +61,12 @@ fn check(ws: &Workspace, request: &AssembleRequest) -> AssembledContext {
 }
 
 fn assert_block(ws: &Workspace, block: &AssembledContext) {
-    assert!(block.tokens <= block.budget, "{} > {}", block.tokens, block.budget);
+    assert!(
+        block.tokens <= block.budget,
+        "{} > {}",
+        block.tokens,
+        block.budget
+    );
     assert_eq!(ws.tokens().count(&block.text), block.tokens);
     let mut seen = HashSet::new();
     for item in &block.items {
@@ -88,11 +93,41 @@ fn henderson(fx: &Fx) -> Workspace {
     ])
     .unwrap();
     let mut entries = vec![
-        entry(EntryKind::WorkPhaseChange, "Phase: drafting", "henderson", "s-mon", t0),
-        entry(EntryKind::Handoff, "Completed subsections 1-3 (price impact); event study waits on Christensen data.", "henderson", "s-mon", t0),
-        entry(EntryKind::OpenQuestion, "Address Dura more directly in the intro.", "henderson", "s-mon", t0),
-        entry(EntryKind::KeyDecision, "Price impact approach over corrective disclosure alone.", "henderson", "s-mon", t0),
-        entry(EntryKind::CrossConversationUpdate, "Expert report deadline moved to Friday in another conversation.", "henderson", "s-mon", t0),
+        entry(
+            EntryKind::WorkPhaseChange,
+            "Phase: drafting",
+            "henderson",
+            "s-mon",
+            t0,
+        ),
+        entry(
+            EntryKind::Handoff,
+            "Completed subsections 1-3 (price impact); event study waits on Christensen data.",
+            "henderson",
+            "s-mon",
+            t0,
+        ),
+        entry(
+            EntryKind::OpenQuestion,
+            "Address Dura more directly in the intro.",
+            "henderson",
+            "s-mon",
+            t0,
+        ),
+        entry(
+            EntryKind::KeyDecision,
+            "Price impact approach over corrective disclosure alone.",
+            "henderson",
+            "s-mon",
+            t0,
+        ),
+        entry(
+            EntryKind::CrossConversationUpdate,
+            "Expert report deadline moved to Friday in another conversation.",
+            "henderson",
+            "s-mon",
+            t0,
+        ),
     ];
     for e in &mut entries {
         e.subject = Some("henderson".into());
@@ -123,7 +158,9 @@ fn tier1_fires_in_a_new_session_after_thirty_minutes() {
     assert!(t1.fired, "{t1:?}");
     assert!(t1.tokens <= 120);
     assert_eq!(t1.work_context.as_deref(), Some("henderson"));
-    assert!(block.text.contains("<card tier=\"1\" tag=\"resume\" work_context=\"henderson\" phase=\"drafting\">"));
+    assert!(block.text.contains(
+        "<card tier=\"1\" tag=\"resume\" work_context=\"henderson\" phase=\"drafting\">"
+    ));
     assert!(block.text.contains("Open: Address Dura"));
     assert!(block.text.contains("Decision: Price impact"));
     assert!(block.text.contains("Since last session: Expert report"));
@@ -156,7 +193,11 @@ fn tier1_never_in_the_session_that_produced_it() {
     let block = check(&ws, &AssembleRequest::new("s-mon", 2000));
     let t1 = tier(&block, 1);
     assert!(!t1.fired);
-    assert!(t1.reason.contains("came from this session"), "{}", t1.reason);
+    assert!(
+        t1.reason.contains("came from this session"),
+        "{}",
+        t1.reason
+    );
 }
 
 #[test]
@@ -164,11 +205,21 @@ fn tier1_fires_on_an_entity_match_from_an_unlinked_session() {
     let fx = Fx::new();
     let ws = henderson(&fx);
     fx.clock.advance(Duration::hours(5));
-    new_session(&ws, "s-chat", "default", "Where are we with Henderson?", fx.now());
+    new_session(
+        &ws,
+        "s-chat",
+        "default",
+        "Where are we with Henderson?",
+        fx.now(),
+    );
     let block = check(&ws, &AssembleRequest::new("s-chat", 2000));
     let t1 = tier(&block, 1);
     assert!(t1.fired, "{t1:?}");
-    assert!(t1.reason.contains("entity match: henderson"), "{}", t1.reason);
+    assert!(
+        t1.reason.contains("entity match: henderson"),
+        "{}",
+        t1.reason
+    );
     // No entity, no card.
     new_session(&ws, "s-other", "default", "What's the weather?", fx.now());
     let block = check(&ws, &AssembleRequest::new("s-other", 2000));
@@ -183,8 +234,20 @@ fn tier2_excludes_the_current_context_and_stale_activity() {
     past(&ws, "s-synth", "synth");
     past(&ws, "s-smith", "smith");
     ws.append_entries(&[
-        entry(EntryKind::Decision, "Marbles into Plaits for the evening patch.", "synth", "s-synth", t0),
-        entry(EntryKind::Handoff, "Smith v. Acme: deposition prep outline done.", "smith", "s-smith", t0 - Duration::days(9)),
+        entry(
+            EntryKind::Decision,
+            "Marbles into Plaits for the evening patch.",
+            "synth",
+            "s-synth",
+            t0,
+        ),
+        entry(
+            EntryKind::Handoff,
+            "Smith v. Acme: deposition prep outline done.",
+            "smith",
+            "s-smith",
+            t0 - Duration::days(9),
+        ),
     ])
     .unwrap();
     fx.clock.advance(Duration::hours(2));
@@ -195,7 +258,10 @@ fn tier2_excludes_the_current_context_and_stale_activity() {
     let card = block.text.split("tag=\"recent_activity\"").nth(1).unwrap();
     let card = card.split("</card>").next().unwrap();
     assert!(card.contains("synth"), "{card}");
-    assert!(!card.contains("henderson"), "tier 2 must exclude the tier 1 context: {card}");
+    assert!(
+        !card.contains("henderson"),
+        "tier 2 must exclude the tier 1 context: {card}"
+    );
     assert!(!card.contains("Smith"), "older than 7 days: {card}");
 }
 
@@ -207,9 +273,24 @@ fn tier3_always_lands_and_tier2_is_dropped_first() {
     past(&ws, "s-synth", "synth");
     past(&ws, "s-elnor", "elnor");
     ws.append_entries(&[
-        EntryInput::new(EntryKind::Fact, "The user is a securities litigator and prefers direct answers."),
-        entry(EntryKind::Decision, "Eurorack: Marbles into Plaits.", "synth", "s-synth", t0),
-        entry(EntryKind::Handoff, "ELNOR red-team pass on the living memory section.", "elnor", "s-elnor", t0),
+        EntryInput::new(
+            EntryKind::Fact,
+            "The user is a securities litigator and prefers direct answers.",
+        ),
+        entry(
+            EntryKind::Decision,
+            "Eurorack: Marbles into Plaits.",
+            "synth",
+            "s-synth",
+            t0,
+        ),
+        entry(
+            EntryKind::Handoff,
+            "ELNOR red-team pass on the living memory section.",
+            "elnor",
+            "s-elnor",
+            t0,
+        ),
     ])
     .unwrap();
     fx.clock.advance(Duration::hours(2));
@@ -238,9 +319,19 @@ fn tier3_always_lands_and_tier2_is_dropped_first() {
             break block;
         }
     };
-    let first_trim = trimmed.trace.iter().find(|t| t.rule == "tier1.trim").unwrap();
+    let first_trim = trimmed
+        .trace
+        .iter()
+        .find(|t| t.rule == "tier1.trim")
+        .unwrap();
     assert!(
-        matches!(first_trim.source, ItemSource::Entry { kind: EntryKind::Handoff, .. }),
+        matches!(
+            first_trim.source,
+            ItemSource::Entry {
+                kind: EntryKind::Handoff,
+                ..
+            }
+        ),
         "history goes first: {first_trim:?}"
     );
     assert!(tier(&trimmed, 3).fired);
@@ -254,9 +345,24 @@ fn tier_caps_hold_with_much_memory() {
     let mut many = Vec::new();
     for i in 0..30 {
         past(&ws, &format!("s-x{i}"), &format!("side-{i}"));
-        many.push(EntryInput::new(EntryKind::Fact, &format!("Stable preference number {i}: likes long walks and short memos.")));
-        many.push(entry(EntryKind::Decision, &format!("Decision {i} in a side project with a fairly long description."), &format!("side-{i}"), &format!("s-x{i}"), t0));
-        many.push(entry(EntryKind::OpenQuestion, &format!("Open question {i} about Henderson damages and the event study."), "henderson", "s-mon", t0));
+        many.push(EntryInput::new(
+            EntryKind::Fact,
+            &format!("Stable preference number {i}: likes long walks and short memos."),
+        ));
+        many.push(entry(
+            EntryKind::Decision,
+            &format!("Decision {i} in a side project with a fairly long description."),
+            &format!("side-{i}"),
+            &format!("s-x{i}"),
+            t0,
+        ));
+        many.push(entry(
+            EntryKind::OpenQuestion,
+            &format!("Open question {i} about Henderson damages and the event study."),
+            "henderson",
+            "s-mon",
+            t0,
+        ));
     }
     ws.append_entries(&many).unwrap();
     fx.clock.advance(Duration::hours(2));
@@ -307,17 +413,38 @@ fn min_tail_wins_over_the_tail_budget_and_keeps_tool_pairs() {
         .collect();
     // The last 3 turns are 3..=5; the tool result at 4 pulls its call at 2.
     assert_eq!(tail, vec![2, 3, 4, 5]);
-    let tool = block.items.iter().find(|i| i.source == ItemSource::Turn { session: "s".into(), seq: 4 }).unwrap();
+    let tool = block
+        .items
+        .iter()
+        .find(|i| {
+            i.source
+                == ItemSource::Turn {
+                    session: "s".into(),
+                    seq: 4,
+                }
+        })
+        .unwrap();
     assert_eq!(tool.warrant, Warrant::LowTrust);
-    let closed = block.trace.iter().find(|t| t.rule == "tail.closed").unwrap();
-    assert_eq!(closed.source, ItemSource::Turn { session: "s".into(), seq: 1 });
+    let closed = block
+        .trace
+        .iter()
+        .find(|t| t.rule == "tail.closed")
+        .unwrap();
+    assert_eq!(
+        closed.source,
+        ItemSource::Turn {
+            session: "s".into(),
+            seq: 1
+        }
+    );
 }
 
 #[test]
 fn invariants_that_do_not_fit_fail_clearly() {
     let fx = Fx::new();
     let ws = fx.ws();
-    ws.append_turn(&TurnInput::new("s", Role::User, "hi")).unwrap();
+    ws.append_turn(&TurnInput::new("s", Role::User, "hi"))
+        .unwrap();
     let mut request = AssembleRequest::new("s", 150);
     request.directives = vec!["Always answer in formal English. ".repeat(20)];
     let err = ws.assemble(&request, &NoRetrieval, &TrustAll).unwrap_err();
@@ -341,7 +468,8 @@ fn invariants_that_do_not_fit_fail_clearly() {
 fn pinned_entries_are_invariants_and_follow_corrections() {
     let fx = Fx::new();
     let ws = fx.ws();
-    ws.append_turn(&TurnInput::new("s", Role::User, "hi")).unwrap();
+    ws.append_turn(&TurnInput::new("s", Role::User, "hi"))
+        .unwrap();
     let e = ws
         .append_entry(&EntryInput::new(EntryKind::Decision, "Use Postgres."))
         .unwrap();
@@ -350,9 +478,19 @@ fn pinned_entries_are_invariants_and_follow_corrections() {
         .append_entry(&EntryInput::new(EntryKind::Decision, "Use Postgres 16.").replacing(&e.id))
         .unwrap();
     let block = check(&ws, &AssembleRequest::new("s", 400));
-    let pinned: Vec<&BlockItem> = block.items.iter().filter(|i| i.section == Section::Pinned).collect();
+    let pinned: Vec<&BlockItem> = block
+        .items
+        .iter()
+        .filter(|i| i.section == Section::Pinned)
+        .collect();
     assert_eq!(pinned.len(), 1);
-    assert_eq!(pinned[0].source, ItemSource::Entry { id: fixed.id, kind: EntryKind::Decision });
+    assert_eq!(
+        pinned[0].source,
+        ItemSource::Entry {
+            id: fixed.id,
+            kind: EntryKind::Decision
+        }
+    );
     assert!(ws.pin("missing-entry").is_err());
 }
 
@@ -361,29 +499,58 @@ fn projection_retrieves_the_rest_of_memory_without_duplicates() {
     let fx = Fx::new();
     let ws = fx.ws();
     ws.append_turns(&[
-        TurnInput::new("old", Role::User, "The staging database password rotates every Monday."),
+        TurnInput::new(
+            "old",
+            Role::User,
+            "The staging database password rotates every Monday.",
+        ),
         TurnInput::new("old", Role::Assistant, "Noted: rotation on Mondays."),
     ])
     .unwrap();
-    ws.append_turns(&[
-        TurnInput::new("s", Role::User, "When does the staging database password rotate?"),
-    ])
+    ws.append_turns(&[TurnInput::new(
+        "s",
+        Role::User,
+        "When does the staging database password rotate?",
+    )])
     .unwrap();
     let fact = ws
-        .append_entry(&EntryInput::new(EntryKind::Fact, "Staging database moves to the new cluster.").in_context("infra"))
+        .append_entry(
+            &EntryInput::new(
+                EntryKind::Fact,
+                "Staging database moves to the new cluster.",
+            )
+            .in_context("infra"),
+        )
         .unwrap();
     let mut index = SearchIndex::new(None).unwrap();
     index
         .add(&[
-            SearchDoc::new("old:0", "old", 0, "The staging database password rotates every Monday."),
+            SearchDoc::new(
+                "old:0",
+                "old",
+                0,
+                "The staging database password rotates every Monday.",
+            ),
             SearchDoc::new("old:1", "old", 1, "Noted: rotation on Mondays."),
-            SearchDoc::new("s:0", "s", 0, "When does the staging database password rotate?"),
-            SearchDoc::new(&fact.id, "entries", 0, "Staging database moves to the new cluster."),
+            SearchDoc::new(
+                "s:0",
+                "s",
+                0,
+                "When does the staging database password rotate?",
+            ),
+            SearchDoc::new(
+                &fact.id,
+                "entries",
+                0,
+                "Staging database moves to the new cluster.",
+            ),
         ])
         .unwrap();
     let mut request = AssembleRequest::new("s", 1000);
     request.retrieval = RetrievalMode::Lexical;
-    let block = ws.assemble(&request, &IndexRetriever(&index), &TrustAll).unwrap();
+    let block = ws
+        .assemble(&request, &IndexRetriever(&index), &TrustAll)
+        .unwrap();
     assert_block(&ws, &block);
     let retrieved: Vec<&ItemSource> = block
         .items
@@ -391,8 +558,14 @@ fn projection_retrieves_the_rest_of_memory_without_duplicates() {
         .filter(|i| i.section == Section::Retrieved)
         .map(|i| &i.source)
         .collect();
-    assert!(retrieved.contains(&&ItemSource::Turn { session: "old".into(), seq: 0 }));
-    assert!(retrieved.contains(&&ItemSource::Entry { id: fact.id.clone(), kind: EntryKind::Fact }));
+    assert!(retrieved.contains(&&ItemSource::Turn {
+        session: "old".into(),
+        seq: 0
+    }));
+    assert!(retrieved.contains(&&ItemSource::Entry {
+        id: fact.id.clone(),
+        kind: EntryKind::Fact
+    }));
     // The current turn is in the tail, so the projection leaves it out.
     assert!(block.trace.iter().any(|t| t.rule == "projection.partition"));
     assert_eq!(block.retrieval.mode, "bm25");
@@ -407,8 +580,11 @@ fn block_snapshot() {
         TurnInput::new("s1", Role::Assistant, "Yes; start with the web client."),
     ])
     .unwrap();
-    ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ana prefers short answers."))
-        .unwrap();
+    ws.append_entry(&EntryInput::new(
+        EntryKind::Fact,
+        "Ana prefers short answers.",
+    ))
+    .unwrap();
     past(&ws, "s0", "auth");
     let e = ws
         .append_entry(

@@ -113,7 +113,9 @@ pub(super) fn phase_of(content: &str) -> Option<&'static str> {
 /// The active phase of a work context: its newest phase change.
 pub(super) fn active_phase(live: &[EntryView], work_context: &str) -> Option<&'static str> {
     live.iter()
-        .find(|v| v.entry.kind == EntryKind::WorkPhaseChange && v.entry.work_context == work_context)
+        .find(|v| {
+            v.entry.kind == EntryKind::WorkPhaseChange && v.entry.work_context == work_context
+        })
         .and_then(|v| phase_of(&v.entry.content))
 }
 
@@ -188,7 +190,9 @@ pub(super) fn resume<'a>(
     };
     let records = continuity(live, &work_context);
     let Some(latest) = records.first().copied() else {
-        return Err(format!("work context {work_context:?} has no continuity data"));
+        return Err(format!(
+            "work context {work_context:?} has no continuity data"
+        ));
     };
     if latest
         .entry

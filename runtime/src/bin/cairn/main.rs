@@ -861,18 +861,32 @@ fn print_block(out: &mut impl Write, block: &AssembledContext, explain: bool) ->
         out,
         "-- retrieval: {}{}, {} candidates for {:?}",
         r.mode,
-        if r.lexical_fallback { " (lexical fallback: no embedding model)" } else { "" },
+        if r.lexical_fallback {
+            " (lexical fallback: no embedding model)"
+        } else {
+            ""
+        },
         r.candidates,
         r.query.chars().take(60).collect::<String>()
     )?;
     writeln!(out, "-- trace ({} candidates):", block.trace.len())?;
     for item in &block.trace {
         let mark = if item.included { "in " } else { "out" };
-        let score = item.score.map(|s| format!(" score {s:.3}")).unwrap_or_default();
+        let score = item
+            .score
+            .map(|s| format!(" score {s:.3}"))
+            .unwrap_or_default();
         let policy = item
             .policy
             .as_ref()
-            .map(|p| format!(" [policy {}: {}; {}]", p.generation, p.fidelity.as_str(), p.reason_codes.join(",")))
+            .map(|p| {
+                format!(
+                    " [policy {}: {}; {}]",
+                    p.generation,
+                    p.fidelity.as_str(),
+                    p.reason_codes.join(",")
+                )
+            })
             .unwrap_or_default();
         writeln!(
             out,
@@ -1009,9 +1023,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let session = "s-0416";
     cairn.ingest(
         &ws_id,
-        &[TurnInput::new(session, cairn::Role::User, "Morning! Let's continue.")
-            .in_context("launch-plan")
-            .with_idempotency_key("demo-next-morning")],
+        &[
+            TurnInput::new(session, cairn::Role::User, "Morning! Let's continue.")
+                .in_context("launch-plan")
+                .with_idempotency_key("demo-next-morning"),
+        ],
     )?;
     writeln!(
         out,
