@@ -16,11 +16,16 @@
 //! let dir = tempfile::tempdir()?;
 //! let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..Default::default() })?;
 //! cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Let's use Postgres.").in_context("db")])?;
-//! cairn.workspace("acme")?.append_entry(
-//!     &EntryInput::new(EntryKind::Decision, "Use Postgres").about("storage").from_turns("s1", 0, 0),
+//! let ws = cairn.workspace("acme")?;
+//! let decision = ws.append_entry(
+//!     &EntryInput::new(EntryKind::Decision, "Use Postgres 16").about("storage").from_turns("s1", 0, 0),
 //! )?;
-//! let block = cairn.assemble("acme", &cairn::AssembleRequest::new("s1", 400))?;
-//! assert!(block.text.contains("Use Postgres"));
+//! ws.pin(&decision.id)?; // a hard invariant of every block from now on
+//! let mut request = cairn::AssembleRequest::new("s1", 400);
+//! request.retrieval = cairn::RetrievalMode::Off;
+//! let block = cairn.assemble("acme", &request)?;
+//! assert!(block.text.contains("Use Postgres 16"));
+//! assert!(block.text.contains("Let's use Postgres."));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
