@@ -247,6 +247,10 @@ fn assemble(c: &mut Criterion) {
     let get = || {
         let f = fixture.get_or_init(|| build(items));
         reported.get_or_init(|| {
+            // Percentiles only in a real bench run; test runs stay quick.
+            if !full_run() {
+                return;
+            }
             let policy = WasmPolicyCheck::new(&f.slot, None);
             let q = &f.queries;
             report("baseline_no_retrieval", items, |i| {
