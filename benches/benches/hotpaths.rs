@@ -7,7 +7,8 @@
 //!   work context, the call made before every assistant turn. Baseline
 //!   `reads_only`: the two reads assembly starts with (the context's entries
 //!   and the session's recent turns), without ranking, rendering or token
-//!   counting.
+//!   counting. Retrieval off and a trust-all policy: composition alone
+//!   (retrieval and the wasm policy are in `benches/assemble.rs`).
 //! - `gate/assess`: the heuristic significance gate on a 600-character
 //!   turn with 16 known subjects (called on an arbiter thread for every
 //!   stored turn). Baseline `split_words`: splitting the text into words,
@@ -18,6 +19,7 @@
 use std::sync::{Arc, OnceLock};
 
 use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
+use cairn_memory::assemble::{NoRetrieval, RetrievalMode, TrustAll};
 use cairn_memory::{
     AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, SessionKind,
     Subject, SubjectKind, SystemClock, TurnInput, Workspace,
@@ -129,11 +131,14 @@ fn assemble(c: &mut Criterion) {
     for budget in [800, 2_000] {
         group.bench_function(format!("assemble_budget_{budget}"), |b| {
             let ws = &fixture().ws;
-            let request = AssembleRequest {
-                session: "s1".into(),
-                budget_tokens: budget,
-            };
-            b.iter(|| ws.assemble(&request).expect("assemble").text.len())
+            let mut request = AssembleRequest::new("s1", budget);
+            request.retrieval = RetrievalMode::Off;
+            b.iter(|| {
+                ws.assemble(&request, &NoRetrieval, &TrustAll)
+                    .expect("assemble")
+                    .text
+                    .len()
+            })
         });
     }
     group.finish();

@@ -186,6 +186,27 @@ pub enum MemoryError {
         /// Tokens the fixed parts need.
         needed: usize,
     },
+    /// The assembly's invariants (standing directives, pinned items, the
+    /// minimum recent tail) alone need more tokens than the budget.
+    #[error(
+        "token budget {budget} is too small: the invariants alone ({parts}) need {needed} tokens"
+    )]
+    InvariantsExceedBudget {
+        /// The budget asked for.
+        budget: usize,
+        /// Tokens the invariants need.
+        needed: usize,
+        /// What they are, e.g. `2 directives, 1 pinned entry, the last 4 turns`.
+        parts: String,
+    },
+    /// A seam of the assembly (retriever or policy check) failed.
+    #[error("assembly {seam} failed: {message}")]
+    AssemblySeam {
+        /// `retriever` or `policy`.
+        seam: &'static str,
+        /// What failed.
+        message: String,
+    },
     /// The configured tokenizer is unknown or failed to load.
     #[error("tokenizer {name:?}: {reason}")]
     Tokenizer {
@@ -241,6 +262,8 @@ impl MemoryError {
             MemoryError::SubjectExists { .. } => "subject_exists",
             MemoryError::ForgetWithoutReason => "forget_without_reason",
             MemoryError::BudgetTooSmall { .. } => "budget_too_small",
+            MemoryError::InvariantsExceedBudget { .. } => "invariants_exceed_budget",
+            MemoryError::AssemblySeam { .. } => "assembly_seam",
             MemoryError::Tokenizer { .. } => "tokenizer",
             MemoryError::Corrupt { .. } => "corrupt",
             MemoryError::Store(_) => "storage",
@@ -255,7 +278,10 @@ impl MemoryError {
         }
         !matches!(
             self,
-            MemoryError::Store(_) | MemoryError::Corrupt { .. } | MemoryError::Tokenizer { .. }
+            MemoryError::Store(_)
+                | MemoryError::Corrupt { .. }
+                | MemoryError::Tokenizer { .. }
+                | MemoryError::AssemblySeam { .. }
         )
     }
 

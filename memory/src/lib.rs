@@ -9,8 +9,9 @@
 //! - Inside a workspace, [`Session`]s hold append-only transcripts of
 //!   [`Turn`]s (the raw record), and the memory log holds typed [`Entry`]s
 //!   with `replaces` chains, about [`Subject`]s.
-//! - [`Workspace::assemble`] renders what fits a token budget, counted by a
-//!   real tokenizer ([`TokenCounter`]).
+//! - [`Workspace::assemble`] composes the memory block for a model call
+//!   (invariants, recent tail, three tiers, retrieval; policy-checked) inside
+//!   a token budget counted by a real tokenizer ([`TokenCounter`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -43,12 +44,16 @@ pub mod ids;
 pub mod log;
 mod memory;
 pub mod record;
+pub mod redact;
 pub mod search;
 pub mod store;
 pub mod subjects;
 pub mod tokens;
 
-pub use assemble::{AssembleRequest, AssembledContext, ItemSource, TraceItem};
+pub use assemble::{
+    AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Destination, Fidelity,
+    ItemSource, RetrievalMode, Section, TraceItem,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Limits, MemoryConfig};
 pub use error::{MemoryError, Result};

@@ -1490,6 +1490,17 @@ impl Workspace {
         Ok(self.store.get(Collection::State, key.as_bytes())?)
     }
 
+    /// The state records whose keys start with `prefix`, in key order.
+    #[doc(hidden)]
+    pub fn state_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(self
+            .store
+            .scan_prefix(Collection::State, prefix.as_bytes())?
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+            .collect())
+    }
+
     /// Writes a durable state record of another subsystem; durable when it returns.
     #[doc(hidden)]
     pub fn state_put(&self, key: &str, value: &[u8]) -> Result<()> {

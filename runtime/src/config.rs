@@ -55,12 +55,15 @@ impl Default for LogConfig {
 pub struct AssembleConfig {
     /// Budget used when a request names none, in tokens.
     pub default_budget_tokens: usize,
+    /// The assembly's rules (tail, tiers, retrieval), `[assemble.settings]`.
+    pub settings: cairn_memory::assemble::AssembleSettings,
 }
 
 impl Default for AssembleConfig {
     fn default() -> Self {
         AssembleConfig {
             default_budget_tokens: 2_000,
+            settings: cairn_memory::assemble::AssembleSettings::default(),
         }
     }
 }
@@ -197,6 +200,19 @@ impl CairnConfig {
                 self.memory.tokenizer,
                 cairn_memory::tokens::ENCODINGS.join(", ")
             )));
+        }
+        if let Some(e) = &self.assemble.settings.encoding {
+            if !cairn_memory::tokens::ENCODINGS.contains(&e.as_str()) {
+                return Err(CairnError::Config(format!(
+                    "assemble.settings.encoding {e:?} is unknown; use one of {}",
+                    cairn_memory::tokens::ENCODINGS.join(", ")
+                )));
+            }
+        }
+        if self.assemble.settings.tail_share_percent > 100 {
+            return Err(CairnError::Config(
+                "assemble.settings.tail_share_percent must be at most 100".to_owned(),
+            ));
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(CairnError::Config(format!(

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use cairn_actors::{ActorRuntime, CaptureReport, ExtractionOutcome, Trigger};
 use cairn_memory::{
-    Ack, AssembleRequest, AssembledContext, Clock, Memory, Session, SessionSpec, SessionState,
-    SystemClock, TurnInput, Workspace,
+    Ack, Clock, Memory, Session, SessionSpec, SessionState, SystemClock, TurnInput, Workspace,
 };
 use serde::{Deserialize, Serialize};
 
@@ -76,7 +75,7 @@ pub struct OpenSession {
 /// cairn.bootstrap("acme", &cairn::SessionSpec { id: "s1".into(), ..Default::default() })?;
 /// let acks = cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Ship it Friday.")])?;
 /// assert_eq!(acks[0].seq, 0);
-/// let block = cairn.assemble("acme", &cairn::AssembleRequest { session: "s1".into(), budget_tokens: 100 })?;
+/// let block = cairn.assemble("acme", &cairn::AssembleRequest::new("s1", 300))?;
 /// assert!(block.text.contains("Ship it Friday."));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -296,11 +295,6 @@ impl Cairn {
             open_sessions,
             extracted,
         })
-    }
-
-    /// Hook `assemble`: the memory block for the next model call.
-    pub fn assemble(&self, workspace: &str, request: &AssembleRequest) -> Result<AssembledContext> {
-        Ok(self.workspace(workspace)?.assemble(request)?)
     }
 }
 

@@ -193,6 +193,22 @@ pub struct AssembleBody {
     /// Token budget; the configured default when absent.
     #[serde(default)]
     pub budget_tokens: Option<usize>,
+    /// The current turn or a query; the session's last user turn when absent.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Where the block goes (`local_model` by default); the memory policy
+    /// decides per destination.
+    #[serde(default)]
+    pub destination: cairn_memory::Destination,
+    /// Standing directives: always in the block.
+    #[serde(default)]
+    pub directives: Vec<String>,
+    /// `hybrid` (default), `lexical` or `off`.
+    #[serde(default)]
+    pub retrieval: cairn_memory::RetrievalMode,
+    /// Rules for this call; `[assemble.settings]` when absent.
+    #[serde(default)]
+    pub settings: Option<cairn_memory::AssembleSettings>,
 }
 
 /// Body of `POST .../forget`.
@@ -475,13 +491,19 @@ async fn assemble(
     body: web::Json<AssembleBody>,
 ) -> ApiResult<AssembledContext> {
     blocking(move || {
+        let body = body.into_inner();
         let request = AssembleRequest {
-            session: body.session.clone(),
+            session: body.session,
             budget_tokens: body
                 .budget_tokens
                 .unwrap_or(cairn.config().assemble.default_budget_tokens),
+            query: body.query,
+            destination: body.destination,
+            directives: body.directives,
+            retrieval: body.retrieval,
+            settings: body.settings,
         };
-        Ok(cairn.memory().existing_workspace(&ws)?.assemble(&request)?)
+        Ok(cairn.assemble(&ws, &request)?)
     })
     .await
 }

@@ -16,14 +16,20 @@
 //! let dir = tempfile::tempdir()?;
 //! let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..Default::default() })?;
 //! cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Let's use Postgres.").in_context("db")])?;
-//! cairn.workspace("acme")?.append_entry(
-//!     &EntryInput::new(EntryKind::Decision, "Use Postgres").about("storage").from_turns("s1", 0, 0),
+//! let ws = cairn.workspace("acme")?;
+//! let decision = ws.append_entry(
+//!     &EntryInput::new(EntryKind::Decision, "Use Postgres 16").about("storage").from_turns("s1", 0, 0),
 //! )?;
-//! let block = cairn.assemble("acme", &cairn::AssembleRequest { session: "s1".into(), budget_tokens: 200 })?;
-//! assert!(block.text.contains("[decision] Use Postgres"));
+//! ws.pin(&decision.id)?; // a hard invariant of every block from now on
+//! let mut request = cairn::AssembleRequest::new("s1", 400);
+//! request.retrieval = cairn::RetrievalMode::Off;
+//! let block = cairn.assemble("acme", &request)?;
+//! assert!(block.text.contains("Use Postgres 16"));
+//! assert!(block.text.contains("Let's use Postgres."));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod assembly;
 mod config;
 mod decision_log;
 mod error;
@@ -36,6 +42,10 @@ mod tools;
 
 pub use cairn_actors::{
     ActorConfig, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
+};
+pub use cairn_memory::assemble::{
+    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
+    RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
 /// Hybrid search (BM25 + vectors), re-exported from the memory core.
 pub use cairn_memory::search;

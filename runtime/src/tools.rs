@@ -196,74 +196,7 @@ impl RateLimiter {
     }
 }
 
-/// Masks API keys, tokens and passwords in `text`.
-///
-/// ```
-/// let r = cairn::redact("key sk-abcdefghijklmnopqrstuvwx and password=hunter22");
-/// assert_eq!(r, "key [REDACTED] and password=[REDACTED]");
-/// ```
-pub fn redact(text: &str) -> String {
-    const PREFIXES: [&str; 9] = [
-        "sk-",
-        "ghp_",
-        "gho_",
-        "github_pat_",
-        "xoxb-",
-        "xoxp-",
-        "AKIA",
-        "glpat-",
-        "eyJ",
-    ];
-    const KEYS: [&str; 7] = [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "authorization",
-    ];
-    let mut out = String::with_capacity(text.len());
-    let mut bearer = false;
-    for (i, part) in text.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        let word = part
-            .trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`'));
-        let lower = word.to_ascii_lowercase();
-        let secretish = |w: &str| {
-            w.len() >= 12 && PREFIXES.iter().any(|p| w.starts_with(p))
-                || (w.len() >= 32
-                    && w.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_+/=".contains(c))
-                    && w.chars().any(|c| c.is_ascii_digit())
-                    && w.chars().any(|c| c.is_ascii_alphabetic()))
-        };
-        if bearer && !word.is_empty() {
-            out.push_str(&part.replace(word, "[REDACTED]"));
-            bearer = false;
-            continue;
-        }
-        bearer = lower == "bearer";
-        if let Some((k, v)) = word.split_once(['=', ':']) {
-            let key = k.to_ascii_lowercase();
-            if !v.is_empty() && KEYS.iter().any(|s| key.ends_with(s)) {
-                out.push_str(&part.replace(
-                    word,
-                    &format!("{k}{}[REDACTED]", &word[k.len()..k.len() + 1]),
-                ));
-                continue;
-            }
-        }
-        if secretish(word) {
-            out.push_str(&part.replace(word, "[REDACTED]"));
-        } else {
-            out.push_str(part);
-        }
-    }
-    out
-}
+pub use cairn_memory::redact::redact;
 
 /// The search filters a request asks for.
 fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
@@ -309,7 +242,7 @@ fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
 }
 
 /// The sessions a session may read: itself, its ancestors and descendants.
-fn lineage(sessions: &[Session], of: &str) -> HashSet<String> {
+pub(crate) fn lineage(sessions: &[Session], of: &str) -> HashSet<String> {
     let parent: HashMap<&str, Option<&str>> = sessions
         .iter()
         .map(|s| (s.id.as_str(), s.parent.as_deref()))

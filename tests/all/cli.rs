@@ -40,7 +40,18 @@ fn demo_prints_turns_and_a_block() -> Result<()> {
         text.contains("[2] user: Let's go with April 1 and sync on."),
         "{text}"
     );
-    ensure!(text.contains("<cairn-memory session=\"s-0415\""), "{text}");
+    // The next-morning session gets a tiered block, explained.
+    ensure!(text.contains("<cairn-memory session=\"s-0416\""), "{text}");
+    ensure!(
+        text.contains("<card tier=\"1\" tag=\"resume\" work_context=\"launch-plan\""),
+        "{text}"
+    );
+    ensure!(
+        text.contains("<card tier=\"3\" tag=\"living_memory\">"),
+        "{text}"
+    );
+    ensure!(text.contains("activity: drafting, inherited"), "{text}");
+    ensure!(text.contains("-- trace ("), "{text}");
     ensure!(text.contains("of 300 tokens"), "{text}");
     // Rerunning on the same data dir is idempotent.
     let again = stdout(&cairn(dir.path(), &["demo"], None)?);
@@ -116,7 +127,13 @@ fn ingest_is_all_or_nothing_and_names_the_line() -> Result<()> {
         &["assemble", "s1", "--budget", "100", "--explain"],
         None,
     )?;
-    ensure!(stdout(&out).contains("in  turn s1:1"), "{}", stdout(&out));
+    ensure!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.trim_start().starts_with("in ") && l.contains("turn s1:1")),
+        "{}",
+        stdout(&out)
+    );
     let out = cairn(
         dir.path(),
         &["forget", "session", "s1", "--reason", "user request"],

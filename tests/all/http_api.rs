@@ -72,7 +72,7 @@ fn happy_path_and_openapi() -> Result<()> {
         block["text"]
             .as_str()
             .unwrap_or_default()
-            .contains("[decision] Launch on April 1")
+            .contains("Launch on April 1")
     );
     let (s, ended) = server.post("/v1/workspaces/acme/sessions/s1/end", &json!({}))?;
     ensure!(s == 200 && ended["state"] == "ended");

@@ -3,6 +3,7 @@
 //! binaries link faster); a module per area.
 
 mod actors;
+mod assembly;
 mod cli;
 mod durability;
 mod http_api;

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::LoadgenError;
-use crate::{AssembleRequest, Cairn, CairnConfig};
+use crate::{AssembleRequest, Cairn, CairnConfig, RetrievalMode};
 
 /// A call that did not succeed.
 #[derive(Debug)]
@@ -187,10 +187,11 @@ impl Target for InProcess {
     }
 
     fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
-        let request = AssembleRequest {
-            session: session.to_owned(),
-            budget_tokens: budget,
-        };
+        // Retrieval off: the loadgen measures the ingest, actor, policy and
+        // composition path without the embedding model (the RSS
+        // target excludes it); retrieval has its own benches.
+        let mut request = AssembleRequest::new(session, budget);
+        request.retrieval = RetrievalMode::Off;
         self.cairn
             .assemble(workspace, &request)
             .map_err(call_error)?;
@@ -388,7 +389,7 @@ impl Target for Http {
     }
 
     fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
-        let body = json!({ "session": session, "budget_tokens": budget });
+        let body = json!({ "session": session, "budget_tokens": budget, "retrieval": "off" });
         self.post(
             &format!("/v1/workspaces/{}/assemble", seg(workspace)),
             &body,

@@ -95,6 +95,27 @@ enum Command {
         /// Print JSON (block and trace).
         #[arg(long)]
         json: bool,
+        /// The current turn or a query (default: the session's last user turn).
+        #[arg(long)]
+        query: Option<String>,
+        /// Where the block goes: local_model, cloud_model, external_llm,
+        /// subagent, share_link, task_runtime, user_visible_ui.
+        #[arg(long, default_value = "local_model")]
+        destination: String,
+        /// A standing directive (repeatable): always in the block.
+        #[arg(long = "directive", value_name = "TEXT")]
+        directives: Vec<String>,
+        /// Retrieval: hybrid (default), lexical or off.
+        #[arg(long, default_value = "hybrid")]
+        retrieval: String,
+    },
+    /// Pin an entry into every assembled block (or unpin it with --remove).
+    Pin {
+        /// Entry id.
+        entry: String,
+        /// Unpin instead.
+        #[arg(long)]
+        remove: bool,
     },
     /// Erase a session, entry, subject or workspace, leaving an audited tombstone.
     Forget {
@@ -770,20 +791,45 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             budget,
             explain,
             json,
+            query,
+            destination,
+            directives,
+            retrieval,
         } => {
             let budget = budget.unwrap_or(cairn.config().assemble.default_budget_tokens);
-            let block = cairn
-                .memory()
-                .existing_workspace(ws_id)?
-                .assemble(&AssembleRequest {
-                    session,
-                    budget_tokens: budget,
-                })?;
+            let destination = cairn::Destination::parse(&destination).with_context(|| {
+                format!("unknown destination {destination:?}; use local_model, cloud_model, external_llm, subagent, share_link, task_runtime or user_visible_ui")
+            })?;
+            let retrieval = match retrieval.as_str() {
+                "hybrid" => cairn::RetrievalMode::Hybrid,
+                "lexical" => cairn::RetrievalMode::Lexical,
+                "off" => cairn::RetrievalMode::Off,
+                other => anyhow::bail!("unknown retrieval {other:?}; use hybrid, lexical or off"),
+            };
+            if retrieval != cairn::RetrievalMode::Off {
+                // A fresh process: index the record before retrieving.
+                cairn.search().catch_up()?;
+            }
+            let mut request = AssembleRequest::new(&session, budget);
+            request.query = query;
+            request.destination = destination;
+            request.directives = directives;
+            request.retrieval = retrieval;
+            let block = cairn.assemble(ws_id, &request)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&block)?)?;
             } else {
                 print_block(out, &block, explain)?;
             }
+        }
+        Command::Pin { entry, remove } => {
+            let ws = cairn.memory().existing_workspace(ws_id)?;
+            if remove {
+                ws.unpin(&entry)?;
+            } else {
+                ws.pin(&entry)?;
+            }
+            writeln!(out, "pinned: {}", ws.pinned()?.join(", "))?;
         }
         Command::Forget { target, id, reason } => {
             let tombstone = match target {
@@ -970,26 +1016,81 @@ fn print_capture(out: &mut impl Write, report: &cairn::CaptureReport) -> Result<
 }
 
 fn print_block(out: &mut impl Write, block: &AssembledContext, explain: bool) -> Result<()> {
-    writeln!(out, "{}", block.text)?;
+    write!(out, "{}", block.text)?;
     writeln!(
         out,
-        "-- {} of {} tokens ({})",
-        block.tokens, block.budget, block.encoding
+        "-- {} of {} tokens ({}), destination {}, policy generation {}",
+        block.tokens,
+        block.budget,
+        block.encoding,
+        block.destination.as_str(),
+        block.policy_generations.join(", ")
     )?;
-    if explain {
-        writeln!(out, "-- trace:")?;
-        for item in &block.trace {
-            let what = match &item.source {
-                cairn::ItemSource::Turn { session, seq } => format!("turn {session}:{seq}"),
-                cairn::ItemSource::Entry { id, kind } => format!("{kind} {id}"),
-            };
-            let mark = if item.included { "in " } else { "out" };
-            writeln!(
-                out,
-                "   {mark} {what:<40} {:>4} tok  {}",
-                item.tokens, item.reason
-            )?;
-        }
+    if !explain {
+        return Ok(());
+    }
+    let a = &block.activity;
+    writeln!(
+        out,
+        "-- activity: {}{} ({})",
+        a.activity_type,
+        if a.inherited { ", inherited" } else { "" },
+        a.reason
+    )?;
+    writeln!(out, "-- tiers:")?;
+    for t in &block.tiers {
+        writeln!(
+            out,
+            "   tier {} {:<16} {:<7} {:>4}/{:<4} tok  {}",
+            t.tier,
+            t.tag,
+            if t.fired { "in" } else { "out" },
+            t.tokens,
+            t.cap,
+            t.reason
+        )?;
+    }
+    let r = &block.retrieval;
+    writeln!(
+        out,
+        "-- retrieval: {}{}, {} candidates for {:?}",
+        r.mode,
+        if r.lexical_fallback {
+            " (lexical fallback: no embedding model)"
+        } else {
+            ""
+        },
+        r.candidates,
+        r.query.chars().take(60).collect::<String>()
+    )?;
+    writeln!(out, "-- trace ({} candidates):", block.trace.len())?;
+    for item in &block.trace {
+        let mark = if item.included { "in " } else { "out" };
+        let score = item
+            .score
+            .map(|s| format!(" score {s:.3}"))
+            .unwrap_or_default();
+        let policy = item
+            .policy
+            .as_ref()
+            .map(|p| {
+                format!(
+                    " [policy {}: {}; {}]",
+                    p.generation,
+                    p.fidelity.as_str(),
+                    p.reason_codes.join(",")
+                )
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "   {mark} {:<16} {:<44} {:>4} tok  {:<22} {}{score}{policy}",
+            item.section.as_str(),
+            item.source.to_string(),
+            item.tokens,
+            item.rule,
+            item.reason
+        )?;
     }
     Ok(())
 }
@@ -1050,7 +1151,12 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         "== cairn demo: data in {} (workspace {ws_id})",
         config.data_dir.display()
     )?;
-    let cairn = Cairn::open(config)?;
+    // The demo runs on its own clock: the sample conversation happened in
+    // March 2026, and the next morning a new session picks the work up.
+    let clock = cairn::ManualClock::new(
+        chrono::DateTime::parse_from_rfc3339("2026-03-05T14:30:00Z")?.with_timezone(&chrono::Utc),
+    );
+    let cairn = Cairn::open_with_clock(config, std::sync::Arc::new(clock.clone()))?;
     let turns: Vec<TurnInput> = parse_jsonl(DEMO_CONVERSATION.as_bytes())?;
     // Idempotency keys make the demo safe to rerun on the same data dir.
     let turns: Vec<TurnInput> = turns
@@ -1107,15 +1213,30 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     for s in ws.subjects()? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
     }
-    let session = "s-0415";
+    clock.advance(chrono::Duration::hours(18));
+    let session = "s-0416";
+    cairn.ingest(
+        &ws_id,
+        &[
+            TurnInput::new(session, cairn::Role::User, "Morning! Let's continue.")
+                .in_context("launch-plan")
+                .with_idempotency_key("demo-next-morning"),
+        ],
+    )?;
+    writeln!(
+        out,
+        "\n== next morning, 18 hours later: a new session {session} in launch-plan says \"Morning! Let's continue.\""
+    )?;
     writeln!(
         out,
         "\n== assembled context for session {session}, budget {budget} tokens"
     )?;
-    let block = ws.assemble(&AssembleRequest {
-        session: session.to_owned(),
-        budget_tokens: budget,
-    })?;
+    let mut request = AssembleRequest::new(session, budget);
+    request.directives = vec!["Answer in the user's language; be brief.".to_owned()];
+    // The demo stays quick and offline: lexical retrieval, no model load.
+    request.retrieval = cairn::RetrievalMode::Lexical;
+    cairn.search().catch_up()?;
+    let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     Ok(())
 }

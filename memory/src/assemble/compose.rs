@@ -1,0 +1,1219 @@
+//! The composition: candidates in order of precedence, each checked by the
+//! policy, charged against the budget, traced; then the render and the
+//! final count.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use super::render::{self, CLOSE, RULES, RULES_CLOSE, RULES_OPEN};
+use super::seams::{
+    CandidateRef, PolicyCheck, PolicyContext, PolicyItem, RetrievalQuery, Retriever,
+};
+use super::tiers::{self, ResumePart};
+use super::{
+    AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Fidelity, ItemSource,
+    PolicyNote, RetrievalMode, RetrievalReport, ScopeRelation, Section, TierReport, TraceItem,
+    Warrant,
+};
+use crate::error::{MemoryError, Result};
+use crate::log::{EntryFilter, EntryView};
+use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
+use crate::record::{Role, Session, Turn};
+use crate::tokens::TokenCounter;
+
+/// Turns read for the tail at most (the rest of the session is reachable
+/// through the projection).
+const MAX_TAIL_CANDIDATES: usize = 256;
+
+/// One rendered candidate.
+struct Piece {
+    line: String,
+    tokens: usize,
+    item: BlockItem,
+    keys: Vec<&'static str>,
+    trace: usize,
+}
+
+/// What an item is, before the policy and the renderer see it.
+struct Raw<'t> {
+    source: ItemSource,
+    section: Section,
+    text: &'t str,
+    role: String,
+    warrant: Warrant,
+    support: String,
+    at: Option<DateTime<Utc>>,
+    work_context: Option<String>,
+    session: Option<String>,
+    low_trust: bool,
+    /// Prefix of the line before the content (tier cards).
+    prefix: String,
+    score: Option<f32>,
+}
+
+struct Ctx<'a> {
+    session: Session,
+    now: DateTime<Utc>,
+    counter: TokenCounter,
+    policy: &'a dyn PolicyCheck,
+    destination: super::Destination,
+    budget: usize,
+    used: usize,
+    charged: HashSet<&'static str>,
+    sections: BTreeSetMap,
+    trace: Vec<TraceItem>,
+    in_block: HashSet<ItemSource>,
+    generations: BTreeSet<String>,
+    resume_attrs: String,
+}
+
+/// Pieces per section, in section order.
+#[derive(Default)]
+struct BTreeSetMap(Vec<(Section, Vec<Piece>)>);
+
+impl BTreeSetMap {
+    fn list(&mut self, section: Section) -> &mut Vec<Piece> {
+        let at = match self.0.iter().position(|(s, _)| *s == section) {
+            Some(at) => at,
+            None => {
+                self.0.push((section, Vec::new()));
+                self.0.sort_by_key(|(s, _)| *s);
+                self.0.iter().position(|(s, _)| *s == section).unwrap_or(0)
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    fn tokens(&self, section: Section) -> usize {
+        self.0
+            .iter()
+            .filter(|(s, _)| *s == section)
+            .flat_map(|(_, p)| p.iter().map(|p| p.tokens))
+            .sum()
+    }
+}
+
+fn section_key(section: Section) -> &'static str {
+    match section {
+        Section::Directive => "sec:directive",
+        Section::Pinned => "sec:pinned",
+        Section::LivingMemory => "sec:living_memory",
+        Section::Resume => "sec:resume",
+        Section::RecentActivity => "sec:recent_activity",
+        Section::Retrieved => "sec:retrieved",
+        Section::Tail => "sec:tail",
+    }
+}
+
+/// An outcome of offering a candidate.
+enum Offer {
+    /// In the block.
+    Added,
+    /// The policy blocked it (traced).
+    Blocked,
+    /// It does not fit (traced by the caller through `trace_index`).
+    TooBig {
+        trace: usize,
+        over_cap: bool,
+        cost: usize,
+    },
+}
+
+impl<'a> Ctx<'a> {
+    fn count(&self, text: &str) -> usize {
+        self.counter.count(text)
+    }
+
+    fn key_cost(&self, key: &'static str) -> usize {
+        if let Some(section) = key.strip_prefix("sec:") {
+            let section = match section {
+                "directive" => Section::Directive,
+                "pinned" => Section::Pinned,
+                "living_memory" => Section::LivingMemory,
+                "resume" => Section::Resume,
+                "recent_activity" => Section::RecentActivity,
+                "retrieved" => Section::Retrieved,
+                _ => Section::Tail,
+            };
+            return self.count(&render::section_open(section, &self.resume_attrs))
+                + self.count(render::section_close(section));
+        }
+        RULES
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(0, |(_, line)| self.count(line))
+    }
+
+    /// Tokens `keys` add beyond what is already charged.
+    fn extra(&self, keys: &[&'static str]) -> usize {
+        let mut seen = HashSet::new();
+        keys.iter()
+            .filter(|k| !self.charged.contains(*k) && seen.insert(**k))
+            .map(|k| self.key_cost(k))
+            .sum()
+    }
+
+    fn scope_of(&self, session: Option<&str>, work_context: Option<&str>) -> ScopeRelation {
+        if session == Some(self.session.id.as_str()) {
+            return ScopeRelation::ThisSession;
+        }
+        match work_context {
+            Some(wc) if wc == self.session.work_context => ScopeRelation::ThisContext,
+            Some(wc) if wc == DEFAULT_WORK_CONTEXT => ScopeRelation::Workspace,
+            Some(_) => ScopeRelation::OtherContext,
+            None => ScopeRelation::Workspace,
+        }
+    }
+
+    fn push_trace(&mut self, raw: &Raw<'_>, rule: &str, reason: String) -> usize {
+        self.trace.push(TraceItem {
+            source: raw.source.clone(),
+            section: raw.section,
+            tier: raw.section.tier(),
+            included: false,
+            tokens: 0,
+            rule: rule.to_owned(),
+            reason,
+            score: raw.score,
+            policy: None,
+        });
+        self.trace.len() - 1
+    }
+
+    /// Asks the policy, renders, and adds the candidate if `cap` (tokens
+    /// still free in its part, headers and rule lines included) and the
+    /// whole budget allow. `rule`/`reason` describe an inclusion.
+    fn offer(&mut self, raw: Raw<'_>, cap: usize, rule: &str, reason: &str) -> Result<Offer> {
+        let verdict = self
+            .policy
+            .check(
+                &PolicyItem {
+                    source: &raw.source,
+                    section: raw.section,
+                    text: raw.text,
+                    work_context: raw.work_context.as_deref(),
+                    session: raw.session.as_deref(),
+                    low_trust: raw.low_trust,
+                },
+                &PolicyContext {
+                    destination: self.destination,
+                    session: &self.session.id,
+                    work_context: &self.session.work_context,
+                },
+            )
+            .map_err(|e| MemoryError::AssemblySeam {
+                seam: "policy",
+                message: e.0,
+            })?;
+        self.generations.insert(verdict.generation.clone());
+        let note = PolicyNote {
+            fidelity: verdict.fidelity,
+            reason_codes: verdict.reason_codes.clone(),
+            generation: verdict.generation.clone(),
+        };
+        let trace = self.push_trace(&raw, rule, String::new());
+        self.trace[trace].policy = Some(note);
+        if verdict.fidelity == Fidelity::Blocked {
+            self.trace[trace].rule = "policy.blocked".to_owned();
+            self.trace[trace].reason = format!(
+                "blocked by the memory policy for {} ({})",
+                self.destination.as_str(),
+                verdict.reason_codes.join(", ")
+            );
+            return Ok(Offer::Blocked);
+        }
+        let warrant = if verdict.label_low_trust || raw.low_trust {
+            Warrant::LowTrust
+        } else {
+            raw.warrant
+        };
+        let scope = self.scope_of(raw.session.as_deref(), raw.work_context.as_deref());
+        let freshness = raw
+            .at
+            .map(|at| render::age(self.now, at))
+            .unwrap_or_default();
+        let content = render::shown(raw.text, verdict.fidelity, &raw.source);
+        let fid = render::fidelity_label(verdict.fidelity);
+        let line = match (&raw.source, raw.section) {
+            (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
+            (ItemSource::Turn { seq, .. }, Section::Tail) => {
+                let low = if warrant == Warrant::LowTrust {
+                    "; low_trust"
+                } else {
+                    ""
+                };
+                if low.is_empty() && fid.is_empty() {
+                    format!("[{seq}] {}: {content}\n", raw.role)
+                } else {
+                    format!(
+                        "[{seq}] {} ({}{low}{fid}): {content}\n",
+                        raw.role, raw.support
+                    )
+                }
+            }
+            (_, Section::LivingMemory | Section::Resume | Section::RecentActivity) => {
+                let label = if fid.is_empty() && warrant != Warrant::LowTrust {
+                    String::new()
+                } else {
+                    format!("({}{fid}) ", warrant.as_str())
+                };
+                format!("{}{label}{content}\n", raw.prefix)
+            }
+            _ => format!(
+                "- ({}; {}; {}; {}; {}{fid}) {content}\n",
+                raw.role,
+                warrant.as_str(),
+                raw.support,
+                if freshness.is_empty() {
+                    "undated"
+                } else {
+                    &freshness
+                },
+                scope.as_str()
+            ),
+        };
+        let tokens = self.count(&line);
+        let mut keys = render::rule_keys(raw.section, warrant, verdict.fidelity);
+        keys.push(section_key(raw.section));
+        // The section's own cost (line, header) counts against `cap`; rule
+        // lines count against the whole budget only.
+        let section_cost = tokens + self.extra(&[section_key(raw.section)]);
+        let cost = tokens + self.extra(&keys);
+        self.trace[trace].tokens = tokens;
+        if section_cost > cap || self.used + cost > self.budget {
+            return Ok(Offer::TooBig {
+                trace,
+                over_cap: section_cost > cap,
+                cost,
+            });
+        }
+        self.used += cost;
+        self.charged.extend(keys.iter().copied());
+        self.trace[trace].included = true;
+        self.trace[trace].rule = rule.to_owned();
+        self.trace[trace].reason = reason.to_owned();
+        self.in_block.insert(raw.source.clone());
+        let item = BlockItem {
+            source: raw.source,
+            section: raw.section,
+            role: raw.role,
+            warrant,
+            support: raw.support,
+            at: raw.at,
+            freshness,
+            scope,
+            work_context: raw.work_context,
+            fidelity: verdict.fidelity,
+            tokens,
+        };
+        self.sections.list(item.section).push(Piece {
+            line,
+            tokens,
+            item,
+            keys,
+            trace,
+        });
+        Ok(Offer::Added)
+    }
+
+    fn mark_out(&mut self, trace: usize, rule: &str, reason: String) {
+        self.trace[trace].included = false;
+        self.trace[trace].rule = rule.to_owned();
+        self.trace[trace].reason = reason;
+    }
+
+    fn remaining(&self) -> usize {
+        self.budget.saturating_sub(self.used)
+    }
+}
+
+fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -> Raw<'t> {
+    let support = match &v.entry.provenance {
+        Some(p) if p.from_seq == p.to_seq => format!("{}:{}", p.session, p.from_seq),
+        Some(p) => format!("{}:{}-{}", p.session, p.from_seq, p.to_seq),
+        None => "no source turns".to_owned(),
+    };
+    Raw {
+        source: ItemSource::Entry {
+            id: v.entry.id.clone(),
+            kind: v.entry.kind,
+        },
+        section,
+        text: &v.entry.content,
+        role: v.entry.kind.as_str().to_owned(),
+        warrant: warrant.unwrap_or(if v.entry.provenance.is_some() {
+            Warrant::Recorded
+        } else {
+            Warrant::Asserted
+        }),
+        support,
+        at: Some(v.entry.timestamp),
+        work_context: Some(v.entry.work_context.clone()),
+        session: v.entry.provenance.as_ref().map(|p| p.session.clone()),
+        low_trust: false,
+        prefix: String::new(),
+        score: None,
+    }
+}
+
+fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option<f32>) -> Raw<'t> {
+    let low_trust = t.role == Role::Tool;
+    let support = match &t.tool_call_id {
+        Some(id) => format!("{}:{} call {id}", t.session, t.seq),
+        None => format!("{}:{}", t.session, t.seq),
+    };
+    Raw {
+        source: ItemSource::Turn {
+            session: t.session.clone(),
+            seq: t.seq,
+        },
+        section,
+        text: &t.content,
+        role: t.role.as_str().to_owned(),
+        warrant: if low_trust {
+            Warrant::LowTrust
+        } else {
+            Warrant::Verbatim
+        },
+        support,
+        at: Some(t.timestamp),
+        work_context: Some(work_context.to_owned()),
+        session: Some(t.session.clone()),
+        low_trust,
+        prefix: String::new(),
+        score,
+    }
+}
+
+/// The index of the call a tool result answers, searching `turns[..at]`.
+fn call_of(turns: &[Turn], at: usize) -> Option<usize> {
+    let t = &turns[at];
+    if t.role != Role::Tool {
+        return None;
+    }
+    let id = t.tool_call_id.as_ref()?;
+    turns[..at]
+        .iter()
+        .rposition(|c| c.role != Role::Tool && c.tool_call_id.as_ref() == Some(id))
+}
+
+pub(super) fn assemble(
+    ws: &Workspace,
+    request: &AssembleRequest,
+    retriever: &dyn Retriever,
+    policy: &dyn PolicyCheck,
+) -> Result<AssembledContext> {
+    let settings: AssembleSettings = request.settings.clone().unwrap_or_default();
+    let limit = ws.config().limits.max_content_bytes;
+    for (i, d) in request.directives.iter().enumerate() {
+        if d.trim().is_empty() {
+            return Err(MemoryError::Invalid {
+                what: "directives",
+                reason: format!("directive {i} is empty"),
+            });
+        }
+        if d.len() > limit {
+            return Err(MemoryError::Invalid {
+                what: "directives",
+                reason: format!(
+                    "directive {i} has {} bytes, over the limit of {limit}",
+                    d.len()
+                ),
+            });
+        }
+    }
+    if let Some(q) = &request.query {
+        if q.len() > limit {
+            return Err(MemoryError::TooLarge {
+                what: "query",
+                bytes: q.len(),
+                limit,
+            });
+        }
+    }
+    let counter = match &settings.encoding {
+        Some(e) => TokenCounter::new(e)?,
+        None => ws.tokens().clone(),
+    };
+    let session = ws.session(&request.session)?;
+    let now = ws.clock().now();
+    let live: Vec<EntryView> = ws.entries(&EntryFilter::default())?;
+    let subjects = ws.subjects()?;
+    let tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
+
+    // The query: the request's, else the last user turn.
+    let query: String = request.query.clone().unwrap_or_else(|| {
+        tail_turns
+            .iter()
+            .rev()
+            .find(|t| t.role == Role::User)
+            .map(|t| t.content.clone())
+            .unwrap_or_default()
+    });
+
+    // Tier 1 eligibility does not depend on the budget; decide it first so
+    // the activity type (inherited from its context) is known for the frame.
+    let resume = tiers::resume(&live, &subjects, &session, &query, now, &settings);
+    let phase_context = match &resume {
+        Ok(r) => r.work_context.clone(),
+        Err(_) => session.work_context.clone(),
+    };
+    let activity = tiers::activity(
+        &query,
+        tiers::active_phase(&live, &phase_context),
+        &phase_context,
+    );
+    let resume_attrs = match &resume {
+        Ok(r) => format!(
+            " work_context=\"{}\" phase=\"{}\"",
+            r.work_context,
+            r.phase.as_deref().unwrap_or("unknown")
+        ),
+        Err(_) => String::new(),
+    };
+
+    let open = format!(
+        "<cairn-memory session=\"{}\" work_context=\"{}\" destination=\"{}\" activity=\"{}{}\">\n",
+        session.id,
+        session.work_context,
+        request.destination.as_str(),
+        activity.activity_type,
+        if activity.inherited {
+            " (inherited)"
+        } else {
+            ""
+        }
+    );
+    let frame = counter.count(&open)
+        + counter.count(CLOSE)
+        + counter.count(RULES_OPEN)
+        + counter.count(RULES_CLOSE);
+    if frame > request.budget_tokens {
+        return Err(MemoryError::BudgetTooSmall {
+            budget: request.budget_tokens,
+            needed: frame,
+        });
+    }
+    let mut cx = Ctx {
+        now,
+        counter,
+        policy,
+        destination: request.destination,
+        budget: request.budget_tokens,
+        used: frame,
+        charged: HashSet::new(),
+        sections: BTreeSetMap::default(),
+        trace: Vec::new(),
+        in_block: HashSet::new(),
+        generations: BTreeSet::new(),
+        resume_attrs,
+        session,
+    };
+
+    // 1. Hard invariants: directives, pinned entries. Never trimmed.
+    let mut parts: Vec<String> = Vec::new();
+    for (index, text) in request.directives.iter().enumerate() {
+        let raw = Raw {
+            source: ItemSource::Directive { index },
+            section: Section::Directive,
+            text,
+            role: "directive".to_owned(),
+            warrant: Warrant::Standing,
+            support: "request".to_owned(),
+            at: None,
+            work_context: None,
+            session: None,
+            low_trust: false,
+            prefix: String::new(),
+            score: None,
+        };
+        force(
+            &mut cx,
+            raw,
+            "invariant.directive",
+            "standing directive (hard invariant)",
+        )?;
+    }
+    if !request.directives.is_empty() {
+        parts.push(format!("{} directive(s)", request.directives.len()));
+    }
+    let live_by_id: HashMap<&str, &EntryView> =
+        live.iter().map(|v| (v.entry.id.as_str(), v)).collect();
+    let mut pinned_views: Vec<EntryView> = Vec::new();
+    for id in ws.pinned()? {
+        // A pin follows its entry's corrections; a forgotten entry drops out.
+        let current = match live_by_id.get(id.as_str()) {
+            Some(v) => Some((*v).clone()),
+            None => match ws.history(&id) {
+                Ok(h) => h.into_iter().last().filter(EntryView::is_live),
+                Err(MemoryError::EntryNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        if let Some(v) = current {
+            if !pinned_views.iter().any(|p| p.entry.id == v.entry.id) {
+                pinned_views.push(v);
+            }
+        }
+    }
+    for v in &pinned_views {
+        let raw = entry_raw(v, Section::Pinned, Some(Warrant::Standing));
+        force(
+            &mut cx,
+            raw,
+            "invariant.pinned",
+            "pinned entry (hard invariant)",
+        )?;
+    }
+    if !pinned_views.is_empty() {
+        parts.push(format!("{} pinned entr(y/ies)", pinned_views.len()));
+    }
+
+    // 2. The minimum tail: the last m turns, with the calls of their tool results.
+    let n = tail_turns.len();
+    let mut base_start = n.saturating_sub(settings.min_tail_turns);
+    loop {
+        let earliest_call = (base_start..n)
+            .filter_map(|i| call_of(&tail_turns, i))
+            .min();
+        match earliest_call {
+            Some(c) if c < base_start => base_start = c,
+            _ => break,
+        }
+    }
+    let wc = cx.session.work_context.clone();
+    for t in &tail_turns[base_start..] {
+        let raw = turn_raw(t, &wc, Section::Tail, None);
+        force(
+            &mut cx,
+            raw,
+            "tail.min_turns",
+            &format!(
+                "one of the last {} turns (m wins over the tail budget)",
+                settings.min_tail_turns
+            ),
+        )?;
+    }
+    if base_start < n {
+        parts.push(format!("the last {} turn(s)", n - base_start));
+    }
+    if cx.used > cx.budget {
+        return Err(MemoryError::InvariantsExceedBudget {
+            budget: cx.budget,
+            needed: cx.used,
+            parts: if parts.is_empty() {
+                "the frame and rules".to_owned()
+            } else {
+                format!("frame and rules, {}", parts.join(", "))
+            },
+        });
+    }
+
+    // 3. Tier 3: living memory, never dropped for anything below it.
+    let mut tier_reports = Vec::new();
+    let living = tiers::living_memory(&live, &subjects);
+    let t3_cap = settings
+        .living_memory_max_tokens
+        .min(settings.tiers_max_tokens);
+    let mut t3_reason = String::new();
+    for v in &living {
+        if cx.in_block.contains(&entry_source(v)) {
+            continue;
+        }
+        let mut raw = entry_raw(v, Section::LivingMemory, None);
+        raw.prefix = "- ".to_owned();
+        let free = t3_cap.saturating_sub(section_total(&cx, Section::LivingMemory));
+        if let Offer::TooBig {
+            trace, over_cap, ..
+        } = cx.offer(
+            raw,
+            free,
+            "tier3.living_memory",
+            "stable fact (tier 3, never dropped)",
+        )? {
+            let why = if over_cap {
+                format!("over the living-memory cap ({t3_cap} tokens)")
+            } else {
+                format!("the budget has {} tokens left", cx.remaining())
+            };
+            t3_reason = why.clone();
+            cx.mark_out(trace, "tier3.cap", why);
+        }
+    }
+    let t3_tokens = section_total(&cx, Section::LivingMemory);
+    tier_reports.push(TierReport {
+        tier: 3,
+        tag: "living_memory".to_owned(),
+        fired: t3_tokens > 0,
+        tokens: t3_tokens,
+        cap: t3_cap,
+        work_context: None,
+        reason: if living.is_empty() {
+            "no stable facts recorded".to_owned()
+        } else if t3_reason.is_empty() {
+            "stable facts (never dropped)".to_owned()
+        } else {
+            format!("stable facts; some left out: {t3_reason}")
+        },
+    });
+
+    // 4. Tail extension: older turns, contiguous, up to the tail budget.
+    let tail_target = settings
+        .tail_budget_tokens
+        .unwrap_or(request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100);
+    let mut tail_start = base_start;
+    while tail_start > 0 {
+        let last = tail_start - 1;
+        let first = call_of(&tail_turns, last).unwrap_or(last);
+        let tail_used = section_total(&cx, Section::Tail);
+        let before = cx.used;
+        let mut added: Vec<usize> = Vec::new();
+        let mut refused = None;
+        for t in tail_turns[first..=last].iter().rev() {
+            let free = tail_target.saturating_sub(section_total(&cx, Section::Tail));
+            match cx.offer(
+                turn_raw(t, &wc, Section::Tail, None),
+                free,
+                "tail.extend",
+                "recent tail, within the tail budget",
+            )? {
+                Offer::Added => added.push(cx.trace.len() - 1),
+                Offer::Blocked => {}
+                Offer::TooBig { trace, .. } => {
+                    refused = Some(trace);
+                    break;
+                }
+            }
+        }
+        if let Some(trace) = refused {
+            // A tool call and its result stay together: undo the unit.
+            undo(&mut cx, &added, before);
+            let why = if tail_used >= tail_target {
+                format!(
+                    "the tail budget ({tail_target} tokens) is used up; older turns are left to retrieval"
+                )
+            } else {
+                format!(
+                    "would pass the tail budget ({tail_target} tokens) or the budget; older turns are left to retrieval"
+                )
+            };
+            cx.mark_out(trace, "tail.closed", why);
+            break;
+        }
+        tail_start = first;
+    }
+    let tail_sources: HashSet<ItemSource> = tail_turns[tail_start..]
+        .iter()
+        .map(|t| ItemSource::Turn {
+            session: t.session.clone(),
+            seq: t.seq,
+        })
+        .collect();
+
+    // 5./6. Tiers 1 and 2 within what the tiers have left.
+    let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
+    let resume_wc = resume.as_ref().ok().map(|r| r.work_context.clone());
+    let mut t1_tokens = 0;
+    match &resume {
+        Err(why) => tier_reports.push(TierReport {
+            tier: 1,
+            tag: "resume".to_owned(),
+            fired: false,
+            tokens: 0,
+            cap: settings.resume_max_tokens,
+            work_context: None,
+            reason: why.clone(),
+        }),
+        Ok(r) => {
+            // Offer the lines in keep order (updates, open questions,
+            // decisions, history; newest first), so trimming drops history
+            // first, then decisions, then open questions.
+            let mut order: Vec<&(ResumePart, &EntryView)> = r.lines.iter().collect();
+            order.sort_by_key(|(p, _)| std::cmp::Reverse(p.keep_rank()));
+            let cap = settings.resume_max_tokens.min(tiers_left);
+            let mut trimmed = Vec::new();
+            for (part, v) in order {
+                if cx.in_block.contains(&entry_source(v)) {
+                    continue;
+                }
+                let mut raw = entry_raw(v, Section::Resume, Some(Warrant::Orientation));
+                raw.prefix = match part {
+                    ResumePart::History => {
+                        format!(
+                            "{} ({} ago): ",
+                            part.prefix(),
+                            render::age(now, v.entry.timestamp)
+                        )
+                    }
+                    _ => format!("{}: ", part.prefix()),
+                };
+                let free = cap.saturating_sub(section_total(&cx, Section::Resume));
+                if let Offer::TooBig { trace, .. } =
+                    cx.offer(raw, free, "tier1.resume", "resume card line (tier 1)")?
+                {
+                    trimmed.push(part.prefix());
+                    cx.mark_out(
+                        trace,
+                        "tier1.trim",
+                        format!(
+                            "trimmed from the resume card ({} tokens; history goes first, then decisions, then open questions)",
+                            cap
+                        ),
+                    );
+                }
+            }
+            t1_tokens = section_total(&cx, Section::Resume);
+            tier_reports.push(TierReport {
+                tier: 1,
+                tag: "resume".to_owned(),
+                fired: t1_tokens > 0,
+                tokens: t1_tokens,
+                cap: settings.resume_max_tokens,
+                work_context: Some(r.work_context.clone()),
+                reason: if t1_tokens == 0 {
+                    "no room left for the resume card".to_owned()
+                } else if trimmed.is_empty() {
+                    format!("fired: {}", r.matched)
+                } else {
+                    format!("fired ({}), trimmed: {}", r.matched, trimmed.join(", "))
+                },
+            });
+        }
+    }
+    // Tier 2: all or nothing, dropped first under pressure.
+    let mut exclude = vec![cx.session.work_context.as_str()];
+    if let Some(w) = &resume_wc {
+        exclude.push(w.as_str());
+    }
+    let exclude: Vec<String> = exclude.into_iter().map(str::to_owned).collect();
+    let exclude_refs: Vec<&str> = exclude.iter().map(String::as_str).collect();
+    let recent = tiers::recent_activity(&live, &exclude_refs, now, &settings);
+    let t2_cap = settings.recent_activity_max_tokens.min(
+        settings
+            .tiers_max_tokens
+            .saturating_sub(t3_tokens + t1_tokens),
+    );
+    if recent.is_empty() {
+        tier_reports.push(TierReport {
+            tier: 2,
+            tag: "recent_activity".to_owned(),
+            fired: false,
+            tokens: 0,
+            cap: settings.recent_activity_max_tokens,
+            work_context: None,
+            reason: format!(
+                "no activity in other work contexts in the last {} days",
+                settings.recent_activity_max_age_days
+            ),
+        });
+    } else {
+        let before = cx.used;
+        let mut added = Vec::new();
+        let mut over = Vec::new();
+        for v in &recent {
+            if cx.in_block.contains(&entry_source(v)) {
+                continue;
+            }
+            let mut raw = entry_raw(v, Section::RecentActivity, Some(Warrant::Orientation));
+            raw.prefix = format!(
+                "- {} ({} ago): ",
+                v.entry.work_context,
+                render::age(now, v.entry.timestamp)
+            );
+            let free = t2_cap.saturating_sub(section_total(&cx, Section::RecentActivity));
+            match cx.offer(
+                raw,
+                free,
+                "tier2.recent_activity",
+                "recent activity elsewhere (tier 2)",
+            )? {
+                Offer::Added => added.push(cx.trace.len() - 1),
+                Offer::Blocked => {}
+                Offer::TooBig {
+                    trace, over_cap, ..
+                } => over.push((trace, over_cap)),
+            }
+        }
+        // Under budget pressure (not merely its own cap) tier 2 goes whole.
+        let pressured = over.iter().any(|(_, cap_hit)| !cap_hit);
+        if pressured {
+            undo(&mut cx, &added, before);
+            for t in added.iter().chain(over.iter().map(|(t, _)| t)) {
+                cx.mark_out(
+                    *t,
+                    "tier2.dropped_first",
+                    "tier 2 is dropped first when the budget is short".to_owned(),
+                );
+            }
+        } else {
+            for (t, _) in &over {
+                cx.mark_out(
+                    *t,
+                    "tier2.cap",
+                    format!("over the recent-activity cap ({t2_cap} tokens)"),
+                );
+            }
+        }
+        let t2_tokens = section_total(&cx, Section::RecentActivity);
+        tier_reports.push(TierReport {
+            tier: 2,
+            tag: "recent_activity".to_owned(),
+            fired: t2_tokens > 0,
+            tokens: t2_tokens,
+            cap: settings.recent_activity_max_tokens,
+            work_context: None,
+            reason: if pressured {
+                "dropped first: the budget is short".to_owned()
+            } else if t2_tokens == 0 {
+                "no room within the tiers' total".to_owned()
+            } else {
+                format!(
+                    "other work contexts, last {} days",
+                    settings.recent_activity_max_age_days
+                )
+            },
+        });
+    }
+    tier_reports.sort_by_key(|t| t.tier);
+
+    // 7. Projection: retrieval over the rest of memory.
+    let mut retrieval = RetrievalReport {
+        query: query.clone(),
+        mode: "off".to_owned(),
+        lexical_fallback: false,
+        candidates: 0,
+    };
+    if request.retrieval != RetrievalMode::Off && !query.trim().is_empty() && cx.remaining() > 0 {
+        let found = retriever
+            .retrieve(&RetrievalQuery {
+                text: &query,
+                k: settings.retrieval_k,
+                mode: request.retrieval,
+                session: &cx.session.id,
+                work_context: &cx.session.work_context,
+                sessions: None,
+            })
+            .map_err(|e| MemoryError::AssemblySeam {
+                seam: "retriever",
+                message: e.0,
+            })?;
+        retrieval.mode = found.mode.clone();
+        retrieval.lexical_fallback = found.lexical_fallback;
+        retrieval.candidates = found.candidates.len();
+        let mut seen: HashSet<CandidateRef> = HashSet::new();
+        for cand in found.candidates.iter().take(settings.retrieval_k) {
+            if !seen.insert(cand.target.clone()) {
+                continue;
+            }
+            match &cand.target {
+                CandidateRef::Turn { session, seq } => {
+                    let source = ItemSource::Turn {
+                        session: session.clone(),
+                        seq: *seq,
+                    };
+                    if tail_sources.contains(&source) || cx.in_block.contains(&source) {
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.partition",
+                            "already in the recent tail",
+                        );
+                        continue;
+                    }
+                    let (turn, turn_wc) = match load_turn(ws, session, *seq)? {
+                        Some(found) => found,
+                        None => {
+                            trace_skip(
+                                &mut cx,
+                                source,
+                                cand.score,
+                                "projection.missing",
+                                "no longer in the record (forgotten)",
+                            );
+                            continue;
+                        }
+                    };
+                    let raw = turn_raw(&turn, &turn_wc, Section::Retrieved, Some(cand.score));
+                    project(&mut cx, raw)?;
+                }
+                CandidateRef::Entry { id } => {
+                    let Some(v) = live_by_id.get(id.as_str()) else {
+                        let source = ItemSource::Missing { id: id.clone() };
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.not_live",
+                            "not live (replaced, expired or forgotten)",
+                        );
+                        continue;
+                    };
+                    let source = entry_source(v);
+                    if cx.in_block.contains(&source) {
+                        trace_skip(
+                            &mut cx,
+                            source,
+                            cand.score,
+                            "projection.duplicate",
+                            "already in the block",
+                        );
+                        continue;
+                    }
+                    let mut raw = entry_raw(v, Section::Retrieved, None);
+                    raw.score = Some(cand.score);
+                    project(&mut cx, raw)?;
+                }
+            }
+        }
+    } else if request.retrieval == RetrievalMode::Off {
+        retrieval.mode = "off".to_owned();
+    }
+
+    finish(cx, open, request, tier_reports, activity, retrieval)
+}
+
+fn entry_source(v: &EntryView) -> ItemSource {
+    ItemSource::Entry {
+        id: v.entry.id.clone(),
+        kind: v.entry.kind,
+    }
+}
+
+fn header_if(cx: &Ctx<'_>, section: Section) -> usize {
+    if cx.charged.contains(section_key(section)) {
+        cx.key_cost(section_key(section))
+    } else {
+        0
+    }
+}
+
+/// Tokens a section takes: its lines and, once it has one, its header.
+fn section_total(cx: &Ctx<'_>, section: Section) -> usize {
+    let lines = cx.sections.tokens(section);
+    if lines == 0 {
+        0
+    } else {
+        lines + header_if(cx, section)
+    }
+}
+
+/// Adds an invariant whatever the budget says (the caller checks the total).
+fn force(cx: &mut Ctx<'_>, raw: Raw<'_>, rule: &str, reason: &str) -> Result<()> {
+    if let Offer::TooBig { trace, cost, .. } = cx.offer(raw, usize::MAX, rule, reason)? {
+        // Over the budget: count it anyway, so the invariant check reports
+        // what the invariants need; the call then fails.
+        cx.used += cost;
+        cx.trace[trace].included = true;
+        cx.trace[trace].rule = rule.to_owned();
+        cx.trace[trace].reason = reason.to_owned();
+    }
+    Ok(())
+}
+
+/// Takes back the pieces whose trace entries are `traces` (all of one unit,
+/// the last ones added), restoring the budget to `before`.
+fn undo(cx: &mut Ctx<'_>, traces: &[usize], before: usize) {
+    if traces.is_empty() {
+        return;
+    }
+    for (_, pieces) in cx.sections.0.iter_mut() {
+        pieces.retain(|p| !traces.contains(&p.trace));
+    }
+    for t in traces {
+        cx.trace[*t].included = false;
+        let source = cx.trace[*t].source.clone();
+        cx.in_block.remove(&source);
+    }
+    cx.used = before;
+    // Keys charged by the unit alone are no longer needed.
+    let needed: HashSet<&'static str> = cx
+        .sections
+        .0
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().flat_map(|p| p.keys.iter().copied()))
+        .collect();
+    cx.charged.retain(|k| needed.contains(k));
+}
+
+fn trace_skip(cx: &mut Ctx<'_>, source: ItemSource, score: f32, rule: &str, reason: &str) {
+    cx.trace.push(TraceItem {
+        source,
+        section: Section::Retrieved,
+        tier: None,
+        included: false,
+        tokens: 0,
+        rule: rule.to_owned(),
+        reason: reason.to_owned(),
+        score: Some(score),
+        policy: None,
+    });
+}
+
+fn project(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
+    let remaining = cx.remaining();
+    if let Offer::TooBig { trace, .. } = cx.offer(
+        raw,
+        usize::MAX,
+        "projection.retrieved",
+        "retrieved for this turn; fits what the budget has left",
+    )? {
+        cx.mark_out(
+            trace,
+            "projection.budget",
+            format!("does not fit the {remaining} tokens left"),
+        );
+    }
+    Ok(())
+}
+
+fn load_turn(ws: &Workspace, session: &str, seq: u64) -> Result<Option<(Turn, String)>> {
+    let meta = match ws.session(session) {
+        Ok(s) => s,
+        Err(MemoryError::SessionNotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let turn = ws.transcript(session, seq, Some(1))?.into_iter().next();
+    Ok(turn
+        .filter(|t| t.seq == seq)
+        .map(|t| (t, meta.work_context)))
+}
+
+fn render_text(cx: &Ctx<'_>, open: &str) -> String {
+    let mut text = String::from(open);
+    let keys: HashSet<&'static str> = cx
+        .sections
+        .0
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().flat_map(|p| p.keys.iter().copied()))
+        .collect();
+    text.push_str(RULES_OPEN);
+    for (key, line) in RULES {
+        if keys.contains(key) {
+            text.push_str(line);
+        }
+    }
+    text.push_str(RULES_CLOSE);
+    for (section, pieces) in &cx.sections.0 {
+        if pieces.is_empty() {
+            continue;
+        }
+        text.push_str(&render::section_open(*section, &cx.resume_attrs));
+        for p in pieces {
+            text.push_str(&p.line);
+        }
+        text.push_str(render::section_close(*section));
+    }
+    text.push_str(CLOSE);
+    text
+}
+
+fn finish(
+    mut cx: Ctx<'_>,
+    open: String,
+    request: &AssembleRequest,
+    mut tiers: Vec<TierReport>,
+    activity: super::ActivityReport,
+    retrieval: RetrievalReport,
+) -> Result<AssembledContext> {
+    // Sort each section into reading order: tail oldest first, projection
+    // best first; tier cards and invariants keep their offer order except
+    // the resume card, which prints in card order.
+    for (section, pieces) in cx.sections.0.iter_mut() {
+        match section {
+            Section::Tail => pieces.sort_by(|a, b| a.item.source.cmp(&b.item.source)),
+            Section::Resume => pieces.sort_by_key(|p| resume_rank(&p.line)),
+            _ => {}
+        }
+    }
+    loop {
+        let text = render_text(&cx, &open);
+        let tokens = cx.count(&text);
+        if tokens <= cx.budget {
+            let items = cx
+                .sections
+                .0
+                .iter()
+                .flat_map(|(_, ps)| ps.iter().map(|p| p.item.clone()))
+                .collect();
+            for t in tiers.iter_mut() {
+                let section = match t.tier {
+                    1 => Section::Resume,
+                    2 => Section::RecentActivity,
+                    _ => Section::LivingMemory,
+                };
+                t.tokens = section_total(&cx, section);
+                t.fired = t.tokens > 0;
+            }
+            return Ok(AssembledContext {
+                text,
+                tokens,
+                budget: cx.budget,
+                encoding: cx.counter.encoding().to_owned(),
+                destination: request.destination,
+                items,
+                trace: cx.trace,
+                tiers,
+                activity,
+                retrieval,
+                policy_generations: cx.generations.into_iter().collect(),
+            });
+        }
+        // BPE merges across lines made the sum of parts an underestimate:
+        // trim in reverse precedence (projection, tier 2, tier 1, the tail
+        // extension), never the invariants.
+        let victim = [Section::Retrieved, Section::RecentActivity, Section::Resume]
+            .into_iter()
+            .find_map(|s| {
+                cx.sections
+                    .0
+                    .iter()
+                    .position(|(sec, ps)| *sec == s && !ps.is_empty())
+                    .map(|at| (at, cx.sections.0[at].1.len() - 1))
+            })
+            .or_else(|| {
+                cx.sections
+                    .0
+                    .iter()
+                    .position(|(sec, ps)| *sec == Section::Tail && ps.len() > 1)
+                    .and_then(|at| {
+                        let t = cx.sections.0[at]
+                            .1
+                            .iter()
+                            .position(|p| cx.trace[p.trace].rule == "tail.extend")?;
+                        Some((at, t))
+                    })
+            });
+        match victim {
+            Some((at, idx)) => {
+                let piece = cx.sections.0[at].1.remove(idx);
+                cx.in_block.remove(&piece.item.source);
+                cx.mark_out(
+                    piece.trace,
+                    "render.trim",
+                    "trimmed: the rendered block counted over budget".to_owned(),
+                );
+            }
+            None => {
+                return Err(MemoryError::InvariantsExceedBudget {
+                    budget: cx.budget,
+                    needed: tokens,
+                    parts: "the rendered invariants".to_owned(),
+                });
+            }
+        }
+    }
+}
+
+fn resume_rank(line: &str) -> u8 {
+    [
+        ResumePart::History,
+        ResumePart::Open,
+        ResumePart::Decision,
+        ResumePart::Update,
+    ]
+    .iter()
+    .position(|p| line.starts_with(p.prefix()))
+    .map_or(9, |i| i as u8)
+}

@@ -1,0 +1,638 @@
+//! Context assembly: the token-budgeted, policy-checked, explained memory
+//! block a gateway puts in front of each model call.
+//!
+//! The block is `C_total = invariants ∪ recent tail ∪ tiers ∪ projection`
+//! (seed 002 §3 with seed 000 §6's three tiers), filled in this order of
+//! precedence, each step taking only what the earlier ones left:
+//!
+//! 1. **Hard invariants**: the request's standing directives and the
+//!    workspace's pinned entries. Never trimmed: when they (with the block's
+//!    frame and the minimum tail) do not fit, assembly fails with
+//!    [`MemoryError::InvariantsExceedBudget`](crate::MemoryError).
+//! 2. **Minimum recent tail**: the last `m` raw turns of the session (with
+//!    the call of any tool result in them). `m` wins over the tail budget.
+//! 3. **Tier 3, living memory** (`living_memory`, ≤ 100 tokens): stable,
+//!    workspace-wide facts. Never dropped for anything below it.
+//! 4. **Tail extension**: older turns, contiguous, up to the tail budget.
+//! 5. **Tier 1, resume card** (`resume`, ≤ 120 tokens): where a piece of
+//!    work stands, only when an entity matches a work context with
+//!    continuity data, the latest of it came from another session, and at
+//!    least 30 minutes have passed. Trimmed history first, then decisions,
+//!    then open questions, then updates.
+//! 6. **Tier 2, recent activity** (`recent_activity`, ≤ 200 tokens): the
+//!    last week's work in the other work contexts. Dropped first.
+//! 7. **Projection**: candidates a [`Retriever`] finds for the current turn
+//!    over the rest of memory, in score order, while budget remains.
+//!
+//! Every candidate goes through a [`PolicyCheck`] for the request's
+//! [`Destination`]: full, redacted, reference-only or blocked rendering;
+//! blocked items appear only in the trace. The block opens with the
+//! memory-use rules (seed 004 §15) and labels each item with its role,
+//! warrant, source, freshness and scope relation. Tokens are counted with
+//! the real tokenizer ([`TokenCounter`]), and the final text is counted
+//! again: the block never exceeds its budget.
+//!
+//! The two seams keep this module pure: the runtime plugs in its search
+//! service and its WebAssembly memory policy; [`IndexRetriever`] and
+//! [`TrustAll`] serve embedders without them (and the property tests).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cairn_memory::assemble::{AssembleRequest, NoRetrieval, TrustAll};
+//! use cairn_memory::{EntryInput, EntryKind, Memory, MemoryConfig, Role, SystemClock, TurnInput};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+//! let ws = memory.workspace("acme")?;
+//! ws.append_turn(&TurnInput::new("s1", Role::User, "Ship on Friday?"))?;
+//! ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ana prefers short answers."))?;
+//! let mut request = AssembleRequest::new("s1", 400);
+//! request.directives.push("Answer in English.".into());
+//! let block = ws.assemble(&request, &NoRetrieval, &TrustAll)?;
+//! assert!(block.tokens <= 400);
+//! assert!(block.text.contains("Answer in English."));
+//! assert!(block.text.contains("Ana prefers short answers."));
+//! assert!(block.text.contains("Ship on Friday?"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod compose;
+mod render;
+mod seams;
+mod tiers;
+
+#[cfg(test)]
+mod tests;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub use seams::{
+    Candidate, CandidateRef, IndexRetriever, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem,
+    PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll, search_options,
+};
+
+use crate::error::Result;
+use crate::log::EntryKind;
+use crate::memory::Workspace;
+
+/// Where the assembled block goes (seed 004 §11 `destination`); the policy
+/// decides per destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Destination {
+    /// A model running on this machine (the default).
+    #[default]
+    LocalModel,
+    /// A hosted model.
+    CloudModel,
+    /// Another LLM outside cairn's control.
+    ExternalLlm,
+    /// A sub-agent.
+    Subagent,
+    /// A share link.
+    ShareLink,
+    /// A task runtime.
+    TaskRuntime,
+    /// The user's screen.
+    UserVisibleUi,
+}
+
+impl Destination {
+    /// Every destination.
+    pub const ALL: [Destination; 7] = [
+        Destination::LocalModel,
+        Destination::CloudModel,
+        Destination::ExternalLlm,
+        Destination::Subagent,
+        Destination::ShareLink,
+        Destination::TaskRuntime,
+        Destination::UserVisibleUi,
+    ];
+
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Destination::LocalModel => "local_model",
+            Destination::CloudModel => "cloud_model",
+            Destination::ExternalLlm => "external_llm",
+            Destination::Subagent => "subagent",
+            Destination::ShareLink => "share_link",
+            Destination::TaskRuntime => "task_runtime",
+            Destination::UserVisibleUi => "user_visible_ui",
+        }
+    }
+
+    /// Parses the `snake_case` (or kebab-case) name.
+    ///
+    /// ```
+    /// use cairn_memory::assemble::Destination;
+    /// assert_eq!(Destination::parse("cloud-model"), Some(Destination::CloudModel));
+    /// assert_eq!(Destination::parse("moon"), None);
+    /// ```
+    pub fn parse(name: &str) -> Option<Destination> {
+        let name = name.replace('-', "_");
+        Destination::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+}
+
+/// Which retrieval the projection uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RetrievalMode {
+    /// BM25 and vectors, fused (the default; lexical, flagged, without a model).
+    #[default]
+    Hybrid,
+    /// BM25 only: no query embedding.
+    Lexical,
+    /// No projection at all.
+    Off,
+}
+
+/// The assembly's rules: budgets, the tail selector, the tiers. Every value
+/// is configurable (`[assemble.settings]` in `cairn.toml`) and per request.
+///
+/// ```
+/// let s = cairn_memory::assemble::AssembleSettings::default();
+/// assert_eq!((s.resume_max_tokens, s.recent_activity_max_tokens, s.living_memory_max_tokens), (120, 200, 100));
+/// assert_eq!(s.tiers_max_tokens, 420);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct AssembleSettings {
+    /// `m`: the most recent turns always kept raw, even over the tail budget.
+    pub min_tail_turns: usize,
+    /// The tail budget in tokens; `tail_share_percent` of the budget when absent.
+    pub tail_budget_tokens: Option<usize>,
+    /// The tail budget as a share of the whole budget, in percent.
+    pub tail_share_percent: u8,
+    /// Tier 1 (`resume`) cap.
+    pub resume_max_tokens: usize,
+    /// Tier 2 (`recent_activity`) cap.
+    pub recent_activity_max_tokens: usize,
+    /// Tier 3 (`living_memory`) cap.
+    pub living_memory_max_tokens: usize,
+    /// The three tiers together.
+    pub tiers_max_tokens: usize,
+    /// Tier 1 fires only when the latest continuity record is at least this old.
+    pub resume_min_gap_minutes: u32,
+    /// Tier 2 shows only activity younger than this.
+    pub recent_activity_max_age_days: u32,
+    /// Candidates asked from the retriever.
+    pub retrieval_k: usize,
+    /// Token encoding (`o200k_base`, `cl100k_base`); the workspace's when absent.
+    pub encoding: Option<String>,
+}
+
+impl Default for AssembleSettings {
+    fn default() -> Self {
+        AssembleSettings {
+            min_tail_turns: 4,
+            tail_budget_tokens: None,
+            tail_share_percent: 50,
+            resume_max_tokens: 120,
+            recent_activity_max_tokens: 200,
+            living_memory_max_tokens: 100,
+            tiers_max_tokens: 420,
+            resume_min_gap_minutes: 30,
+            recent_activity_max_age_days: 7,
+            retrieval_k: 40,
+            encoding: None,
+        }
+    }
+}
+
+/// What to assemble.
+///
+/// ```
+/// use cairn_memory::assemble::{AssembleRequest, Destination};
+/// let r: AssembleRequest = serde_json::from_str(r#"{"session":"s1","budget_tokens":800,"destination":"cloud_model"}"#)?;
+/// assert_eq!(r.destination, Destination::CloudModel);
+/// assert_eq!(r, AssembleRequest { destination: Destination::CloudModel, ..AssembleRequest::new("s1", 800) });
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AssembleRequest {
+    /// The session the model call is for.
+    pub session: String,
+    /// Token budget for the whole block.
+    pub budget_tokens: usize,
+    /// The current turn's text or a query; the session's last user turn when absent.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Where the block goes.
+    #[serde(default)]
+    pub destination: Destination,
+    /// Standing directives of the host: always in the block, never trimmed.
+    #[serde(default)]
+    pub directives: Vec<String>,
+    /// Retrieval for the projection.
+    #[serde(default)]
+    pub retrieval: RetrievalMode,
+    /// Rules for this call; the configured ones when absent.
+    #[serde(default)]
+    pub settings: Option<AssembleSettings>,
+}
+
+impl AssembleRequest {
+    /// A request for `session` with `budget_tokens`, everything else default.
+    pub fn new(session: &str, budget_tokens: usize) -> Self {
+        AssembleRequest {
+            session: session.to_owned(),
+            budget_tokens,
+            query: None,
+            destination: Destination::default(),
+            directives: Vec::new(),
+            retrieval: RetrievalMode::default(),
+            settings: None,
+        }
+    }
+}
+
+/// Where a candidate came from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ItemSource {
+    /// A standing directive of the request.
+    Directive {
+        /// Its position in the request.
+        index: usize,
+    },
+    /// A transcript turn.
+    Turn {
+        /// Session.
+        session: String,
+        /// Sequence number.
+        seq: u64,
+    },
+    /// A memory-log entry.
+    Entry {
+        /// Entry id.
+        id: String,
+        /// Its kind.
+        kind: EntryKind,
+    },
+    /// An entry the retriever named that is no longer live (replaced,
+    /// expired or forgotten).
+    Missing {
+        /// Entry id.
+        id: String,
+    },
+}
+
+impl std::fmt::Display for ItemSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ItemSource::Directive { index } => write!(f, "directive #{index}"),
+            ItemSource::Turn { session, seq } => write!(f, "turn {session}:{seq}"),
+            ItemSource::Entry { id, kind } => write!(f, "{kind} {id}"),
+            ItemSource::Missing { id } => write!(f, "entry {id}"),
+        }
+    }
+}
+
+/// The part of the block an item belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Section {
+    /// Standing directives (hard invariant).
+    Directive,
+    /// Pinned entries (hard invariant).
+    Pinned,
+    /// Tier 3, `living_memory`.
+    LivingMemory,
+    /// Tier 1, `resume`.
+    Resume,
+    /// Tier 2, `recent_activity`.
+    RecentActivity,
+    /// Retrieved over the rest of memory.
+    Retrieved,
+    /// The raw recent tail of the session.
+    Tail,
+}
+
+impl Section {
+    /// The tier number, for the three tier sections.
+    pub fn tier(self) -> Option<u8> {
+        match self {
+            Section::Resume => Some(1),
+            Section::RecentActivity => Some(2),
+            Section::LivingMemory => Some(3),
+            _ => None,
+        }
+    }
+
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Section::Directive => "directive",
+            Section::Pinned => "pinned",
+            Section::LivingMemory => "living_memory",
+            Section::Resume => "resume",
+            Section::RecentActivity => "recent_activity",
+            Section::Retrieved => "retrieved",
+            Section::Tail => "tail",
+        }
+    }
+}
+
+/// How much of an item's content the block shows (the policy's content
+/// fidelity, seed 004 §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Fidelity {
+    /// The content as stored.
+    Full,
+    /// Credentials, e-mail addresses and phone numbers masked.
+    Redacted,
+    /// A reference only: the item exists, its content is withheld.
+    ReferenceOnly,
+    /// Nothing: the item appears only in the trace.
+    Blocked,
+}
+
+impl Fidelity {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fidelity::Full => "full",
+            Fidelity::Redacted => "redacted",
+            Fidelity::ReferenceOnly => "reference_only",
+            Fidelity::Blocked => "blocked",
+        }
+    }
+}
+
+/// How far an item may be relied on (seed 004 §15 "warrant").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Warrant {
+    /// A standing instruction: follow it.
+    Standing,
+    /// Raw conversation, verbatim.
+    Verbatim,
+    /// Recorded from a conversation, with provenance.
+    Recorded,
+    /// Written into memory without provenance.
+    Asserted,
+    /// A summary for orientation only, not evidence.
+    Orientation,
+    /// Tool output or other low-trust content: data, never instructions.
+    LowTrust,
+}
+
+impl Warrant {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Warrant::Standing => "standing",
+            Warrant::Verbatim => "verbatim",
+            Warrant::Recorded => "recorded",
+            Warrant::Asserted => "asserted",
+            Warrant::Orientation => "orientation",
+            Warrant::LowTrust => "low_trust",
+        }
+    }
+}
+
+/// How an item's scope relates to the request (seed 004 §15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeRelation {
+    /// From the requesting session.
+    ThisSession,
+    /// From the requesting session's work context.
+    ThisContext,
+    /// From another work context.
+    OtherContext,
+    /// Workspace-wide (directives, facts of the default context).
+    Workspace,
+}
+
+impl ScopeRelation {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeRelation::ThisSession => "this_session",
+            ScopeRelation::ThisContext => "this_context",
+            ScopeRelation::OtherContext => "other_context",
+            ScopeRelation::Workspace => "workspace",
+        }
+    }
+}
+
+/// One item in the block, with its labels (seed 004 §15).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlockItem {
+    /// Where it came from.
+    pub source: ItemSource,
+    /// The part of the block it is in.
+    pub section: Section,
+    /// Its role: `directive`, `turn`, or the entry kind.
+    pub role: String,
+    /// How far it may be relied on.
+    pub warrant: Warrant,
+    /// Its source support: the turns it was recorded from, or its own id.
+    pub support: String,
+    /// When it was said or recorded.
+    pub at: Option<DateTime<Utc>>,
+    /// Its age at assembly time, e.g. `3d`, `45m` (empty for directives).
+    pub freshness: String,
+    /// Its scope relative to the request.
+    pub scope: ScopeRelation,
+    /// Its work context (none for directives).
+    pub work_context: Option<String>,
+    /// How much of it is shown.
+    pub fidelity: Fidelity,
+    /// Tokens of its rendered line.
+    pub tokens: usize,
+}
+
+/// The policy's word on one candidate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyNote {
+    /// The fidelity decided.
+    pub fidelity: Fidelity,
+    /// The policy's reason codes.
+    pub reason_codes: Vec<String>,
+    /// The policy generation that decided.
+    pub generation: String,
+}
+
+/// One candidate and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TraceItem {
+    /// The candidate.
+    pub source: ItemSource,
+    /// The section it was a candidate for.
+    pub section: Section,
+    /// The tier, for tier sections.
+    pub tier: Option<u8>,
+    /// In the block or not.
+    pub included: bool,
+    /// Tokens of its rendered line (0 when it was never rendered).
+    pub tokens: usize,
+    /// The rule that decided, e.g. `invariant.directive`, `tail.min_turns`,
+    /// `tier2.dropped_first`, `projection.budget`, `policy.blocked`.
+    pub rule: String,
+    /// Why it is in or out, in words.
+    pub reason: String,
+    /// The retriever's score, for projected candidates.
+    pub score: Option<f32>,
+    /// The policy decision, when the policy was asked.
+    pub policy: Option<PolicyNote>,
+}
+
+/// What became of one tier.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TierReport {
+    /// 1, 2 or 3.
+    pub tier: u8,
+    /// `resume`, `recent_activity` or `living_memory`.
+    pub tag: String,
+    /// Whether its card is in the block.
+    pub fired: bool,
+    /// Tokens of its card.
+    pub tokens: usize,
+    /// Its cap.
+    pub cap: usize,
+    /// The work context it is about (tier 1).
+    pub work_context: Option<String>,
+    /// Why it fired or not.
+    pub reason: String,
+}
+
+/// The activity type the routing should use (seed 000 §6.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ActivityReport {
+    /// `research`, `drafting`, `review`, `revision`, `waiting_for_external`,
+    /// `completed`, `paused` or `unknown`.
+    pub activity_type: String,
+    /// True when it came from the work context's phase, not the message.
+    pub inherited: bool,
+    /// The work context's active phase, if one is recorded.
+    pub work_phase: Option<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// What the projection asked and got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RetrievalReport {
+    /// The query text used.
+    pub query: String,
+    /// The mode actually used (`hybrid`, `bm25`, `off`).
+    pub mode: String,
+    /// True when hybrid was asked but only lexical ranking was possible.
+    pub lexical_fallback: bool,
+    /// Candidates the retriever returned.
+    pub candidates: usize,
+}
+
+/// An assembled memory block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AssembledContext {
+    /// The rendered block.
+    pub text: String,
+    /// Tokens of `text`, counted with `encoding`.
+    pub tokens: usize,
+    /// The budget asked for; `tokens <= budget` always.
+    pub budget: usize,
+    /// The tokenizer encoding.
+    pub encoding: String,
+    /// Where the block goes.
+    pub destination: Destination,
+    /// The items in the block, in rendering order, with their labels.
+    pub items: Vec<BlockItem>,
+    /// Every candidate, included or not.
+    pub trace: Vec<TraceItem>,
+    /// The three tiers.
+    pub tiers: Vec<TierReport>,
+    /// The activity type, inherited or not.
+    pub activity: ActivityReport,
+    /// The projection's retrieval.
+    pub retrieval: RetrievalReport,
+    /// The policy generations that decided (usually one).
+    pub policy_generations: Vec<String>,
+}
+
+impl AssembledContext {
+    /// The trace entries of included items.
+    pub fn included(&self) -> impl Iterator<Item = &TraceItem> {
+        self.trace.iter().filter(|t| t.included)
+    }
+}
+
+const PIN_PREFIX: &str = "assemble/pin/";
+
+impl Workspace {
+    /// Assembles the memory block for `request.session` (see the [module
+    /// docs](self) for the composition), retrieving with `retriever` and
+    /// checking every candidate with `policy`.
+    ///
+    /// Fails with `invariants_exceed_budget` when the directives, pinned
+    /// entries and the minimum tail alone need more than the budget, and
+    /// with `session_not_found`, `invalid` or `too_large` on bad input.
+    pub fn assemble(
+        &self,
+        request: &AssembleRequest,
+        retriever: &dyn Retriever,
+        policy: &dyn PolicyCheck,
+    ) -> Result<AssembledContext> {
+        compose::assemble(self, request, retriever, policy)
+    }
+
+    /// Pins an entry: it is part of every block's invariants from now on
+    /// (through its corrections: a pinned entry that is replaced pins its
+    /// replacement). Durable when it returns.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_memory::{EntryInput, EntryKind, Memory, MemoryConfig, SystemClock};
+    /// let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let e = ws.append_entry(&EntryInput::new(EntryKind::Decision, "Postgres, not MySQL"))?;
+    /// ws.pin(&e.id)?;
+    /// assert_eq!(ws.pinned()?, vec![e.id.clone()]);
+    /// ws.unpin(&e.id)?;
+    /// assert!(ws.pinned()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pin(&self, entry_id: &str) -> Result<()> {
+        self.entry(entry_id)?;
+        self.state_put(&format!("{PIN_PREFIX}{entry_id}"), b"")
+    }
+
+    /// Unpins an entry (a no-op when it is not pinned).
+    pub fn unpin(&self, entry_id: &str) -> Result<()> {
+        crate::ids::validate_id("entry id", entry_id)?;
+        self.state_apply(&[], &[format!("{PIN_PREFIX}{entry_id}")])
+    }
+
+    /// The pinned entry ids, in id order.
+    pub fn pinned(&self) -> Result<Vec<String>> {
+        Ok(self
+            .state_scan(PIN_PREFIX)?
+            .into_iter()
+            .map(|(k, _)| k[PIN_PREFIX.len()..].to_owned())
+            .collect())
+    }
+}

@@ -1,0 +1,326 @@
+//! The three tiers of seed 000 §6 (which entries feed which card, and
+//! whether tier 1 fires) and activity-type inheritance (§6.5). Budgets are
+//! applied by `compose`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{ActivityReport, AssembleSettings};
+use crate::log::{EntryKind, EntryView};
+use crate::memory::DEFAULT_WORK_CONTEXT;
+use crate::record::Session;
+use crate::subjects::{Subject, SubjectKind};
+
+/// The parts of a resume card, in the order the card prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum ResumePart {
+    /// Where the last sessions left off.
+    History,
+    /// Open questions.
+    Open,
+    /// Decisions.
+    Decision,
+    /// Changes made elsewhere.
+    Update,
+}
+
+impl ResumePart {
+    fn of(kind: EntryKind) -> Option<ResumePart> {
+        match kind {
+            EntryKind::SessionSummaryRef | EntryKind::Handoff => Some(ResumePart::History),
+            EntryKind::OpenQuestion | EntryKind::Question => Some(ResumePart::Open),
+            EntryKind::KeyDecision | EntryKind::Decision => Some(ResumePart::Decision),
+            EntryKind::CrossConversationUpdate => Some(ResumePart::Update),
+            _ => None,
+        }
+    }
+
+    /// How many of this part the card shows at most (seed 000 §6.1).
+    fn max(self) -> usize {
+        match self {
+            ResumePart::History => 3,
+            ResumePart::Open => 3,
+            ResumePart::Decision => 2,
+            ResumePart::Update => 5,
+        }
+    }
+
+    /// The line's prefix.
+    pub(super) fn prefix(self) -> &'static str {
+        match self {
+            ResumePart::History => "Last session",
+            ResumePart::Open => "Open",
+            ResumePart::Decision => "Decision",
+            ResumePart::Update => "Since last session",
+        }
+    }
+
+    /// Trimming priority: higher is trimmed later (history goes first,
+    /// then decisions, then open questions, then updates).
+    pub(super) fn keep_rank(self) -> u8 {
+        match self {
+            ResumePart::History => 0,
+            ResumePart::Decision => 1,
+            ResumePart::Open => 2,
+            ResumePart::Update => 3,
+        }
+    }
+}
+
+/// A resume card that may fire.
+#[derive(Debug)]
+pub(super) struct Resume<'a> {
+    /// The work context it is about.
+    pub(super) work_context: String,
+    /// How it matched.
+    pub(super) matched: String,
+    /// The active work phase, if recorded.
+    pub(super) phase: Option<String>,
+    /// Its lines, in card order.
+    pub(super) lines: Vec<(ResumePart, &'a EntryView)>,
+}
+
+fn is_continuity(kind: EntryKind) -> bool {
+    ResumePart::of(kind).is_some() || kind == EntryKind::WorkPhaseChange
+}
+
+/// The phases a work context can be in (seed 000 §4.1).
+const PHASES: [(&str, &str); 10] = [
+    ("waiting", "waiting_for_external"),
+    ("research", "research"),
+    ("drafting", "drafting"),
+    ("draft", "drafting"),
+    ("review", "review"),
+    ("revis", "revision"),
+    ("complete", "completed"),
+    ("done", "completed"),
+    ("paused", "paused"),
+    ("unknown", "unknown"),
+];
+
+/// The phase a work-phase-change entry names.
+pub(super) fn phase_of(content: &str) -> Option<&'static str> {
+    let lower = content.to_lowercase();
+    // The last phase named wins ("from research to drafting").
+    PHASES
+        .iter()
+        .filter_map(|(needle, phase)| lower.rfind(needle).map(|at| (at, *phase)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, phase)| phase)
+}
+
+/// The active phase of a work context: its newest phase change.
+pub(super) fn active_phase(live: &[EntryView], work_context: &str) -> Option<&'static str> {
+    live.iter()
+        .find(|v| {
+            v.entry.kind == EntryKind::WorkPhaseChange && v.entry.work_context == work_context
+        })
+        .and_then(|v| phase_of(&v.entry.content))
+}
+
+fn mentions(query: &str, subject: &Subject) -> bool {
+    let q = query.to_lowercase();
+    let words: HashSet<&str> = q
+        .split(|c: char| !c.is_alphanumeric() && c != '-')
+        .filter(|w| !w.is_empty())
+        .collect();
+    std::iter::once(&subject.slug)
+        .chain(&subject.aliases)
+        .any(|slug| words.contains(slug.as_str()) || q.contains(&slug.replace('-', " ")))
+        || (subject.display.len() >= 3 && q.contains(&subject.display.to_lowercase()))
+}
+
+/// Tier 1: the resume card, or why it does not fire.
+///
+/// Entity resolution: the session's own work context (when it is a named
+/// one), else the work context with the most continuity records about the
+/// subjects the query mentions. The card fires only when that context has
+/// continuity data, its latest record came from another session, and at
+/// least `resume_min_gap_minutes` have passed since.
+pub(super) fn resume<'a>(
+    live: &'a [EntryView],
+    subjects: &[Subject],
+    session: &Session,
+    query: &str,
+    now: DateTime<Utc>,
+    settings: &AssembleSettings,
+) -> Result<Resume<'a>, String> {
+    fn continuity<'v>(live: &'v [EntryView], wc: &str) -> Vec<&'v EntryView> {
+        live.iter()
+            .filter(|v| v.entry.work_context == wc && is_continuity(v.entry.kind))
+            .collect()
+    }
+    let (work_context, matched) = if session.work_context != DEFAULT_WORK_CONTEXT
+        && !continuity(live, &session.work_context).is_empty()
+    {
+        (
+            session.work_context.clone(),
+            "the session's work context".to_owned(),
+        )
+    } else {
+        let named: Vec<&Subject> = subjects.iter().filter(|s| mentions(query, s)).collect();
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for v in live.iter().filter(|v| is_continuity(v.entry.kind)) {
+            if v.subject
+                .as_ref()
+                .is_some_and(|s| named.iter().any(|n| &n.slug == s))
+                && v.entry.work_context != DEFAULT_WORK_CONTEXT
+            {
+                *counts.entry(v.entry.work_context.as_str()).or_default() += 1;
+            }
+        }
+        let best = counts
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(wc, _)| (*wc).to_owned());
+        match best {
+            Some(wc) => {
+                let names: Vec<&str> = named.iter().map(|s| s.slug.as_str()).collect();
+                (wc, format!("entity match: {}", names.join(", ")))
+            }
+            None if session.work_context != DEFAULT_WORK_CONTEXT => {
+                return Err(format!(
+                    "work context {:?} has no continuity data and no entity in the turn matches another",
+                    session.work_context
+                ));
+            }
+            None => return Err("no entity in the turn matches a work context".to_owned()),
+        }
+    };
+    let records = continuity(live, &work_context);
+    let Some(latest) = records.first().copied() else {
+        return Err(format!(
+            "work context {work_context:?} has no continuity data"
+        ));
+    };
+    if latest
+        .entry
+        .provenance
+        .as_ref()
+        .is_some_and(|p| p.session == session.id)
+    {
+        return Err(format!(
+            "the latest continuity record of {work_context:?} came from this session"
+        ));
+    }
+    let gap = now - latest.entry.timestamp;
+    if gap < Duration::minutes(i64::from(settings.resume_min_gap_minutes)) {
+        return Err(format!(
+            "only {} minutes since the latest continuity record of {work_context:?} (needs {})",
+            gap.num_minutes().max(0),
+            settings.resume_min_gap_minutes
+        ));
+    }
+    let mut lines: Vec<(ResumePart, &EntryView)> = Vec::new();
+    for v in records {
+        if let Some(part) = ResumePart::of(v.entry.kind) {
+            if lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
+                lines.push((part, v));
+            }
+        }
+    }
+    lines.sort_by_key(|(p, _)| *p);
+    Ok(Resume {
+        phase: active_phase(live, &work_context).map(str::to_owned),
+        work_context,
+        matched,
+        lines,
+    })
+}
+
+/// Tier 2: the last days' activity in the other work contexts, newest
+/// context first, at most two records per context.
+pub(super) fn recent_activity<'a>(
+    live: &'a [EntryView],
+    exclude: &[&str],
+    now: DateTime<Utc>,
+    settings: &AssembleSettings,
+) -> Vec<&'a EntryView> {
+    let since = now - Duration::days(i64::from(settings.recent_activity_max_age_days));
+    let mut order: Vec<&str> = Vec::new();
+    let mut per: BTreeMap<&str, Vec<&EntryView>> = BTreeMap::new();
+    for v in live {
+        let wc = v.entry.work_context.as_str();
+        let kind_fits = matches!(
+            v.entry.kind,
+            EntryKind::SessionSummaryRef
+                | EntryKind::Handoff
+                | EntryKind::KeyDecision
+                | EntryKind::Decision
+                | EntryKind::WorkPhaseChange
+        );
+        if !kind_fits || exclude.contains(&wc) || v.entry.timestamp < since {
+            continue;
+        }
+        let list = per.entry(wc).or_default();
+        if list.is_empty() {
+            order.push(wc);
+        }
+        if list.len() < 2 {
+            list.push(v);
+        }
+    }
+    order
+        .into_iter()
+        .flat_map(|wc| per.remove(wc).unwrap_or_default())
+        .collect()
+}
+
+/// Tier 3: stable facts: facts of the default (workspace-wide) context and
+/// facts about people, newest first.
+pub(super) fn living_memory<'a>(live: &'a [EntryView], subjects: &[Subject]) -> Vec<&'a EntryView> {
+    let people: HashSet<&str> = subjects
+        .iter()
+        .filter(|s| s.kind == SubjectKind::Person)
+        .map(|s| s.slug.as_str())
+        .collect();
+    live.iter()
+        .filter(|v| {
+            v.entry.kind == EntryKind::Fact
+                && (v.entry.work_context == DEFAULT_WORK_CONTEXT
+                    || v.subject.as_deref().is_some_and(|s| people.contains(s)))
+        })
+        .collect()
+}
+
+/// Words that say what kind of work a message is.
+const ACTIVITY_WORDS: [(&str, &str); 9] = [
+    ("research", "research"),
+    ("investigate", "research"),
+    ("look up", "research"),
+    ("draft", "drafting"),
+    ("write up", "drafting"),
+    ("review", "review"),
+    ("proofread", "review"),
+    ("revise", "revision"),
+    ("rewrite", "revision"),
+];
+
+/// Activity-type inheritance (seed 000 §6.5): the message's own activity
+/// when it says one clearly, else the work context's active phase.
+pub(super) fn activity(query: &str, phase: Option<&str>, work_context: &str) -> ActivityReport {
+    let lower = query.to_lowercase();
+    if let Some((word, kind)) = ACTIVITY_WORDS.iter().find(|(w, _)| lower.contains(w)) {
+        return ActivityReport {
+            activity_type: (*kind).to_owned(),
+            inherited: false,
+            work_phase: phase.map(str::to_owned),
+            reason: format!("the message says so ({word:?})"),
+        };
+    }
+    match phase {
+        Some(p) => ActivityReport {
+            activity_type: p.to_owned(),
+            inherited: true,
+            work_phase: Some(p.to_owned()),
+            reason: format!("inherited from the active phase of {work_context:?}"),
+        },
+        None => ActivityReport {
+            activity_type: "unknown".to_owned(),
+            inherited: false,
+            work_phase: None,
+            reason: "no activity in the message and no recorded phase".to_owned(),
+        },
+    }
+}

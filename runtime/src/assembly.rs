@@ -1,0 +1,244 @@
+//! The assembly's runtime adapters: [`SearchRetriever`] puts the
+//! [`SearchService`] behind the memory core's `Retriever` seam (hybrid, or
+//! lexical only), and [`WasmPolicyCheck`] puts the WebAssembly memory
+//! policy behind its `PolicyCheck` seam. [`Cairn::assemble`] wires them.
+//!
+//! The check decides with the runtime's installed memory-policy plugin
+//! (`Cairn::policies`), so a hot swap applies to the next assembly and every
+//! decision lands in the durable decision log with its generation.
+
+use std::collections::HashSet;
+
+use cairn_memory::assemble::{
+    AssembleRequest, AssembledContext, Candidate, CandidateRef, Destination, Fidelity, ItemSource,
+    PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever,
+    SeamError, search_options,
+};
+use cairn_memory::redact::{has_personal_data, has_secret};
+use cairn_memory::search::SearchService;
+use cairn_memory::{SessionKind, Workspace};
+use cairn_policies::{
+    Action, ContentFidelity, ContentReference, MemoryPolicy, ObjectKind, PolicyObligation,
+    PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef, Sensitivity,
+};
+
+use crate::error::Result;
+use crate::host::Cairn;
+
+/// The `Retriever` seam over the search service: turn hits by `session:seq`,
+/// entry hits by entry id. Sub-agent sessions see only their lineage.
+#[derive(Debug)]
+pub struct SearchRetriever<'a> {
+    service: &'a SearchService,
+    workspace: &'a str,
+    lineage: Option<HashSet<String>>,
+}
+
+impl<'a> SearchRetriever<'a> {
+    /// A retriever over `workspace`; `lineage` restricts the sessions
+    /// searched (`None`: all).
+    pub fn new(
+        service: &'a SearchService,
+        workspace: &'a str,
+        lineage: Option<HashSet<String>>,
+    ) -> Self {
+        SearchRetriever {
+            service,
+            workspace,
+            lineage,
+        }
+    }
+}
+
+impl Retriever for SearchRetriever<'_> {
+    fn retrieve(&self, query: &RetrievalQuery<'_>) -> std::result::Result<Retrieved, SeamError> {
+        let mut options = search_options(query);
+        if let Some(lineage) = &self.lineage {
+            options = options.sessions(lineage.iter().cloned());
+        }
+        let result = self
+            .service
+            .search(self.workspace, query.text, &options)
+            .map_err(|e| SeamError(e.to_string()))?;
+        Ok(Retrieved {
+            candidates: result
+                .hits
+                .iter()
+                .map(|h| Candidate {
+                    target: CandidateRef::from_hit(&h.id, &h.session, h.pos),
+                    score: h.score,
+                })
+                .collect(),
+            mode: result.mode.as_str().to_owned(),
+            lexical_fallback: result.lexical_fallback,
+        })
+    }
+}
+
+/// Maps the assembly's destination to the policy world's.
+pub fn policy_destination(destination: Destination) -> cairn_policies::Destination {
+    use cairn_policies::Destination as P;
+    match destination {
+        Destination::LocalModel => P::LocalModel,
+        Destination::CloudModel => P::CloudModel,
+        Destination::ExternalLlm => P::ExternalLlm,
+        Destination::Subagent => P::Subagent,
+        Destination::ShareLink => P::ShareLink,
+        Destination::TaskRuntime => P::TaskRuntime,
+        Destination::UserVisibleUi => P::UserVisibleUi,
+    }
+}
+
+/// How sensitive a text looks: a credential makes it secret, an e-mail
+/// address or phone number personal.
+pub fn sensitivity_of(text: &str) -> Sensitivity {
+    if has_secret(text) {
+        Sensitivity::Secret
+    } else if has_personal_data(text) {
+        Sensitivity::Personal
+    } else {
+        Sensitivity::Normal
+    }
+}
+
+/// The `PolicyCheck` seam over the memory-policy world: every candidate is
+/// a `render-inline` request for the block's destination, asked by the
+/// agent of the requesting session.
+#[derive(Debug)]
+pub struct WasmPolicyCheck<'a> {
+    slot: &'a PolicySlot<MemoryPolicy>,
+    lineage: Option<HashSet<String>>,
+}
+
+impl<'a> WasmPolicyCheck<'a> {
+    /// A check served by `slot`; `lineage` is the set of sessions the
+    /// requesting session may read in full (`None`: a main session, which
+    /// may read its whole workspace).
+    pub fn new(slot: &'a PolicySlot<MemoryPolicy>, lineage: Option<HashSet<String>>) -> Self {
+        WasmPolicyCheck { slot, lineage }
+    }
+}
+
+impl PolicyCheck for WasmPolicyCheck<'_> {
+    fn check(
+        &self,
+        item: &PolicyItem<'_>,
+        context: &PolicyContext<'_>,
+    ) -> std::result::Result<PolicyVerdict, SeamError> {
+        let (kind, id) = match item.source {
+            // The host's own directives are not memory: they pass as they
+            // are, stamped with the generation in force.
+            ItemSource::Directive { .. } => {
+                return Ok(PolicyVerdict {
+                    fidelity: Fidelity::Full,
+                    reason_codes: vec!["host-directive".to_owned()],
+                    generation: self.slot.generation().as_str().to_owned(),
+                    label_low_trust: false,
+                });
+            }
+            ItemSource::Turn { session, seq } => (ObjectKind::Turn, format!("{session}:{seq}")),
+            ItemSource::Entry { id, .. } | ItemSource::Missing { id } => {
+                (ObjectKind::Entry, id.clone())
+            }
+        };
+        let mut request = PolicyRequest::new(
+            ContentReference {
+                kind,
+                id,
+                work_context_id: item.work_context.map(str::to_owned),
+                session_id: item.session.map(str::to_owned),
+                sensitivity: sensitivity_of(item.text),
+                low_trust: item.low_trust,
+            },
+            Action::RenderInline,
+            Some(policy_destination(context.destination)),
+        );
+        request.principal_ref = Some(PrincipalRef {
+            kind: PrincipalKind::Agent,
+            id: context.session.to_owned(),
+        });
+        request.surface_ref = Some("assemble".to_owned());
+        request.requesting_work_context_id = Some(context.work_context.to_owned());
+        request.lineage_permitted = match (&self.lineage, item.session) {
+            (None, _) => true,
+            (Some(l), Some(s)) => l.contains(s),
+            (Some(_), None) => false,
+        };
+        let decided = self
+            .slot
+            .decide(&request)
+            .map_err(|e| SeamError(e.to_string()))?;
+        let d = &decided.decision;
+        let fidelity = if !d.allows_content() {
+            Fidelity::Blocked
+        } else {
+            match d.content_fidelity {
+                ContentFidelity::Full => Fidelity::Full,
+                ContentFidelity::Redacted => Fidelity::Redacted,
+                ContentFidelity::ReferenceOnly => Fidelity::ReferenceOnly,
+                // `none`, or a fidelity this build does not know: show nothing.
+                _ => Fidelity::Blocked,
+            }
+        };
+        Ok(PolicyVerdict {
+            fidelity,
+            reason_codes: d
+                .reason_codes
+                .iter()
+                .map(|c| c.as_str().to_owned())
+                .collect(),
+            generation: decided.generation.as_str().to_owned(),
+            label_low_trust: d.obligations.contains(&PolicyObligation::LabelLowTrust),
+        })
+    }
+}
+
+/// The sessions `session` may read in full: `None` for a main session (its
+/// whole workspace), its lineage for a sub-agent or cron session.
+pub(crate) fn lineage_of(ws: &Workspace, session: &str) -> Result<Option<HashSet<String>>> {
+    let me = ws.session(session)?;
+    if me.kind == SessionKind::Main {
+        return Ok(None);
+    }
+    let sessions = ws.sessions(None)?;
+    Ok(Some(crate::tools::lineage(&sessions, session)))
+}
+
+impl Cairn {
+    /// Hook `assemble`: the memory block for the next model call, composed
+    /// by the memory core (`cairn_memory::assemble`), retrieved through the
+    /// search service (hybrid, or lexical when asked or without a model)
+    /// and checked item by item with the memory policy for the request's
+    /// destination. Requests without settings use `[assemble.settings]`.
+    ///
+    /// ```
+    /// use cairn::{AssembleRequest, Cairn, CairnConfig, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Ship it Friday.")])?;
+    /// let mut request = AssembleRequest::new("s1", 300);
+    /// request.retrieval = cairn::RetrievalMode::Off;
+    /// let block = cairn.assemble("acme", &request)?;
+    /// assert!(block.text.contains("Ship it Friday."));
+    /// assert!(block.tokens <= 300);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn assemble(&self, workspace: &str, request: &AssembleRequest) -> Result<AssembledContext> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let mut request = request.clone();
+        if request.settings.is_none() {
+            request.settings = Some(self.config().assemble.settings.clone());
+        }
+        let lineage = lineage_of(&ws, &request.session)?;
+        let policy = WasmPolicyCheck::new(self.policies().memory_policy(), lineage.clone());
+        let block = if request.retrieval == cairn_memory::RetrievalMode::Off {
+            ws.assemble(&request, &cairn_memory::assemble::NoRetrieval, &policy)?
+        } else {
+            // The index follows ingest in the background; turns ingested a
+            // moment ago may not be searchable yet (they are in the tail).
+            let retriever = SearchRetriever::new(self.search(), workspace, lineage);
+            ws.assemble(&request, &retriever, &policy)?
+        };
+        Ok(block)
+    }
+}
