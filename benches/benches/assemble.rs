@@ -29,59 +29,8 @@ use cairn_memory::{
 use cairn_policies::{HostConfig, MemoryPolicy, MemorySink, PolicyHost, PolicySlot, defaults};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-const WORDS: &[&str] = &[
-    "deploy",
-    "retry",
-    "queue",
-    "payment",
-    "puppy",
-    "violin",
-    "budget",
-    "invoice",
-    "token",
-    "migration",
-    "schema",
-    "dinner",
-    "holiday",
-    "garden",
-    "painting",
-    "concert",
-    "meeting",
-    "release",
-    "bug",
-    "customer",
-    "travel",
-    "museum",
-    "recipe",
-    "soccer",
-    "camera",
-    "novel",
-];
-
-/// A tiny deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self, dim: usize) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..dim)
-            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= n);
-        v
-    }
-    fn words(&mut self, n: usize) -> String {
-        (0..n)
-            .map(|_| WORDS[(self.next() % WORDS.len() as u64) as usize])
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
+mod common;
+use common::{Rng, WORDS};
 
 fn full_run() -> bool {
     std::env::args().any(|a| a == "--bench")

@@ -19,53 +19,8 @@ use cairn_memory::search::{
 use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
-const WORDS: &[&str] = &[
-    "deploy",
-    "retry",
-    "queue",
-    "payment",
-    "puppy",
-    "violin",
-    "budget",
-    "invoice",
-    "token",
-    "migration",
-    "schema",
-    "dinner",
-    "holiday",
-    "garden",
-    "painting",
-    "concert",
-    "meeting",
-    "release",
-    "bug",
-    "customer",
-    "travel",
-    "museum",
-    "recipe",
-    "soccer",
-    "camera",
-    "novel",
-];
-
-/// A tiny deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self, dim: usize) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..dim)
-            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= n);
-        v
-    }
-}
+mod common;
+use common::{Rng, WORDS};
 
 fn model() -> Arc<FastEmbedder> {
     let config = EmbedConfig::from_env()
@@ -74,10 +29,7 @@ fn model() -> Arc<FastEmbedder> {
 }
 
 fn text(rng: &mut Rng, i: usize) -> String {
-    let words: Vec<&str> = (0..12)
-        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
-        .collect();
-    format!("turn {i}: {}", words.join(" "))
+    format!("turn {i}: {}", rng.words(12))
 }
 
 fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
