@@ -31,7 +31,7 @@ use crate::record::{
     Ack, Role, Session, SessionKind, SessionSpec, SessionState, Turn, TurnInput, content_hash,
     idempotency_key, session_prefix, turn_key, work_context_key,
 };
-use crate::store::{Collection, SledStore, Store, WorkspaceStore, WriteBatch};
+use crate::store::{Collection, SledStore, Store, WorkspaceStore, WriteBatch, WriteOp};
 use crate::subjects::{Subject, SubjectKind};
 use crate::tokens::TokenCounter;
 
@@ -68,9 +68,61 @@ struct Shared {
     clock: Arc<dyn Clock>,
     tokens: TokenCounter,
     stripes: Vec<Mutex<()>>,
+    /// Decoded memory logs, per workspace (see [`LogCache`]).
+    logs: Mutex<HashMap<String, Arc<LogCache>>>,
+}
+
+/// A workspace's memory log as last read: raw entries with the replacement
+/// and alias maps, so `entries` (asked on every assembly) does not decode
+/// the whole log each time.
+///
+/// Invalidation: every write batch touching a log collection bumps `epoch`
+/// after it is applied; a reader notes the epoch before it scans and keeps
+/// its snapshot only while the epoch is unchanged, so a write racing the
+/// scan leaves a snapshot nobody uses.
+#[derive(Debug, Default)]
+struct LogCache {
+    epoch: std::sync::atomic::AtomicU64,
+    snapshot: Mutex<Option<(u64, Arc<LogSnapshot>)>>,
+}
+
+#[derive(Debug)]
+struct LogSnapshot {
+    entries: Vec<Entry>,
+    replacements: HashMap<String, String>,
+    aliases: HashMap<String, String>,
+}
+
+impl LogCache {
+    fn bump(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        *self.snapshot.lock() = None;
+    }
+}
+
+/// Whether a write batch changes what the log cache holds.
+fn touches_log(batch: &WriteBatch) -> bool {
+    batch.ops().iter().any(|op| {
+        let (WriteOp::Put { collection, .. } | WriteOp::Delete { collection, .. }) = op;
+        matches!(
+            collection,
+            Collection::Entries
+                | Collection::Replacements
+                | Collection::SubjectAliases
+                | Collection::Subjects
+        )
+    })
 }
 
 impl Shared {
+    fn log_cache(&self, workspace: &str) -> Arc<LogCache> {
+        self.logs
+            .lock()
+            .entry(workspace.to_owned())
+            .or_default()
+            .clone()
+    }
+
     fn stripe(&self, workspace: &str, key: &str) -> usize {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         workspace.hash(&mut hasher);
@@ -102,6 +154,7 @@ impl Memory {
                 clock,
                 tokens,
                 stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+                logs: Mutex::new(HashMap::new()),
             }),
         };
         memory.finish_interrupted_erasures()?;
@@ -156,6 +209,10 @@ impl Memory {
     pub fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>> {
         validate_slug(name)?;
         Ok(self.shared.store.system(name)?)
+    }
+
+    fn log_cache(&self, workspace: &str) -> Arc<LogCache> {
+        self.shared.log_cache(workspace)
     }
 
     /// A handle on a workspace, created on first use.
@@ -220,6 +277,7 @@ impl Memory {
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
         store.drop_workspace(id)?;
+        self.log_cache(id).bump();
         tombstone.complete = true;
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
@@ -244,6 +302,7 @@ impl Memory {
             }
             tracing::warn!(workspace = %tombstone.workspace, "finishing an interrupted workspace erasure");
             self.shared.store.drop_workspace(&tombstone.workspace)?;
+            self.log_cache(&tombstone.workspace).bump();
             tombstone.complete = true;
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
             self.shared.store.meta_put(&key, &encode(&tombstone)?)?;
@@ -316,6 +375,45 @@ fn in_batch<T>(index: usize, result: Result<T>) -> Result<T> {
 }
 
 impl Workspace {
+    /// Applies a write batch; the one place this type writes, so the log
+    /// cache sees every change to the log.
+    fn apply(&self, batch: WriteBatch) -> Result<()> {
+        let log = touches_log(&batch);
+        self.store.apply(batch)?;
+        if log {
+            self.shared.log_cache(&self.id).bump();
+        }
+        Ok(())
+    }
+
+    /// The memory log as it stands: from the cache while no write touched
+    /// the log since it was read, else read (and cached) now.
+    fn log_snapshot(&self) -> Result<Arc<LogSnapshot>> {
+        let cache = self.shared.log_cache(&self.id);
+        let epoch = cache.epoch.load(std::sync::atomic::Ordering::Acquire);
+        if let Some((at, snapshot)) = cache.snapshot.lock().as_ref()
+            && *at == epoch
+        {
+            return Ok(snapshot.clone());
+        }
+        let entries = self
+            .store
+            .scan_prefix(Collection::Entries, b"")?
+            .into_iter()
+            .map(|(key, value)| decode("entry", &key, &value))
+            .collect::<Result<Vec<Entry>>>()?;
+        let snapshot = Arc::new(LogSnapshot {
+            entries,
+            replacements: self.replacement_map()?,
+            aliases: self.alias_map()?,
+        });
+        let mut slot = cache.snapshot.lock();
+        if cache.epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {
+            *slot = Some((epoch, snapshot.clone()));
+        }
+        Ok(snapshot)
+    }
+
     /// The workspace id.
     pub fn id(&self) -> &str {
         &self.id
@@ -400,7 +498,7 @@ impl Workspace {
             work_context_key(&session.work_context, &session.id),
             Vec::new(),
         );
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)
@@ -501,7 +599,7 @@ impl Workspace {
         change(&mut session);
         let mut batch = WriteBatch::default();
         put_session(&mut batch, &session)?;
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)
@@ -664,7 +762,7 @@ impl Workspace {
             }
         }
         if acks.iter().any(|a| !a.duplicate) {
-            self.store.apply(batch)?;
+            self.apply(batch)?;
         }
         drop(guard);
         Ok(acks)
@@ -699,18 +797,41 @@ impl Workspace {
         let prefix = session_prefix(session);
         let limit = limit.unwrap_or(usize::MAX);
         let mut out = Vec::new();
-        // Keys sort by big-endian sequence number, so a prefix scan is in order.
-        for (key, value) in self.store.scan_prefix(Collection::Turns, &prefix)? {
-            if out.len() >= limit {
-                break;
-            }
+        // Keys sort by big-endian sequence number: one seek to `from`, then
+        // in order.
+        for (key, value) in
+            self.store
+                .scan_prefix_from(Collection::Turns, &prefix, &from.to_be_bytes(), limit)?
+        {
             let seq = decode_seq(&key[prefix.len()..])?;
-            if seq < from || seq >= meta.next_seq {
-                continue;
+            if seq >= meta.next_seq {
+                break;
             }
             out.push(decode("turn", &key, &value)?);
         }
         Ok(out)
+    }
+
+    /// One turn by its sequence number: a point read (`None` when the
+    /// session has no such turn).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+    /// # let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_turns(&[TurnInput::new("s1", Role::User, "hello")])?;
+    /// assert_eq!(ws.turn("s1", 0)?.map(|t| t.content), Some("hello".to_owned()));
+    /// assert!(ws.turn("s1", 1)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn turn(&self, session: &str, seq: u64) -> Result<Option<Turn>> {
+        let key = turn_key(session, seq);
+        self.store
+            .get(Collection::Turns, &key)?
+            .map(|value| decode("turn", &key, &value))
+            .transpose()
     }
 
     /// The last `n` turns of a session, oldest first.
@@ -928,7 +1049,7 @@ impl Workspace {
             batch.put(Collection::Entries, id.as_bytes().to_vec(), encode(&entry)?);
             out.push(entry);
         }
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         Ok(out)
@@ -1045,7 +1166,8 @@ impl Workspace {
         if let Some(s) = &filter.session {
             validate_id("session id", s)?;
         }
-        let aliases = self.alias_map()?;
+        let log = self.log_snapshot()?;
+        let (aliases, replacements) = (&log.aliases, &log.replacements);
         let subject = match &filter.subject {
             Some(slug) => {
                 validate_slug(slug)?;
@@ -1053,11 +1175,9 @@ impl Workspace {
             }
             None => None,
         };
-        let replacements = self.replacement_map()?;
         let now = self.now();
         let mut out = Vec::new();
-        for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
-            let entry: Entry = decode("entry", &key, &value)?;
+        for entry in &log.entries {
             if filter.kind.is_some_and(|k| k != entry.kind)
                 || filter
                     .work_context
@@ -1070,7 +1190,7 @@ impl Workspace {
             {
                 continue;
             }
-            let view = self.view(entry, &replacements, &aliases, now);
+            let view = self.view(entry.clone(), replacements, aliases, now);
             if subject.is_some() && view.subject != subject {
                 continue;
             }
@@ -1209,7 +1329,7 @@ impl Workspace {
             slug.as_bytes().to_vec(),
             encode(&subject)?,
         );
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         Ok(subject)
@@ -1297,7 +1417,7 @@ impl Workspace {
             encode(&subject)?,
         );
         self.repoint_aliases(&mut batch, old, new)?;
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         self.subject(new)
@@ -1335,7 +1455,7 @@ impl Workspace {
         let mut batch = WriteBatch::default();
         batch.delete(Collection::Subjects, from.as_bytes().to_vec());
         self.repoint_aliases(&mut batch, from, into)?;
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         self.subject(into)
@@ -1466,7 +1586,7 @@ impl Workspace {
             tombstone.id.as_bytes().to_vec(),
             encode(&tombstone)?,
         );
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
         tracing::info!(workspace = %self.id, tombstone = %tombstone.id, ?target, "forgotten");
@@ -1506,7 +1626,7 @@ impl Workspace {
     pub fn state_put(&self, key: &str, value: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();
         batch.put(Collection::State, key.as_bytes().to_vec(), value.to_vec());
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         Ok(self.shared.store.sync()?)
     }
 
@@ -1520,7 +1640,7 @@ impl Workspace {
         for key in deletes {
             batch.delete(Collection::State, key.as_bytes().to_vec());
         }
-        self.store.apply(batch)?;
+        self.apply(batch)?;
         Ok(self.shared.store.sync()?)
     }
 }

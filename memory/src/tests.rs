@@ -529,3 +529,55 @@ proptest! {
         }
     }
 }
+
+/// `entries` is served from a per-workspace cache of the decoded log; every
+/// kind of write that changes the log must show on the next read, through
+/// any handle on the workspace.
+#[test]
+fn log_cache_sees_every_write() {
+    let fx = Fixture::new();
+    let (a, b) = (fx.ws(), fx.ws());
+    let live = |ws: &Workspace| -> Vec<(String, Option<String>)> {
+        ws.entries(&EntryFilter::default())
+            .unwrap()
+            .into_iter()
+            .map(|v| (v.entry.content, v.subject))
+            .collect()
+    };
+    assert!(live(&b).is_empty());
+    let first = a
+        .append_entry(&EntryInput::new(EntryKind::Fact, "v1").about("retries"))
+        .unwrap();
+    assert_eq!(live(&b), vec![("v1".into(), Some("retries".into()))]);
+    // A correction replaces; a rename re-resolves the subject.
+    a.append_entry(
+        &EntryInput::new(EntryKind::Fact, "v2")
+            .about("retries")
+            .replacing(&first.id),
+    )
+    .unwrap();
+    assert_eq!(live(&b), vec![("v2".into(), Some("retries".into()))]);
+    a.rename_subject("retries", "retry-policy").unwrap();
+    assert_eq!(live(&b), vec![("v2".into(), Some("retry-policy".into()))]);
+    // Decay is applied at read time, not cached.
+    a.append_entry(&EntryInput::new(
+        EntryKind::CrossConversationUpdate,
+        "changed elsewhere",
+    ))
+    .unwrap();
+    assert_eq!(live(&b).len(), 2);
+    fx.clock.advance(Duration::days(8));
+    assert_eq!(live(&b).len(), 1);
+    // Forgetting an entry, and the whole workspace.
+    let v2 = b.entries(&EntryFilter::default()).unwrap()[0]
+        .entry
+        .id
+        .clone();
+    a.forget(&ForgetTarget::Entry(v2), "test").unwrap();
+    assert!(live(&b).is_empty());
+    a.append_entry(&EntryInput::new(EntryKind::Fact, "kept?"))
+        .unwrap();
+    assert_eq!(live(&b).len(), 1);
+    fx.memory.forget_workspace("acme", "test").unwrap();
+    assert!(live(&fx.ws()).is_empty());
+}

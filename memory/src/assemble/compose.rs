@@ -2,6 +2,7 @@
 //! policy, charged against the budget, traced; then the render and the
 //! final count.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
@@ -66,6 +67,8 @@ struct Ctx<'a> {
     in_block: HashSet<ItemSource>,
     generations: BTreeSet<String>,
     resume_attrs: String,
+    /// Token costs of section headers and rule lines, counted once per call.
+    key_costs: RefCell<HashMap<&'static str, usize>>,
 }
 
 /// Pieces per section, in section order.
@@ -126,6 +129,15 @@ impl<'a> Ctx<'a> {
     }
 
     fn key_cost(&self, key: &'static str) -> usize {
+        if let Some(cost) = self.key_costs.borrow().get(key) {
+            return *cost;
+        }
+        let cost = self.count_key(key);
+        self.key_costs.borrow_mut().insert(key, cost);
+        cost
+    }
+
+    fn count_key(&self, key: &'static str) -> usize {
         if let Some(section) = key.strip_prefix("sec:") {
             let section = match section {
                 "directive" => Section::Directive,
@@ -508,6 +520,7 @@ pub(super) fn assemble(
         in_block: HashSet::new(),
         generations: BTreeSet::new(),
         resume_attrs,
+        key_costs: RefCell::new(HashMap::new()),
         session,
     };
 
@@ -1069,15 +1082,11 @@ fn project(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
 }
 
 fn load_turn(ws: &Workspace, session: &str, seq: u64) -> Result<Option<(Turn, String)>> {
-    let meta = match ws.session(session) {
-        Ok(s) => s,
-        Err(MemoryError::SessionNotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let turn = ws.transcript(session, seq, Some(1))?.into_iter().next();
-    Ok(turn
-        .filter(|t| t.seq == seq)
-        .map(|t| (t, meta.work_context)))
+    // A point read; the turn carries its session's work context.
+    Ok(ws.turn(session, seq)?.map(|t| {
+        let wc = t.work_context.clone();
+        (t, wc)
+    }))
 }
 
 fn render_text(cx: &Ctx<'_>, open: &str) -> String {

@@ -174,6 +174,17 @@ pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
         prefix: &[u8],
     ) -> Result<Vec<KeyValue>, StoreError>;
 
+    /// At most `limit` pairs whose key starts with `prefix` and is at least
+    /// `prefix ++ start`, in key order: one seek, then a bounded walk (a
+    /// long session's transcript page costs what the page holds).
+    fn scan_prefix_from(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError>;
+
     /// At most `limit` pairs whose key starts with `prefix`, in reverse key order.
     fn scan_prefix_rev(
         &self,

@@ -220,6 +220,29 @@ impl WorkspaceStore for SledWorkspace {
             .collect()
     }
 
+    fn scan_prefix_from(
+        &self,
+        collection: Collection,
+        prefix: &[u8],
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        let tagged_prefix = tagged(collection, prefix);
+        let mut lower = tagged_prefix.clone();
+        lower.extend_from_slice(start);
+        let range = match prefix_successor(&tagged_prefix) {
+            Some(upper) => self.tree.range(lower..upper),
+            None => self.tree.range(lower..),
+        };
+        range
+            .take(limit)
+            .map(|kv| {
+                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
+                    .map_err(StoreError::from)
+            })
+            .collect()
+    }
+
     fn scan_prefix_rev(
         &self,
         collection: Collection,
