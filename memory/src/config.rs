@@ -41,6 +41,9 @@ pub struct MemoryConfig {
     pub decay: DecayConfig,
     /// Token encoding used to count budgets (`o200k_base` or `cl100k_base`).
     pub tokenizer: String,
+    /// Page cache of the embedded store, in MiB (sled's own default is
+    /// 1 GiB, which a busy process fills: this bounds resident memory).
+    pub cache_mb: u64,
 }
 
 impl Default for MemoryConfig {
@@ -49,6 +52,7 @@ impl Default for MemoryConfig {
             limits: Limits::default(),
             decay: DecayConfig::default(),
             tokenizer: "o200k_base".to_owned(),
+            cache_mb: 128,
         }
     }
 }

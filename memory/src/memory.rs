@@ -163,7 +163,7 @@ impl Memory {
 
     /// Opens memory on the embedded sled store in `dir`.
     pub fn open_sled(dir: &Path, config: MemoryConfig, clock: Arc<dyn Clock>) -> Result<Self> {
-        let store = SledStore::open(dir)?;
+        let store = SledStore::open_with_cache(dir, config.cache_mb.saturating_mul(1 << 20))?;
         Memory::open(Arc::new(store), config, clock)
     }
 
@@ -518,7 +518,13 @@ impl Workspace {
             .last_with_prefix(Collection::Turns, &session_prefix(id))?
         {
             Some((key, value)) => {
-                let last: Turn = decode("turn", &key, &value)?;
+                // Only the last turn's seq and time: skip decoding its content.
+                #[derive(serde::Deserialize)]
+                struct TurnHead {
+                    seq: u64,
+                    timestamp: DateTime<Utc>,
+                }
+                let last: TurnHead = decode("turn", &key, &value)?;
                 session.next_seq = last.seq + 1;
                 session.last_turn_at = Some(last.timestamp);
             }

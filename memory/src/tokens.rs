@@ -4,6 +4,11 @@
 //! inside the crate, so nothing is downloaded). `o200k_base` (GPT-4o family)
 //! is the default; `cl100k_base` (GPT-4 / GPT-3.5) is available. An encoding
 //! is loaded once per process and shared.
+//!
+//! Counts of short texts are memoized per encoding (keyed by the text's
+//! 128-bit blake3 digest, bounded): assembly renders the same lines (a
+//! session's tail, its living memory) call after call, and BPE with its
+//! regex pre-tokenizer was the largest cost of an `assemble` under load.
 
 use std::sync::{Arc, OnceLock};
 
@@ -22,8 +27,20 @@ use crate::error::{MemoryError, Result};
 #[derive(Clone)]
 pub struct TokenCounter {
     name: &'static str,
-    bpe: Arc<CoreBPE>,
+    bpe: Arc<Encoding>,
 }
+
+/// An encoding with its memo of counts.
+struct Encoding {
+    bpe: CoreBPE,
+    memo: quick_cache::sync::Cache<[u8; 16], u32>,
+}
+
+/// Texts up to this size are memoized; longer ones (whole blocks) are
+/// counted every time.
+const MEMO_MAX_BYTES: usize = 8 * 1024;
+/// Counts remembered per encoding.
+const MEMO_ENTRIES: usize = 65_536;
 
 impl std::fmt::Debug for TokenCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -39,7 +56,7 @@ pub const ENCODINGS: [&str; 2] = ["o200k_base", "cl100k_base"];
 impl TokenCounter {
     /// Loads (once per process) the named encoding.
     pub fn new(encoding: &str) -> Result<Self> {
-        type Loaded = std::result::Result<Arc<CoreBPE>, String>;
+        type Loaded = std::result::Result<Arc<Encoding>, String>;
         static O200K: OnceLock<Loaded> = OnceLock::new();
         static CL100K: OnceLock<Loaded> = OnceLock::new();
         let (name, cell): (&'static str, &'static OnceLock<Loaded>) = match encoding {
@@ -59,7 +76,14 @@ impl TokenCounter {
                 } else {
                     tiktoken_rs::cl100k_base()
                 };
-                loaded.map(Arc::new).map_err(|e| e.to_string())
+                loaded
+                    .map(|bpe| {
+                        Arc::new(Encoding {
+                            bpe,
+                            memo: quick_cache::sync::Cache::new(MEMO_ENTRIES),
+                        })
+                    })
+                    .map_err(|e| e.to_string())
             })
             .clone()
             .map_err(|reason| MemoryError::Tokenizer {
@@ -76,7 +100,19 @@ impl TokenCounter {
 
     /// Number of tokens in `text` (special-token strings count as plain text).
     pub fn count(&self, text: &str) -> usize {
-        self.bpe.encode_ordinary(text).len()
+        if text.len() > MEMO_MAX_BYTES {
+            return self.bpe.bpe.encode_ordinary(text).len();
+        }
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&blake3::hash(text.as_bytes()).as_bytes()[..16]);
+        if let Some(n) = self.bpe.memo.get(&key) {
+            return n as usize;
+        }
+        let n = self.bpe.bpe.encode_ordinary(text).len();
+        self.bpe
+            .memo
+            .insert(key, u32::try_from(n).unwrap_or(u32::MAX));
+        n
     }
 
     /// The longest prefix of `text` (cut at a char boundary) with at most `max` tokens.
@@ -117,6 +153,21 @@ mod tests {
         assert!(c.count(cut) <= 10);
         assert!(cut.len() > 10);
         assert!(TokenCounter::new("gpt2-nope").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn memoized_counts_match_the_encoder() -> Result<()> {
+        for name in ENCODINGS {
+            let c = TokenCounter::new(name)?;
+            let short = "[3] assistant: retry the payment queue at 2s, 10s, 60s\n";
+            let long = short.repeat(400); // over the memo limit
+            for text in [short, long.as_str(), "", "x"] {
+                let exact = c.bpe.bpe.encode_ordinary(text).len();
+                assert_eq!(c.count(text), exact, "{name}, first count");
+                assert_eq!(c.count(text), exact, "{name}, memoized count");
+            }
+        }
         Ok(())
     }
 }

@@ -201,6 +201,12 @@ impl CairnConfig {
                 cairn_memory::tokens::ENCODINGS.join(", ")
             )));
         }
+        if !(8..=1 << 20).contains(&self.memory.cache_mb) {
+            return Err(CairnError::Config(format!(
+                "memory.cache_mb {} is out of range; use 8 to 1048576 (MiB)",
+                self.memory.cache_mb
+            )));
+        }
         if let Some(e) = &self.assemble.settings.encoding {
             if !cairn_memory::tokens::ENCODINGS.contains(&e.as_str()) {
                 return Err(CairnError::Config(format!(

@@ -167,6 +167,14 @@ fn bad_configuration_is_named() -> Result<()> {
     ensure!(out.status.code() == Some(2));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.tokenizer \"gpt2\" is unknown"));
     let out = Command::new(cairn_bin())
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["sessions"])
+        .env("CAIRN_MEMORY__CACHE_MB", "0")
+        .output()?;
+    ensure!(out.status.code() == Some(2));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.cache_mb 0 is out of range"));
+    let out = Command::new(cairn_bin())
         .args(["--config", "/nonexistent/cairn.toml", "sessions"])
         .output()?;
     ensure!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));

@@ -51,14 +51,21 @@ struct Inner {
 }
 
 impl SledStore {
-    /// Opens (or creates) a store in `dir`.
+    /// Opens (or creates) a store in `dir`, with a 128 MiB page cache.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(dir, 128 << 20)
+    }
+
+    /// Opens (or creates) a store in `dir` whose page cache holds about
+    /// `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
             path: dir.display().to_string(),
             reason: e.to_string(),
         })?;
         let config = sled::Config::new()
             .path(dir.join("sled"))
+            .cache_capacity(cache_bytes)
             // cairn controls durability itself: every acknowledged write is
             // followed by `sync`, so sled's periodic flusher is not needed.
             .flush_every_ms(None);

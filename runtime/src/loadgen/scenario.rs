@@ -51,7 +51,8 @@ pub struct Scenario {
     pub idle: Idle,
     /// How long sessions live.
     pub lifecycle: Lifecycle,
-    /// Token budget of the `assemble` before each assistant turn.
+    /// Token budget of the `assemble` before each assistant turn (default
+    /// 4,000: room for the invariants and a tail of long tool results).
     pub assemble_budget_tokens: usize,
     /// Swap the significance plugin every this many seconds (0: never).
     pub swap_every_secs: f64,
@@ -120,7 +121,7 @@ impl Default for Scenario {
             mix: Mix::default(),
             idle: Idle::default(),
             lifecycle: Lifecycle::default(),
-            assemble_budget_tokens: 800,
+            assemble_budget_tokens: 4000,
             swap_every_secs: 0.0,
             time_scale: 60.0,
         }
