@@ -220,10 +220,7 @@ impl WorkspaceStore for SledWorkspace {
     ) -> Result<Vec<KeyValue>, StoreError> {
         self.tree
             .scan_prefix(tagged(collection, prefix))
-            .map(|kv| {
-                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
-                    .map_err(StoreError::from)
-            })
+            .map(untagged)
             .collect()
     }
 
@@ -241,13 +238,7 @@ impl WorkspaceStore for SledWorkspace {
             Some(upper) => self.tree.range(lower..upper),
             None => self.tree.range(lower..),
         };
-        range
-            .take(limit)
-            .map(|kv| {
-                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
-                    .map_err(StoreError::from)
-            })
-            .collect()
+        range.take(limit).map(untagged).collect()
     }
 
     fn scan_prefix_rev(
@@ -260,10 +251,7 @@ impl WorkspaceStore for SledWorkspace {
             .scan_prefix(tagged(collection, prefix))
             .rev()
             .take(limit)
-            .map(|kv| {
-                kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
-                    .map_err(StoreError::from)
-            })
+            .map(untagged)
             .collect()
     }
 
@@ -303,6 +291,12 @@ impl WorkspaceStore for SledWorkspace {
 
 /// The smallest key greater than every key starting with `prefix`
 /// (`None` when the prefix is all 0xff bytes).
+/// A pair read from the tree, without its collection tag byte.
+fn untagged(kv: sled::Result<(sled::IVec, sled::IVec)>) -> Result<KeyValue, StoreError> {
+    kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
+        .map_err(StoreError::from)
+}
+
 fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut upper = prefix.to_vec();
     while let Some(last) = upper.pop() {
