@@ -24,7 +24,7 @@
 //!
 //! [`SignificanceGate`]: crate::SignificanceGate
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -39,7 +39,7 @@ use crate::capture::{
 use crate::config::TriggerConfig;
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
-use crate::gate::{GateInput, SignificanceGate};
+use crate::gate::{GateInput, Significance, SignificanceGate};
 use crate::runtime::{Inner, Reply, blocking};
 
 /// A stored turn, as the session actor forwards it.
@@ -67,25 +67,44 @@ pub(crate) struct ContextState {
     mentions: BTreeSet<String>,
     first_uncaptured_at: Option<DateTime<Utc>>,
     last_capture_at: Option<DateTime<Utc>>,
+    /// The gate's verdict on every uncaptured turn, by (session, seq): a
+    /// reload after a capture or an extraction reuses them, so each turn is
+    /// judged (and its decision logged) once, not once per reload.
+    verdicts: Verdicts,
 }
 
+/// Gate verdicts by (session, seq).
+pub(crate) type Verdicts = HashMap<(String, u64), Significance>;
+
 impl ContextState {
-    fn note(&mut self, gate: &dyn SignificanceGate, session: &str, turn: &ObservedTurn) {
+    /// Accounts for one turn; `known` holds verdicts from before a reload.
+    fn note(
+        &mut self,
+        gate: &dyn SignificanceGate,
+        session: &str,
+        turn: &ObservedTurn,
+        known: &mut Verdicts,
+    ) {
         let next = self.seen.entry(session.to_owned()).or_insert(0);
         if turn.seq < *next {
             return; // already accounted for (loaded from the store)
         }
         *next = turn.seq + 1;
-        let significance = gate.assess(&GateInput {
-            session,
-            session_kind: turn.session_kind,
-            work_context: &turn.work_context,
-            seq: turn.seq,
-            role: turn.role,
-            content: &turn.content,
-            tool_use: turn.tool_use,
-            subjects: &self.subjects,
-        });
+        let key = (session.to_owned(), turn.seq);
+        let significance = match known.remove(&key) {
+            Some(verdict) => verdict,
+            None => gate.assess(&GateInput {
+                session,
+                session_kind: turn.session_kind,
+                work_context: &turn.work_context,
+                seq: turn.seq,
+                role: turn.role,
+                content: &turn.content,
+                tool_use: turn.tool_use,
+                subjects: &self.subjects,
+            }),
+        };
+        self.verdicts.insert(key, significance.clone());
         if significance.user_turn {
             self.user_turns += 1;
         }
@@ -133,6 +152,7 @@ pub(crate) fn load_state(
     work_context: &str,
     gate: &dyn SignificanceGate,
     extract_all: bool,
+    mut known: Verdicts,
 ) -> Result<ContextState> {
     let record = load_record(ws, work_context)?;
     let mut state = ContextState {
@@ -157,7 +177,7 @@ pub(crate) fn load_state(
                 content: turn.content,
                 timestamp: turn.timestamp,
             };
-            state.note(gate, &session.id, &observed);
+            state.note(gate, &session.id, &observed, &mut known);
         }
     }
     Ok(state)
@@ -181,12 +201,15 @@ impl WorkContextActor {
         let ws = self.ws.clone();
         let wc = self.work_context.clone();
         let inner = self.inner.clone();
+        // Verdicts already made carry over (the mailbox waits for the load).
+        let known = std::mem::take(&mut self.state.verdicts);
         let load = blocking(move || {
             load_state(
                 &ws,
                 &wc,
                 inner.gate.as_ref(),
                 inner.config.triggers.extract_all_sessions,
+                known,
             )
         });
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
@@ -279,7 +302,12 @@ impl Handler<Observe> for WorkContextActor {
                 panic!("injected fault: context {wc} crashed while observing turns");
             }
             for turn in &msg.turns {
-                state.note(inner.gate.as_ref(), &msg.session, turn);
+                state.note(
+                    inner.gate.as_ref(),
+                    &msg.session,
+                    turn,
+                    &mut Verdicts::new(),
+                );
             }
         }));
         if outcome.is_err() {

@@ -590,3 +590,54 @@ fn manual_capture_over_http_and_cli() -> Result<()> {
     );
     Ok(())
 }
+
+/// Each stored turn is judged by the significance gate once. Ending a
+/// session runs an extraction and reloads its work context's state; the
+/// reload reuses the verdicts on the other sessions' uncaptured turns
+/// instead of asking the gate (and logging a decision) again. Before this,
+/// every session end re-judged the whole uncaptured context.
+#[test]
+fn each_turn_is_judged_once_across_session_ends() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (cairn, _clock) = open(dir.path(), ActorConfig::default())?;
+    let generation = cairn.policies().significance().generation();
+    let mut turns = 0u64;
+    // A long-running session keeps the context's material uncaptured while
+    // short sessions beside it start and end.
+    for round in 0..5 {
+        for i in 0..6 {
+            cairn.ingest(
+                "w",
+                &[turn(
+                    "long",
+                    "wc",
+                    Role::User,
+                    &format!("step {round}.{i} of the rollout"),
+                )],
+            )?;
+            turns += 1;
+        }
+        let short = format!("short-{round}");
+        cairn.ingest(
+            "w",
+            &[turn(
+                &short,
+                "wc",
+                Role::User,
+                "a quick question about the deploy",
+            )],
+        )?;
+        turns += 1;
+        cairn.session_end("w", &short)?;
+    }
+    let counts = cairn
+        .policies()
+        .decision_log()
+        .counts(generation.as_str())?;
+    ensure!(
+        counts.decisions == turns,
+        "{} significance decisions for {turns} turns",
+        counts.decisions
+    );
+    Ok(())
+}
