@@ -1121,6 +1121,23 @@ impl Workspace {
         aliases: &HashMap<String, String>,
         now: DateTime<Utc>,
     ) -> EntryView {
+        let (subject, status, decay_at) = self.judge(&entry, replacements, aliases, now);
+        EntryView {
+            entry,
+            subject,
+            status,
+            decay_at,
+        }
+    }
+
+    /// An entry's resolved subject, status and decay time.
+    fn judge(
+        &self,
+        entry: &Entry,
+        replacements: &HashMap<String, String>,
+        aliases: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> (Option<String>, EntryStatus, Option<DateTime<Utc>>) {
         let decay_at = self
             .shared
             .config
@@ -1135,12 +1152,7 @@ impl Workspace {
             .subject
             .as_ref()
             .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.clone()));
-        EntryView {
-            entry,
-            subject,
-            status,
-            decay_at,
-        }
+        (subject, status, decay_at)
     }
 
     fn load_entry(&self, id: &str) -> Result<Option<Entry>> {
@@ -1196,19 +1208,29 @@ impl Workspace {
             {
                 continue;
             }
-            let view = self.view(entry.clone(), replacements, aliases, now);
-            if subject.is_some() && view.subject != subject {
+            let (resolved, status, decay_at) = self.judge(entry, replacements, aliases, now);
+            if subject.is_some() && resolved != subject {
                 continue;
             }
-            if !filter.all && !view.is_live() {
+            if !filter.all && status != EntryStatus::Live {
                 continue;
             }
-            out.push(view);
+            out.push((entry, resolved, status, decay_at));
         }
-        out.sort_by(|a, b| (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id)));
+        // Sort and cut before cloning: only what is returned is copied.
+        out.sort_by(|a, b| (b.0.timestamp, &b.0.id).cmp(&(a.0.timestamp, &a.0.id)));
         if let Some(limit) = filter.limit.filter(|l| *l > 0) {
             out.truncate(limit);
         }
+        let out: Vec<EntryView> = out
+            .into_iter()
+            .map(|(entry, subject, status, decay_at)| EntryView {
+                entry: entry.clone(),
+                subject,
+                status,
+                decay_at,
+            })
+            .collect();
         Ok(out)
     }
 
