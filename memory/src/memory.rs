@@ -91,6 +91,16 @@ struct LogSnapshot {
     entries: Vec<Entry>,
     replacements: HashMap<String, String>,
     aliases: HashMap<String, String>,
+    /// The live entries as of `at`, once asked for.
+    live: Mutex<Option<LiveEntries>>,
+}
+
+#[derive(Debug)]
+struct LiveEntries {
+    at: DateTime<Utc>,
+    /// The first decay time among them: the list is stale from then on.
+    until: Option<DateTime<Utc>>,
+    views: Arc<Vec<EntryView>>,
 }
 
 impl LogCache {
@@ -406,6 +416,7 @@ impl Workspace {
             entries,
             replacements: self.replacement_map()?,
             aliases: self.alias_map()?,
+            live: Mutex::new(None),
         });
         let mut slot = cache.snapshot.lock();
         if cache.epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {
@@ -1185,6 +1196,50 @@ impl Workspace {
             validate_id("session id", s)?;
         }
         let log = self.log_snapshot()?;
+        self.entries_in(&log, filter, self.now())
+    }
+
+    /// Every live entry, newest first, shared: what `entries` returns for
+    /// the default filter, kept with the log snapshot until a log write or
+    /// the first decay time among them (assembly asks for it on every call).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// assert_eq!(ws.live_entries()?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn live_entries(&self) -> Result<Arc<Vec<EntryView>>> {
+        let log = self.log_snapshot()?;
+        let now = self.now();
+        if let Some(live) = log.live.lock().as_ref()
+            && live.at <= now
+            && live.until.is_none_or(|until| now < until)
+        {
+            return Ok(live.views.clone());
+        }
+        let views = Arc::new(self.entries_in(&log, &EntryFilter::default(), now)?);
+        // Live entries decay after `now`: the first of those times ends
+        // this list's validity.
+        let until = views.iter().filter_map(|v| v.decay_at).min();
+        *log.live.lock() = Some(LiveEntries {
+            at: now,
+            until,
+            views: views.clone(),
+        });
+        Ok(views)
+    }
+
+    fn entries_in(
+        &self,
+        log: &LogSnapshot,
+        filter: &EntryFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<EntryView>> {
         let (aliases, replacements) = (&log.aliases, &log.replacements);
         let subject = match &filter.subject {
             Some(slug) => {
@@ -1193,7 +1248,6 @@ impl Workspace {
             }
             None => None,
         };
-        let now = self.now();
         let mut out = Vec::new();
         for entry in &log.entries {
             if filter.kind.is_some_and(|k| k != entry.kind)

@@ -530,16 +530,21 @@ proptest! {
     }
 }
 
-/// `entries` is served from a per-workspace cache of the decoded log; every
-/// kind of write that changes the log must show on the next read, through
-/// any handle on the workspace.
+/// `entries` is served from a per-workspace cache of the decoded log, and
+/// `live_entries` from a list kept with it until a write or a decay time;
+/// every kind of write that changes the log, and decay, must show on the
+/// next read, through any handle on the workspace.
 #[test]
 fn log_cache_sees_every_write() {
     let fx = Fixture::new();
     let (a, b) = (fx.ws(), fx.ws());
+    // `entries` and the shared `live_entries` list must agree after every
+    // change, the list included while it is cached.
     let live = |ws: &Workspace| -> Vec<(String, Option<String>)> {
-        ws.entries(&EntryFilter::default())
-            .unwrap()
+        let entries = ws.entries(&EntryFilter::default()).unwrap();
+        assert_eq!(*ws.live_entries().unwrap(), entries);
+        assert_eq!(*ws.live_entries().unwrap(), entries);
+        entries
             .into_iter()
             .map(|v| (v.entry.content, v.subject))
             .collect()

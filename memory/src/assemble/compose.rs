@@ -18,7 +18,7 @@ use super::{
     Warrant,
 };
 use crate::error::{MemoryError, Result};
-use crate::log::{EntryFilter, EntryView};
+use crate::log::EntryView;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
 use crate::record::{Role, Session, Turn};
 use crate::tokens::TokenCounter;
@@ -450,7 +450,7 @@ pub(super) fn assemble(
     };
     let session = ws.session(&request.session)?;
     let now = ws.clock().now();
-    let live: Vec<EntryView> = ws.entries(&EntryFilter::default())?;
+    let live = ws.live_entries()?;
     let subjects = ws.subjects()?;
     let tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
 
