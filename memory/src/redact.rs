@@ -113,7 +113,57 @@ fn is_phone(word: &str) -> bool {
 /// assert!(!cairn_memory::redact::has_personal_data("version 1.2.3"));
 /// ```
 pub fn has_personal_data(text: &str) -> bool {
-    redact_personal(text) != redact(text)
+    names_a_person(&redact(text))
+}
+
+/// True when a word of `masked` (text [`redact`] has already masked) is an
+/// e-mail address or a phone number: exactly when [`redact_personal`] would
+/// change it further, without building the copy.
+fn names_a_person(masked: &str) -> bool {
+    masked.split(' ').any(|part| {
+        let word = trim_personal(part);
+        is_email(word) || is_phone(word)
+    })
+}
+
+fn trim_personal(part: &str) -> &str {
+    part.trim_matches(|c: char| {
+        matches!(
+            c,
+            '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`' | '<' | '>' | ':'
+        )
+    })
+}
+
+/// How exposed a text is, as [`has_secret`] then [`has_personal_data`]
+/// would say, with one pass of each check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// It holds a credential.
+    Secret,
+    /// No credential, but an e-mail address or a phone number.
+    Personal,
+    /// Neither.
+    Clean,
+}
+
+/// Classifies `text` (see [`Exposure`]).
+///
+/// ```
+/// use cairn_memory::redact::{exposure, Exposure};
+/// assert_eq!(exposure("token=abc123 and ana@example.org"), Exposure::Secret);
+/// assert_eq!(exposure("mail ana@example.org"), Exposure::Personal);
+/// assert_eq!(exposure("version 1.2.3"), Exposure::Clean);
+/// ```
+pub fn exposure(text: &str) -> Exposure {
+    let masked = redact(text);
+    if masked != text {
+        Exposure::Secret
+    } else if names_a_person(&masked) {
+        Exposure::Personal
+    } else {
+        Exposure::Clean
+    }
 }
 
 /// [`redact`], then masks e-mail addresses and phone numbers too.
@@ -129,12 +179,7 @@ pub fn redact_personal(text: &str) -> String {
         if i > 0 {
             out.push(' ');
         }
-        let word = part.trim_matches(|c: char| {
-            matches!(
-                c,
-                '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`' | '<' | '>' | ':'
-            )
-        });
+        let word = trim_personal(part);
         if is_email(word) {
             out.push_str(&part.replace(word, "[EMAIL]"));
         } else if is_phone(word) {
@@ -144,4 +189,48 @@ pub fn redact_personal(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Words that trip each rule, mixed with plain ones.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("ana@example.org".to_owned()),
+            Just("(+1-555-010-9999),".to_owned()),
+            Just("token=abc123".to_owned()),
+            Just("token=ana@example.org".to_owned()),
+            Just("Bearer".to_owned()),
+            Just("sk-abcdefghijklmnop".to_owned()),
+            Just("1.2.3".to_owned()),
+            Just("".to_owned()),
+            "[a-z@.:0-9+-]{0,12}",
+        ]
+    }
+
+    proptest! {
+        /// `exposure` and `has_personal_data` answer what the definitions
+        /// by copies answer: a secret when `redact` changes the text,
+        /// personal when `redact_personal` changes it further.
+        #[test]
+        fn exposure_matches_the_copying_definitions(words in prop::collection::vec(word(), 0..8)) {
+            let text = words.join(" ");
+            let secret = redact(&text) != text;
+            let personal = redact_personal(&text) != redact(&text);
+            prop_assert_eq!(has_secret(&text), secret);
+            prop_assert_eq!(has_personal_data(&text), personal);
+            let expected = if secret {
+                Exposure::Secret
+            } else if personal {
+                Exposure::Personal
+            } else {
+                Exposure::Clean
+            };
+            prop_assert_eq!(exposure(&text), expected);
+        }
+    }
 }

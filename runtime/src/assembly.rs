@@ -14,7 +14,7 @@ use cairn_memory::assemble::{
     PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever,
     SeamError, search_options,
 };
-use cairn_memory::redact::{has_personal_data, has_secret};
+use cairn_memory::redact::{Exposure, exposure};
 use cairn_memory::search::SearchService;
 use cairn_memory::{SessionKind, Workspace};
 use cairn_policies::{
@@ -92,12 +92,10 @@ pub fn policy_destination(destination: Destination) -> cairn_policies::Destinati
 /// How sensitive a text looks: a credential makes it secret, an e-mail
 /// address or phone number personal.
 pub fn sensitivity_of(text: &str) -> Sensitivity {
-    if has_secret(text) {
-        Sensitivity::Secret
-    } else if has_personal_data(text) {
-        Sensitivity::Personal
-    } else {
-        Sensitivity::Normal
+    match exposure(text) {
+        Exposure::Secret => Sensitivity::Secret,
+        Exposure::Personal => Sensitivity::Personal,
+        Exposure::Clean => Sensitivity::Normal,
     }
 }
 
