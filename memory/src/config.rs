@@ -26,6 +26,9 @@ impl Default for Limits {
     }
 }
 
+/// Default page cache of the embedded store, in MiB.
+pub const DEFAULT_CACHE_MB: u64 = 128;
+
 /// Configuration of [`crate::Memory`].
 ///
 /// ```
@@ -52,7 +55,7 @@ impl Default for MemoryConfig {
             limits: Limits::default(),
             decay: DecayConfig::default(),
             tokenizer: "o200k_base".to_owned(),
-            cache_mb: 128,
+            cache_mb: DEFAULT_CACHE_MB,
         }
     }
 }

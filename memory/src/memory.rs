@@ -221,10 +221,6 @@ impl Memory {
         Ok(self.shared.store.system(name)?)
     }
 
-    fn log_cache(&self, workspace: &str) -> Arc<LogCache> {
-        self.shared.log_cache(workspace)
-    }
-
     /// A handle on a workspace, created on first use.
     pub fn workspace(&self, id: &str) -> Result<Workspace> {
         validate_id("workspace id", id)?;
@@ -287,7 +283,7 @@ impl Memory {
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
         store.drop_workspace(id)?;
-        self.log_cache(id).bump();
+        self.shared.log_cache(id).bump();
         tombstone.complete = true;
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
@@ -312,7 +308,7 @@ impl Memory {
             }
             tracing::warn!(workspace = %tombstone.workspace, "finishing an interrupted workspace erasure");
             self.shared.store.drop_workspace(&tombstone.workspace)?;
-            self.log_cache(&tombstone.workspace).bump();
+            self.shared.log_cache(&tombstone.workspace).bump();
             tombstone.complete = true;
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
             self.shared.store.meta_put(&key, &encode(&tombstone)?)?;

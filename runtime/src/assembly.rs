@@ -10,9 +10,9 @@
 use std::collections::HashSet;
 
 use cairn_memory::assemble::{
-    AssembleRequest, AssembledContext, Candidate, CandidateRef, Destination, Fidelity, ItemSource,
-    PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever,
-    SeamError, search_options,
+    AssembleRequest, AssembledContext, Destination, Fidelity, ItemSource, PolicyCheck,
+    PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError,
+    search_options,
 };
 use cairn_memory::redact::{Exposure, exposure};
 use cairn_memory::search::SearchService;
@@ -60,18 +60,7 @@ impl Retriever for SearchRetriever<'_> {
             .service
             .search(self.workspace, query.text, &options)
             .map_err(|e| SeamError(e.to_string()))?;
-        Ok(Retrieved {
-            candidates: result
-                .hits
-                .iter()
-                .map(|h| Candidate {
-                    target: CandidateRef::from_hit(&h.id, &h.session, h.pos),
-                    score: h.score,
-                })
-                .collect(),
-            mode: result.mode.as_str().to_owned(),
-            lexical_fallback: result.lexical_fallback,
-        })
+        Ok(Retrieved::from_search(&result))
     }
 }
 

@@ -935,7 +935,8 @@ pub(super) fn assemble(
                         );
                         continue;
                     }
-                    let (turn, turn_wc) = match load_turn(ws, session, *seq)? {
+                    // A point read; the turn carries its session's work context.
+                    let turn = match ws.turn(session, *seq)? {
                         Some(found) => found,
                         None => {
                             trace_skip(
@@ -948,7 +949,12 @@ pub(super) fn assemble(
                             continue;
                         }
                     };
-                    let raw = turn_raw(&turn, &turn_wc, Section::Retrieved, Some(cand.score));
+                    let raw = turn_raw(
+                        &turn,
+                        &turn.work_context,
+                        Section::Retrieved,
+                        Some(cand.score),
+                    );
                     project(&mut cx, raw)?;
                 }
                 CandidateRef::Entry { id } => {
@@ -1079,14 +1085,6 @@ fn project(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn load_turn(ws: &Workspace, session: &str, seq: u64) -> Result<Option<(Turn, String)>> {
-    // A point read; the turn carries its session's work context.
-    Ok(ws.turn(session, seq)?.map(|t| {
-        let wc = t.work_context.clone();
-        (t, wc)
-    }))
 }
 
 fn render_text(cx: &Ctx<'_>, open: &str) -> String {

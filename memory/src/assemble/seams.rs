@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::{Destination, Fidelity, ItemSource, RetrievalMode, Section};
-use crate::search::{SearchIndex, SearchMode, SearchOptions};
+use crate::search::{SearchIndex, SearchMode, SearchOptions, SearchResult};
 
 /// A seam's failure, as a message (the runtime's errors do not reach into
 /// the core).
@@ -162,13 +162,20 @@ pub fn search_options(query: &RetrievalQuery<'_>) -> SearchOptions {
     options
 }
 
-impl Retriever for IndexRetriever<'_> {
-    fn retrieve(&self, query: &RetrievalQuery<'_>) -> Result<Retrieved, SeamError> {
-        let result = self
-            .0
-            .search(query.text, &search_options(query))
-            .map_err(|e| SeamError(e.to_string()))?;
-        Ok(Retrieved {
+impl Retrieved {
+    /// The candidates a search found, best first.
+    ///
+    /// ```
+    /// use cairn_memory::assemble::{CandidateRef, Retrieved};
+    /// use cairn_memory::search::{SearchDoc, SearchIndex, SearchOptions};
+    /// let mut index = SearchIndex::new(None)?;
+    /// index.add(&[SearchDoc::new("s1:0", "s1", 0, "retries use a dead-letter queue")])?;
+    /// let found = Retrieved::from_search(&index.search("dead-letter", &SearchOptions::new(5))?);
+    /// assert_eq!(found.candidates[0].target, CandidateRef::Turn { session: "s1".into(), seq: 0 });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_search(result: &SearchResult) -> Retrieved {
+        Retrieved {
             candidates: result
                 .hits
                 .iter()
@@ -179,7 +186,17 @@ impl Retriever for IndexRetriever<'_> {
                 .collect(),
             mode: result.mode.as_str().to_owned(),
             lexical_fallback: result.lexical_fallback,
-        })
+        }
+    }
+}
+
+impl Retriever for IndexRetriever<'_> {
+    fn retrieve(&self, query: &RetrievalQuery<'_>) -> Result<Retrieved, SeamError> {
+        let result = self
+            .0
+            .search(query.text, &search_options(query))
+            .map_err(|e| SeamError(e.to_string()))?;
+        Ok(Retrieved::from_search(&result))
     }
 }
 

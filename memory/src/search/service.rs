@@ -461,21 +461,8 @@ impl Inner {
                 docs.push(entry_doc(&e, decay, low_trust));
                 keys.push(entry_vector_key(&e.id));
             }
-            let vectors = match &self.embedder {
-                Some(_) => self.vectors_for(ws, &keys, &docs, index)?,
-                None => Vec::new(),
-            };
-            let mut guard = index.write();
-            let fresh: Vec<usize> = (0..docs.len())
-                .filter(|&i| !guard.index.contains(&docs[i].id))
-                .collect();
-            let fresh_docs: Vec<SearchDoc> = fresh.iter().map(|&i| docs[i].clone()).collect();
-            let fresh_vecs: Vec<Vec<f32>> = fresh
-                .iter()
-                .filter_map(|&i| vectors.get(i).cloned())
-                .collect();
-            guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
-            guard.entries += fresh_docs.len();
+            let (mut guard, added) = self.add_missing(ws, index, &keys, &docs)?;
+            guard.entries += added;
         }
         Ok(())
     }
@@ -543,20 +530,7 @@ impl Inner {
                     .iter()
                     .map(|t| vector_key(&t.session, t.seq))
                     .collect();
-                let vectors = match &self.embedder {
-                    Some(_) => self.vectors_for(ws, &keys, &docs, index)?,
-                    None => Vec::new(),
-                };
-                let mut guard = index.write();
-                let fresh: Vec<usize> = (0..docs.len())
-                    .filter(|&i| !guard.index.contains(&docs[i].id))
-                    .collect();
-                let fresh_docs: Vec<SearchDoc> = fresh.iter().map(|&i| docs[i].clone()).collect();
-                let fresh_vecs: Vec<Vec<f32>> = fresh
-                    .iter()
-                    .filter_map(|&i| vectors.get(i).cloned())
-                    .collect();
-                guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
+                let (mut guard, _) = self.add_missing(ws, index, &keys, &docs)?;
                 guard.indexed.insert(s.id.clone(), last + 1);
             }
         }
@@ -565,6 +539,34 @@ impl Inner {
 
     /// Stored vectors where they exist; the rest embedded in one batch and
     /// persisted (one atomic write) before they are indexed.
+    /// Embeds `docs` (when a model is loaded; stored vectors are reused)
+    /// and adds those the index does not hold yet. Returns the index, still
+    /// locked for writing so the caller records its progress atomically,
+    /// and how many documents were added.
+    fn add_missing<'i>(
+        &self,
+        ws: &Workspace,
+        index: &'i RwLock<WsIndex>,
+        keys: &[String],
+        docs: &[SearchDoc],
+    ) -> Res<(parking_lot::RwLockWriteGuard<'i, WsIndex>, usize)> {
+        let vectors = match &self.embedder {
+            Some(_) => self.vectors_for(ws, keys, docs, index)?,
+            None => Vec::new(),
+        };
+        let mut guard = index.write();
+        let fresh: Vec<usize> = (0..docs.len())
+            .filter(|&i| !guard.index.contains(&docs[i].id))
+            .collect();
+        let fresh_docs: Vec<SearchDoc> = fresh.iter().map(|&i| docs[i].clone()).collect();
+        let fresh_vecs: Vec<Vec<f32>> = fresh
+            .iter()
+            .filter_map(|&i| vectors.get(i).cloned())
+            .collect();
+        guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
+        Ok((guard, fresh_docs.len()))
+    }
+
     fn vectors_for(
         &self,
         ws: &Workspace,

@@ -51,9 +51,10 @@ struct Inner {
 }
 
 impl SledStore {
-    /// Opens (or creates) a store in `dir`, with a 128 MiB page cache.
+    /// Opens (or creates) a store in `dir`, with the default page cache
+    /// ([`crate::config::DEFAULT_CACHE_MB`]).
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(dir, 128 << 20)
+        Self::open_with_cache(dir, crate::config::DEFAULT_CACHE_MB << 20)
     }
 
     /// Opens (or creates) a store in `dir` whose page cache holds about
