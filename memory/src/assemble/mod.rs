@@ -29,7 +29,7 @@
 //! blocked items appear only in the trace. The block opens with the
 //! memory-use rules (seed 004 §15) and labels each item with its role,
 //! warrant, source, freshness and scope relation. Tokens are counted with
-//! the real tokenizer ([`TokenCounter`]), and the final text is counted
+//! the real tokenizer ([`TokenCounter`](crate::TokenCounter)), and the final text is counted
 //! again: the block never exceeds its budget.
 //!
 //! The two seams keep this module pure: the runtime plugs in its search
