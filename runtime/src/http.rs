@@ -626,11 +626,22 @@ async fn install_plugin(
     cairn: web::Data<Cairn>,
     world: web::Path<String>,
     q: web::Query<InstallQuery>,
+    req: HttpRequest,
     mut payload: web::Payload,
 ) -> ApiResult<InstallReport> {
     use futures_util::StreamExt;
     let world = parse_world(&world).map_err(ApiError::from)?;
     let max = cairn.config().policies.max_plugin_bytes;
+    // A declared length over the limit is refused before any of the body
+    // is read; a chunked body is counted as it arrives.
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(size) = declared.filter(|&size| size > max) {
+        return Err(CairnError::PluginTooLarge { size, max }.into());
+    }
     let mut wasm = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk

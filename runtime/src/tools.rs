@@ -128,7 +128,7 @@ pub struct SearchResponse {
     pub mode: SearchMode,
     /// True when vector search was asked for but unavailable.
     pub lexical_fallback: bool,
-    /// Why, when there is something to say (fallback, backlog).
+    /// Why, when there is something to say (the lexical fallback).
     pub notice: Option<String>,
     /// Best first.
     pub items: Vec<SearchItem>,

@@ -242,6 +242,8 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
     ensure!(String::from_utf8_lossy(&bad.stderr).contains("unknown destination \"moon\""));
 
     let server = Server::start(dir.path())?;
+    // The restarted server rebuilds its search index in the background.
+    server.wait_indexed()?;
     let (s, block) = server.post(
         "/v1/workspaces/default/assemble",
         &json!({"session": "s1", "budget_tokens": 600, "destination": "cloud_model",

@@ -4,7 +4,6 @@
 //! `cairn search` / `cairn stats` / `cairn get` from the CLI.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
@@ -34,21 +33,11 @@ fn ingest(server: &Server) -> Result<()> {
     Ok(())
 }
 
-/// Searches until the background worker has indexed everything.
+/// Searches once the background worker has indexed everything.
 fn search_settled(server: &Server, body: &Value) -> Result<(u16, Value)> {
-    let t = Instant::now();
-    loop {
-        let (s, stats) = server.get("/v1/stats/index")?;
-        ensure!(s == 200, "{stats}");
-        if stats["backlog"] == 0 && stats["indexed"] == 4 {
-            return server.post("/v1/workspaces/acme/search", body);
-        }
-        ensure!(
-            t.elapsed() < Duration::from_secs(60),
-            "indexing never caught up: {stats}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let stats = server.wait_indexed()?;
+    ensure!(stats["indexed"] == 4, "{stats}");
+    server.post("/v1/workspaces/acme/search", body)
 }
 
 #[test]
@@ -165,16 +154,8 @@ fn entries_and_filters_over_http() -> Result<()> {
         ]}),
     )?;
     ensure!(s == 200, "{body}");
-    let t = Instant::now();
-    loop {
-        let (s, stats) = server.get("/v1/stats/index")?;
-        ensure!(s == 200, "{stats}");
-        if stats["entry_backlog"] == 0 && stats["entries"].as_u64() >= Some(3) {
-            break;
-        }
-        ensure!(t.elapsed() < Duration::from_secs(60), "{stats}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let stats = server.wait_indexed()?;
+    ensure!(stats["entries"].as_u64() >= Some(3), "{stats}");
     // Entries are found by meaning; the replaced decision is left out.
     let ask = |body: Value| server.post("/v1/workspaces/acme/search", &body);
     let (s, r) = ask(

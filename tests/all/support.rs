@@ -75,6 +75,49 @@ impl Server {
         Ok((status, resp.body_mut().read_json()?))
     }
 
+    /// Sends a request's head (`head` is the request line and headers, each
+    /// ending in CRLF) with no body, over a fresh connection, and reads the
+    /// answer: for refusals the server gives before it reads a body.
+    pub(crate) fn head_only(&self, head: &str) -> Result<(u16, Value)> {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut conn = std::net::TcpStream::connect(addr)?;
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+        write!(conn, "{head}host: {addr}\r\nconnection: close\r\n\r\n")?;
+        conn.flush()?;
+        let mut raw = Vec::new();
+        conn.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw);
+        let (top, body) = text
+            .split_once("\r\n\r\n")
+            .with_context(|| format!("no end of headers in {text:?}"))?;
+        let status = top
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("no status in {top:?}"))?;
+        let body = serde_json::from_str(body).with_context(|| format!("body of {text:?}"))?;
+        Ok((status, body))
+    }
+
+    /// Waits until the background indexer has caught up with the store
+    /// (turns and memory-log entries), at most 60 s.
+    pub(crate) fn wait_indexed(&self) -> Result<Value> {
+        let start = std::time::Instant::now();
+        loop {
+            let (s, stats) = self.get("/v1/stats/index")?;
+            ensure!(s == 200, "{stats}");
+            if stats["backlog"] == 0 && stats["entry_backlog"] == 0 {
+                return Ok(stats);
+            }
+            ensure!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "indexing never caught up: {stats}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     pub(crate) fn get(&self, path: &str) -> Result<(u16, Value)> {
         let mut resp = self.agent.get(format!("{}{path}", self.base)).call()?;
         let status = resp.status().as_u16();

@@ -537,8 +537,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Stored vectors where they exist; the rest embedded in one batch and
-    /// persisted (one atomic write) before they are indexed.
     /// Embeds `docs` (when a model is loaded; stored vectors are reused)
     /// and adds those the index does not hold yet. Returns the index, still
     /// locked for writing so the caller records its progress atomically,
@@ -567,6 +565,8 @@ impl Inner {
         Ok((guard, fresh_docs.len()))
     }
 
+    /// Stored vectors where they exist; the rest embedded in one batch and
+    /// persisted (one atomic write) before they are indexed.
     fn vectors_for(
         &self,
         ws: &Workspace,
