@@ -174,7 +174,7 @@ pub struct DecisionLogStats {
 }
 
 /// Decisions and faults a generation made, as counted by the log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GenerationCounts {
     /// Decisions logged.
     pub decisions: u64,

@@ -17,7 +17,7 @@ use cairn_memory::{
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
-use crate::decision_log::DecisionQuery;
+use crate::decision_log::{DecisionQuery, GenerationCounts};
 use crate::error::CairnError;
 use crate::host::{Cairn, GatewayStartReport};
 use crate::policy::{InstallReport, PluginsReport, parse_world};
@@ -677,6 +677,30 @@ async fn plugin_log(cairn: web::Data<Cairn>, q: web::Query<DecisionQuery>) -> Ht
     }
 }
 
+/// Decisions and faults one policy generation made, as the durable
+/// decision log counted them (across restarts and after the generation was
+/// swapped out). A generation that never decided counts zero.
+#[utoipa::path(get, path = "/v1/plugins/generations/{generation}", params(
+        ("generation" = String, Path, description = "A generation id (`name@hash#n`), percent-encoded")),
+    responses((status = 200, body = GenerationCounts), (status = 400, body = ErrorBody)))]
+async fn generation_counts(
+    cairn: web::Data<Cairn>,
+    generation: web::Path<String>,
+) -> ApiResult<GenerationCounts> {
+    let generation = generation.into_inner();
+    if generation.is_empty() || generation.len() > 256 {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_generation",
+            format!(
+                "a generation id is 1 to 256 bytes, not {}",
+                generation.len()
+            ),
+        ));
+    }
+    blocking(move || Ok(cairn.policies().decision_log().counts(&generation)?)).await
+}
+
 /// The OpenAPI description of the HTTP API.
 #[derive(OpenApi)]
 #[openapi(
@@ -714,7 +738,8 @@ async fn plugin_log(cairn: web::Data<Cairn>, q: web::Query<DecisionQuery>) -> Ht
         index_stats,
         plugins,
         install_plugin,
-        plugin_log
+        plugin_log,
+        generation_counts
     )
 )]
 pub struct ApiDoc;
@@ -775,6 +800,10 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/v1/stats/index", web::get().to(index_stats))
             .route("/v1/plugins", web::get().to(plugins))
             .route("/v1/plugins/log", web::get().to(plugin_log))
+            .route(
+                "/v1/plugins/generations/{generation}",
+                web::get().to(generation_counts),
+            )
             .route("/v1/plugins/{world}", web::put().to(install_plugin))
             .service(
                 web::scope("/v1/workspaces/{workspace}")

@@ -312,6 +312,26 @@ fn http_install_list_log_and_refusals() -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     ensure!(log[0]["generation"] == generation, "{log}");
+    // The log's counters per generation: the serving one has decided, the
+    // one swapped out keeps its count, an unknown one counts zero.
+    let counts = |g: &str| {
+        let path = format!("/v1/plugins/generations/{}", g.replace('#', "%23"));
+        server.get(&path)
+    };
+    let (status, now) = counts(generation.as_str().unwrap_or_default())?;
+    ensure!(
+        status == 200 && now["decisions"].as_u64() >= Some(1) && now["faults"] == 0,
+        "{now}"
+    );
+    let (status, old) = counts(first.as_str().unwrap_or_default())?;
+    ensure!(status == 200 && old["decisions"].is_u64(), "{old}");
+    let (status, none) = counts("never-served@00#1")?;
+    ensure!(status == 200 && none["decisions"] == 0, "{none}");
+    let (status, body) = counts(&"x".repeat(300))?;
+    ensure!(
+        status == 400 && body["code"] == "invalid_generation",
+        "{body}"
+    );
     let (status, log) = server.get("/v1/plugins/log?faults=true")?;
     ensure!(
         status == 200 && log.as_array().is_some_and(Vec::is_empty),

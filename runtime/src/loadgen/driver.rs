@@ -436,8 +436,8 @@ pub(crate) fn run(
     let decisions = target.decisions();
     if decisions.is_none() {
         notes.push(
-            "decisions are counted in process only: the server's decision log is not exposed \
-             over HTTP"
+            "decisions not counted: the server does not report its decision counts \
+             (GET /v1/plugins/generations/{generation})"
                 .to_owned(),
         );
     }

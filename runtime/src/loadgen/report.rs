@@ -70,7 +70,8 @@ pub struct Report {
     pub sessions_ended: u64,
     /// Captures the time triggers fired (in process; `null` over HTTP).
     pub captures: Option<u64>,
-    /// Significance decisions (in process; `null` over HTTP).
+    /// Significance decisions made during the run (`null` when the target
+    /// does not report them).
     pub decisions: Option<u64>,
     /// Of those, how many were fail-safes after a plugin fault.
     pub decision_faults: Option<u64>,

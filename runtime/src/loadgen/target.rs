@@ -263,11 +263,19 @@ impl Target for InProcess {
     }
 }
 
+/// A generation id and the `(decisions, faults)` it had counted when the
+/// run began.
+type Baseline = (String, (u64, u64));
+
 /// A running `cairn serve`.
 pub(crate) struct Http {
     base: String,
     agent: ureq::Agent,
     swap_unsupported: AtomicBool,
+    /// Every significance generation that served during the run, with the
+    /// `(decisions, faults)` the server's log had counted for it when the
+    /// run began; `None` when the server does not report counts.
+    generations: parking_lot::Mutex<Option<Vec<Baseline>>>,
 }
 
 impl Http {
@@ -289,6 +297,7 @@ impl Http {
             base,
             agent,
             swap_unsupported: AtomicBool::new(false),
+            generations: parking_lot::Mutex::new(None),
         };
         http.get("/healthz").map_err(|e| {
             LoadgenError::Setup(format!(
@@ -296,7 +305,45 @@ impl Http {
                 http.base, e.message
             ))
         })?;
+        match http.serving_significance() {
+            Ok(serving) => *http.generations.lock() = Some(vec![serving]),
+            Err(e) => {
+                tracing::warn!(error = %e.message, "the server does not report decision counts")
+            }
+        }
         Ok(http)
+    }
+
+    /// The significance generation serving now and its counts so far.
+    fn serving_significance(&self) -> Result<Baseline, CallError> {
+        let list = self.get("/v1/plugins")?;
+        let generation = list["plugins"]
+            .as_array()
+            .and_then(|all| {
+                all.iter()
+                    .find(|p| p["world"] == WorldKind::SignificanceGate.as_str())
+            })
+            .and_then(|p| p["generation"].as_str())
+            .ok_or_else(|| CallError {
+                retryable: false,
+                message: format!("GET /v1/plugins: no significance-gate generation in {list}"),
+            })?
+            .to_owned();
+        let counts = self.generation_counts(&generation)?;
+        Ok((generation, counts))
+    }
+
+    /// `(decisions, faults)` the server's decision log counted for `generation`.
+    fn generation_counts(&self, generation: &str) -> Result<(u64, u64), CallError> {
+        let path = format!("/v1/plugins/generations/{}", seg(generation));
+        let body = self.get(&path)?;
+        match (body["decisions"].as_u64(), body["faults"].as_u64()) {
+            (Some(decisions), Some(faults)) => Ok((decisions, faults)),
+            _ => Err(CallError {
+                retryable: false,
+                message: format!("GET {path}: unexpected answer: {body}"),
+            }),
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -418,7 +465,21 @@ impl Target for Http {
             .header("content-type", "application/wasm")
             .send(defaults::SIGNIFICANCE.wasm);
         match result {
-            Ok(resp) if resp.status().is_success() => SwapOutcome::Swapped,
+            Ok(mut resp) if resp.status().is_success() => {
+                // Count the new generation's decisions too; an answer
+                // without its id leaves the run's counts unknown.
+                let generation = resp
+                    .body_mut()
+                    .read_json::<serde_json::Value>()
+                    .ok()
+                    .and_then(|r| r["generation"].as_str().map(str::to_owned));
+                let mut generations = self.generations.lock();
+                match (generations.as_mut(), generation) {
+                    (Some(all), Some(g)) => all.push((g, (0, 0))),
+                    _ => *generations = None,
+                }
+                SwapOutcome::Swapped
+            }
             Ok(resp) if resp.status().as_u16() == 404 || resp.status().as_u16() == 405 => {
                 self.swap_unsupported.store(true, Ordering::Relaxed);
                 SwapOutcome::Unsupported(format!(
@@ -440,7 +501,21 @@ impl Target for Http {
     }
 
     fn decisions(&self) -> Option<(u64, u64)> {
-        None
+        let generations = self.generations.lock();
+        let mut total = (0, 0);
+        for (generation, before) in generations.as_ref()? {
+            match self.generation_counts(generation) {
+                Ok(now) => {
+                    total.0 += now.0.saturating_sub(before.0);
+                    total.1 += now.1.saturating_sub(before.1);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "reading the server's decision counts failed");
+                    return None;
+                }
+            }
+        }
+        Some(total)
     }
 
     fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
