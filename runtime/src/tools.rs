@@ -128,7 +128,8 @@ pub struct SearchResponse {
     pub mode: SearchMode,
     /// True when vector search was asked for but unavailable.
     pub lexical_fallback: bool,
-    /// Why, when there is something to say (the lexical fallback).
+    /// Why, when there is something to say (the lexical fallback, an index
+    /// still being built).
     pub notice: Option<String>,
     /// Best first.
     pub items: Vec<SearchItem>,
@@ -435,9 +436,16 @@ impl Cairn {
                 expired: a.decay_at.is_some_and(|at| at <= now),
             });
         }
-        let notice = result.lexical_fallback.then(|| {
-            "embedding model unavailable: results are lexical only (see scripts/setup-embeddings.sh)".to_owned()
-        });
+        let mut notes = Vec::new();
+        if result.lexical_fallback {
+            notes.push("embedding model unavailable: results are lexical only (see scripts/setup-embeddings.sh)");
+        }
+        if result.catching_up {
+            notes.push(
+                "the search index is still being built after a start: stored items may be missing",
+            );
+        }
+        let notice = (!notes.is_empty()).then(|| notes.join("; "));
         Ok(SearchResponse {
             mode: result.mode,
             lexical_fallback: result.lexical_fallback,

@@ -252,6 +252,11 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
     ensure!(s == 200, "{block}");
     ensure!(block["tokens"].as_u64().unwrap_or(u64::MAX) <= 600);
     ensure!(block["destination"] == "cloud_model");
+    ensure!(
+        block["retrieval"]["index_catching_up"] == false,
+        "{}",
+        block["retrieval"]
+    );
     let trace = block["trace"].as_array().context("trace")?;
     ensure!(
         trace

@@ -895,6 +895,7 @@ pub(super) fn assemble(
         query: query.clone(),
         mode: "off".to_owned(),
         lexical_fallback: false,
+        index_catching_up: false,
         candidates: 0,
     };
     if request.retrieval != RetrievalMode::Off && !query.trim().is_empty() && cx.remaining() > 0 {
@@ -913,6 +914,7 @@ pub(super) fn assemble(
             })?;
         retrieval.mode = found.mode.clone();
         retrieval.lexical_fallback = found.lexical_fallback;
+        retrieval.index_catching_up = found.catching_up;
         retrieval.candidates = found.candidates.len();
         let mut seen: HashSet<CandidateRef> = HashSet::new();
         for cand in found.candidates.iter().take(settings.retrieval_k) {

@@ -541,6 +541,10 @@ pub struct RetrievalReport {
     pub mode: String,
     /// True when hybrid was asked but only lexical ranking was possible.
     pub lexical_fallback: bool,
+    /// True when the search index was still being built (the first pass
+    /// after a start had not finished): stored items may be missing.
+    #[serde(default)]
+    pub index_catching_up: bool,
     /// Candidates the retriever returned.
     pub candidates: usize,
 }

@@ -66,6 +66,9 @@ pub struct Retrieved {
     pub mode: String,
     /// True when hybrid was asked and only lexical ranking was possible.
     pub lexical_fallback: bool,
+    /// True when the index was still being built, so stored items may be
+    /// missing from the candidates.
+    pub catching_up: bool,
 }
 
 /// Finds candidates for the projection.
@@ -92,6 +95,7 @@ impl Retriever for NoRetrieval {
             candidates: Vec::new(),
             mode: "off".to_owned(),
             lexical_fallback: false,
+            catching_up: false,
         })
     }
 }
@@ -186,6 +190,7 @@ impl Retrieved {
                 .collect(),
             mode: result.mode.as_str().to_owned(),
             lexical_fallback: result.lexical_fallback,
+            catching_up: result.catching_up,
         }
     }
 }

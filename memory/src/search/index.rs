@@ -243,6 +243,13 @@ pub struct SearchResult {
     pub hits: Vec<SearchHit>,
     /// Microseconds spent embedding the query.
     pub embed_micros: u64,
+    /// True when the answer came from an index still being built: the
+    /// [`super::SearchService`] had not finished its first indexing pass
+    /// over the workspace since it started (a restart rebuilds the index),
+    /// so stored items may be missing. Always false from a bare
+    /// [`SearchIndex`].
+    #[serde(default)]
+    pub catching_up: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -548,6 +555,7 @@ impl SearchIndex {
             lexical_fallback: fallback,
             hits,
             embed_micros: 0,
+            catching_up: false,
         })
     }
 

@@ -76,6 +76,9 @@ struct WsIndex {
     tombstones: usize,
     /// Entries indexed.
     entries: usize,
+    /// The worker has finished a whole pass over the workspace since the
+    /// service started: everything stored before that pass is searchable.
+    warm: bool,
 }
 
 struct Inner {
@@ -277,7 +280,9 @@ impl SearchService {
     /// times and the low-trust label.
     ///
     /// Forgotten content is removed first; the backlog (items not indexed
-    /// yet) is not waited for. Replaced entries and entries past their
+    /// yet) is not waited for. Until the worker's first whole pass over
+    /// the workspace (after a start the index is rebuilt from the record),
+    /// the result says [`SearchResult::catching_up`]. Replaced entries and entries past their
     /// time-to-live (judged now, on the memory's clock, unless
     /// `options.now` is set) are left out unless `options.filters` asks for
     /// them; a subject filter also matches the subject's old slugs.
@@ -320,7 +325,9 @@ impl SearchService {
         }
         resolve_subject(&ws, &mut options.filters)?;
         let guard = index.read();
-        Ok(guard.index.search(query, &options)?)
+        let mut result = guard.index.search(query, &options)?;
+        result.catching_up = !guard.warm;
+        Ok(result)
     }
 
     /// Progress and backlog.
@@ -386,6 +393,7 @@ impl Inner {
             indexed: HashMap::new(),
             tombstones: 0,
             entries: 0,
+            warm: false,
         }));
         all.insert(workspace.to_owned(), Arc::clone(&fresh));
         Ok(fresh)
@@ -403,6 +411,7 @@ impl Inner {
             self.index_workspace(&ws, &index)?;
             self.index_entries(&ws, &index)?;
             self.sync_replaced(&ws, &index)?;
+            index.write().warm = true;
         }
         Ok(())
     }

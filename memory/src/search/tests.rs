@@ -302,6 +302,26 @@ mod service {
     }
 
     #[test]
+    fn a_search_before_the_first_pass_says_the_index_is_catching_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        ingest(&memory);
+        // As after a restart: the record holds turns the fresh index has
+        // not seen.
+        let search = SearchService::new(memory.clone(), None);
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(1))
+            .unwrap();
+        assert!(r.catching_up && r.hits.is_empty(), "{r:?}");
+        search.catch_up().unwrap();
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(1))
+            .unwrap();
+        assert!(!r.catching_up, "{r:?}");
+        assert_eq!(r.hits[0].id, "s2:0");
+    }
+
+    #[test]
     fn restart_reuses_stored_vectors_and_forget_removes_content() {
         let dir = tempfile::tempdir().unwrap();
         {

@@ -1053,10 +1053,15 @@ fn print_block(out: &mut impl Write, block: &AssembledContext, explain: bool) ->
     let r = &block.retrieval;
     writeln!(
         out,
-        "-- retrieval: {}{}, {} candidates for {:?}",
+        "-- retrieval: {}{}{}, {} candidates for {:?}",
         r.mode,
         if r.lexical_fallback {
             " (lexical fallback: no embedding model)"
+        } else {
+            ""
+        },
+        if r.index_catching_up {
+            " (index still being built after a start: stored items may be missing)"
         } else {
             ""
         },
