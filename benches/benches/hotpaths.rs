@@ -13,6 +13,10 @@
 //!   turn with 16 known subjects (called on an arbiter thread for every
 //!   stored turn). Baseline `split_words`: splitting the text into words,
 //!   the least any mention finder does.
+//! - `distance/384`: the HNSW graph's distance between two 384-d unit
+//!   vectors (the model's width), evaluated thousands of times per hybrid
+//!   search and per insertion. `UnitCosine` (cairn's) against hnsw_rs's
+//!   `DistCosine` (the baseline, which the graph used before).
 //!
 //! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
 
@@ -20,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
 use cairn_memory::assemble::{NoRetrieval, RetrievalMode, TrustAll};
+use cairn_memory::search::UnitCosine;
 use cairn_memory::{
     AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, SessionKind,
     Subject, SubjectKind, SystemClock, TurnInput, Workspace,
@@ -178,5 +183,25 @@ fn gate(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble, gate);
+fn distance(c: &mut Criterion) {
+    use hnsw_rs::prelude::{DistCosine, Distance};
+    let unit = |seed: usize| {
+        let v: Vec<f32> = (0..384)
+            .map(|i| ((i * 31 + seed * 17) % 97) as f32 - 48.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+    };
+    let (a, b) = (unit(1), unit(2));
+    let mut group = c.benchmark_group("distance/384");
+    group.bench_function("unit_cosine", |bench| {
+        bench.iter(|| UnitCosine.eval(std::hint::black_box(&a), std::hint::black_box(&b)))
+    });
+    group.bench_function("baseline_hnsw_rs_dist_cosine", |bench| {
+        bench.iter(|| DistCosine.eval(std::hint::black_box(&a), std::hint::black_box(&b)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assemble, gate, distance);
 criterion_main!(benches);

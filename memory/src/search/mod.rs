@@ -41,6 +41,7 @@ pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 pub use fuse::{Fusion, RecipeParams};
 pub use index::{SearchDoc, SearchHit, SearchIndex, SearchMode, SearchOptions, SearchResult};
 pub use service::{IndexStats, SearchService, ServiceError};
+pub use vector::UnitCosine;
 
 /// Errors of the search subsystem.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use hnsw_rs::prelude::{DistCosine, Hnsw};
+use hnsw_rs::prelude::{Distance, Hnsw};
 
 /// Graph parameters: M = 16 links per node, 200 candidates while building.
 const MAX_CONNECTIONS: usize = 16;
@@ -16,7 +16,7 @@ const EXACT_BELOW: usize = 4096;
 
 /// The vector side of a workspace's search index.
 pub(crate) struct VectorIndex {
-    hnsw: Hnsw<'static, f32, DistCosine>,
+    hnsw: Hnsw<'static, f32, UnitCosine>,
     /// Stored vectors by internal document number (`None` once forgotten).
     vectors: Vec<Option<Vec<f32>>>,
     deleted: HashSet<usize>,
@@ -31,7 +31,7 @@ impl VectorIndex {
                 capacity.max(1024),
                 MAX_LAYER,
                 EF_CONSTRUCTION,
-                DistCosine,
+                UnitCosine,
             ),
             vectors: Vec::new(),
             deleted: HashSet::new(),
@@ -128,6 +128,76 @@ impl VectorIndex {
 }
 
 /// Dot product of two unit vectors (their cosine).
+///
+/// Summed in eight independent lanes so the compiler vectorises it (a
+/// single running sum is one long chain of dependent additions).
 pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let mut lanes = [0.0f32; 8];
+    let (mut xs, mut ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut xs).zip(&mut ys) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = xs
+        .remainder()
+        .iter()
+        .zip(ys.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// The graph's distance: 1 − cosine, for the unit vectors the embedder
+/// produces. hnsw_rs's `DistCosine` recomputes both norms in f64 on every
+/// call; its `DistDot` vectorises only with an extra feature and asserts
+/// (panics) when rounding takes a dot product past 1.
+///
+/// ```
+/// use cairn_memory::search::UnitCosine;
+/// use hnsw_rs::prelude::Distance;
+/// let (a, b) = ([0.6f32, 0.8], [1.0f32, 0.0]);
+/// assert!((UnitCosine.eval(&a, &b) - 0.4).abs() < 1e-6);
+/// assert_eq!(UnitCosine.eval(&a, &a), 0.0);
+/// ```
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UnitCosine;
+
+impl Distance<f32> for UnitCosine {
+    fn eval(&self, va: &[f32], vb: &[f32]) -> f32 {
+        (1.0 - cosine(va, vb)).max(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hnsw_rs::prelude::DistCosine;
+
+    #[test]
+    fn unit_cosine_matches_the_library_cosine_on_unit_vectors() {
+        // Deterministic pseudo-random unit vectors of the model's width and
+        // of widths that leave a remainder after the eight lanes.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        for dim in [384, 13, 8, 1] {
+            let mut unit = || {
+                let v: Vec<f32> = (0..dim).map(|_| next()).collect();
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+            };
+            for _ in 0..50 {
+                let (a, b) = (unit(), unit());
+                let ours = UnitCosine.eval(&a, &b);
+                let theirs = DistCosine.eval(&a, &b);
+                assert!((ours - theirs).abs() < 1e-5, "{dim}: {ours} vs {theirs}");
+                assert!(UnitCosine.eval(&a, &a) < 1e-5);
+            }
+        }
+    }
 }
