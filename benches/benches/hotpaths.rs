@@ -31,6 +31,9 @@ use cairn_memory::{
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 
+mod common;
+use common::Rng;
+
 const TOPICS: &[&str] = &[
     "postgres",
     "kafka",
@@ -185,14 +188,8 @@ fn gate(c: &mut Criterion) {
 
 fn distance(c: &mut Criterion) {
     use hnsw_rs::prelude::{DistCosine, Distance};
-    let unit = |seed: usize| {
-        let v: Vec<f32> = (0..384)
-            .map(|i| ((i * 31 + seed * 17) % 97) as f32 - 48.0)
-            .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
-    };
-    let (a, b) = (unit(1), unit(2));
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let (a, b) = (rng.unit(384), rng.unit(384));
     let mut group = c.benchmark_group("distance/384");
     group.bench_function("unit_cosine", |bench| {
         bench.iter(|| UnitCosine.eval(std::hint::black_box(&a), std::hint::black_box(&b)))

@@ -158,20 +158,19 @@ fn ingest_is_all_or_nothing_and_names_the_line() -> Result<()> {
 #[test]
 fn bad_configuration_is_named() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let out = Command::new(cairn_bin())
-        .args(["--data-dir"])
-        .arg(dir.path())
-        .args(["sessions"])
-        .env("CAIRN_MEMORY__TOKENIZER", "gpt2")
-        .output()?;
+    // `cairn sessions` with one setting from the environment.
+    let sessions_with = |key: &str, value: &str| {
+        Command::new(cairn_bin())
+            .args(["--data-dir"])
+            .arg(dir.path())
+            .args(["sessions"])
+            .env(key, value)
+            .output()
+    };
+    let out = sessions_with("CAIRN_MEMORY__TOKENIZER", "gpt2")?;
     ensure!(out.status.code() == Some(2));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.tokenizer \"gpt2\" is unknown"));
-    let out = Command::new(cairn_bin())
-        .args(["--data-dir"])
-        .arg(dir.path())
-        .args(["sessions"])
-        .env("CAIRN_MEMORY__CACHE_MB", "0")
-        .output()?;
+    let out = sessions_with("CAIRN_MEMORY__CACHE_MB", "0")?;
     ensure!(out.status.code() == Some(2));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.cache_mb 0 is out of range"));
     let out = Command::new(cairn_bin())

@@ -282,10 +282,10 @@ impl SearchService {
     /// Forgotten content is removed first; the backlog (items not indexed
     /// yet) is not waited for. Until the worker's first whole pass over
     /// the workspace (after a start the index is rebuilt from the record),
-    /// the result says [`SearchResult::catching_up`]. Replaced entries and entries past their
-    /// time-to-live (judged now, on the memory's clock, unless
-    /// `options.now` is set) are left out unless `options.filters` asks for
-    /// them; a subject filter also matches the subject's old slugs.
+    /// the result says [`SearchResult::catching_up`]. Replaced entries and
+    /// entries past their time-to-live (judged now, on the memory's clock,
+    /// unless `options.now` is set) are left out unless `options.filters`
+    /// asks for them; a subject filter also matches the subject's old slugs.
     ///
     /// ```
     /// use std::sync::Arc;

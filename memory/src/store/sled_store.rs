@@ -290,14 +290,14 @@ impl WorkspaceStore for SledWorkspace {
     }
 }
 
-/// The smallest key greater than every key starting with `prefix`
-/// (`None` when the prefix is all 0xff bytes).
 /// A pair read from the tree, without its collection tag byte.
 fn untagged(kv: sled::Result<(sled::IVec, sled::IVec)>) -> Result<KeyValue, StoreError> {
     kv.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
         .map_err(StoreError::from)
 }
 
+/// The smallest key greater than every key starting with `prefix`
+/// (`None` when the prefix is all 0xff bytes).
 fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut upper = prefix.to_vec();
     while let Some(last) = upper.pop() {
