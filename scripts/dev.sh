@@ -45,7 +45,7 @@ case "${1:-}" in
         shift
         setup
         log "building and running the demo"
-        cargo run --quiet --release -p cairn -- demo "$@"
+        cargo run --quiet --release -p cairn-cli --bin cairn -- demo "$@"
         ;;
     test)
         run_tests

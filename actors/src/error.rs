@@ -1,6 +1,6 @@
 //! The actor runtime's error type.
 
-use cairn_memory::MemoryError;
+use cairn_memory::{ErrorKind, MemoryError};
 
 /// Result alias for the actor runtime.
 pub type Result<T, E = ActorError> = std::result::Result<T, E>;
@@ -69,23 +69,37 @@ impl ActorError {
         }
     }
 
+    /// What kind of failure this is (see [`ErrorKind`]).
+    ///
+    /// ```
+    /// use cairn_actors::ActorError;
+    /// use cairn_memory::ErrorKind;
+    /// assert_eq!(ActorError::Unavailable("stopping".into()).kind(), ErrorKind::Unavailable);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ActorError::Memory(e) => e.kind(),
+            ActorError::Backpressure { .. }
+            | ActorError::Panicked { .. }
+            | ActorError::Timeout { .. }
+            | ActorError::Unavailable(_) => ErrorKind::Unavailable,
+            // A storage task that died: a bug or a broken store.
+            ActorError::Task(_) => ErrorKind::Internal,
+        }
+    }
+
     /// True when the caller's input caused the error.
     pub fn is_caller_error(&self) -> bool {
-        matches!(self, ActorError::Memory(e) if e.is_caller_error())
+        self.kind().is_caller_error()
     }
 
     /// True when something addressed does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ActorError::Memory(e) if e.is_not_found())
+        self.kind() == ErrorKind::NotFound
     }
 
     /// True when retrying the same call later can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            ActorError::Backpressure { .. }
-                | ActorError::Panicked { .. }
-                | ActorError::Timeout { .. }
-        )
+        self.kind() == ErrorKind::Unavailable
     }
 }

@@ -71,7 +71,13 @@ fn ingest_single(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(8));
 
     let direct_dir = tempfile::tempdir().expect("tempdir");
-    let direct = Cairn::open(config(direct_dir.path())).expect("cairn");
+    // The baseline: the memory core's append on its own store, no actors.
+    let direct = Memory::open_sled(
+        direct_dir.path(),
+        MemoryConfig::default(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .expect("memory");
     let ws = direct.workspace("bench").expect("workspace");
     let mut i = 0u64;
     group.bench_function("direct_workspace_append_turn", |b| {

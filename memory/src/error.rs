@@ -270,32 +270,112 @@ impl MemoryError {
         }
     }
 
-    /// True when the caller's input caused the error (HTTP 4xx), false for
-    /// failures of the machine or the data on disk (HTTP 5xx).
-    pub fn is_caller_error(&self) -> bool {
-        if let MemoryError::InBatch { source, .. } = self {
-            return source.is_caller_error();
+    /// What kind of failure this is: what a surface keys its answer on
+    /// (an HTTP status, a CLI exit code). One exhaustive match, so a new
+    /// variant must say its kind.
+    ///
+    /// ```
+    /// use cairn_memory::{ErrorKind, MemoryError};
+    /// assert_eq!(MemoryError::EntryNotFound { id: "x".into() }.kind(), ErrorKind::NotFound);
+    /// assert_eq!(MemoryError::ForgetWithoutReason.kind(), ErrorKind::Invalid);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MemoryError::InBatch { source, .. } => source.kind(),
+            MemoryError::SessionNotFound { .. }
+            | MemoryError::WorkspaceNotFound { .. }
+            | MemoryError::EntryNotFound { .. }
+            | MemoryError::SubjectNotFound { .. } => ErrorKind::NotFound,
+            MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,
+            MemoryError::SubjectExists { .. }
+            | MemoryError::AlreadyReplaced { .. }
+            | MemoryError::DuplicateEntryId { .. }
+            | MemoryError::WorkContextMismatch { .. } => ErrorKind::Conflict,
+            MemoryError::InvalidId { .. }
+            | MemoryError::Empty { .. }
+            | MemoryError::Invalid { .. }
+            | MemoryError::MissingToolCallId { .. }
+            | MemoryError::ParentNotFound { .. }
+            | MemoryError::ReplacesMissing { .. }
+            | MemoryError::ReplacesCycle { .. }
+            | MemoryError::InvalidTurnRange { .. }
+            | MemoryError::InvalidSlug { .. }
+            | MemoryError::ForgetWithoutReason
+            | MemoryError::BudgetTooSmall { .. }
+            | MemoryError::InvariantsExceedBudget { .. } => ErrorKind::Invalid,
+            MemoryError::AssemblySeam { .. }
+            | MemoryError::Tokenizer { .. }
+            | MemoryError::Corrupt { .. }
+            | MemoryError::Store(_) => ErrorKind::Internal,
         }
-        !matches!(
-            self,
-            MemoryError::Store(_)
-                | MemoryError::Corrupt { .. }
-                | MemoryError::Tokenizer { .. }
-                | MemoryError::AssemblySeam { .. }
-        )
+    }
+
+    /// True when the caller's input caused the error.
+    pub fn is_caller_error(&self) -> bool {
+        self.kind().is_caller_error()
     }
 
     /// True when the error says something addressed does not exist (HTTP 404).
     pub fn is_not_found(&self) -> bool {
-        if let MemoryError::InBatch { source, .. } = self {
-            return source.is_not_found();
+        self.kind() == ErrorKind::NotFound
+    }
+}
+
+/// What kind of failure an error is, shared by every cairn crate's error
+/// type: what a surface keys its answer on (an HTTP status, a CLI exit
+/// code), instead of comparing code strings.
+///
+/// ```
+/// use cairn_memory::ErrorKind;
+/// assert!(ErrorKind::Conflict.is_caller_error());
+/// assert!(!ErrorKind::Unavailable.is_caller_error());
+/// assert_eq!(ErrorKind::RateLimited.as_str(), "rate_limited");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Something addressed does not exist.
+    NotFound,
+    /// The input is malformed or breaks a rule.
+    Invalid,
+    /// The input is larger than a limit.
+    TooLarge,
+    /// The input conflicts with what is stored (a duplicate, a replaced entry).
+    Conflict,
+    /// The caller went past a rate limit; retry later.
+    RateLimited,
+    /// The caller may not read or do this.
+    Forbidden,
+    /// Temporarily unable (a full mailbox, a restarted actor); the same
+    /// call can succeed later.
+    Unavailable,
+    /// Something failed inside cairn (storage, a corrupt record, a bug).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind's `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal",
         }
-        matches!(
-            self,
-            MemoryError::SessionNotFound { .. }
-                | MemoryError::WorkspaceNotFound { .. }
-                | MemoryError::EntryNotFound { .. }
-                | MemoryError::SubjectNotFound { .. }
-        )
+    }
+
+    /// True when the caller's input or identity caused the error (as
+    /// opposed to the machine's state).
+    pub fn is_caller_error(self) -> bool {
+        !matches!(self, ErrorKind::Unavailable | ErrorKind::Internal)
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

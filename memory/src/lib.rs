@@ -56,7 +56,7 @@ pub use assemble::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Limits, MemoryConfig};
-pub use error::{MemoryError, Result};
+pub use error::{ErrorKind, MemoryError, Result};
 pub use forget::{ForgetTarget, Removed, Tombstone};
 pub use log::{
     DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,

@@ -1,5 +1,5 @@
-//! The assembly's runtime adapters: [`SearchRetriever`] puts the
-//! [`SearchService`] behind the memory core's `Retriever` seam (hybrid, or
+//! The assembly's runtime adapters: `SearchRetriever` puts the
+//! search service behind the memory core's `Retriever` seam (hybrid, or
 //! lexical only), and [`WasmPolicyCheck`] puts the WebAssembly memory
 //! policy behind its `PolicyCheck` seam. [`Cairn::assemble`] wires them.
 //!
@@ -28,7 +28,7 @@ use crate::host::Cairn;
 /// The `Retriever` seam over the search service: turn hits by `session:seq`,
 /// entry hits by entry id. Sub-agent sessions see only their lineage.
 #[derive(Debug)]
-pub struct SearchRetriever<'a> {
+pub(crate) struct SearchRetriever<'a> {
     service: &'a SearchService,
     workspace: &'a str,
     lineage: Option<HashSet<String>>,
@@ -37,7 +37,7 @@ pub struct SearchRetriever<'a> {
 impl<'a> SearchRetriever<'a> {
     /// A retriever over `workspace`; `lineage` restricts the sessions
     /// searched (`None`: all).
-    pub fn new(
+    pub(crate) fn new(
         service: &'a SearchService,
         workspace: &'a str,
         lineage: Option<HashSet<String>>,

@@ -163,7 +163,7 @@ impl CairnConfig {
     /// otherwise `./cairn.toml` if it exists), then `CAIRN_*` variables.
     pub fn load(file: Option<&Path>) -> Result<Self> {
         let defaults = config::Config::try_from(&CairnConfig::default())
-            .map_err(|e| CairnError::Config(e.to_string()))?;
+            .map_err(|e| CairnError::ConfigLoad { source: e.into() })?;
         let mut builder = config::Config::builder().add_source(defaults);
         match file {
             Some(path) => {
@@ -188,7 +188,7 @@ impl CairnConfig {
         let config: CairnConfig = builder
             .build()
             .and_then(|c| c.try_deserialize())
-            .map_err(|e| CairnError::Config(e.to_string()))?;
+            .map_err(|e| CairnError::ConfigLoad { source: e.into() })?;
         config.validate()?;
         Ok(config)
     }

@@ -218,7 +218,7 @@ impl std::fmt::Debug for DecisionLog {
 
 impl DecisionLog {
     /// Opens the log in `memory`'s system namespace and starts its writer.
-    pub fn open(memory: &Memory, config: &DecisionLogConfig) -> Result<DecisionLog> {
+    pub(crate) fn open(memory: &Memory, config: &DecisionLogConfig) -> Result<DecisionLog> {
         config.validate().map_err(CairnError::Config)?;
         let store = memory.system(DECISIONS_NAMESPACE)?;
         let first = read_u64(store.as_ref(), FIRST)?;
@@ -237,7 +237,7 @@ impl DecisionLog {
         let handle = std::thread::Builder::new()
             .name("cairn-decisions".to_owned())
             .spawn(move || writer.run(rx))
-            .map_err(|e| CairnError::DecisionLog(format!("cannot start the writer: {e}")))?;
+            .map_err(|e| CairnError::decision_log_from("cannot start the writer", e))?;
         Ok(DecisionLog {
             inner: Arc::new(LogInner {
                 tx: Mutex::new(Some(tx)),
@@ -256,11 +256,11 @@ impl DecisionLog {
             None => false,
         };
         if !sent {
-            return Err(CairnError::DecisionLog("the writer has stopped".to_owned()));
+            return Err(CairnError::decision_log("the writer has stopped"));
         }
         wait.recv()
-            .map_err(|_| CairnError::DecisionLog("the writer has stopped".to_owned()))?
-            .map_err(CairnError::DecisionLog)
+            .map_err(|_| CairnError::decision_log("the writer has stopped"))?
+            .map_err(CairnError::decision_log)
     }
 
     /// Blocks until every record handed to the log before the call is
@@ -289,10 +289,13 @@ impl DecisionLog {
                 store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)?
             {
                 let record: DecisionRecord = serde_json::from_slice(&value).map_err(|e| {
-                    CairnError::DecisionLog(format!(
-                        "record {} does not decode: {e}",
-                        seq_of(&key).unwrap_or_default()
-                    ))
+                    CairnError::decision_log_from(
+                        format!(
+                            "record {} does not decode",
+                            seq_of(&key).unwrap_or_default()
+                        ),
+                        e,
+                    )
                 })?;
                 if query.matches(&record) {
                     out.push(record);
@@ -532,7 +535,7 @@ fn read_u64(store: &dyn WorkspaceStore, key: &[u8]) -> Result<u64> {
         None => Ok(0),
         Some(bytes) => {
             let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-                CairnError::DecisionLog(format!(
+                CairnError::decision_log(format!(
                     "{} holds {} bytes, not 8",
                     String::from_utf8_lossy(key),
                     bytes.len()

@@ -1,7 +1,10 @@
 //! The runtime's error type.
 
 use cairn_actors::ActorError;
-use cairn_memory::MemoryError;
+use cairn_memory::{ErrorKind, MemoryError};
+
+/// A boxed cause, kept so that `std::error::Error::source` walks to it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Result alias for the runtime.
 pub type Result<T, E = CairnError> = std::result::Result<T, E>;
@@ -16,9 +19,16 @@ pub enum CairnError {
     /// The actor runtime refused or failed (backpressure, a restarted actor…).
     #[error(transparent)]
     Actor(ActorError),
-    /// The configuration could not be read or is invalid.
+    /// The configuration is invalid (the message names the setting).
     #[error("configuration: {0}")]
     Config(String),
+    /// The configuration could not be read or parsed.
+    #[error("configuration: {source}")]
+    ConfigLoad {
+        /// The reader's error (a missing file, bad TOML, a bad `CAIRN_*` value).
+        #[source]
+        source: BoxError,
+    },
     /// Search or its index failed.
     #[error(transparent)]
     Search(#[from] cairn_memory::search::ServiceError),
@@ -58,8 +68,14 @@ pub enum CairnError {
     #[error("unknown world {0:?}; use significance-gate, topic-directive or memory-policy")]
     UnknownWorld(String),
     /// The decision log or the plugin registry failed.
-    #[error("decision log: {0}")]
-    DecisionLog(String),
+    #[error("decision log: {message}")]
+    DecisionLog {
+        /// What failed.
+        message: String,
+        /// The cause, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
 }
 
 impl CairnError {
@@ -73,7 +89,7 @@ impl CairnError {
         match self {
             CairnError::Memory(e) => e.code(),
             CairnError::Actor(e) => e.code(),
-            CairnError::Config(_) => "config",
+            CairnError::Config(_) | CairnError::ConfigLoad { .. } => "config",
             CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => e.code(),
             CairnError::Search(_) => "search",
             CairnError::RateLimited { .. } => "rate_limited",
@@ -82,57 +98,78 @@ impl CairnError {
             CairnError::Policy(e) => policy_code(e),
             CairnError::PluginTooLarge { .. } => "plugin_too_large",
             CairnError::UnknownWorld(_) => "unknown_world",
-            CairnError::DecisionLog(_) => "decision_log",
+            CairnError::DecisionLog { .. } => "decision_log",
+        }
+    }
+
+    /// What kind of failure this is: the one thing a surface keys on (HTTP
+    /// maps it to a status with one exhaustive match; the CLI to an exit
+    /// code). [`code`](Self::code) stays the finer, stable name.
+    ///
+    /// ```
+    /// use cairn::{CairnError, ErrorKind};
+    /// assert_eq!(CairnError::UnknownWorld("x".into()).kind(), ErrorKind::Invalid);
+    /// assert_eq!(CairnError::Denied("outside lineage".into()).kind(), ErrorKind::Forbidden);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        use cairn_memory::search::ServiceError;
+        match self {
+            CairnError::Memory(e) | CairnError::Search(ServiceError::Memory(e)) => e.kind(),
+            CairnError::Actor(e) => e.kind(),
+            CairnError::Config(_) | CairnError::ConfigLoad { .. } => ErrorKind::Invalid,
+            CairnError::Search(_) => ErrorKind::Internal,
+            CairnError::RateLimited { .. } => ErrorKind::RateLimited,
+            CairnError::Denied(_) => ErrorKind::Forbidden,
+            CairnError::InvalidReference(_) | CairnError::UnknownWorld(_) => ErrorKind::Invalid,
+            CairnError::PluginTooLarge { .. } => ErrorKind::TooLarge,
+            CairnError::Policy(e) => policy_kind(e),
+            CairnError::DecisionLog { .. } => ErrorKind::Internal,
         }
     }
 
     /// True when the caller's input caused the error.
     pub fn is_caller_error(&self) -> bool {
-        match self {
-            CairnError::Memory(e) => e.is_caller_error(),
-            CairnError::Actor(e) => e.is_caller_error(),
-            CairnError::Config(_) => true,
-            CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => {
-                e.is_caller_error()
-            }
-            CairnError::Search(_) => false,
-            CairnError::RateLimited { .. }
-            | CairnError::Denied(_)
-            | CairnError::InvalidReference(_)
-            | CairnError::PluginTooLarge { .. }
-            | CairnError::UnknownWorld(_) => true,
-            CairnError::Policy(e) => !matches!(
-                e,
-                cairn_policies::PolicyError::Engine { .. }
-                    | cairn_policies::PolicyError::Cache { .. }
-                    | cairn_policies::PolicyError::DecisionLog { .. }
-            ),
-            CairnError::DecisionLog(_) => false,
-        }
+        self.kind().is_caller_error()
     }
 
     /// True when something addressed does not exist.
     pub fn is_not_found(&self) -> bool {
-        match self {
-            CairnError::Memory(e) => e.is_not_found(),
-            CairnError::Actor(e) => e.is_not_found(),
-            CairnError::Search(cairn_memory::search::ServiceError::Memory(e)) => e.is_not_found(),
-            CairnError::Config(_)
-            | CairnError::Search(_)
-            | CairnError::RateLimited { .. }
-            | CairnError::Denied(_)
-            | CairnError::InvalidReference(_)
-            | CairnError::Policy(_)
-            | CairnError::PluginTooLarge { .. }
-            | CairnError::UnknownWorld(_)
-            | CairnError::DecisionLog(_) => false,
-        }
+        self.kind() == ErrorKind::NotFound
     }
 
     /// True when the same call can succeed later (a full mailbox, a
     /// restarted actor): HTTP answers 503.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, CairnError::Actor(e) if e.is_retryable())
+        self.kind() == ErrorKind::Unavailable
+    }
+
+    /// A decision-log or plugin-registry failure without a further cause.
+    pub(crate) fn decision_log(message: impl Into<String>) -> Self {
+        CairnError::DecisionLog {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A decision-log or plugin-registry failure caused by `source`.
+    pub(crate) fn decision_log_from(
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        CairnError::DecisionLog {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+/// The policy host's errors by kind: a bad component is the caller's; the
+/// engine, its cache and the log are the machine's.
+fn policy_kind(err: &cairn_policies::PolicyError) -> ErrorKind {
+    use cairn_policies::PolicyError as P;
+    match err {
+        P::Engine { .. } | P::Cache { .. } | P::DecisionLog { .. } => ErrorKind::Internal,
+        _ => ErrorKind::Invalid,
     }
 }
 

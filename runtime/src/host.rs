@@ -123,14 +123,21 @@ impl Cairn {
         &self.config
     }
 
-    /// The memory core, for log, subject and forget operations.
-    pub fn memory(&self) -> &Memory {
+    /// The memory core. Not public: every surface goes through the
+    /// facade's methods, which apply the rules (actors, gate, lineage,
+    /// redaction, limits).
+    pub(crate) fn memory(&self) -> &Memory {
         &self.memory
     }
 
     /// A workspace handle (created on first use).
-    pub fn workspace(&self, workspace: &str) -> Result<Workspace> {
+    pub(crate) fn workspace(&self, workspace: &str) -> Result<Workspace> {
         Ok(self.memory.workspace(workspace)?)
+    }
+
+    /// The workspaces in the store, sorted.
+    pub fn workspaces(&self) -> Result<Vec<String>> {
+        Ok(self.memory.workspaces()?)
     }
 
     /// Hook `bootstrap`: a session starts. Creates it (durably) or returns it.
@@ -144,7 +151,9 @@ impl Cairn {
         &self.policies
     }
 
-    /// The actor runtime (test and bench hooks: faults, stats).
+    /// The actor runtime: cairn's own tests inject faults and read
+    /// statistics through it (feature `testing`).
+    #[cfg(feature = "testing")]
     #[doc(hidden)]
     pub fn actors(&self) -> &ActorRuntime {
         &self.actors
@@ -157,22 +166,41 @@ impl Cairn {
     /// configuration); nothing of a refused call is written.
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
         let acks = self.actors.ingest(workspace, turns)?;
-        // Indexing happens in the background; ingest only wakes the worker.
+        self.nudge_search();
+        Ok(acks)
+    }
+
+    /// Wakes the search worker after a write: indexing happens in the
+    /// background, never on the acknowledgement path.
+    pub(crate) fn nudge_search(&self) {
         if let Some(search) = self.search.get() {
             search.nudge();
         }
-        Ok(acks)
     }
 
     /// The search service (indexes, background worker), started (model
     /// loaded, worker running) on first call.
-    #[doc(hidden)]
-    pub fn search(&self) -> &SearchService {
+    pub(crate) fn search(&self) -> &SearchService {
         self.search.get_or_init(|| {
             let service = SearchService::new(self.memory.clone(), load_embedder(&self.config));
             service.start();
             service
         })
+    }
+
+    /// Starts search (loads the embedding model, starts the indexing worker)
+    /// without waiting for it: `cairn serve` calls it at start so the first
+    /// query does not pay for the model load.
+    pub fn start_search(&self) {
+        self.search();
+    }
+
+    /// Brings the search indexes up to the durable record now, embedding
+    /// only what was never embedded (stored vectors are reused). A short
+    /// process (a CLI command) calls it before searching or assembling with
+    /// retrieval; a long-running one lets the background worker do it.
+    pub fn catch_up_search(&self) -> Result<()> {
+        Ok(self.search().catch_up()?)
     }
 
     pub(crate) fn rate_limiter(&self) -> &RateLimiter {
@@ -230,8 +258,10 @@ impl Cairn {
 
     /// Hook `after_turn`: a model turn completed. Returns the session's state.
     ///
-    /// In this release the hook only reads; capture triggers hang off it once
-    /// the actor runtime lands.
+    /// It writes nothing: the turns themselves arrive through
+    /// [`Cairn::ingest`], where the session's actor marks its work context
+    /// dirty and the significance gate judges them; the capture triggers
+    /// (idle, defocus, nightly) fire on the actors' ticks.
     pub fn after_turn(&self, workspace: &str, session: &str) -> Result<Session> {
         Ok(self.workspace(workspace)?.session(session)?)
     }

@@ -4,11 +4,16 @@
 //! session starts, [`Cairn::ingest`] for every turn, [`Cairn::assemble`] before
 //! each model call, and [`Cairn::session_end`] / [`Cairn::before_reset`] /
 //! [`Cairn::gateway_start`] around the session's life. Everything is stored
-//! durably (embedded sled) before it is acknowledged. The memory log, the
-//! subject registry and `forget` are reached through [`Cairn::workspace`].
+//! durably (embedded sled) before it is acknowledged.
 //!
-//! The same API is served over HTTP by `cairn serve` (see [`http`]) and driven
-//! by the `cairn` command line.
+//! [`Cairn`] is the only door: the memory tools ([`Cairn::memory_search`],
+//! [`Cairn::memory_get`]…), the reads of the record and the log
+//! ([`Cairn::transcript`], [`Cairn::entries`]…), the writes
+//! ([`Cairn::append_entries`], [`Cairn::pin`], [`Cairn::forget`]…) and plugin
+//! administration ([`Cairn::install_plugin`]…) all go through it, so the
+//! rules (actors, the significance gate, the memory policy, lineage,
+//! redaction, limits) apply to every surface. The `cairn` binary (the CLI and
+//! `cairn serve`, package `cairn-cli`) is built on this API alone.
 //!
 //! ```
 //! use cairn::{Cairn, CairnConfig, EntryInput, EntryKind, Role, TurnInput};
@@ -16,11 +21,11 @@
 //! let dir = tempfile::tempdir()?;
 //! let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..Default::default() })?;
 //! cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Let's use Postgres.").in_context("db")])?;
-//! let ws = cairn.workspace("acme")?;
-//! let decision = ws.append_entry(
+//! let decision = cairn.append_entry(
+//!     "acme",
 //!     &EntryInput::new(EntryKind::Decision, "Use Postgres 16").about("storage").from_turns("s1", 0, 0),
 //! )?;
-//! ws.pin(&decision.id)?; // a hard invariant of every block from now on
+//! cairn.pin("acme", &decision.id)?; // a hard invariant of every block from now on
 //! let mut request = cairn::AssembleRequest::new("s1", 400);
 //! request.retrieval = cairn::RetrievalMode::Off;
 //! let block = cairn.assemble("acme", &request)?;
@@ -33,27 +38,23 @@ pub mod assembly;
 mod config;
 mod decision_log;
 mod error;
-pub mod eval;
 mod host;
-pub mod http;
-pub mod loadgen;
+mod manage;
 mod policy;
 mod tools;
 
 pub use cairn_actors::{
-    ActorConfig, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
+    ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
 };
 pub use cairn_memory::assemble::{
     ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
     RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
-/// Hybrid search (BM25 + vectors), re-exported from the memory core.
-pub use cairn_memory::search;
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
-    EntryStatus, EntryView, ForgetTarget, ItemSource, ManualClock, MemoryConfig, MemoryError,
-    Provenance, Role, Session, SessionKind, SessionSpec, SessionState, Subject, SubjectKind,
-    SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput, Workspace,
+    EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
+    MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec, SessionState,
+    Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput,
 };
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
@@ -63,15 +64,43 @@ pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
     GenerationCounts, MAX_QUERY_LIMIT,
 };
-pub use error::{CairnError, Result};
+pub use error::{BoxError, CairnError, Result};
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use policy::{
     InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
-    PolicyConfig, WasmGate, parse_world,
+    PolicyConfig, parse_world,
 };
 pub use tools::{
     MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
 };
+/// The policy worlds' types, re-exported from the policy host: the
+/// requests and decisions of the three WIT worlds, generation ids, slots,
+/// decision records and the built-in plugins. [`Policies`] and the decision
+/// log name these.
+pub mod worlds {
+    pub use cairn_policies::*;
+}
+pub use cairn_policies::{DecisionRecord, PolicyGenerationId, WorldKind};
+
+/// Hybrid search (BM25 + vectors) as a library: the index, its options and
+/// filters, the embedding seam. A running cairn's search is
+/// [`Cairn::memory_search`].
+pub mod search {
+    pub use cairn_memory::search::{
+        DocAttrs, DocSource, EmbedConfig, Embedder, FastEmbedder, Fusion, IndexStats, ItemRef,
+        RecipeParams, SearchDoc, SearchError, SearchFilters, SearchHit, SearchIndex, SearchMode,
+        SearchOptions, SearchResult, ServiceError, UnitCosine,
+    };
+}
+
+/// Internal handles for cairn's own tests and benchmarks (feature
+/// `testing`): fault injection and actor statistics. Nothing here applies
+/// the facade's rules; embedders do not need it.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use cairn_actors::{ActorRuntime, Fault, RuntimeStats};
+}
 
 #[allow(dead_code)]
 fn _assert_send_sync() {

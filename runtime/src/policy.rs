@@ -237,7 +237,11 @@ impl Policies {
     /// Opens the decision log and the registry in `memory`'s store, and
     /// serves every world from its installed plugin (or the default).
     /// Compiled components are cached in `data_dir/policy-cache`.
-    pub fn open(memory: &Memory, data_dir: &Path, config: &PolicyConfig) -> Result<Policies> {
+    pub(crate) fn open(
+        memory: &Memory,
+        data_dir: &Path,
+        config: &PolicyConfig,
+    ) -> Result<Policies> {
         config.validate().map_err(CairnError::Config)?;
         let log = DecisionLog::open(memory, &config.decision_log)?;
         let registry = memory.system(PLUGINS_NAMESPACE)?;
@@ -340,7 +344,7 @@ impl Policies {
     }
 
     /// The significance gate as the actor runtime's gate.
-    pub fn gate(&self) -> WasmGate {
+    pub(crate) fn gate(&self) -> WasmGate {
         WasmGate {
             slot: self.inner.significance.slot.clone(),
         }
@@ -448,7 +452,7 @@ impl Policies {
         let mut next = read_next_generation(self.inner.registry.as_ref())?;
         for record in &installed {
             let value = serde_json::to_vec(record)
-                .map_err(|e| CairnError::DecisionLog(format!("encoding the registry: {e}")))?;
+                .map_err(|e| CairnError::decision_log_from("encoding the registry", e))?;
             batch.put(Collection::State, plugin_key(record.world), value);
             next = next.max(record.generation.number() + 1);
         }
@@ -580,13 +584,13 @@ fn restore_installed<W: World>(
     let wasm = registry
         .get(Collection::State, &wasm_key(&record.content_hash))?
         .ok_or_else(|| {
-            CairnError::DecisionLog(format!(
+            CairnError::decision_log(format!(
                 "the component of {} ({}) is missing from the registry",
                 record.plugin, record.content_hash
             ))
         })?;
     if blake3_hex(&wasm) != record.content_hash {
-        return Err(CairnError::DecisionLog(format!(
+        return Err(CairnError::decision_log(format!(
             "the stored component of {} does not match its hash {}",
             record.plugin, record.content_hash
         )));
@@ -626,7 +630,7 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
         None => Ok(1),
         Some(bytes) => {
             let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-                CairnError::DecisionLog("the registry's next generation is not 8 bytes".to_owned())
+                CairnError::decision_log("the registry's next generation is not 8 bytes")
             })?;
             Ok(u64::from_be_bytes(array))
         }
@@ -654,13 +658,13 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 /// the world's fail-safe, observe only: never more than a plugin could
 /// have asked for, and the actor never crashes.
 #[derive(Debug, Clone)]
-pub struct WasmGate {
+pub(crate) struct WasmGate {
     slot: PolicySlot<SignificanceGate>,
 }
 
 impl WasmGate {
     /// The gate's input for one stored turn.
-    pub fn input(input: &GateInput<'_>, mentions: &[String]) -> SignificanceInput {
+    pub(crate) fn input(input: &GateInput<'_>, mentions: &[String]) -> SignificanceInput {
         let work_context = (!input.work_context.is_empty()).then(|| input.work_context.to_owned());
         let has_context = work_context.is_some();
         let mut turn = TurnView::new(input.session, input.seq, role(input.role), input.content);

@@ -2,13 +2,16 @@
 //! `memory_get`, `session_list` and `read_transcript`, with the
 //! cross-surface rules: per-caller rate limits, lineage permission for
 //! sub-agent sessions, low-trust labels, the lexical-fallback flag and
-//! secret redaction. HTTP and the CLI call these methods and nothing else.
+//! secret redaction. The caller-facing reads of the record and the log
+//! (`sessions`, `session`, `transcript`, `entries`, `entry`, `history`)
+//! apply the same lineage and redaction rules.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use cairn_memory::search::{DocSource, ItemRef, SearchFilters, SearchMode, SearchOptions};
 use cairn_memory::{
-    EntryKind, EntryView, MemoryError, Provenance, Role, Session, SessionKind, Turn, Workspace,
+    Entry, EntryFilter, EntryKind, EntryView, MemoryError, Provenance, Role, Session, SessionKind,
+    Turn, Workspace,
 };
 use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
@@ -298,6 +301,30 @@ fn cap_turns(ws: &Workspace, session: &str, mut turns: Vec<Turn>) -> Transcript 
     }
 }
 
+/// True when an entry came from one of the `allowed` sessions (an entry
+/// with no provenance belongs to no session, so a restricted reader does
+/// not see it: the same rule as search's session filter).
+fn in_lineage(allowed: &HashSet<String>, entry: &Entry) -> bool {
+    entry
+        .provenance
+        .as_ref()
+        .is_some_and(|p| allowed.contains(&p.session))
+}
+
+fn outside_lineage(asking: Option<&str>, entry: &str) -> CairnError {
+    CairnError::Denied(format!(
+        "session {:?} may read only its own lineage; entry {entry:?} comes from outside it",
+        asking.unwrap_or_default()
+    ))
+}
+
+fn redact_view(view: &mut EntryView) {
+    view.entry.content = redact(&view.entry.content);
+    if let Some(detail) = &view.entry.detail {
+        view.entry.detail = Some(redact(detail));
+    }
+}
+
 impl Cairn {
     fn allowed_sessions(
         &self,
@@ -482,23 +509,15 @@ impl Cairn {
             let turns = ws.transcript(session, from, Some(limit))?;
             return Ok(MemoryItem::Turns(cap_turns(&ws, session, turns)));
         }
-        let mut entry = ws.entry(id)?;
-        entry.entry.content = redact(&entry.entry.content);
         Ok(MemoryItem::Entry {
-            entry: Box::new(entry),
+            entry: Box::new(self.entry(workspace, id, asking)?),
         })
     }
 
     /// Tool `session.list`: the workspace's sessions (a sub-agent sees its
     /// lineage only).
     pub fn session_list(&self, workspace: &str, asking: Option<&str>) -> Result<Vec<Session>> {
-        let ws = self.memory().existing_workspace(workspace)?;
-        let allowed = self.allowed_sessions(&ws, asking, false)?;
-        Ok(ws
-            .sessions(None)?
-            .into_iter()
-            .filter(|s| allowed.as_ref().is_none_or(|a| a.contains(&s.id)))
-            .collect())
+        self.sessions(workspace, None, asking)
     }
 
     /// Tool `session.read_transcript`: turns from `from`, capped at 4,000
@@ -514,6 +533,152 @@ impl Cairn {
         self.check_lineage(&ws, asking, false, session)?;
         let turns = ws.transcript(session, from, None)?;
         Ok(cap_turns(&ws, session, turns))
+    }
+
+    /// The workspace's sessions, only those of `work_context` when given.
+    /// An `asking` sub-agent or cron session sees its lineage only.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Role, SessionKind, SessionSpec, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("main", Role::User, "hello")])?;
+    /// cairn.bootstrap("acme", &SessionSpec { id: "helper".into(), kind: SessionKind::Subagent,
+    ///     parent: Some("main".into()), ..Default::default() })?;
+    /// cairn.bootstrap("acme", &SessionSpec { id: "other".into(), kind: SessionKind::Subagent, ..Default::default() })?;
+    /// assert_eq!(cairn.sessions("acme", None, None)?.len(), 3);
+    /// let seen: Vec<String> = cairn.sessions("acme", None, Some("helper"))?.into_iter().map(|s| s.id).collect();
+    /// assert_eq!(seen.len(), 2); // itself and its parent, not "other"
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sessions(
+        &self,
+        workspace: &str,
+        work_context: Option<&str>,
+        asking: Option<&str>,
+    ) -> Result<Vec<Session>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let allowed = self.allowed_sessions(&ws, asking, false)?;
+        Ok(ws
+            .sessions(work_context)?
+            .into_iter()
+            .filter(|s| allowed.as_ref().is_none_or(|a| a.contains(&s.id)))
+            .collect())
+    }
+
+    /// One session's state; refused (`lineage_denied`) when an `asking`
+    /// sub-agent session names a session outside its lineage.
+    pub fn session(&self, workspace: &str, session: &str, asking: Option<&str>) -> Result<Session> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        self.check_lineage(&ws, asking, false, session)?;
+        Ok(ws.session(session)?)
+    }
+
+    /// A session's raw record from turn `from`, at most `limit` turns, with
+    /// secrets redacted; the lineage rule applies to an `asking` session.
+    /// Unlike [`read_transcript`](Self::read_transcript) (the agent tool)
+    /// there is no token cap: this is the operator's read.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "my key is sk-abcdefghijklmnopqrstuvwxyz123456")])?;
+    /// let turns = cairn.transcript("acme", "s1", 0, None, None)?;
+    /// assert!(!turns[0].content.contains("sk-abcdefghijklmnopqrstuvwxyz123456"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn transcript(
+        &self,
+        workspace: &str,
+        session: &str,
+        from: u64,
+        limit: Option<usize>,
+        asking: Option<&str>,
+    ) -> Result<Vec<Turn>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        self.check_lineage(&ws, asking, false, session)?;
+        let mut turns = ws.transcript(session, from, limit)?;
+        for t in &mut turns {
+            t.content = redact(&t.content);
+        }
+        Ok(turns)
+    }
+
+    /// Memory-log entries matching `filter`, newest first, redacted. An
+    /// `asking` sub-agent or cron session sees only entries whose
+    /// provenance lies in its lineage.
+    pub fn entries(
+        &self,
+        workspace: &str,
+        filter: &EntryFilter,
+        asking: Option<&str>,
+    ) -> Result<Vec<EntryView>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let allowed = self.allowed_sessions(&ws, asking, false)?;
+        let mut views = match &allowed {
+            None => ws.entries(filter)?,
+            Some(allowed) => {
+                // The limit counts visible entries only.
+                let all = ws.entries(&EntryFilter {
+                    limit: None,
+                    ..filter.clone()
+                })?;
+                let mut views: Vec<EntryView> = all
+                    .into_iter()
+                    .filter(|v| in_lineage(allowed, &v.entry))
+                    .collect();
+                if let Some(limit) = filter.limit {
+                    views.truncate(limit);
+                }
+                views
+            }
+        };
+        views.iter_mut().for_each(redact_view);
+        Ok(views)
+    }
+
+    /// One entry with its status, redacted; refused (`lineage_denied`) when
+    /// an `asking` sub-agent session reads an entry from outside its lineage.
+    pub fn entry(&self, workspace: &str, id: &str, asking: Option<&str>) -> Result<EntryView> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let mut view = ws.entry(id)?;
+        self.check_entry_lineage(&ws, asking, &view.entry)?;
+        redact_view(&mut view);
+        Ok(view)
+    }
+
+    /// An entry's `replaces` chain, oldest first, redacted; the lineage rule
+    /// applies to the entry asked for.
+    pub fn history(
+        &self,
+        workspace: &str,
+        id: &str,
+        asking: Option<&str>,
+    ) -> Result<Vec<EntryView>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let mut chain = ws.history(id)?;
+        if let Some(allowed) = self.allowed_sessions(&ws, asking, false)? {
+            if let Some(outside) = chain.iter().find(|v| !in_lineage(&allowed, &v.entry)) {
+                return Err(outside_lineage(asking, &outside.entry.id));
+            }
+        }
+        chain.iter_mut().for_each(redact_view);
+        Ok(chain)
+    }
+
+    fn check_entry_lineage(
+        &self,
+        ws: &Workspace,
+        asking: Option<&str>,
+        entry: &Entry,
+    ) -> Result<()> {
+        match self.allowed_sessions(ws, asking, false)? {
+            Some(allowed) if !in_lineage(&allowed, entry) => {
+                Err(outside_lineage(asking, &entry.id))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Search indexing progress (`cairn stats`).

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{Result, bail, ensure};
+use cairn::testing::Fault;
 use cairn::{
     ActorConfig, Backpressure, Cairn, CairnConfig, CaptureReport, EntryFilter, EntryKind,
     ManualClock, Role, SessionKind, SessionSpec, SubjectKind, TurnInput,
 };
-use cairn_actors::Fault;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 
 fn at(hour: u32, minute: u32) -> DateTime<Utc> {
@@ -55,9 +55,8 @@ fn summary(reports: &[CaptureReport]) -> Vec<String> {
 fn henderson_johnson_two_captures_in_46_minutes() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (cairn, clock) = open(dir.path(), ActorConfig::default())?;
-    let ws = cairn.workspace("firm")?;
-    ws.add_subject("henderson", SubjectKind::Project, None)?;
-    ws.add_subject("johnson", SubjectKind::Project, None)?;
+    cairn.add_subject("firm", "henderson", SubjectKind::Project, None)?;
+    cairn.add_subject("firm", "johnson", SubjectKind::Project, None)?;
 
     let (h, j, d) = ("henderson", "johnson", "doc24");
     let script: Vec<(u32, Vec<TurnInput>)> = vec![
@@ -205,11 +204,15 @@ fn henderson_johnson_two_captures_in_46_minutes() -> Result<()> {
 
     // Seed 000 §5.5: Johnson's capture mentions Henderson, which the
     // Henderson context tracks: a cross-conversation update lands there.
-    let updates = ws.entries(&EntryFilter {
-        kind: Some(EntryKind::CrossConversationUpdate),
-        work_context: Some("henderson".to_owned()),
-        ..EntryFilter::default()
-    })?;
+    let updates = cairn.entries(
+        "firm",
+        &EntryFilter {
+            kind: Some(EntryKind::CrossConversationUpdate),
+            work_context: Some("henderson".to_owned()),
+            ..EntryFilter::default()
+        },
+        None,
+    )?;
     ensure!(updates.len() == 1, "{updates:?}");
     let detail = updates[0].entry.detail.clone().unwrap_or_default();
     ensure!(
@@ -314,9 +317,8 @@ fn panicking_actors_restart_and_lose_or_repeat_nothing() -> Result<()> {
         cairn.actors().stats()
     );
 
-    let ws = cairn.workspace("w")?;
     for (session, wc, word) in [("a", "alpha", "option"), ("b", "beta", "plan")] {
-        let transcript = ws.transcript(session, 0, None)?;
+        let transcript = cairn.transcript("w", session, 0, None, None)?;
         ensure!(
             transcript.len() == 40,
             "{session}: {} turns",
@@ -326,11 +328,15 @@ fn panicking_actors_restart_and_lose_or_repeat_nothing() -> Result<()> {
             ensure!(t.content == format!("Turn {i}: we decided on {word} {i}."));
         }
         // Every turn's decision captured exactly once.
-        let decisions = ws.entries(&EntryFilter {
-            kind: Some(EntryKind::KeyDecision),
-            work_context: Some(wc.to_owned()),
-            ..EntryFilter::default()
-        })?;
+        let decisions = cairn.entries(
+            "w",
+            &EntryFilter {
+                kind: Some(EntryKind::KeyDecision),
+                work_context: Some(wc.to_owned()),
+                ..EntryFilter::default()
+            },
+            None,
+        )?;
         let mut seqs: Vec<u64> = decisions
             .iter()
             .filter_map(|d| d.entry.provenance.as_ref().map(|p| p.from_seq))
@@ -430,7 +436,7 @@ fn full_mailboxes_refuse_or_wait_by_configuration() -> Result<()> {
             Backpressure::Reject => ensure!(refused >= 1, "nothing was refused: {results:?}"),
             Backpressure::Wait => ensure!(refused == 0, "{results:?}"),
         }
-        let stored = cairn.workspace("w")?.transcript("s", 0, None)?;
+        let stored = cairn.transcript("w", "s", 0, None, None)?;
         ensure!(
             stored.len() == 1 + ok,
             "{mode:?}: {} stored, {ok} acked",
@@ -456,12 +462,15 @@ fn sessions_are_extracted_once_with_one_retry() -> Result<()> {
         cairn.session_end("w", "main-1")?;
         let handoffs = |cairn: &Cairn, session: &str| -> Result<usize> {
             Ok(cairn
-                .workspace("w")?
-                .entries(&EntryFilter {
-                    kind: Some(EntryKind::Handoff),
-                    session: Some(session.to_owned()),
-                    ..EntryFilter::default()
-                })?
+                .entries(
+                    "w",
+                    &EntryFilter {
+                        kind: Some(EntryKind::Handoff),
+                        session: Some(session.to_owned()),
+                        ..EntryFilter::default()
+                    },
+                    None,
+                )?
                 .len())
         };
         ensure!(handoffs(&cairn, "main-1")? == 1);

@@ -42,8 +42,7 @@ fn request(session: &str, budget: usize, destination: Destination) -> AssembleRe
 fn three_tiers_with_the_real_policy() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (cairn, clock) = open(dir.path())?;
-    let ws = cairn.workspace("firm")?;
-    ws.add_subject("henderson", SubjectKind::Project, None)?;
+    cairn.add_subject("firm", "henderson", SubjectKind::Project, None)?;
     cairn.ingest(
         "firm",
         &[
@@ -53,19 +52,23 @@ fn three_tiers_with_the_real_policy() -> Result<()> {
                 .in_context("synth"),
         ],
     )?;
-    ws.append_entries(&[
-        EntryInput::new(EntryKind::WorkPhaseChange, "Phase: drafting").from_turns("s-mon", 0, 0),
-        EntryInput::new(
-            EntryKind::Handoff,
-            "Subsections 1-3 done; event study waits on data.",
-        )
-        .from_turns("s-mon", 0, 0),
-        EntryInput::new(EntryKind::OpenQuestion, "Address Dura in the intro.")
+    cairn.append_entries(
+        "firm",
+        &[
+            EntryInput::new(EntryKind::WorkPhaseChange, "Phase: drafting")
+                .from_turns("s-mon", 0, 0),
+            EntryInput::new(
+                EntryKind::Handoff,
+                "Subsections 1-3 done; event study waits on data.",
+            )
             .from_turns("s-mon", 0, 0),
-        EntryInput::new(EntryKind::Decision, "Evening patch: Marbles into Plaits.")
-            .from_turns("s-synth", 0, 0),
-        EntryInput::new(EntryKind::Fact, "The user prefers direct answers."),
-    ])?;
+            EntryInput::new(EntryKind::OpenQuestion, "Address Dura in the intro.")
+                .from_turns("s-mon", 0, 0),
+            EntryInput::new(EntryKind::Decision, "Evening patch: Marbles into Plaits.")
+                .from_turns("s-synth", 0, 0),
+            EntryInput::new(EntryKind::Fact, "The user prefers direct answers."),
+        ],
+    )?;
     clock.advance(Duration::hours(2));
     cairn.ingest(
         "firm",
@@ -196,9 +199,10 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
                 TurnInput::new("s1", Role::User, "When does the staging password rotate?"),
             ],
         )?;
-        cairn
-            .workspace("default")?
-            .append_entry(&EntryInput::new(EntryKind::Fact, "The team is in Oslo."))?;
+        cairn.append_entry(
+            "default",
+            &EntryInput::new(EntryKind::Fact, "The team is in Oslo."),
+        )?;
     }
     let out = std::process::Command::new(crate::support::cairn_bin())
         .arg("--data-dir")

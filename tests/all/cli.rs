@@ -179,3 +179,92 @@ fn bad_configuration_is_named() -> Result<()> {
     ensure!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     Ok(())
 }
+
+/// The CLI reaches memory through the facade only: `cairn ingest` goes
+/// through the session actors, so the significance gate judges every turn
+/// (one decision each in the durable log), and a read as a sub-agent
+/// session outside its lineage is refused with the caller's exit code.
+#[test]
+fn cli_applies_the_facade_rules() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let turns = concat!(
+        "{\"session\":\"main\",\"role\":\"user\",\"content\":\"We decided to ship on Friday.\"}\n",
+        "{\"session\":\"main\",\"role\":\"assistant\",\"content\":\"Noted, Friday it is.\"}\n",
+        "{\"session\":\"other\",\"role\":\"user\",\"content\":\"The other project's notes.\"}\n",
+    );
+    let out = cairn(dir.path(), &["ingest", "-"], Some(turns.as_bytes()))?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cairn(
+        dir.path(),
+        &["plugins", "log", "--world", "significance-gate", "--json"],
+        None,
+    )?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        records.len() == 3,
+        "the gate judged {} of 3 ingested turns: {}",
+        records.len(),
+        stdout(&out)
+    );
+    {
+        // A sub-agent of `main`, as a gateway would start one.
+        let cairn = cairn::Cairn::open(cairn::CairnConfig {
+            data_dir: dir.path().to_owned(),
+            ..cairn::CairnConfig::default()
+        })?;
+        cairn.bootstrap(
+            "default",
+            &cairn::SessionSpec {
+                id: "helper".into(),
+                kind: cairn::SessionKind::Subagent,
+                parent: Some("main".into()),
+                ..cairn::SessionSpec::default()
+            },
+        )?;
+    }
+    let out = cairn(
+        dir.path(),
+        &["transcript", "main", "--asking", "helper"],
+        None,
+    )?;
+    ensure!(
+        out.status.success() && stdout(&out).contains("ship on Friday"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cairn(
+        dir.path(),
+        &["transcript", "other", "--asking", "helper"],
+        None,
+    )?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2),
+        "exit {:?}: {err}",
+        out.status.code()
+    );
+    ensure!(
+        err.contains("lineage") && err.contains("\"other\""),
+        "{err}"
+    );
+    ensure!(!stdout(&out).contains("other project"), "{}", stdout(&out));
+    let out = cairn(
+        dir.path(),
+        &["sessions", "--asking", "helper", "--json"],
+        None,
+    )?;
+    let sessions: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    let mut ids: Vec<&str> = sessions.iter().filter_map(|s| s["id"].as_str()).collect();
+    ids.sort_unstable();
+    ensure!(ids == ["helper", "main"], "{ids:?}");
+    Ok(())
+}

@@ -242,3 +242,101 @@ fn bad_input_is_refused_cleanly() -> Result<()> {
     ensure!(s == 200 && all == json!([]), "{all}");
     Ok(())
 }
+
+/// The raw reads (`transcript`, `sessions`, `entries`, `entries/{id}`,
+/// `items/{id}`) apply the memory tools' rules: a sub-agent session reads
+/// only its lineage, and text comes back redacted.
+#[test]
+fn raw_reads_keep_lineage_and_redact() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    for spec in [
+        json!({"id": "main"}),
+        json!({"id": "helper", "kind": "subagent", "parent": "main"}),
+        json!({"id": "other"}),
+    ] {
+        let (s, body) = server.post("/v1/workspaces/w/sessions", &spec)?;
+        ensure!(s == 200, "{body}");
+    }
+    let (s, body) = server.post(
+        "/v1/workspaces/w/turns",
+        &json!({"turns": [
+            {"session": "main", "role": "user", "content": "Deploy key sk-abcdefghijklmnopqrstuvwxyz0123 goes in the vault."},
+            {"session": "other", "role": "user", "content": "The other team's plans."}
+        ]}),
+    )?;
+    ensure!(s == 200, "{body}");
+    let (s, body) = server.post(
+        "/v1/workspaces/w/entries",
+        &json!({"entries": [{"kind": "fact", "content": "Other team plans a merger.",
+            "provenance": {"session": "other", "from_seq": 0, "to_seq": 0}}]}),
+    )?;
+    ensure!(s == 200, "{body}");
+    let other_entry = body["entries"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    // Inside the lineage: allowed, and redacted.
+    let (s, turns) = server.get("/v1/workspaces/w/sessions/main/transcript?asking=helper")?;
+    ensure!(s == 200, "{turns}");
+    let text = turns[0]["content"].as_str().unwrap_or_default();
+    ensure!(
+        text.contains("goes in the vault") && !text.contains("sk-abcdefghijklmnopqrstuvwxyz0123"),
+        "{text}"
+    );
+    // Outside it: refused with 403, for every raw read.
+    check_error(
+        server.get("/v1/workspaces/w/sessions/other/transcript?asking=helper")?,
+        403,
+        "lineage_denied",
+    )?;
+    check_error(
+        server.get("/v1/workspaces/w/sessions/other?asking=helper")?,
+        403,
+        "lineage_denied",
+    )?;
+    check_error(
+        server.get(&format!(
+            "/v1/workspaces/w/entries/{other_entry}?asking=helper"
+        ))?,
+        403,
+        "lineage_denied",
+    )?;
+    check_error(
+        server.get(&format!(
+            "/v1/workspaces/w/items/{other_entry}?session=helper"
+        ))?,
+        403,
+        "lineage_denied",
+    )?;
+    let (s, sessions) = server.get("/v1/workspaces/w/sessions?asking=helper")?;
+    let mut ids: Vec<&str> = sessions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ensure!(s == 200 && ids == ["helper", "main"], "{sessions}");
+    let (s, entries) = server.get("/v1/workspaces/w/entries?asking=helper")?;
+    ensure!(s == 200 && entries == json!([]), "{entries}");
+    // The operator (no asking session) sees everything.
+    let (s, entries) = server.get("/v1/workspaces/w/entries")?;
+    ensure!(
+        s == 200 && entries[0]["id"] == other_entry.as_str(),
+        "{entries}"
+    );
+    let (s, turns) = server.get("/v1/workspaces/w/sessions/other/transcript")?;
+    ensure!(
+        s == 200 && turns[0]["content"] == "The other team's plans.",
+        "{turns}"
+    );
+    // An asking session that does not exist is refused, not ignored.
+    check_error(
+        server.get("/v1/workspaces/w/sessions/main/transcript?asking=ghost")?,
+        403,
+        "lineage_denied",
+    )?;
+    Ok(())
+}

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context, Result, ensure};
-use cairn::{ActorConfig, Cairn, CairnConfig, DecisionQuery, ManualClock, Role, TurnInput};
-use cairn_policies::{
+use cairn::worlds::{
     Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity, WorldKind,
     defaults,
 };
+use cairn::{ActorConfig, Cairn, CairnConfig, DecisionQuery, ManualClock, Role, TurnInput};
 use chrono::{TimeZone, Utc};
 use serde_json::Value;
 

@@ -10,19 +10,16 @@ use std::net::SocketAddr;
 
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
-use cairn_memory::{
-    Ack, AssembleRequest, AssembledContext, Entry, EntryFilter, EntryInput, EntryView,
-    ForgetTarget, Session, SessionSpec, Subject, SubjectKind, Tombstone, Turn, TurnInput,
+use cairn::search::IndexStats;
+use cairn::{
+    Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
+    DecisionQuery, Destination, Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind,
+    ForgetTarget, GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport,
+    RetrievalMode, SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind,
+    Tombstone, Transcript, Turn, TurnInput, parse_world,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
-
-use crate::decision_log::{DecisionQuery, GenerationCounts};
-use crate::error::CairnError;
-use crate::host::{Cairn, GatewayStartReport};
-use crate::policy::{InstallReport, PluginsReport, parse_world};
-use crate::tools::{MemoryItem, SearchRequest, SearchResponse, Transcript};
-use cairn_memory::search::IndexStats;
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -67,41 +64,37 @@ impl ApiError {
     }
 }
 
-impl From<CairnError> for ApiError {
-    fn from(err: CairnError) -> Self {
-        let status = if err.is_not_found() {
-            StatusCode::NOT_FOUND
-        } else if err.code() == "rate_limited" {
-            StatusCode::TOO_MANY_REQUESTS
-        } else if err.code() == "lineage_denied" {
-            StatusCode::FORBIDDEN
-        } else if err.is_not_found() {
-            StatusCode::NOT_FOUND
-        } else if matches!(
-            err.code(),
-            "too_large" | "batch_too_large" | "plugin_too_large"
-        ) {
-            StatusCode::PAYLOAD_TOO_LARGE
-        } else if matches!(
-            err.code(),
-            "subject_exists" | "already_replaced" | "duplicate_entry_id" | "work_context_mismatch"
-        ) {
-            StatusCode::CONFLICT
-        } else if err.is_caller_error() {
-            StatusCode::BAD_REQUEST
-        } else if err.is_retryable() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            tracing::error!(error = %err, "request failed");
-            StatusCode::INTERNAL_SERVER_ERROR
-        };
-        ApiError::new(status, err.code(), err.to_string())
+/// The HTTP status of each kind of error: one exhaustive match, so a new
+/// kind cannot go unmapped.
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
-impl From<cairn_memory::MemoryError> for ApiError {
-    fn from(err: cairn_memory::MemoryError) -> Self {
-        CairnError::from(err).into()
+impl From<CairnError> for ApiError {
+    fn from(err: CairnError) -> Self {
+        let status = status_of(err.kind());
+        if status.is_server_error() {
+            // The whole chain of causes goes to the log; the client gets
+            // the top-level message.
+            let mut causes = String::new();
+            let mut source = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                causes.push_str(": ");
+                causes.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            tracing::error!(error = %err, causes, code = err.code(), "request failed");
+        }
+        ApiError::new(status, err.code(), err.to_string())
     }
 }
 
@@ -199,16 +192,16 @@ pub struct AssembleBody {
     /// Where the block goes (`local_model` by default); the memory policy
     /// decides per destination.
     #[serde(default)]
-    pub destination: cairn_memory::Destination,
+    pub destination: Destination,
     /// Standing directives: always in the block.
     #[serde(default)]
     pub directives: Vec<String>,
     /// `hybrid` (default), `lexical` or `off`.
     #[serde(default)]
-    pub retrieval: cairn_memory::RetrievalMode,
+    pub retrieval: RetrievalMode,
     /// Rules for this call; `[assemble.settings]` when absent.
     #[serde(default)]
-    pub settings: Option<cairn_memory::AssembleSettings>,
+    pub settings: Option<AssembleSettings>,
 }
 
 /// Body of `POST .../forget`.
@@ -232,6 +225,10 @@ pub struct TranscriptQuery {
     /// At most this many turns.
     #[serde(default)]
     pub limit: Option<usize>,
+    /// The asking session: a sub-agent or cron session may read only its
+    /// lineage (403 `lineage_denied` otherwise).
+    #[serde(default)]
+    pub asking: Option<String>,
 }
 
 /// Query of `GET .../sessions`.
@@ -241,6 +238,54 @@ pub struct SessionsQuery {
     /// Only sessions of this work context.
     #[serde(default)]
     pub work_context: Option<String>,
+    /// The asking session: a sub-agent or cron session sees only its lineage.
+    #[serde(default)]
+    pub asking: Option<String>,
+}
+
+/// Query of the reads of one session or entry: who asks.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AskingQuery {
+    /// The asking session: a sub-agent or cron session may read only its
+    /// lineage (403 `lineage_denied` otherwise).
+    #[serde(default)]
+    pub asking: Option<String>,
+}
+
+/// Query of `GET .../entries`: the log filter and who asks.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(default, deny_unknown_fields)]
+pub struct EntriesQuery {
+    /// Only this kind.
+    #[param(value_type = Option<String>)]
+    pub kind: Option<EntryKind>,
+    /// Only this subject (old slugs resolve to their canonical subject).
+    pub subject: Option<String>,
+    /// Only this work context.
+    pub work_context: Option<String>,
+    /// Only entries whose provenance is this session.
+    pub session: Option<String>,
+    /// Include replaced and expired entries (the full history).
+    pub all: bool,
+    /// At most this many, newest first.
+    pub limit: Option<usize>,
+    /// The asking session: a sub-agent or cron session sees only entries
+    /// from its lineage.
+    pub asking: Option<String>,
+}
+
+impl EntriesQuery {
+    fn into_filter(self) -> EntryFilter {
+        EntryFilter {
+            kind: self.kind,
+            subject: self.subject,
+            work_context: self.work_context,
+            session: self.session,
+            all: self.all,
+            limit: self.limit,
+        }
+    }
 }
 
 /// Answer of `GET /healthz`.
@@ -277,20 +322,18 @@ async fn sessions(
     ws: web::Path<String>,
     q: web::Query<SessionsQuery>,
 ) -> ApiResult<Vec<Session>> {
-    blocking(move || {
-        Ok(cairn
-            .memory()
-            .existing_workspace(&ws)?
-            .sessions(q.work_context.as_deref())?)
-    })
-    .await
+    blocking(move || Ok(cairn.sessions(&ws, q.work_context.as_deref(), q.asking.as_deref())?)).await
 }
 
-#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}",
-    responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
-async fn session(cairn: web::Data<Cairn>, path: web::Path<(String, String)>) -> ApiResult<Session> {
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}", params(AskingQuery),
+    responses((status = 200, body = Session), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn session(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+) -> ApiResult<Session> {
     let (ws, sid) = path.into_inner();
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.session(&sid)?)).await
+    blocking(move || Ok(cairn.session(&ws, &sid, q.asking.as_deref())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/after_turn",
@@ -323,25 +366,25 @@ struct CaptureRequest {
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/capture",
     request_body = CaptureRequest,
-    responses((status = 200, body = Vec<cairn_actors::CaptureReport>), (status = 404, body = ErrorBody),
+    responses((status = 200, body = Vec<CaptureReport>), (status = 404, body = ErrorBody),
               (status = 503, body = ErrorBody)))]
 async fn capture(
     cairn: web::Data<Cairn>,
     path: web::Path<String>,
     body: web::Json<CaptureRequest>,
-) -> ApiResult<Vec<cairn_actors::CaptureReport>> {
+) -> ApiResult<Vec<CaptureReport>> {
     let ws = path.into_inner();
     let request = body.into_inner();
     blocking(move || Ok(cairn.capture(&ws, request.work_context.as_deref())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/compact",
-    responses((status = 200, body = cairn_actors::CaptureReport), (status = 404, body = ErrorBody),
+    responses((status = 200, body = CaptureReport), (status = 404, body = ErrorBody),
               (status = 503, body = ErrorBody)))]
 async fn before_compaction(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,
-) -> ApiResult<cairn_actors::CaptureReport> {
+) -> ApiResult<CaptureReport> {
     let (ws, sid) = path.into_inner();
     blocking(move || Ok(cairn.before_compaction(&ws, &sid)?)).await
 }
@@ -357,20 +400,14 @@ async fn before_reset(
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/transcript", params(TranscriptQuery),
-    responses((status = 200, body = Vec<Turn>), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Vec<Turn>), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn transcript(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,
     q: web::Query<TranscriptQuery>,
 ) -> ApiResult<Vec<Turn>> {
     let (ws, sid) = path.into_inner();
-    blocking(move || {
-        Ok(cairn
-            .memory()
-            .existing_workspace(&ws)?
-            .transcript(&sid, q.from, q.limit)?)
-    })
-    .await
+    blocking(move || Ok(cairn.transcript(&ws, &sid, q.from, q.limit, q.asking.as_deref())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/turns", request_body = IngestBody,
@@ -395,43 +432,53 @@ async fn append_entries(
     body: web::Json<EntriesBody>,
 ) -> ApiResult<EntriesReply> {
     blocking(move || {
-        let entries = cairn.workspace(&ws)?.append_entries(&body.entries)?;
+        let entries = cairn.append_entries(&ws, &body.entries)?;
         Ok(EntriesReply { entries })
     })
     .await
 }
 
-#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries", params(EntryFilter),
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries", params(EntriesQuery),
     responses((status = 200, body = Vec<EntryView>), (status = 404, body = ErrorBody)))]
 async fn entries(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
-    q: web::Query<EntryFilter>,
+    q: web::Query<EntriesQuery>,
 ) -> ApiResult<Vec<EntryView>> {
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.entries(&q)?)).await
+    blocking(move || {
+        let q = q.into_inner();
+        let asking = q.asking.clone();
+        Ok(cairn.entries(&ws, &q.into_filter(), asking.as_deref())?)
+    })
+    .await
 }
 
-#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}",
-    responses((status = 200, body = EntryView), (status = 404, body = ErrorBody)))]
-async fn entry(cairn: web::Data<Cairn>, path: web::Path<(String, String)>) -> ApiResult<EntryView> {
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}", params(AskingQuery),
+    responses((status = 200, body = EntryView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn entry(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+) -> ApiResult<EntryView> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.entry(&id)?)).await
+    blocking(move || Ok(cairn.entry(&ws, &id, q.asking.as_deref())?)).await
 }
 
-#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}/history",
-    responses((status = 200, body = Vec<EntryView>), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}/history", params(AskingQuery),
+    responses((status = 200, body = Vec<EntryView>), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn history(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
 ) -> ApiResult<Vec<EntryView>> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.history(&id)?)).await
+    blocking(move || Ok(cairn.history(&ws, &id, q.asking.as_deref())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/subjects",
     responses((status = 200, body = Vec<Subject>), (status = 404, body = ErrorBody)))]
 async fn subjects(cairn: web::Data<Cairn>, ws: web::Path<String>) -> ApiResult<Vec<Subject>> {
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.subjects()?)).await
+    blocking(move || Ok(cairn.subjects(&ws)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects", request_body = SubjectBody,
@@ -441,12 +488,8 @@ async fn add_subject(
     ws: web::Path<String>,
     body: web::Json<SubjectBody>,
 ) -> ApiResult<Subject> {
-    blocking(move || {
-        Ok(cairn
-            .workspace(&ws)?
-            .add_subject(&body.slug, body.kind, body.display.as_deref())?)
-    })
-    .await
+    blocking(move || Ok(cairn.add_subject(&ws, &body.slug, body.kind, body.display.as_deref())?))
+        .await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/rename", request_body = RenameBody,
@@ -457,13 +500,7 @@ async fn rename_subject(
     body: web::Json<RenameBody>,
 ) -> ApiResult<Subject> {
     let (ws, slug) = path.into_inner();
-    blocking(move || {
-        Ok(cairn
-            .memory()
-            .existing_workspace(&ws)?
-            .rename_subject(&slug, &body.to)?)
-    })
-    .await
+    blocking(move || Ok(cairn.rename_subject(&ws, &slug, &body.to)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/merge", request_body = MergeBody,
@@ -474,13 +511,7 @@ async fn merge_subjects(
     body: web::Json<MergeBody>,
 ) -> ApiResult<Subject> {
     let (ws, slug) = path.into_inner();
-    blocking(move || {
-        Ok(cairn
-            .memory()
-            .existing_workspace(&ws)?
-            .merge_subjects(&slug, &body.into)?)
-    })
-    .await
+    blocking(move || Ok(cairn.merge_subjects(&ws, &slug, &body.into)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/assemble", request_body = AssembleBody,
@@ -515,30 +546,13 @@ async fn forget(
     ws: web::Path<String>,
     body: web::Json<ForgetBody>,
 ) -> ApiResult<Tombstone> {
-    blocking(move || match &body.target {
-        ForgetTarget::Workspace(id) if id == ws.as_str() => {
-            Ok(cairn.memory().forget_workspace(&ws, &body.reason)?)
-        }
-        ForgetTarget::Workspace(id) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid",
-            format!(
-                "forget target workspace {id:?} does not match the path's workspace {:?}",
-                ws.as_str()
-            ),
-        )),
-        target => Ok(cairn
-            .memory()
-            .existing_workspace(&ws)?
-            .forget(target, &body.reason)?),
-    })
-    .await
+    blocking(move || Ok(cairn.forget(&ws, &body.target, &body.reason)?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/tombstones",
     responses((status = 200, body = Vec<Tombstone>), (status = 404, body = ErrorBody)))]
 async fn tombstones(cairn: web::Data<Cairn>, ws: web::Path<String>) -> ApiResult<Vec<Tombstone>> {
-    blocking(move || Ok(cairn.memory().existing_workspace(&ws)?.tombstones()?)).await
+    blocking(move || Ok(cairn.tombstones(&ws)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/gateway_start", responses((status = 200, body = GatewayStartReport)))]
@@ -600,7 +614,7 @@ async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
 #[utoipa::path(get, path = "/v1/plugins",
     responses((status = 200, body = PluginsReport)))]
 async fn plugins(cairn: web::Data<Cairn>) -> ApiResult<PluginsReport> {
-    blocking(move || Ok(cairn.policies().list()?)).await
+    blocking(move || Ok(cairn.plugins()?)).await
 }
 
 /// Query of `PUT /v1/plugins/{world}`.
@@ -656,7 +670,7 @@ async fn install_plugin(
         wasm.extend_from_slice(&chunk);
     }
     let name = q.into_inner().name.unwrap_or_else(|| "custom".to_owned());
-    blocking(move || Ok(cairn.policies().install(world, &name, &wasm)?)).await
+    blocking(move || Ok(cairn.install_plugin(world, &name, &wasm)?)).await
 }
 
 /// Reads the decision log, newest first.
@@ -665,7 +679,7 @@ async fn install_plugin(
         (status = 400, body = ErrorBody)))]
 async fn plugin_log(cairn: web::Data<Cairn>, q: web::Query<DecisionQuery>) -> HttpResponse {
     let query = q.into_inner();
-    match web::block(move || cairn.policies().log(&query)).await {
+    match web::block(move || cairn.decisions(&query)).await {
         Ok(Ok(records)) => HttpResponse::Ok().json(records),
         Ok(Err(e)) => ApiError::from(e).error_response(),
         Err(e) => ApiError::new(
@@ -698,7 +712,7 @@ async fn generation_counts(
             ),
         ));
     }
-    blocking(move || Ok(cairn.policies().decision_log().counts(&generation)?)).await
+    blocking(move || Ok(cairn.generation_counts(&generation)?)).await
 }
 
 /// The OpenAPI description of the HTTP API.
@@ -853,9 +867,7 @@ pub async fn serve(
     // Start search now (model load, then the worker catches the indexes up
     // from the record) on its own thread, off the server's threads.
     let warm = cairn.clone();
-    std::thread::spawn(move || {
-        warm.search();
-    });
+    std::thread::spawn(move || warm.start_search());
     let server =
         HttpServer::new(move || App::new().configure(configure(cairn.clone()))).bind(listen)?;
     let addr = server

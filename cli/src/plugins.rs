@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use cairn::DecisionRecord;
 use cairn::{Cairn, CairnConfig, DecisionQuery, InstallReport, PluginsReport, parse_world};
-use cairn_policies::DecisionRecord;
 use clap::{Args, Subcommand};
 
 /// Where a plugins command acts.
@@ -81,7 +81,7 @@ pub(crate) fn run(config: CairnConfig, action: PluginsAction) -> Result<()> {
         PluginsAction::List(target) => {
             let report: PluginsReport = match &target.server {
                 Some(url) => Client::new(url).get("/v1/plugins", &[])?,
-                None => open(config)?.policies().list()?,
+                None => open(config)?.plugins()?,
             };
             if target.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
@@ -135,12 +135,7 @@ pub(crate) fn run(config: CairnConfig, action: PluginsAction) -> Result<()> {
                     }
                     Client::new(url).get("/v1/plugins/log", &params)?
                 }
-                None => {
-                    let cairn = open(config)?;
-                    let records = cairn.policies().log(&query)?;
-                    cairn.policies().flush()?;
-                    records
-                }
+                None => open(config)?.decisions(&query)?,
             };
             if args.target.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&records)?)?;
@@ -183,12 +178,7 @@ fn install(config: CairnConfig, args: InstallArgs, swap: bool, out: &mut impl Wr
         Some(url) => {
             Client::new(url).put_wasm(&format!("/v1/plugins/{}", world.as_str()), &name, &wasm)?
         }
-        None => {
-            let cairn = open(config)?;
-            let report = cairn.policies().install(world, &name, &wasm)?;
-            cairn.policies().flush()?;
-            report
-        }
+        None => open(config)?.install_plugin(world, &name, &wasm)?,
     };
     if args.target.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cairn_memory::{Clock, SessionSpec, SubjectKind, TurnInput};
-use cairn_policies::{PolicyGenerationId, WorldKind, defaults};
+use cairn::worlds::defaults;
+use cairn::{
+    AssembleRequest, Cairn, CairnConfig, CairnError, Clock, ErrorKind, PolicyGenerationId,
+    RetrievalMode, SessionSpec, SubjectKind, TurnInput, WorldKind,
+};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::LoadgenError;
-use crate::{AssembleRequest, Cairn, CairnConfig, RetrievalMode};
 
 /// A call that did not succeed.
 #[derive(Debug)]
@@ -59,7 +61,7 @@ pub(crate) trait Target: Send + Sync {
     fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError>;
 }
 
-fn stored(turns: Vec<cairn_memory::Turn>) -> Vec<StoredTurn> {
+fn stored(turns: Vec<cairn::Turn>) -> Vec<StoredTurn> {
     turns
         .into_iter()
         .map(|t| {
@@ -151,7 +153,7 @@ impl InProcess {
     }
 }
 
-fn call_error(e: crate::CairnError) -> CallError {
+fn call_error(e: CairnError) -> CallError {
     CallError {
         retryable: e.is_retryable(),
         message: format!("{}: {e}", e.code()),
@@ -160,11 +162,15 @@ fn call_error(e: crate::CairnError) -> CallError {
 
 impl Target for InProcess {
     fn add_topics(&self, workspace: &str, topics: &[String]) -> Result<(), LoadgenError> {
-        let ws = self.cairn.workspace(workspace)?;
         for topic in topics {
-            if ws.subject(topic).is_err() {
-                ws.add_subject(topic, SubjectKind::Topic, None)
-                    .map_err(crate::CairnError::from)?;
+            match self
+                .cairn
+                .add_subject(workspace, topic, SubjectKind::Topic, None)
+            {
+                Ok(_) => {}
+                // Registered by an earlier run on the same data dir.
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -252,13 +258,9 @@ impl Target for InProcess {
     }
 
     fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
-        // Straight from the store, not through the actors.
-        let turns = self
-            .cairn
-            .memory()
-            .existing_workspace(workspace)
-            .and_then(|ws| ws.transcript(session, 0, None))
-            .map_err(crate::CairnError::from)?;
+        // From the durable record (the facade's transcript read), not
+        // through the actors.
+        let turns = self.cairn.transcript(workspace, session, 0, None, None)?;
         Ok(stored(turns))
     }
 }
@@ -527,7 +529,7 @@ impl Target for Http {
         let body = self
             .get(&path)
             .map_err(|e| LoadgenError::Http(format!("GET {path}: {}", e.message)))?;
-        let turns: Vec<cairn_memory::Turn> = serde_json::from_value(body)
+        let turns: Vec<cairn::Turn> = serde_json::from_value(body)
             .map_err(|e| LoadgenError::Http(format!("GET {path}: unexpected answer: {e}")))?;
         Ok(stored(turns))
     }

@@ -1,8 +1,9 @@
 //! `cairn eval locomo`: retrieval quality on LoCoMo conversations.
 //!
-//! Each conversation file becomes a fresh workspace (a temporary sled
-//! store), each of its sessions its own session; every turn is indexed with
-//! its session's date, speaker and image caption. Each question of
+//! This measures the retrieval library itself ([`cairn::search`]): each
+//! conversation file becomes a fresh in-memory search index, each of its
+//! sessions its own session; every turn is indexed with its session's date,
+//! speaker and image caption. Each question of
 //! categories 1–4 is then searched in every mode and scored against its
 //! evidence turns (`dia_id`s).
 
@@ -11,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_memory::search::{
+use cairn::search::{
     Embedder, Fusion, SearchDoc, SearchError, SearchIndex, SearchMode, SearchOptions,
 };
-use cairn_memory::{Memory, MemoryConfig, MemoryError, Role, SystemClock, TurnInput};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -41,9 +41,6 @@ pub enum EvalError {
     /// No conversation files in the folder.
     #[error("no *.json conversation files in {0}")]
     Empty(PathBuf),
-    /// The store failed.
-    #[error(transparent)]
-    Memory(#[from] MemoryError),
     /// Search failed.
     #[error(transparent)]
     Search(#[from] SearchError),
@@ -108,7 +105,6 @@ struct Question {
 
 struct Conversation {
     docs: Vec<SearchDoc>,
-    turns: Vec<TurnInput>,
     questions: Vec<Question>,
 }
 
@@ -133,11 +129,6 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
         .get("conversation")
         .and_then(Value::as_object)
         .unwrap_or(obj);
-    let speaker_a = conv
-        .get("speaker_a")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     let mut sessions: Vec<(u64, &Vec<Value>)> = conv
         .iter()
         .filter_map(|(k, v)| {
@@ -147,7 +138,6 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
         .collect();
     sessions.sort_by_key(|s| s.0);
     let mut docs = Vec::new();
-    let mut turns = Vec::new();
     for (n, list) in sessions {
         let session = format!("session_{n}");
         let date = conv
@@ -172,15 +162,6 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
             if let Some(c) = t.get("blip_caption").and_then(Value::as_str) {
                 doc = doc.with_caption(c);
             }
-            let role = if speaker == speaker_a {
-                Role::User
-            } else {
-                Role::Assistant
-            };
-            turns.push(
-                TurnInput::new(&session, role, &format!("{speaker}: {text}"))
-                    .with_idempotency_key(id),
-            );
             docs.push(doc);
         }
     }
@@ -219,11 +200,7 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
             evidence,
         });
     }
-    Ok(Conversation {
-        docs,
-        turns,
-        questions,
-    })
+    Ok(Conversation { docs, questions })
 }
 
 #[derive(Default)]
@@ -339,14 +316,6 @@ pub fn run_locomo(
     let (mut turns, mut index_secs) = (0usize, 0f64);
     for file in &files {
         let conv = parse(file)?;
-        let store = tempfile::tempdir().map_err(|source| EvalError::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
-        let memory =
-            Memory::open_sled(store.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
-        let ws = memory.workspace("locomo")?;
-        ws.append_turns(&conv.turns)?;
         let mut index = SearchIndex::new(embedder.clone())?;
         let t = Instant::now();
         index.add(&conv.docs)?;

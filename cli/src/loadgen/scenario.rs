@@ -12,10 +12,10 @@ use super::LoadgenError;
 /// A load profile.
 ///
 /// ```
-/// let s = cairn::loadgen::Scenario::from_toml("sessions = 50\nrate = 500.0\n")?;
+/// let s = cairn_cli::loadgen::Scenario::from_toml("sessions = 50\nrate = 500.0\n")?;
 /// assert_eq!(s.sessions, 50);
-/// assert_eq!(s.work_contexts, cairn::loadgen::Scenario::default().work_contexts);
-/// # Ok::<(), cairn::loadgen::LoadgenError>(())
+/// assert_eq!(s.work_contexts, cairn_cli::loadgen::Scenario::default().work_contexts);
+/// # Ok::<(), cairn_cli::loadgen::LoadgenError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -27,6 +27,10 @@ struct Cli {
     /// Workspace to work in (default: the configuration's, `default`).
     #[arg(long, short = 'w', global = true)]
     workspace: Option<String>,
+    /// Read as this session: a sub-agent or cron session sees only its own
+    /// lineage, as the memory tools do (transcript, sessions, log, get).
+    #[arg(long, global = true, value_name = "SESSION")]
+    asking: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -419,7 +423,7 @@ fn main() {
             eprintln!("error: {err:#}");
             let caller = err
                 .downcast_ref::<cairn::CairnError>()
-                .is_some_and(|e| e.is_caller_error());
+                .is_some_and(|e| e.kind().is_caller_error());
             std::process::exit(if caller { 2 } else { 1 });
         }
     }
@@ -473,20 +477,20 @@ fn run(cli: Cli) -> Result<()> {
             let cairn = Cairn::open(config)?;
             let served = serve(cairn.clone(), &listen);
             // The decision log's last records, durable before exit.
-            cairn.policies().flush()?;
+            cairn.flush()?;
             served
         }
         command => {
             let cairn = Cairn::open(config)?;
-            let ran = run_command(&cairn, &ws_id, command);
-            cairn.policies().flush()?;
+            let ran = run_command(&cairn, &ws_id, cli.asking.as_deref(), command);
+            cairn.flush()?;
             ran
         }
     }
 }
 
 fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -> Result<()> {
-    use cairn::loadgen::{self, Options, Scenario, Target};
+    use cairn_cli::loadgen::{self, Options, Scenario, Target};
     use std::io::IsTerminal;
     let mut scenario = match &args.scenario {
         Some(path) => Scenario::load(path)?,
@@ -535,7 +539,7 @@ fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -
 
 fn serve(cairn: Cairn, listen: &str) -> Result<()> {
     actix_web::rt::System::new().block_on(async {
-        cairn::http::serve(cairn, listen, |addr| {
+        cairn_cli::http::serve(cairn, listen, |addr| {
             // The first line on stdout says where we listen (tests read it).
             println!("cairn listening on http://{addr}");
             let _ = std::io::stdout().flush();
@@ -545,16 +549,17 @@ fn serve(cairn: Cairn, listen: &str) -> Result<()> {
     })
 }
 
-fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
+fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Command) -> Result<()> {
     let out = &mut std::io::stdout().lock();
     match command {
         Command::Ingest { file } => {
             let turns = read_turns(file.as_deref())?;
-            let ws = cairn.workspace(ws_id)?;
-            let limit = cairn.config().memory.limits.max_batch;
+            // Through the session actors, as a gateway's turns: the gate
+            // judges each one and the work contexts are marked dirty.
+            let limit = cairn.config().memory.limits.max_batch.max(1);
             let (mut written, mut duplicates) = (0usize, 0usize);
             for chunk in turns.chunks(limit) {
-                for ack in ws.append_turns(chunk)? {
+                for ack in cairn.ingest(ws_id, chunk)? {
                     if ack.duplicate {
                         duplicates += 1;
                     } else {
@@ -573,10 +578,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             limit,
             json,
         } => {
-            let turns = cairn
-                .memory()
-                .existing_workspace(ws_id)?
-                .transcript(&session, from, limit)?;
+            let turns = cairn.transcript(ws_id, &session, from, limit, asking)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&turns)?)?;
             } else {
@@ -627,7 +629,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             };
             // A CLI process builds its index now (vectors stored by earlier
             // runs are reused, not recomputed).
-            cairn.search().catch_up()?;
+            cairn.catch_up_search()?;
             let mode = match mode {
                 ModeArg::Bm25 => cairn::search::SearchMode::Bm25,
                 ModeArg::Dense => cairn::search::SearchMode::Dense,
@@ -681,7 +683,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             }
         }
         Command::Get { id, json } => {
-            let item = cairn.memory_get(ws_id, &id, None)?;
+            let item = cairn.memory_get(ws_id, &id, asking)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&item)?)?;
             } else {
@@ -714,7 +716,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             // The backlog a fresh process finds, then the state after this
             // run's catch-up (which embeds only what was never embedded).
             let before = cairn.index_stats()?;
-            cairn.search().catch_up()?;
+            cairn.catch_up_search()?;
             let stats = cairn.index_stats()?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
@@ -740,10 +742,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             }
         }
         Command::Sessions { work_context, json } => {
-            let sessions = cairn
-                .memory()
-                .existing_workspace(ws_id)?
-                .sessions(work_context.as_deref())?;
+            let sessions = cairn.sessions(ws_id, work_context.as_deref(), asking)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
             } else {
@@ -756,12 +755,11 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                 }
             }
         }
-        Command::Log { action, filter } => log_command(cairn, ws_id, action, filter, out)?,
+        Command::Log { action, filter } => log_command(cairn, ws_id, asking, action, filter, out)?,
         Command::Subjects { action, json } => {
-            let ws = cairn.workspace(ws_id)?;
             let subject = match action {
                 None => {
-                    let subjects = ws.subjects()?;
+                    let subjects = cairn.subjects(ws_id)?;
                     if json {
                         writeln!(out, "{}", serde_json::to_string_pretty(&subjects)?)?;
                     } else {
@@ -780,9 +778,13 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
                     slug,
                     kind,
                     display,
-                }) => ws.add_subject(&slug, kind, display.as_deref())?,
-                Some(SubjectAction::Rename { old, new }) => ws.rename_subject(&old, &new)?,
-                Some(SubjectAction::Merge { from, into }) => ws.merge_subjects(&from, &into)?,
+                }) => cairn.add_subject(ws_id, &slug, kind, display.as_deref())?,
+                Some(SubjectAction::Rename { old, new }) => {
+                    cairn.rename_subject(ws_id, &old, &new)?
+                }
+                Some(SubjectAction::Merge { from, into }) => {
+                    cairn.merge_subjects(ws_id, &from, &into)?
+                }
             };
             writeln!(out, "{}", serde_json::to_string_pretty(&subject)?)?;
         }
@@ -808,7 +810,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             };
             if retrieval != cairn::RetrievalMode::Off {
                 // A fresh process: index the record before retrieving.
-                cairn.search().catch_up()?;
+                cairn.catch_up_search()?;
             }
             let mut request = AssembleRequest::new(&session, budget);
             request.query = query;
@@ -823,29 +825,23 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             }
         }
         Command::Pin { entry, remove } => {
-            let ws = cairn.memory().existing_workspace(ws_id)?;
             if remove {
-                ws.unpin(&entry)?;
+                cairn.unpin(ws_id, &entry)?;
             } else {
-                ws.pin(&entry)?;
+                cairn.pin(ws_id, &entry)?;
             }
-            writeln!(out, "pinned: {}", ws.pinned()?.join(", "))?;
+            writeln!(out, "pinned: {}", cairn.pinned(ws_id)?.join(", "))?;
         }
         Command::Forget { target, id, reason } => {
             let tombstone = match target {
-                ForgetKind::Workspace => cairn.memory().forget_workspace(&id, &reason)?,
-                ForgetKind::Session => cairn
-                    .memory()
-                    .existing_workspace(ws_id)?
-                    .forget(&ForgetTarget::Session(id), &reason)?,
-                ForgetKind::Entry => cairn
-                    .memory()
-                    .existing_workspace(ws_id)?
-                    .forget(&ForgetTarget::Entry(id), &reason)?,
-                ForgetKind::Subject => cairn
-                    .memory()
-                    .existing_workspace(ws_id)?
-                    .forget(&ForgetTarget::Subject(id), &reason)?,
+                // `forget workspace ID` erases that workspace, whatever
+                // `--workspace` says: the call is made on ID itself.
+                ForgetKind::Workspace => {
+                    cairn.forget(&id, &ForgetTarget::Workspace(id.clone()), &reason)?
+                }
+                ForgetKind::Session => cairn.forget(ws_id, &ForgetTarget::Session(id), &reason)?,
+                ForgetKind::Entry => cairn.forget(ws_id, &ForgetTarget::Entry(id), &reason)?,
+                ForgetKind::Subject => cairn.forget(ws_id, &ForgetTarget::Subject(id), &reason)?,
             };
             writeln!(out, "{}", serde_json::to_string_pretty(&tombstone)?)?;
         }
@@ -860,10 +856,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
             }
         }
         Command::Tombstones { json } => {
-            let mut all = cairn.memory().workspace_tombstones()?;
-            if cairn.memory().workspaces()?.iter().any(|w| w == ws_id) {
-                all.extend(cairn.memory().existing_workspace(ws_id)?.tombstones()?);
-            }
+            let all = cairn.tombstones(ws_id)?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
             } else {
@@ -895,23 +888,25 @@ fn run_command(cairn: &Cairn, ws_id: &str, command: Command) -> Result<()> {
 fn log_command(
     cairn: &Cairn,
     ws_id: &str,
+    asking: Option<&str>,
     action: Option<LogAction>,
     filter: LogFilter,
     out: &mut impl Write,
 ) -> Result<()> {
     match action {
         None => {
-            let entries = cairn
-                .memory()
-                .existing_workspace(ws_id)?
-                .entries(&EntryFilter {
+            let entries = cairn.entries(
+                ws_id,
+                &EntryFilter {
                     kind: filter.kind,
                     subject: filter.subject,
                     work_context: filter.work_context,
                     session: filter.session,
                     all: filter.all,
                     limit: filter.limit,
-                })?;
+                },
+                asking,
+            )?;
             if filter.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
             } else {
@@ -947,11 +942,11 @@ fn log_command(
                     .with_context(|| format!("--from {spec:?}: {b:?} is not a turn number"))?;
                 input = input.from_turns(session, from_seq, to_seq);
             }
-            let entry = cairn.workspace(ws_id)?.append_entry(&input)?;
+            let entry = cairn.append_entry(ws_id, &input)?;
             writeln!(out, "{}", serde_json::to_string_pretty(&entry)?)?;
         }
         Some(LogAction::History { id }) => {
-            for view in cairn.memory().existing_workspace(ws_id)?.history(&id)? {
+            for view in cairn.history(ws_id, &id, asking)? {
                 print_entry(out, &view)?;
             }
         }
@@ -1139,8 +1134,8 @@ fn parse_jsonl<T: serde::de::DeserializeOwned>(mut reader: impl BufRead) -> Resu
     Ok(items)
 }
 
-const DEMO_CONVERSATION: &str = include_str!("../../../assets/demo-conversation.jsonl");
-const DEMO_ENTRIES: &str = include_str!("../../../assets/demo-entries.jsonl");
+const DEMO_CONVERSATION: &str = include_str!("../assets/demo-conversation.jsonl");
+const DEMO_ENTRIES: &str = include_str!("../assets/demo-entries.jsonl");
 
 fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<()> {
     let _temp;
@@ -1176,26 +1171,23 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         "\n== ingested {} turns through the session actors ({fresh} new, durable before acknowledged)",
         acks.len()
     )?;
-    let ws = cairn.workspace(&ws_id)?;
-    for session in ws.sessions(None)? {
+    for session in cairn.sessions(&ws_id, None, None)? {
         writeln!(
             out,
             "\n-- session {} (work context {}, {} turns)",
             session.id, session.work_context, session.next_seq
         )?;
-        for t in ws.transcript(&session.id, 0, None)? {
+        for t in cairn.transcript(&ws_id, &session.id, 0, None, None)? {
             writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
         }
     }
-    if ws
-        .entries(&EntryFilter {
-            all: true,
-            ..Default::default()
-        })?
-        .is_empty()
-    {
+    let all = EntryFilter {
+        all: true,
+        ..Default::default()
+    };
+    if cairn.entries(&ws_id, &all, None)?.is_empty() {
         let entries: Vec<EntryInput> = parse_jsonl(DEMO_ENTRIES.as_bytes())?;
-        ws.append_entries(&entries)?;
+        cairn.append_entries(&ws_id, &entries)?;
     }
     writeln!(
         out,
@@ -1208,14 +1200,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         out,
         "\n== memory log (sample entries with provenance; `--all` shows history)"
     )?;
-    for view in ws.entries(&EntryFilter {
-        all: true,
-        ..Default::default()
-    })? {
+    for view in cairn.entries(&ws_id, &all, None)? {
         print_entry(out, &view)?;
     }
     writeln!(out, "\n== subjects")?;
-    for s in ws.subjects()? {
+    for s in cairn.subjects(&ws_id)? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
     }
     clock.advance(chrono::Duration::hours(18));
@@ -1240,7 +1229,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     request.directives = vec!["Answer in the user's language; be brief.".to_owned()];
     // The demo stays quick and offline: lexical retrieval, no model load.
     request.retrieval = cairn::RetrievalMode::Lexical;
-    cairn.search().catch_up()?;
+    cairn.catch_up_search()?;
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     Ok(())
@@ -1276,7 +1265,7 @@ fn eval_locomo(
     json: bool,
 ) -> Result<()> {
     let embedder = load_embedder(embedding);
-    let report = cairn::eval::run_locomo(data, k, embedder)?;
+    let report = cairn_cli::eval::run_locomo(data, k, embedder)?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &report)?;

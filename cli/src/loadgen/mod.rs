@@ -17,7 +17,7 @@
 //! triggers fire and when (threads and the runtime's speed decide those).
 //!
 //! ```no_run
-//! use cairn::loadgen::{self, Options, Scenario, Target};
+//! use cairn_cli::loadgen::{self, Options, Scenario, Target};
 //!
 //! let scenario = Scenario { sessions: 20, duration_secs: 2.0, ..Scenario::default() };
 //! let report = loadgen::run(&Options {
@@ -26,7 +26,7 @@
 //!     progress: false,
 //! })?;
 //! assert!(report.lossless());
-//! # Ok::<(), cairn::loadgen::LoadgenError>(())
+//! # Ok::<(), cairn_cli::loadgen::LoadgenError>(())
 //! ```
 
 mod driver;
@@ -42,7 +42,7 @@ use std::time::Duration;
 pub use report::Report;
 pub use scenario::{Idle, Lifecycle, Mix, Scenario};
 
-use crate::{CairnConfig, CairnError};
+use cairn::{CairnConfig, CairnError};
 
 /// What can stop a loadgen run (a lost turn is not an error: it is in the
 /// [`Report`]).
@@ -60,7 +60,7 @@ pub enum LoadgenError {
     Cairn(#[from] CairnError),
     /// The policy host could not start.
     #[error("policy host: {0}")]
-    Policy(#[from] cairn_policies::PolicyError),
+    Policy(#[from] cairn::worlds::PolicyError),
     /// The server answered something unexpected while reading back.
     #[error("http: {0}")]
     Http(String),

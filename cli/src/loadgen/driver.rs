@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cairn_memory::{Role, SessionSpec, TurnInput};
+use cairn::{Role, SessionSpec, TurnInput};
 use hdrhistogram::Histogram;
 
 use super::report::{Latencies, Report};

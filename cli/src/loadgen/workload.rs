@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use cairn_memory::Role;
+use cairn::Role;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -1,0 +1,11 @@
+//! The `cairn` command's library: the HTTP server ([`http`]), the load
+//! generator ([`loadgen`]) and the retrieval evaluation ([`eval`]).
+//!
+//! Everything here reaches memory through the [`cairn::Cairn`] facade and
+//! nothing else: this package depends on `cairn`'s public API only, so the
+//! compiler keeps every surface behind the same rules (actors, the
+//! significance gate, the memory policy, lineage, redaction, limits).
+
+pub mod eval;
+pub mod http;
+pub mod loadgen;

@@ -1,0 +1,209 @@
+//! The facade's writes to the memory log, the subject registry, pins and
+//! erasure, and the administration of policy plugins: what the CLI, HTTP
+//! and a host's own tooling call, so that no surface needs the memory core.
+//!
+//! Each write is validated whole before anything is stored (a batch with
+//! one bad item writes nothing, and the error names the item) and wakes the
+//! search worker so the indexes follow.
+
+use cairn_memory::{Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone};
+use cairn_policies::{DecisionRecord, WorldKind};
+
+use crate::decision_log::{DecisionQuery, GenerationCounts};
+use crate::error::Result;
+use crate::host::Cairn;
+use crate::policy::{InstallReport, PluginsReport};
+
+impl Cairn {
+    /// Appends memory-log entries atomically (all or none); returns them
+    /// as stored, with their ids.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, EntryInput, EntryKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let stored = cairn.append_entries("acme", &[EntryInput::new(EntryKind::Decision, "Use Postgres 16")])?;
+    /// assert_eq!(cairn.entry("acme", &stored[0].id, None)?.entry.content, "Use Postgres 16");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn append_entries(&self, workspace: &str, entries: &[EntryInput]) -> Result<Vec<Entry>> {
+        let stored = self
+            .memory()
+            .workspace(workspace)?
+            .append_entries(entries)?;
+        self.nudge_search();
+        Ok(stored)
+    }
+
+    /// Appends one memory-log entry (see [`append_entries`](Self::append_entries)).
+    pub fn append_entry(&self, workspace: &str, entry: &EntryInput) -> Result<Entry> {
+        let stored = self.memory().workspace(workspace)?.append_entry(entry)?;
+        self.nudge_search();
+        Ok(stored)
+    }
+
+    /// The workspace's subjects, with their aliases.
+    pub fn subjects(&self, workspace: &str) -> Result<Vec<Subject>> {
+        Ok(self.memory().existing_workspace(workspace)?.subjects()?)
+    }
+
+    /// Registers a subject (a kebab-case slug); `subject_exists` when the
+    /// slug or an alias of it is taken.
+    pub fn add_subject(
+        &self,
+        workspace: &str,
+        slug: &str,
+        kind: SubjectKind,
+        display: Option<&str>,
+    ) -> Result<Subject> {
+        Ok(self
+            .memory()
+            .workspace(workspace)?
+            .add_subject(slug, kind, display)?)
+    }
+
+    /// Renames a subject; the old slug stays an alias, so entries about it
+    /// resolve to the new one.
+    pub fn rename_subject(&self, workspace: &str, old: &str, new: &str) -> Result<Subject> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .rename_subject(old, new)?)
+    }
+
+    /// Merges subject `from` into `into` (`from` becomes an alias of it).
+    pub fn merge_subjects(&self, workspace: &str, from: &str, into: &str) -> Result<Subject> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .merge_subjects(from, into)?)
+    }
+
+    /// Pins an entry: a hard invariant of every block assembled in the
+    /// workspace from now on.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, EntryInput, EntryKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let e = cairn.append_entry("acme", &EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// cairn.pin("acme", &e.id)?;
+    /// assert_eq!(cairn.pinned("acme")?, vec![e.id.clone()]);
+    /// cairn.unpin("acme", &e.id)?;
+    /// assert!(cairn.pinned("acme")?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pin(&self, workspace: &str, entry: &str) -> Result<()> {
+        Ok(self.memory().existing_workspace(workspace)?.pin(entry)?)
+    }
+
+    /// Unpins an entry (a no-op when it is not pinned).
+    pub fn unpin(&self, workspace: &str, entry: &str) -> Result<()> {
+        Ok(self.memory().existing_workspace(workspace)?.unpin(entry)?)
+    }
+
+    /// The pinned entry ids, in id order.
+    pub fn pinned(&self, workspace: &str) -> Result<Vec<String>> {
+        Ok(self.memory().existing_workspace(workspace)?.pinned()?)
+    }
+
+    /// Erases a session, an entry, a subject or the whole workspace and
+    /// leaves an audited tombstone (with `reason`). Atomic and durable when
+    /// it returns. A workspace target must name `workspace` itself: no call
+    /// on one workspace erases another.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, ForgetTarget, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "forget me")])?;
+    /// cairn.forget("acme", &ForgetTarget::Session("s1".into()), "user asked")?;
+    /// assert!(cairn.transcript("acme", "s1", 0, None, None).is_err());
+    /// assert_eq!(cairn.tombstones("acme")?.len(), 1);
+    /// let other = cairn.forget("acme", &ForgetTarget::Workspace("globex".into()), "oops");
+    /// assert_eq!(other.unwrap_err().kind(), cairn::ErrorKind::Invalid);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget(
+        &self,
+        workspace: &str,
+        target: &ForgetTarget,
+        reason: &str,
+    ) -> Result<Tombstone> {
+        let tombstone = match target {
+            ForgetTarget::Workspace(id) if id == workspace => {
+                self.memory().forget_workspace(workspace, reason)?
+            }
+            ForgetTarget::Workspace(id) => {
+                return Err(MemoryError::Invalid {
+                    what: "forget target",
+                    reason: format!(
+                        "workspace {id:?} is not the workspace asked on ({workspace:?}); \
+                         a workspace can only erase itself"
+                    ),
+                }
+                .into());
+            }
+            target => self
+                .memory()
+                .existing_workspace(workspace)?
+                .forget(target, reason)?,
+        };
+        self.nudge_search();
+        Ok(tombstone)
+    }
+
+    /// The tombstones about `workspace`: its own (sessions, entries,
+    /// subjects erased) and, when the whole workspace was erased, that one.
+    /// Other workspaces' tombstones are never listed.
+    pub fn tombstones(&self, workspace: &str) -> Result<Vec<Tombstone>> {
+        let mut all: Vec<Tombstone> = self
+            .memory()
+            .workspace_tombstones()?
+            .into_iter()
+            .filter(|t| t.workspace == workspace)
+            .collect();
+        if self.memory().workspaces()?.iter().any(|w| w == workspace) {
+            all.extend(self.memory().existing_workspace(workspace)?.tombstones()?);
+        }
+        Ok(all)
+    }
+
+    /// Each world's plugin: generation, hash, breaker, decisions and faults,
+    /// and the decision log's state.
+    pub fn plugins(&self) -> Result<PluginsReport> {
+        self.policies().list()
+    }
+
+    /// Installs (or swaps in) `wasm` as `world`'s plugin under `name`; see
+    /// [`Policies::install`](crate::Policies::install). The decision log is
+    /// flushed before it returns.
+    pub fn install_plugin(
+        &self,
+        world: WorldKind,
+        name: &str,
+        wasm: &[u8],
+    ) -> Result<InstallReport> {
+        let report = self.policies().install(world, name, wasm)?;
+        self.policies().flush()?;
+        Ok(report)
+    }
+
+    /// The durable decision log, newest first, filtered by `query`.
+    pub fn decisions(&self, query: &DecisionQuery) -> Result<Vec<DecisionRecord>> {
+        self.policies().flush()?;
+        self.policies().log(query)
+    }
+
+    /// Decisions and faults one policy generation (`name@hash#n`) made, as
+    /// the durable decision log counted them; zero for one that never decided.
+    pub fn generation_counts(&self, generation: &str) -> Result<GenerationCounts> {
+        self.policies().decision_log().counts(generation)
+    }
+
+    /// Makes every decision recorded so far durable (the decision log
+    /// writes in batches); a process calls it before it exits.
+    pub fn flush(&self) -> Result<()> {
+        self.policies().flush()
+    }
+}
