@@ -11,7 +11,7 @@
 //! 3. extract ([`cairn_memory::extract`]) and build entries with
 //!    deterministic ids (a hash of context, session, turn range and item);
 //! 4. add `cross_conversation_update` entries for other contexts that track
-//!    a subject this material mentions (seed 000 §5.5);
+//!    a subject this material mentions (docs/DESIGN.md, *Cross-conversation updates*);
 //! 5. append the entries whose ids are not stored yet (one durable batch per
 //!    `max_batch`);
 //! 6. write the record with the new high-water marks (durable); unlock.
@@ -23,7 +23,7 @@
 //! Session-level extraction (`session_end`, `before_reset`, `gateway_start`)
 //! is a capture restricted to one session plus a handoff entry, recorded in
 //! `actors/extraction/<session>` so that each session is extracted once, with
-//! one retry after a failure (seed 003 §4.1.1).
+//! one retry after a failure (docs/DESIGN.md, *Session extraction*).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
 
-/// Why a capture ran (seed 000 §5.2, seed 003 §4.1).
+/// Why a capture ran (docs/DESIGN.md, *Triggers* and *Session extraction*).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -372,7 +372,7 @@ fn build_entries(
     let range = format!("{}-{}", span.from_seq, span.to_seq);
     let base = [ws.id(), work_context, span.session.as_str(), range.as_str()];
     let first_subject = extraction.mentioned.iter().next().cloned();
-    // The session summary reference (seed 000 §5.3): what this span covered.
+    // The session summary reference (docs/DESIGN.md, *Capture*): what this span covered.
     let mut summary = format!(
         "Session {} turns {}–{}: {} user turn(s)",
         span.session, span.from_seq, span.to_seq, extraction.user_turns
@@ -437,7 +437,7 @@ fn build_entries(
     Ok(())
 }
 
-/// Seed 000 §5.5: for each subject this span mentions, every *other* work
+/// Cross-conversation updates: for each subject this span mentions, every *other* work
 /// context with live entries about it gets a `cross_conversation_update`.
 fn cross_updates(
     ws: &Workspace,
@@ -542,7 +542,7 @@ pub(crate) fn load_extraction(ws: &Workspace, session: &str) -> Result<Option<Ex
     }
 }
 
-/// Seed 003 §4.1: extract one session once, with one retry, recorded durably.
+/// Session extraction: extract one session once, with one retry, recorded durably.
 pub(crate) fn extract_session(
     ws: &Workspace,
     session: &Session,

@@ -1,6 +1,6 @@
 //! Configuration of the actor runtime: mailboxes, passivation, triggers.
 //!
-//! Every timing is configurable; defaults follow seed 000 §5.1–5.2
+//! Every timing is configurable; defaults follow docs/DESIGN.md, *Triggers*
 //! (3 user turns, idle 15 minutes, debounce 30 minutes).
 
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ pub enum Backpressure {
     Wait,
 }
 
-/// When captures fire (seed 000 §5.2).
+/// When captures fire (docs/DESIGN.md, *Triggers and dirty tracking*).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TriggerConfig {

@@ -9,7 +9,7 @@
 //! after a restart. Passivation and a crash therefore lose nothing: the next
 //! incarnation reads the same record and the same turns.
 //!
-//! **Dirty** (seed 000 §5.2): at least `min_dirty_user_turns` uncaptured user
+//! **Dirty** (docs/DESIGN.md, *Dirty*): at least `min_dirty_user_turns` uncaptured user
 //! turns, or any tool use, or a mention of a known subject.
 //!
 //! **Triggers** are evaluated on [`Tick`] against the clock's time: nightly

@@ -4,7 +4,7 @@
 //! policy (the policy host in `policies/`) slots in: `cairn::Cairn` starts
 //! the runtime with the installed wasm gate (`runtime/src/policy.rs`);
 //! [`ActorRuntime::start`](crate::ActorRuntime::start) uses
-//! [`HeuristicGate`] (seed 000 §5.2: user turns, tool use, known-entity
+//! [`HeuristicGate`] (the dirty rules of docs/DESIGN.md: user turns, tool use, known-entity
 //! mentions). A gate is called on an arbiter thread for every stored turn
 //! (and again when an actor rebuilds its state from the store), so it must
 //! be cheap, must not block and must not panic.
@@ -77,7 +77,7 @@ pub trait SignificanceGate: Send + Sync + std::fmt::Debug {
     fn assess(&self, input: &GateInput<'_>) -> Significance;
 }
 
-/// The default gate: seed 000 §5.2's dirty-flag rules, no model.
+/// The default gate: the dirty rules of docs/DESIGN.md, *Dirty*; no model.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HeuristicGate;
 

@@ -9,7 +9,7 @@
 //!   (on the blocking pool, never on an arbiter thread) and forwards what it
 //!   stored to its work context.
 //! - A `WorkContextActor` per live work context keeps the dirty state
-//!   (seed 000 §5.2, judged by a [`SignificanceGate`]) and runs captures
+//!   (docs/DESIGN.md, *Dirty*; judged by a [`SignificanceGate`]) and runs captures
 //!   when a [`Trigger`] fires: idle, debounced defocus, pre-compaction,
 //!   nightly, manual, and the session hooks.
 //! - A capture ([`CaptureReport`]) turns new turns into log entries with

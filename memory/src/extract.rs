@@ -5,7 +5,7 @@
 //! registry and returns [`Extracted`] items — open questions, decisions,
 //! tasks, handoffs and work-phase changes — each tied to the turn it came
 //! from, plus what the span touched (subjects mentioned, tools used, user
-//! turns). The patterns follow seed 000 §5.3 ("we decided", "let's go with",
+//! turns). The patterns follow docs/DESIGN.md, *Capture* ("we decided", "let's go with",
 //! "I'll come back to", "still need to figure out"…). They are honest
 //! heuristics: they miss things and sometimes misfire; every entry they
 //! produce carries the exact turn it came from, so a reader can check.

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 /// The kinds of memory-log entry.
 ///
-/// The first five come from the event log (seed 003); the rest are the
-/// continuity kinds (seed 000 §3).
+/// The first five are the general kinds; the rest are the continuity kinds
+/// of a work context (see docs/DESIGN.md, *Entry kinds*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -291,11 +291,11 @@ pub struct EntryFilter {
 
 /// Time-to-live per entry kind, in days.
 ///
-/// Defaults follow seed 000 §3.3 for the continuity kinds (session summary
-/// refs 30 days, open questions 60, key decisions 60, cross-conversation
-/// updates 7, work-phase changes 30). The event-log kinds (task, fact,
-/// decision, question, handoff) do not decay by default: seed 003 §3.6 makes
-/// their decay a read concern of the briefing windows, not an expiry.
+/// Defaults (see docs/DESIGN.md, *Decay by kind*) for the continuity kinds:
+/// session summary refs 30 days, open questions 60, key decisions 60,
+/// cross-conversation updates 7, work-phase changes 30. The general kinds
+/// (task, fact, decision, question, handoff) do not decay by default: they
+/// fade from the briefing's time windows and by replacement, not by expiry.
 /// `ttl_days` overrides the default per kind; 0 means "never decays".
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -1,5 +1,6 @@
-//! The `memory-policy` world: its request, its decision (seed 004 §11
-//! `MemoryPolicyDecision`), the checks the host applies, and its fail-safe.
+//! The `memory-policy` world: its request, its decision (the
+//! `MemoryPolicyDecision` of docs/DESIGN.md, *Memory policy*), the checks
+//! the host applies, and its fail-safe.
 //!
 //! **Fail-safe:** deny. Fidelity `none`, locality `blocked`, learning
 //! `none`, mutation `none`, obligation `audit-log`. A broken policy never
@@ -59,7 +60,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What is to be done with an object (seed 004 §11 `action`).
+    /// What is to be done with an object.
     pub enum Action <=> WitAction {
         /// Capture it into memory.
         Capture = "capture",
@@ -83,7 +84,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// Where an object would go (seed 004 §11 `destination`).
+    /// Where an object would go.
     pub enum Destination <=> WitDestination {
         /// A model running on this machine.
         LocalModel = "local-model",
@@ -119,7 +120,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// How much content may be shown (seed 004 §11).
+    /// How much content may be shown.
     pub enum ContentFidelity <=> WitContentFidelity {
         /// Nothing.
         None = "none",
@@ -133,7 +134,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// Where content may go (seed 004 §11).
+    /// Where content may go.
     pub enum Locality <=> WitLocality {
         /// Nowhere.
         Blocked = "blocked",
@@ -145,7 +146,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What may be learned from content (seed 004 §11).
+    /// What may be learned from content.
     pub enum LearningScope <=> WitLearningScope {
         /// Nothing.
         None = "none",
@@ -159,7 +160,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What may be written because of it (seed 004 §11).
+    /// What may be written because of it.
     pub enum MutationAuthority <=> WitMutationAuthority {
         /// Nothing.
         None = "none",
@@ -171,7 +172,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What the host must do alongside (seed 004 `PolicyObligation`).
+    /// What the host must do alongside.
     pub enum PolicyObligation <=> WitPolicyObligation {
         /// Record the use in the audit log.
         AuditLog = "audit-log",
@@ -190,7 +191,7 @@ mirror_enum! {
     }
 }
 
-/// The object a request is about (seed 004 `ContentReference`).
+/// The object a request is about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContentReference {
     /// What kind of object.
@@ -207,7 +208,7 @@ pub struct ContentReference {
     pub low_trust: bool,
 }
 
-/// A principal (seed 004 `PrincipalRef`).
+/// A principal: who is asking.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrincipalRef {
     /// What kind.
@@ -274,9 +275,10 @@ impl PolicyRequest {
     }
 }
 
-/// A memory policy's answer, checked by the host (seed 004 §11; the host
-/// stamps the decision id and generation on the surrounding
-/// [`Decided`](crate::Decided)).
+/// A memory policy's answer, checked by the host: one typed answer per
+/// dimension, not a single safety score (see docs/DESIGN.md,
+/// *Memory policy*). The host stamps the decision id and generation on
+/// the surrounding [`Decided`](crate::Decided).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct MemoryPolicyDecision {

@@ -23,9 +23,11 @@ use crate::world::{SignificanceGate, World, WorldKind};
 
 use b::cairn::policy::significance::CollectionDecision as WitCollectionDecision;
 
-/// The default base threshold (seed 000 §11).
+/// The default base threshold (see docs/DESIGN.md,
+/// *Significance gate and capture depth*).
 pub const DEFAULT_BASE_THRESHOLD: f32 = 0.5;
-/// The default research multiplier (seed 000 §11: `0.5 × 0.6 = 0.3`).
+/// The default research multiplier: research inside an active work context
+/// lowers the threshold to `0.5 × 0.6 = 0.3`.
 pub const DEFAULT_RESEARCH_MULTIPLIER: f32 = 0.6;
 
 /// What the host knows of the moment a turn arrived in.
@@ -82,7 +84,7 @@ pub struct SignificanceInput {
 }
 
 mirror_enum! {
-    /// What to do with a turn (seed 004 §13.1 `collection_decision`).
+    /// What to do with a turn.
     pub enum CollectionDecision <=> WitCollectionDecision {
         /// Keep only the raw record; extract nothing.
         DoNotCollect = "do-not-collect",

@@ -1,6 +1,6 @@
 //! The `topic-directive` world: its input (a topic and a turn or entry),
-//! its decision (seed 004 §7.2 `TopicCollectionDirective`), the checks the
-//! host applies, and its fail-safe.
+//! its decision (the `TopicCollectionDirective` of docs/DESIGN.md,
+//! *Topic directives*), the checks the host applies, and its fail-safe.
 //!
 //! **Fail-safe:** do not collect (`collect` false, `suggest-only`, depth
 //! `none`, no outputs, review required). The input stays in the raw record
@@ -61,7 +61,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// How a topic collects (seed 004 §7.2 `collection_mode`).
+    /// How a topic collects.
     pub enum CollectionMode <=> WitCollectionMode {
         /// From what memory already holds.
         BackfillExistingMemory = "backfill-existing-memory",
@@ -75,7 +75,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What collection produces (seed 004 §7.2 `output_targets`).
+    /// What collection produces.
     pub enum OutputTarget <=> WitOutputTarget {
         /// An assertion candidate.
         AssertionCandidate = "assertion-candidate",
@@ -90,7 +90,7 @@ mirror_enum! {
     }
 }
 
-/// Which sources a topic draws from (seed 004 §7.2 `source_scope`).
+/// Which sources a topic draws from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind", content = "value")]
 #[non_exhaustive]

@@ -102,8 +102,9 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// What the user is doing right now, as classified by routing (seed 000
-    /// §11: "find", "research", "look up", "analyze" are `Research`).
+    /// What the user is doing right now, as classified by routing ("find",
+    /// "research", "look up", "analyze" are `Research`; see docs/DESIGN.md,
+    /// *Activity types and work phases*).
     pub enum ActivityType <=> WitActivityType {
         /// Finding things out.
         Research = "research",
@@ -123,7 +124,8 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// The dominant phase of a work context (seed 000 §4).
+    /// The dominant phase of a work context (see docs/DESIGN.md,
+    /// *Activity types and work phases*).
     pub enum WorkPhase <=> WitWorkPhase {
         /// Research.
         Research = "research",
@@ -145,7 +147,7 @@ mirror_enum! {
 }
 
 mirror_enum! {
-    /// How deeply to extract (seed 004 §13.1 `extraction_depth`).
+    /// How deeply to extract.
     pub enum ExtractionDepth <=> WitExtractionDepth {
         /// Nothing is extracted; the raw record keeps the turn regardless.
         None = "none",
@@ -241,7 +243,8 @@ reason_codes! {
         AboveThreshold = "above-threshold",
         /// The score stayed below the threshold.
         BelowThreshold = "below-threshold",
-        /// The threshold was lowered for research (seed 000 §11).
+        /// The threshold was lowered for research in an active work context
+        /// (base × 0.6).
         ResearchThreshold = "research-threshold",
         /// A user turn.
         UserTurn = "user-turn",

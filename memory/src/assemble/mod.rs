@@ -2,7 +2,7 @@
 //! block a gateway puts in front of each model call.
 //!
 //! The block is `C_total = invariants ∪ recent tail ∪ tiers ∪ projection`
-//! (seed 002 §3 with seed 000 §6's three tiers), filled in this order of
+//! (see docs/DESIGN.md, *Context assembly*), filled in this order of
 //! precedence, each step taking only what the earlier ones left:
 //!
 //! 1. **Hard invariants**: the request's standing directives and the
@@ -27,7 +27,7 @@
 //! Every candidate goes through a [`PolicyCheck`] for the request's
 //! [`Destination`]: full, redacted, reference-only or blocked rendering;
 //! blocked items appear only in the trace. The block opens with the
-//! memory-use rules (seed 004 §15) and labels each item with its role,
+//! memory-use rules (docs/DESIGN.md, *Memory-use preamble*) and labels each item with its role,
 //! warrant, source, freshness and scope relation. Tokens are counted with
 //! the real tokenizer ([`TokenCounter`](crate::TokenCounter)), and the final text is counted
 //! again: the block never exceeds its budget.
@@ -76,7 +76,7 @@ use crate::error::Result;
 use crate::log::EntryKind;
 use crate::memory::Workspace;
 
-/// Where the assembled block goes (seed 004 §11 `destination`); the policy
+/// Where the assembled block goes (the memory policy's destination); the policy
 /// decides per destination.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -344,7 +344,7 @@ impl Section {
 }
 
 /// How much of an item's content the block shows (the policy's content
-/// fidelity, seed 004 §11).
+/// fidelity, docs/DESIGN.md, *Memory policy*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -371,7 +371,7 @@ impl Fidelity {
     }
 }
 
-/// How far an item may be relied on (seed 004 §15 "warrant").
+/// How far an item may be relied on: its warrant (docs/DESIGN.md, *Memory-use preamble*).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -404,7 +404,7 @@ impl Warrant {
     }
 }
 
-/// How an item's scope relates to the request (seed 004 §15).
+/// How an item's scope relates to the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -431,7 +431,7 @@ impl ScopeRelation {
     }
 }
 
-/// One item in the block, with its labels (seed 004 §15).
+/// One item in the block, with its labels (docs/DESIGN.md, *Memory-use preamble*).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlockItem {
@@ -516,7 +516,7 @@ pub struct TierReport {
     pub reason: String,
 }
 
-/// The activity type the routing should use (seed 000 §6.5).
+/// The activity type the routing should use (docs/DESIGN.md, *Activity-type inheritance*).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActivityReport {

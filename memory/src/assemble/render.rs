@@ -1,5 +1,5 @@
-//! How the block reads: the frame, the memory-use rules (seed 004 §15,
-//! worded for cairn), section headers, tier cards and per-item labels.
+//! How the block reads: the frame, the memory-use rules (docs/DESIGN.md,
+//! *Memory-use preamble*), section headers, tier cards and per-item labels.
 //!
 //! Every rendered line ends with a newline and starts with a non-space
 //! character, so the token count of the block is (up to BPE merges at line

@@ -1,6 +1,6 @@
 //! Assembly tests on real sled, the real tokenizer and (for retrieval) a
-//! real tantivy index; time is a `ManualClock`. The seed 000 §6 tier
-//! scenarios, the seed 002 tail and budget rules, and the properties.
+//! real tantivy index; time is a `ManualClock`. The tier scenarios, the
+//! tail and budget rules (docs/DESIGN.md, *Context assembly*), the properties.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ fn tier(block: &AssembledContext, n: u8) -> &TierReport {
     block.tiers.iter().find(|t| t.tier == n).unwrap()
 }
 
-/// The Henderson work context of seed 000 §6.1: a session two hours ago
+/// The Henderson work context (docs/DESIGN.md, *The three tiers*): a session two hours ago
 /// left a handoff, an open question, a decision, a phase and an update.
 fn henderson(fx: &Fx) -> Workspace {
     let ws = fx.ws();
@@ -164,7 +164,7 @@ fn tier1_fires_in_a_new_session_after_thirty_minutes() {
     assert!(block.text.contains("Open: Address Dura"));
     assert!(block.text.contains("Decision: Price impact"));
     assert!(block.text.contains("Since last session: Expert report"));
-    // Activity-type inheritance (§6.5): a brief "let's continue" inherits drafting.
+    // Activity-type inheritance: a brief "let's continue" inherits drafting.
     assert_eq!(block.activity.activity_type, "drafting");
     assert!(block.activity.inherited);
 }

@@ -1,5 +1,5 @@
-//! The three tiers of seed 000 §6 (which entries feed which card, and
-//! whether tier 1 fires) and activity-type inheritance (§6.5). Budgets are
+//! The three tiers (which entries feed which card, and whether tier 1 fires)
+//! and activity-type inheritance; see docs/DESIGN.md, *Context assembly*. Budgets are
 //! applied by `compose`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -36,7 +36,7 @@ impl ResumePart {
         }
     }
 
-    /// How many of this part the card shows at most (seed 000 §6.1).
+    /// How many of this part the card shows at most (docs/DESIGN.md, *The three tiers*).
     fn max(self) -> usize {
         match self {
             ResumePart::History => 3,
@@ -85,7 +85,7 @@ fn is_continuity(kind: EntryKind) -> bool {
     ResumePart::of(kind).is_some() || kind == EntryKind::WorkPhaseChange
 }
 
-/// The phases a work context can be in (seed 000 §4.1).
+/// The phases a work context can be in (docs/DESIGN.md, *Activity types and work phases*).
 const PHASES: [(&str, &str); 10] = [
     ("waiting", "waiting_for_external"),
     ("research", "research"),
@@ -297,7 +297,7 @@ const ACTIVITY_WORDS: [(&str, &str); 9] = [
     ("rewrite", "revision"),
 ];
 
-/// Activity-type inheritance (seed 000 §6.5): the message's own activity
+/// Activity-type inheritance (docs/DESIGN.md): the message's own activity
 /// when it says one clearly, else the work context's active phase.
 pub(super) fn activity(query: &str, phase: Option<&str>, work_context: &str) -> ActivityReport {
     let lower = query.to_lowercase();

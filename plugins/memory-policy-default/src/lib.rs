@@ -2,7 +2,8 @@
 //!
 //! Answers "may this object be captured / retrieved / rendered / exported /
 //! delegated / mutated / learned from, at what fidelity, by whom?" with a
-//! typed `memory-policy-decision` (seed 004 §11). The rules, in order:
+//! typed `memory-policy-decision` (see docs/DESIGN.md, *Memory policy*).
+//! The rules, in order:
 //!
 //! 1. **Context.** An object from another work context is shown only as a
 //!    reference unless the host's lineage rules permit the read; with

@@ -9,8 +9,9 @@
 //! words (decision, task, hand-off and preference language), questions,
 //! entity mentions and length, then compares the score with a threshold. The
 //! threshold is the host's base threshold, lowered by the research multiplier
-//! when the user is researching inside an active work context (seed 000 §11:
-//! `0.5 × 0.6 = 0.3`).
+//! when the user is researching inside an active work context
+//! (`0.5 × 0.6 = 0.3`; see docs/DESIGN.md,
+//! *Significance gate and capture depth*).
 //!
 //! ```
 //! use significance_core::*;
@@ -52,7 +53,7 @@ pub enum SessionKind {
     Cron,
 }
 
-/// The routing classification of the current activity (seed 000 §11).
+/// The routing classification of the current activity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activity {
     /// "find", "research", "look up", "analyze".
@@ -100,12 +101,12 @@ impl Default for Context {
     }
 }
 
-/// The default base threshold (seed 000 §11).
+/// The default base threshold.
 pub const DEFAULT_BASE_THRESHOLD: f32 = 0.5;
-/// The default research multiplier (seed 000 §11).
+/// The default research multiplier (`0.5 × 0.6 = 0.3`).
 pub const DEFAULT_RESEARCH_MULTIPLIER: f32 = 0.6;
 
-/// What to do with the turn (seed 004 §13.1 `collection_decision`).
+/// What to do with the turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collection {
     /// Extract nothing.
@@ -252,7 +253,7 @@ impl Evaluation {
 }
 
 /// The threshold for this context: the base, times the research multiplier
-/// when the user researches inside an active work context (seed 000 §11).
+/// when the user researches inside an active work context.
 /// Inputs outside [0, 1] (or NaN) are clamped.
 pub fn threshold(ctx: &Context) -> f32 {
     let base = clamp01(ctx.base_threshold);

@@ -1,7 +1,8 @@
 //! cairn's default topic collection directive, as a wasm component.
 //!
 //! Decides whether a topic collects an input (a live turn or an existing
-//! memory-log entry), and into what (seed 004 §7.2):
+//! memory-log entry), and into what (see docs/DESIGN.md,
+//! *Topic directives*):
 //!
 //! 1. A `manual` topic never collects on its own.
 //! 2. An input whose source class lies outside the topic's source scope is

@@ -41,8 +41,10 @@ fn significance_gate() {
             CollectionDecision::DeepExtract,
             ReasonCode::HandoffLanguage,
         ),
-        // Seed 000 §11: a plain research note (score 0.30 + 0.05 for an
-        // entity) stays below the base threshold 0.5 ...
+        // The activity-aware threshold (see docs/DESIGN.md,
+        // *Significance gate and capture depth*): a plain research note
+        // (score 0.30 + 0.05 for an entity) stays below the base threshold
+        // 0.5 ...
         (
             "Look up how the Ninth Circuit reads scienter in securities cases",
             GateContext::default(),
