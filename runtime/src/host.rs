@@ -268,8 +268,8 @@ impl Cairn {
 
     /// Hook `session_end`: marks the session ended (idempotent, durable).
     ///
-    /// Then extracts the session once (seed 003 §4.1): main sessions only
-    /// unless configured, skipped if an earlier hook extracted it, one retry
+    /// Then extracts the session once (docs/DESIGN.md, *Session
+    /// extraction*): main sessions only unless configured, skipped if an earlier hook extracted it, one retry
     /// after a failure. An extraction problem does not fail the hook; it is
     /// recorded and the `gateway_start` sweep retries it.
     pub fn session_end(&self, workspace: &str, session: &str) -> Result<Session> {

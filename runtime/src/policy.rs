@@ -651,7 +651,7 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 ///   `extract-durable-eligible`, `deep-extract`): the turn is
 ///   **significant**, its work context is dirty at once;
 /// - `observe-only` / `do-not-collect`: the turn counts as activity only,
-///   under seed 000 §5.2's structural rules (three user turns, tool use, a
+///   under the structural dirty rules (three user turns, tool use, a
 ///   known subject) — the same as with no plugin at all.
 ///
 /// A fault, an open breaker, a decision log that refuses, or a panic gives

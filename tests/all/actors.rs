@@ -1,4 +1,4 @@
-//! The actor runtime end to end: the seed's trigger scenario on a virtual
+//! The actor runtime end to end: the two-captures trigger scenario on a virtual
 //! clock, supervision under injected panics, passivation, backpressure and
 //! session-level extraction — through the real `Cairn` facade on real sled.
 
@@ -45,9 +45,10 @@ fn summary(reports: &[CaptureReport]) -> Vec<String> {
         .collect()
 }
 
-/// Seed 000 §5.2, "rapid session switching": Henderson at 9:00 (5 turns),
+/// "Rapid session switching" (docs/DESIGN.md, *Never twice for the same
+/// material*): Henderson at 9:00 (5 turns),
 /// Johnson at 9:03, back to Henderson at 9:08, DOC24 at 9:11, Johnson at 9:16
-/// (3 turns), still on Johnson at 9:30. The seed's table has exactly two
+/// (3 turns), still on Johnson at 9:30. The expected outcome is exactly two
 /// captures: Henderson at 9:30 (debounce of 30 minutes met) and Johnson at
 /// 9:46 (idle 15 minutes). "Still Johnson" at 9:30 is a user question whose
 /// tool-backed answer lands at 9:31, which is what makes 9:46 the idle time.
@@ -202,7 +203,8 @@ fn henderson_johnson_two_captures_in_46_minutes() -> Result<()> {
             .any(|e| e.kind == EntryKind::WorkPhaseChange)
     );
 
-    // Seed 000 §5.5: Johnson's capture mentions Henderson, which the
+    // Cross-conversation updates (docs/DESIGN.md): Johnson's capture
+    // mentions Henderson, which the
     // Henderson context tracks: a cross-conversation update lands there.
     let updates = cairn.entries(
         "firm",
@@ -446,7 +448,8 @@ fn full_mailboxes_refuse_or_wait_by_configuration() -> Result<()> {
     Ok(())
 }
 
-/// Seed 003 §4.1: `before_reset` then `session_end` extract once; a failure
+/// Session extraction (docs/DESIGN.md): `before_reset` then `session_end`
+/// extract once; a failure
 /// is retried once (here by the `gateway_start` sweep) and recorded durably,
 /// so a restart does not extract again; sub-agent sessions are skipped.
 #[test]

@@ -1,5 +1,5 @@
-//! Context assembly end to end: the seed 000 §6 tiers through the `Cairn`
-//! facade with the real WebAssembly memory policy, fidelity per
+//! Context assembly end to end: the three tiers (docs/DESIGN.md) through
+//! the `Cairn` facade with the real WebAssembly memory policy, fidelity per
 //! destination, and the block and its trace from the real binary (CLI and
 //! HTTP).
 
