@@ -33,7 +33,9 @@ use crate::config::MemoryConfig;
 use crate::error::{MemoryError, Result};
 use crate::ids::{validate_id, validate_slug};
 use crate::log::{Entry, EntryView};
-use crate::store::{Collection, SledStore, Store, WorkspaceStore, WriteBatch, WriteOp};
+use crate::store::{
+    Collection, SledStore, StateFamily, StateKey, Store, WorkspaceStore, WriteBatch, WriteOp,
+};
 use crate::tokens::TokenCounter;
 
 /// The work context used when the host names none.
@@ -376,39 +378,45 @@ impl Workspace {
 
     /// Reads a durable state record of another subsystem (actors, indexes).
     #[doc(hidden)]
-    pub fn state_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.store.get(Collection::State, key.as_bytes())?)
+    pub fn state_get(&self, key: &StateKey) -> Result<Option<Vec<u8>>> {
+        Ok(self.store.get(Collection::State, &key.encode())?)
     }
 
-    /// The state records whose keys start with `prefix`, in key order.
+    /// The state records of one family, in key order.
     #[doc(hidden)]
-    pub fn state_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        Ok(self
-            .store
-            .scan_prefix(Collection::State, prefix.as_bytes())?
+    pub fn state_scan(&self, family: StateFamily) -> Result<Vec<(StateKey, Vec<u8>)>> {
+        self.store
+            .scan_prefix(Collection::State, family.prefix())?
             .into_iter()
-            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
-            .collect())
+            .map(|(k, v)| match StateKey::decode(&k) {
+                Some(key) => Ok((key, v)),
+                None => Err(MemoryError::Corrupt {
+                    what: "state key",
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    reason: "not a state key".to_owned(),
+                }),
+            })
+            .collect()
     }
 
     /// Writes a durable state record of another subsystem; durable when it returns.
     #[doc(hidden)]
-    pub fn state_put(&self, key: &str, value: &[u8]) -> Result<()> {
+    pub fn state_put(&self, key: &StateKey, value: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();
-        batch.put(Collection::State, key.as_bytes().to_vec(), value.to_vec());
+        batch.put(Collection::State, key.encode(), value.to_vec());
         self.apply(batch)?;
         Ok(self.shared.store.sync()?)
     }
 
     /// Writes and deletes several state records in one atomic, durable batch.
     #[doc(hidden)]
-    pub fn state_apply(&self, puts: &[(String, Vec<u8>)], deletes: &[String]) -> Result<()> {
+    pub fn state_apply(&self, puts: &[(StateKey, Vec<u8>)], deletes: &[StateKey]) -> Result<()> {
         let mut batch = WriteBatch::default();
         for (key, value) in puts {
-            batch.put(Collection::State, key.as_bytes().to_vec(), value.clone());
+            batch.put(Collection::State, key.encode(), value.clone());
         }
         for key in deletes {
-            batch.delete(Collection::State, key.as_bytes().to_vec());
+            batch.delete(Collection::State, key.encode());
         }
         self.apply(batch)?;
         Ok(self.shared.store.sync()?)

@@ -75,6 +75,7 @@ pub use seams::{
 use crate::error::Result;
 use crate::log::EntryKind;
 use crate::memory::Workspace;
+use crate::store::{StateFamily, StateKey};
 
 /// Where the assembled block goes (seed 004 §11 `destination`); the policy
 /// decides per destination.
@@ -584,8 +585,6 @@ impl AssembledContext {
     }
 }
 
-const PIN_PREFIX: &str = "assemble/pin/";
-
 impl Workspace {
     /// Assembles the memory block for `request.session` (see the [module
     /// docs](self) for the composition), retrieving with `retriever` and
@@ -622,21 +621,34 @@ impl Workspace {
     /// ```
     pub fn pin(&self, entry_id: &str) -> Result<()> {
         self.entry(entry_id)?;
-        self.state_put(&format!("{PIN_PREFIX}{entry_id}"), b"")
+        self.state_put(
+            &StateKey::Pin {
+                entry: entry_id.to_owned(),
+            },
+            b"",
+        )
     }
 
     /// Unpins an entry (a no-op when it is not pinned).
     pub fn unpin(&self, entry_id: &str) -> Result<()> {
         crate::ids::validate_id("entry id", entry_id)?;
-        self.state_apply(&[], &[format!("{PIN_PREFIX}{entry_id}")])
+        self.state_apply(
+            &[],
+            &[StateKey::Pin {
+                entry: entry_id.to_owned(),
+            }],
+        )
     }
 
     /// The pinned entry ids, in id order.
     pub fn pinned(&self) -> Result<Vec<String>> {
         Ok(self
-            .state_scan(PIN_PREFIX)?
+            .state_scan(StateFamily::Pin)?
             .into_iter()
-            .map(|(k, _)| k[PIN_PREFIX.len()..].to_owned())
+            .filter_map(|(key, _)| match key {
+                StateKey::Pin { entry } => Some(entry),
+                _ => None,
+            })
             .collect())
     }
 }
