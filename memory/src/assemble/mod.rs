@@ -33,8 +33,9 @@
 //! again: the block never exceeds its budget.
 //!
 //! The two seams keep this module pure: the runtime plugs in its search
-//! service and its WebAssembly memory policy; [`IndexRetriever`] and
-//! [`TrustAll`] serve embedders without them (and the property tests).
+//! service and its WebAssembly memory policy; `search::IndexRetriever`
+//! (over one index) and [`TrustAll`] serve embedders without them (and the
+//! property tests).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -68,8 +69,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use seams::{
-    Candidate, CandidateRef, IndexRetriever, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem,
-    PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll, search_options,
+    Candidate, CandidateRef, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict,
+    RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll,
 };
 
 use crate::error::Result;
