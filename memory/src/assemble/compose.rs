@@ -62,7 +62,7 @@ struct Ctx<'a> {
     budget: usize,
     used: usize,
     charged: HashSet<&'static str>,
-    sections: BTreeSetMap,
+    sections: SectionPieces,
     trace: Vec<TraceItem>,
     in_block: HashSet<ItemSource>,
     generations: BTreeSet<String>,
@@ -73,9 +73,9 @@ struct Ctx<'a> {
 
 /// Pieces per section, in section order.
 #[derive(Default)]
-struct BTreeSetMap(Vec<(Section, Vec<Piece>)>);
+struct SectionPieces(Vec<(Section, Vec<Piece>)>);
 
-impl BTreeSetMap {
+impl SectionPieces {
     fn list(&mut self, section: Section) -> &mut Vec<Piece> {
         let at = match self.0.iter().position(|(s, _)| *s == section) {
             Some(at) => at,
@@ -515,7 +515,7 @@ pub(super) fn assemble(
         budget: request.budget_tokens,
         used: frame,
         charged: HashSet::new(),
-        sections: BTreeSetMap::default(),
+        sections: SectionPieces::default(),
         trace: Vec::new(),
         in_block: HashSet::new(),
         generations: BTreeSet::new(),
