@@ -625,7 +625,7 @@ pub(super) fn assemble(
     finish(cx, open, request, tier_reports, activity, retrieval)
 }
 
-/// 1. Hard invariants: directives, pinned entries. Never trimmed. Returns
+/// Step 1, hard invariants: directives, pinned entries. Never trimmed. Returns
 /// what they are, for the error when the invariants do not fit.
 fn hard_invariants(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<Vec<String>> {
     let directives = &inputs.request.directives;
@@ -665,7 +665,7 @@ fn hard_invariants(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<Vec<String>>
     Ok(parts)
 }
 
-/// 2. The minimum tail: the last m turns, with the calls of their tool
+/// Step 2, the minimum tail: the last m turns, with the calls of their tool
 /// results. Returns the index in `tail_turns` where it starts.
 fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) -> Result<usize> {
     let tail_turns = &inputs.tail_turns;
@@ -695,7 +695,7 @@ fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) 
     Ok(base_start)
 }
 
-/// 3. Tier 3: living memory, never dropped for anything below it. Returns
+/// Step 3, tier 3: living memory, never dropped for anything below it. Returns
 /// the tokens it takes.
 fn tier3(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, reports: &mut Vec<TierReport>) -> Result<usize> {
     let settings = &inputs.settings;
@@ -747,7 +747,7 @@ fn tier3(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, reports: &mut Vec<TierReport>) -
     Ok(t3_tokens)
 }
 
-/// 4. Tail extension: older turns, contiguous, up to the tail budget; a
+/// Step 4, tail extension: older turns, contiguous, up to the tail budget; a
 /// tool call and its result go in together or not at all. Returns the
 /// turns the tail covers (the projection does not repeat them).
 fn extend_tail(
@@ -811,7 +811,7 @@ fn extend_tail(
         .collect())
 }
 
-/// 5. Tier 1, the resume card, within what the tiers have left. Returns the
+/// Step 5, tier 1, the resume card, within what the tiers have left. Returns the
 /// tokens it takes.
 fn tier1(
     cx: &mut Ctx<'_>,
@@ -892,7 +892,7 @@ fn tier1(
     Ok(t1_tokens)
 }
 
-/// 6. Tier 2, recent activity in the other work contexts: all or nothing,
+/// Step 6, tier 2, recent activity in the other work contexts: all or nothing,
 /// dropped first under pressure. `tiers_used` is what tiers 3 and 1 took.
 fn tier2(
     cx: &mut Ctx<'_>,
@@ -995,7 +995,7 @@ fn tier2(
     Ok(())
 }
 
-/// 7. Projection: retrieval over the rest of memory, in score order, while
+/// Step 7, projection: retrieval over the rest of memory, in score order, while
 /// the budget lasts.
 fn projection(
     cx: &mut Ctx<'_>,
@@ -1237,7 +1237,7 @@ fn render_text(cx: &Ctx<'_>, open: &str) -> String {
     text
 }
 
-/// 8. The final recount: renders the block and counts it whole; while BPE
+/// Step 8, the final recount: renders the block and counts it whole; while BPE
 /// merges across lines make it count over budget, trims in reverse
 /// precedence (never the invariants).
 fn finish(
