@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::store::StateKey;
 use cairn_memory::{
     EntryFilter, EntryInput, EntryKind, Provenance, Role, Session, Subject, Turn, Workspace,
 };
@@ -161,12 +162,16 @@ pub(crate) struct ContextRecord {
     pub(crate) captures: Vec<CaptureSummary>,
 }
 
-pub(crate) fn context_key(work_context: &str) -> String {
-    format!("actors/context/{work_context}")
+fn context_key(work_context: &str) -> StateKey {
+    StateKey::CaptureMark {
+        work_context: work_context.to_owned(),
+    }
 }
 
-fn extraction_key(session: &str) -> String {
-    format!("actors/extraction/{session}")
+fn extraction_key(session: &str) -> StateKey {
+    StateKey::Extraction {
+        session: session.to_owned(),
+    }
 }
 
 pub(crate) fn load_record(ws: &Workspace, work_context: &str) -> Result<ContextRecord> {
@@ -181,7 +186,7 @@ pub(crate) fn load_record(ws: &Workspace, work_context: &str) -> Result<ContextR
     }
 }
 
-fn put_json<T: Serialize>(ws: &Workspace, key: &str, value: &T) -> Result<()> {
+fn put_json<T: Serialize>(ws: &Workspace, key: &StateKey, value: &T) -> Result<()> {
     let bytes = serde_json::to_vec(value).map_err(|e| {
         ActorError::Memory(cairn_memory::MemoryError::Invalid {
             what: "actor state",

@@ -3,7 +3,7 @@
 //!
 //! **State.** Everything it knows is derived from the store: the durable
 //! context record (high-water marks, last capture, work phase) and the turns
-//! after the high-water marks, each assessed by the [`SignificanceGate`].
+//! after the high-water marks, each assessed by the [`CaptureGate`].
 //! It is loaded in `started` (on the blocking pool, with `ctx.wait` so no
 //! message is handled before it), and loaded again after each capture and
 //! after a restart. Passivation and a crash therefore lose nothing: the next
@@ -22,7 +22,7 @@
 //! **Panics** in a handler are caught; the actor answers `Panicked`, stops,
 //! and its `Supervisor` restarts it, which reloads the state.
 //!
-//! [`SignificanceGate`]: crate::SignificanceGate
+//! [`CaptureGate`]: crate::CaptureGate
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::AssertUnwindSafe;
@@ -39,7 +39,7 @@ use crate::capture::{
 use crate::config::TriggerConfig;
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
-use crate::gate::{GateInput, Significance, SignificanceGate};
+use crate::gate::{CaptureGate, GateInput, Significance};
 use crate::runtime::{Inner, Reply, blocking};
 
 /// A stored turn, as the session actor forwards it.
@@ -80,7 +80,7 @@ impl ContextState {
     /// Accounts for one turn; `known` holds verdicts from before a reload.
     fn note(
         &mut self,
-        gate: &dyn SignificanceGate,
+        gate: &dyn CaptureGate,
         session: &str,
         turn: &ObservedTurn,
         known: &mut Verdicts,
@@ -150,7 +150,7 @@ impl ContextState {
 pub(crate) fn load_state(
     ws: &Workspace,
     work_context: &str,
-    gate: &dyn SignificanceGate,
+    gate: &dyn CaptureGate,
     extract_all: bool,
     mut known: Verdicts,
 ) -> Result<ContextState> {

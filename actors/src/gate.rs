@@ -1,7 +1,8 @@
-//! The significance gate: does a turn make its work context dirty?
+//! The capture gate: does a turn make its work context dirty?
 //!
-//! [`SignificanceGate`] is the seam where the WebAssembly significance-gate
-//! policy (the policy host in `policies/`) slots in: `cairn::Cairn` starts
+//! [`CaptureGate`] is the seam where the WebAssembly policy of the
+//! `significance-gate` world (`cairn_policies::SignificanceGate`, hosted by
+//! `policies/`) slots in: `cairn::Cairn` starts
 //! the runtime with the installed wasm gate (`runtime/src/policy.rs`);
 //! [`ActorRuntime::start`](crate::ActorRuntime::start) uses
 //! [`HeuristicGate`] (the dirty rules of docs/DESIGN.md: user turns, tool use, known-entity
@@ -55,10 +56,11 @@ impl Significance {
     }
 }
 
-/// Decides how significant a turn is.
+/// Decides how significant a turn is for capture. (Named apart from the
+/// `significance-gate` WIT world, which is one way to implement it.)
 ///
 /// ```
-/// use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
+/// use cairn_actors::{GateInput, HeuristicGate, CaptureGate};
 /// use cairn_memory::{Role, SessionKind};
 /// let s = HeuristicGate.assess(&GateInput {
 ///     session: "s1",
@@ -72,7 +74,7 @@ impl Significance {
 /// });
 /// assert!(s.user_turn && !s.is_immediately_dirty());
 /// ```
-pub trait SignificanceGate: Send + Sync + std::fmt::Debug {
+pub trait CaptureGate: Send + Sync + std::fmt::Debug {
     /// Assesses one turn.
     fn assess(&self, input: &GateInput<'_>) -> Significance;
 }
@@ -81,7 +83,7 @@ pub trait SignificanceGate: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HeuristicGate;
 
-impl SignificanceGate for HeuristicGate {
+impl CaptureGate for HeuristicGate {
     fn assess(&self, input: &GateInput<'_>) -> Significance {
         let tool_use = input.tool_use || input.role == Role::Tool;
         let counts = matches!(input.role, Role::User | Role::Assistant);

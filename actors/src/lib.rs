@@ -9,7 +9,7 @@
 //!   (on the blocking pool, never on an arbiter thread) and forwards what it
 //!   stored to its work context.
 //! - A `WorkContextActor` per live work context keeps the dirty state
-//!   (docs/DESIGN.md, *Dirty*; judged by a [`SignificanceGate`]) and runs captures
+//!   (docs/DESIGN.md, *Dirty*; judged by a [`CaptureGate`]) and runs captures
 //!   when a [`Trigger`] fires: idle, debounced defocus, pre-compaction,
 //!   nightly, manual, and the session hooks.
 //! - A capture ([`CaptureReport`]) turns new turns into log entries with
@@ -57,7 +57,7 @@ pub use config::{ActorConfig, Backpressure, TriggerConfig};
 pub use error::{ActorError, Result};
 #[doc(hidden)]
 pub use fault::Fault;
-pub use gate::{GateInput, HeuristicGate, Significance, SignificanceGate};
+pub use gate::{CaptureGate, GateInput, HeuristicGate, Significance};
 pub use runtime::{ActorRuntime, RuntimeStats, SessionExtraction};
 
 #[allow(dead_code)]

@@ -50,7 +50,7 @@ use crate::config::{ActorConfig, Backpressure};
 use crate::context::{CaptureNow, ContextState, ExtractSession, Tick, TickMsg, WorkContextActor};
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
-use crate::gate::{HeuristicGate, SignificanceGate};
+use crate::gate::{CaptureGate, HeuristicGate};
 use crate::session::{HopBurst, Ingest, SessionActor};
 
 /// Where an actor sends its answer.
@@ -123,7 +123,7 @@ pub struct SessionExtraction {
 pub(crate) struct Inner {
     pub(crate) memory: Memory,
     pub(crate) config: ActorConfig,
-    pub(crate) gate: Arc<dyn SignificanceGate>,
+    pub(crate) gate: Arc<dyn CaptureGate>,
     pub(crate) locks: CaptureLocks,
     pub(crate) faults: Faults,
     pub(crate) stats: Counters,
@@ -409,7 +409,7 @@ impl ActorRuntime {
     pub fn start_with_gate(
         memory: Memory,
         config: ActorConfig,
-        gate: Arc<dyn SignificanceGate>,
+        gate: Arc<dyn CaptureGate>,
     ) -> Result<Self> {
         config.validate().map_err(ActorError::Unavailable)?;
         let arbiters = config.arbiters;

@@ -19,10 +19,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use cairn::assembly::WasmPolicyCheck;
-use cairn_memory::assemble::{
-    AssembleRequest, IndexRetriever, NoRetrieval, PolicyCheck, RetrievalMode, Retriever,
+use cairn_memory::assemble::{AssembleRequest, NoRetrieval, PolicyCheck, RetrievalMode, Retriever};
+use cairn_memory::search::{
+    EmbedConfig, Embedder, FastEmbedder, IndexRetriever, SearchDoc, SearchIndex,
 };
-use cairn_memory::search::{EmbedConfig, Embedder, FastEmbedder, SearchDoc, SearchIndex};
 use cairn_memory::{
     EntryInput, EntryKind, Memory, MemoryConfig, Role, SystemClock, TurnInput, Workspace,
 };

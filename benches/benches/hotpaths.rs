@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use cairn_actors::{GateInput, HeuristicGate, SignificanceGate};
+use cairn_actors::{CaptureGate, GateInput, HeuristicGate};
 use cairn_memory::assemble::{NoRetrieval, RetrievalMode, TrustAll};
 use cairn_memory::search::UnitCosine;
 use cairn_memory::{

@@ -4,8 +4,20 @@
 //! every store that holds it and leaves a [`Tombstone`] saying what was erased,
 //! when and why. Tombstones hold ids and counts, never the erased content.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::error::{MemoryError, Result};
+use crate::ids::{validate_id, validate_slug};
+use crate::log::Entry;
+use crate::memory::{Memory, Workspace, check_size, decode, encode};
+use crate::record::{session_prefix, work_context_key};
+use crate::store::{Collection, WriteBatch};
+
+/// Where the tombstones of erased workspaces live in the store-wide space.
+const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
 
 /// What to erase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,4 +68,213 @@ pub struct Tombstone {
     /// False only between the two steps of a workspace erasure; recovery
     /// finishes such an erasure when the store is opened again.
     pub complete: bool,
+}
+
+// Erasure inside a workspace (sessions, entries, subjects) and of a whole
+// workspace ([`Memory::forget_workspace`]).
+impl Workspace {
+    /// Erases a session, an entry or a subject (see [`ForgetTarget`]) and
+    /// leaves a tombstone. Atomic; durable when it returns. Erasing a whole
+    /// workspace is [`Memory::forget_workspace`].
+    pub fn forget(&self, target: &ForgetTarget, reason: &str) -> Result<Tombstone> {
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(MemoryError::ForgetWithoutReason);
+        }
+        check_size(
+            "forget reason",
+            reason,
+            self.shared.config.limits.max_reason_bytes,
+        )?;
+        let mut removed = Removed::default();
+        let mut batch = WriteBatch::default();
+        let mut stripes = BTreeSet::from([self.shared.stripe(&self.id, "\0entries")]);
+        if let ForgetTarget::Session(id) = target {
+            validate_id("session id", id)?;
+            stripes.insert(self.shared.stripe(&self.id, id));
+        }
+        let guard = self.shared.lock_stripes(stripes);
+        match target {
+            ForgetTarget::Session(id) => {
+                let session = self.session(id)?;
+                let prefix = session_prefix(id);
+                for (key, _) in self.store.scan_prefix(Collection::Turns, &prefix)? {
+                    batch.delete(Collection::Turns, key);
+                    removed.turns += 1;
+                }
+                for (key, _) in self.store.scan_prefix(Collection::Idempotency, &prefix)? {
+                    batch.delete(Collection::Idempotency, key);
+                }
+                batch.delete(Collection::Sessions, id.as_bytes().to_vec());
+                batch.delete(
+                    Collection::WorkContextSessions,
+                    work_context_key(&session.work_context, id),
+                );
+                removed.sessions = 1;
+                for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
+                    let entry: Entry = decode("entry", &key, &value)?;
+                    if entry.provenance.as_ref().is_some_and(|p| &p.session == id) {
+                        batch.delete(Collection::Entries, key);
+                        removed.entries += 1;
+                    }
+                }
+            }
+            ForgetTarget::Entry(id) => {
+                validate_id("entry id", id)?;
+                if self.load_entry(id)?.is_none() {
+                    return Err(MemoryError::EntryNotFound { id: id.clone() });
+                }
+                batch.delete(Collection::Entries, id.as_bytes().to_vec());
+                removed.entries = 1;
+            }
+            ForgetTarget::Subject(slug) => {
+                validate_slug(slug)?;
+                let aliases = self.alias_map()?;
+                let canonical = aliases.get(slug).cloned().unwrap_or_else(|| slug.clone());
+                if self
+                    .store
+                    .get(Collection::Subjects, canonical.as_bytes())?
+                    .is_none()
+                {
+                    return Err(MemoryError::SubjectNotFound { slug: slug.clone() });
+                }
+                batch.delete(Collection::Subjects, canonical.as_bytes().to_vec());
+                removed.subjects = 1;
+                for (alias, to) in &aliases {
+                    if to == &canonical {
+                        batch.delete(Collection::SubjectAliases, alias.as_bytes().to_vec());
+                    }
+                }
+                for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
+                    let entry: Entry = decode("entry", &key, &value)?;
+                    let resolved = entry
+                        .subject
+                        .as_ref()
+                        .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.clone()));
+                    if resolved.as_deref() == Some(canonical.as_str()) {
+                        batch.delete(Collection::Entries, key);
+                        removed.entries += 1;
+                    }
+                }
+            }
+            ForgetTarget::Workspace(_) => {
+                return Err(MemoryError::Invalid {
+                    what: "forget target",
+                    reason: "erase a workspace through Memory::forget_workspace".to_owned(),
+                });
+            }
+        }
+        let tombstone = Tombstone {
+            id: ulid::Ulid::new().to_string(),
+            workspace: self.id.clone(),
+            target: target.clone(),
+            reason: reason.to_owned(),
+            at: self.now(),
+            removed,
+            complete: true,
+        };
+        batch.put(
+            Collection::Tombstones,
+            tombstone.id.as_bytes().to_vec(),
+            encode(&tombstone)?,
+        );
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        tracing::info!(workspace = %self.id, tombstone = %tombstone.id, ?target, "forgotten");
+        Ok(tombstone)
+    }
+
+    /// Tombstones left by `forget` in this workspace, oldest first.
+    pub fn tombstones(&self) -> Result<Vec<Tombstone>> {
+        self.store
+            .scan_prefix(Collection::Tombstones, b"")?
+            .into_iter()
+            .map(|(k, v)| decode("tombstone", &k, &v))
+            .collect()
+    }
+}
+
+impl Memory {
+    /// Erases a whole workspace and leaves a tombstone in the store-wide space.
+    ///
+    /// Two durable steps: the tombstone is written (incomplete) and synced, the
+    /// workspace is dropped, then the tombstone is marked complete and synced.
+    /// A crash between them is finished by the next [`Memory::open`].
+    pub fn forget_workspace(&self, id: &str, reason: &str) -> Result<Tombstone> {
+        validate_id("workspace id", id)?;
+        let reason = self.check_reason(reason)?;
+        let store = &self.shared.store;
+        if !store.has_workspace(id)? {
+            return Err(MemoryError::WorkspaceNotFound {
+                workspace: id.to_owned(),
+            });
+        }
+        let ws = self.workspace(id)?;
+        let removed = Removed {
+            sessions: ws.store.scan_prefix(Collection::Sessions, b"")?.len() as u64,
+            turns: ws.store.scan_prefix(Collection::Turns, b"")?.len() as u64,
+            entries: ws.store.scan_prefix(Collection::Entries, b"")?.len() as u64,
+            subjects: ws.store.scan_prefix(Collection::Subjects, b"")?.len() as u64,
+        };
+        drop(ws);
+        let mut tombstone = Tombstone {
+            id: ulid::Ulid::new().to_string(),
+            workspace: id.to_owned(),
+            target: ForgetTarget::Workspace(id.to_owned()),
+            reason,
+            at: self.shared.clock.now(),
+            removed,
+            complete: false,
+        };
+        let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
+        store.meta_put(&key, &encode(&tombstone)?)?;
+        store.sync()?;
+        store.drop_workspace(id)?;
+        self.shared.log_cache(id).bump();
+        tombstone.complete = true;
+        store.meta_put(&key, &encode(&tombstone)?)?;
+        store.sync()?;
+        tracing::info!(workspace = id, tombstone = %tombstone.id, "workspace forgotten");
+        Ok(tombstone)
+    }
+
+    /// Tombstones of erased workspaces, oldest first.
+    pub fn workspace_tombstones(&self) -> Result<Vec<Tombstone>> {
+        self.shared
+            .store
+            .meta_scan_prefix(WORKSPACE_TOMBSTONE_PREFIX)?
+            .into_iter()
+            .map(|(k, v)| decode("tombstone", &k, &v))
+            .collect()
+    }
+
+    pub(crate) fn finish_interrupted_erasures(&self) -> Result<()> {
+        for mut tombstone in self.workspace_tombstones()? {
+            if tombstone.complete {
+                continue;
+            }
+            tracing::warn!(workspace = %tombstone.workspace, "finishing an interrupted workspace erasure");
+            self.shared.store.drop_workspace(&tombstone.workspace)?;
+            self.shared.log_cache(&tombstone.workspace).bump();
+            tombstone.complete = true;
+            let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
+            self.shared.store.meta_put(&key, &encode(&tombstone)?)?;
+            self.shared.store.sync()?;
+        }
+        Ok(())
+    }
+
+    fn check_reason(&self, reason: &str) -> Result<String> {
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(MemoryError::ForgetWithoutReason);
+        }
+        check_size(
+            "forget reason",
+            reason,
+            self.shared.config.limits.max_reason_bytes,
+        )?;
+        Ok(reason.to_owned())
+    }
 }

@@ -6,10 +6,20 @@
 //! Decay is a read concern: an entry whose kind's time-to-live has passed stops
 //! showing as live but stays in the record.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::error::{MemoryError, Result};
+use crate::ids::{display_for_slug, validate_id, validate_slug};
+use crate::memory::{
+    DEFAULT_WORK_CONTEXT, LiveEntries, LogSnapshot, Workspace, check_size, check_text, decode,
+    encode, in_batch,
+};
+use crate::store::{Collection, WriteBatch};
+use crate::subjects::{Subject, SubjectKind};
 
 /// The kinds of memory-log entry.
 ///
@@ -337,5 +347,511 @@ impl DecayConfig {
     pub fn decay_at(&self, kind: EntryKind, timestamp: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let days = self.ttl_days(kind)?;
         Some(timestamp + Duration::days(i64::from(days)))
+    }
+}
+
+// The log on a workspace: appends (checked replacement chains, subjects
+// registered on first use) and reads resolved against replacements, aliases
+// and decay.
+impl Workspace {
+    /// Appends one entry; durable when it returns.
+    pub fn append_entry(&self, entry: &EntryInput) -> Result<Entry> {
+        let mut entries =
+            self.append_entries(std::slice::from_ref(entry))
+                .map_err(|e| match e {
+                    MemoryError::InBatch { source, .. } => *source,
+                    other => other,
+                })?;
+        entries.pop().ok_or_else(|| MemoryError::Invalid {
+            what: "append",
+            reason: "no entry produced".to_owned(),
+        })
+    }
+
+    /// Appends entries atomically; durable when it returns.
+    ///
+    /// Checks, before anything is written: ids unused, provenance sessions and
+    /// turn ranges exist, `replaces` targets exist (in the log or earlier in
+    /// the batch), are not already replaced, and form no cycle. Unknown
+    /// subject slugs are registered.
+    pub fn append_entries(&self, inputs: &[EntryInput]) -> Result<Vec<Entry>> {
+        let limits = &self.shared.config.limits;
+        if inputs.len() > limits.max_batch {
+            return Err(MemoryError::BatchTooLarge {
+                len: inputs.len(),
+                limit: limits.max_batch,
+            });
+        }
+        for (index, input) in inputs.iter().enumerate() {
+            in_batch(index, self.validate_entry(input))?;
+        }
+        let guard = self.lock_entries();
+        let now = self.now();
+        let mut generator = ulid::Generator::new();
+        let mut ids: Vec<String> = Vec::with_capacity(inputs.len());
+        let mut batch_ids: HashMap<String, usize> = HashMap::new();
+        for (index, input) in inputs.iter().enumerate() {
+            let id = match &input.id {
+                Some(id) => id.clone(),
+                None => generator.generate().map(|u| u.to_string()).map_err(|e| {
+                    MemoryError::Invalid {
+                        what: "entry id",
+                        reason: e.to_string(),
+                    }
+                })?,
+            };
+            if batch_ids.contains_key(&id)
+                || self
+                    .store
+                    .get(Collection::Entries, id.as_bytes())?
+                    .is_some()
+            {
+                return Err(MemoryError::InBatch {
+                    index,
+                    source: Box::new(MemoryError::DuplicateEntryId { id }),
+                });
+            }
+            batch_ids.insert(id.clone(), index);
+            ids.push(id);
+        }
+
+        let aliases = self.alias_map()?;
+        let mut batch = WriteBatch::default();
+        let mut new_subjects: BTreeSet<String> = BTreeSet::new();
+        let mut replaced_in_batch: HashMap<&str, &str> = HashMap::new();
+        let mut out = Vec::with_capacity(inputs.len());
+        for (index, input) in inputs.iter().enumerate() {
+            let id = &ids[index];
+            let fail = |source: MemoryError| MemoryError::InBatch {
+                index,
+                source: Box::new(source),
+            };
+            // Provenance and work context.
+            let mut work_context = input.work_context.clone();
+            if let Some(p) = &input.provenance {
+                let session = self.session(&p.session).map_err(fail)?;
+                let last = session.next_seq.saturating_sub(1);
+                if session.next_seq == 0 || p.from_seq > p.to_seq || p.to_seq >= session.next_seq {
+                    return Err(fail(MemoryError::InvalidTurnRange {
+                        session: p.session.clone(),
+                        from: p.from_seq,
+                        to: p.to_seq,
+                        last,
+                    }));
+                }
+                match &work_context {
+                    Some(wc) if wc != &session.work_context => {
+                        return Err(fail(MemoryError::WorkContextMismatch {
+                            session: p.session.clone(),
+                            existing: session.work_context,
+                            given: wc.clone(),
+                        }));
+                    }
+                    Some(_) => {}
+                    None => work_context = Some(session.work_context),
+                }
+            }
+            // Replacement.
+            if let Some(target) = &input.replaces {
+                if target == id {
+                    return Err(fail(MemoryError::ReplacesCycle {
+                        id: id.clone(),
+                        replaces: target.clone(),
+                    }));
+                }
+                let in_batch_target = batch_ids.get(target).copied();
+                if in_batch_target.is_none()
+                    && self
+                        .store
+                        .get(Collection::Entries, target.as_bytes())?
+                        .is_none()
+                {
+                    return Err(fail(MemoryError::ReplacesMissing {
+                        id: id.clone(),
+                        replaces: target.clone(),
+                    }));
+                }
+                if let Some(by) = self
+                    .store
+                    .get(Collection::Replacements, target.as_bytes())?
+                {
+                    return Err(fail(MemoryError::AlreadyReplaced {
+                        replaces: target.clone(),
+                        by: String::from_utf8_lossy(&by).into_owned(),
+                    }));
+                }
+                if let Some(by) = replaced_in_batch.get(target.as_str()) {
+                    return Err(fail(MemoryError::AlreadyReplaced {
+                        replaces: target.clone(),
+                        by: (*by).to_owned(),
+                    }));
+                }
+                // Only new entries can point at new entries, so a cycle lies
+                // entirely inside the batch: walk it.
+                let mut cursor = in_batch_target;
+                let mut steps = 0;
+                while let Some(i) = cursor {
+                    if i == index || steps > inputs.len() {
+                        return Err(fail(MemoryError::ReplacesCycle {
+                            id: id.clone(),
+                            replaces: target.clone(),
+                        }));
+                    }
+                    steps += 1;
+                    cursor = inputs[i]
+                        .replaces
+                        .as_ref()
+                        .and_then(|t| batch_ids.get(t).copied());
+                }
+                replaced_in_batch.insert(target.as_str(), id.as_str());
+                batch.put(
+                    Collection::Replacements,
+                    target.as_bytes().to_vec(),
+                    id.as_bytes().to_vec(),
+                );
+            }
+            // Subject.
+            if let Some(slug) = &input.subject {
+                let canonical = aliases.get(slug).cloned().unwrap_or_else(|| slug.clone());
+                if !new_subjects.contains(&canonical)
+                    && self
+                        .store
+                        .get(Collection::Subjects, canonical.as_bytes())?
+                        .is_none()
+                {
+                    let subject = Subject {
+                        slug: canonical.clone(),
+                        display: display_for_slug(&canonical),
+                        kind: SubjectKind::default(),
+                        aliases: Vec::new(),
+                        created_at: now,
+                    };
+                    batch.put(
+                        Collection::Subjects,
+                        canonical.as_bytes().to_vec(),
+                        encode(&subject)?,
+                    );
+                    new_subjects.insert(canonical);
+                }
+            }
+            let status = match (input.kind, input.status) {
+                (EntryKind::Task, None) => Some(TaskStatus::Open),
+                (_, status) => status,
+            };
+            let entry = Entry {
+                id: id.clone(),
+                kind: input.kind,
+                content: input.content.clone(),
+                detail: input.detail.clone(),
+                subject: input.subject.clone(),
+                work_context: work_context.unwrap_or_else(|| DEFAULT_WORK_CONTEXT.to_owned()),
+                provenance: input.provenance.clone(),
+                replaces: input.replaces.clone(),
+                status,
+                timestamp: input.timestamp.unwrap_or(now),
+                recorded_at: now,
+            };
+            batch.put(Collection::Entries, id.as_bytes().to_vec(), encode(&entry)?);
+            out.push(entry);
+        }
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        Ok(out)
+    }
+
+    fn validate_entry(&self, input: &EntryInput) -> Result<()> {
+        let limit = self.shared.config.limits.max_content_bytes;
+        if let Some(id) = &input.id {
+            validate_id("entry id", id)?;
+        }
+        check_text("entry content", &input.content, limit)?;
+        if let Some(detail) = &input.detail {
+            check_size("entry detail", detail, limit)?;
+        }
+        if let Some(slug) = &input.subject {
+            validate_slug(slug)?;
+        }
+        if let Some(wc) = &input.work_context {
+            validate_id("work context", wc)?;
+        }
+        if let Some(p) = &input.provenance {
+            validate_id("provenance session id", &p.session)?;
+        }
+        if let Some(r) = &input.replaces {
+            validate_id("replaces", r)?;
+        }
+        if input.status.is_some() && input.kind != EntryKind::Task {
+            return Err(MemoryError::Invalid {
+                what: "status",
+                reason: format!("only task entries have a status, not {}", input.kind),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn replacement_map(&self) -> Result<HashMap<String, String>> {
+        self.string_map(Collection::Replacements)
+    }
+
+    /// A collection whose keys and values are both ids, read whole.
+    pub(crate) fn string_map(&self, collection: Collection) -> Result<HashMap<String, String>> {
+        Ok(self
+            .store
+            .scan_prefix(collection, b"")?
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
+            .collect())
+    }
+
+    fn view(
+        &self,
+        entry: Entry,
+        replacements: &HashMap<String, String>,
+        aliases: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> EntryView {
+        let (subject, status, decay_at) = self.judge(&entry, replacements, aliases, now);
+        EntryView {
+            entry,
+            subject,
+            status,
+            decay_at,
+        }
+    }
+
+    /// An entry's resolved subject, status and decay time.
+    fn judge(
+        &self,
+        entry: &Entry,
+        replacements: &HashMap<String, String>,
+        aliases: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> (Option<String>, EntryStatus, Option<DateTime<Utc>>) {
+        let decay_at = self
+            .shared
+            .config
+            .decay
+            .decay_at(entry.kind, entry.timestamp);
+        let status = match (replacements.get(&entry.id), decay_at) {
+            (Some(by), _) => EntryStatus::Replaced { by: by.clone() },
+            (None, Some(at)) if at <= now => EntryStatus::Expired { at },
+            _ => EntryStatus::Live,
+        };
+        let subject = entry
+            .subject
+            .as_ref()
+            .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.clone()));
+        (subject, status, decay_at)
+    }
+
+    pub(crate) fn load_entry(&self, id: &str) -> Result<Option<Entry>> {
+        self.store
+            .get(Collection::Entries, id.as_bytes())?
+            .map(|v| decode("entry", id.as_bytes(), &v))
+            .transpose()
+    }
+
+    /// One entry, with its resolved status.
+    pub fn entry(&self, id: &str) -> Result<EntryView> {
+        validate_id("entry id", id)?;
+        let entry = self
+            .load_entry(id)?
+            .ok_or_else(|| MemoryError::EntryNotFound { id: id.to_owned() })?;
+        Ok(self.view(
+            entry,
+            &self.replacement_map()?,
+            &self.alias_map()?,
+            self.now(),
+        ))
+    }
+
+    /// Entries matching `filter`, newest first. Without `all`, only live ones.
+    pub fn entries(&self, filter: &EntryFilter) -> Result<Vec<EntryView>> {
+        if let Some(wc) = &filter.work_context {
+            validate_id("work context", wc)?;
+        }
+        if let Some(s) = &filter.session {
+            validate_id("session id", s)?;
+        }
+        let log = self.log_snapshot()?;
+        self.entries_in(&log, filter, self.now())
+    }
+
+    /// Every live entry, newest first, shared: what `entries` returns for
+    /// the default filter, kept with the log snapshot until a log write or
+    /// the first decay time among them (assembly asks for it on every call).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// assert_eq!(ws.live_entries()?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn live_entries(&self) -> Result<Arc<Vec<EntryView>>> {
+        let log = self.log_snapshot()?;
+        let now = self.now();
+        if let Some(live) = log.live.lock().as_ref()
+            && live.at <= now
+            && live.until.is_none_or(|until| now < until)
+        {
+            return Ok(live.views.clone());
+        }
+        let views = Arc::new(self.entries_in(&log, &EntryFilter::default(), now)?);
+        // Live entries decay after `now`: the first of those times ends
+        // this list's validity.
+        let until = views.iter().filter_map(|v| v.decay_at).min();
+        *log.live.lock() = Some(LiveEntries {
+            at: now,
+            until,
+            views: views.clone(),
+        });
+        Ok(views)
+    }
+
+    fn entries_in(
+        &self,
+        log: &LogSnapshot,
+        filter: &EntryFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<EntryView>> {
+        let (aliases, replacements) = (&log.aliases, &log.replacements);
+        let subject = match &filter.subject {
+            Some(slug) => {
+                validate_slug(slug)?;
+                Some(aliases.get(slug).cloned().unwrap_or_else(|| slug.clone()))
+            }
+            None => None,
+        };
+        let mut out = Vec::new();
+        for entry in &log.entries {
+            if filter.kind.is_some_and(|k| k != entry.kind)
+                || filter
+                    .work_context
+                    .as_ref()
+                    .is_some_and(|wc| wc != &entry.work_context)
+                || filter
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| entry.provenance.as_ref().is_none_or(|p| &p.session != s))
+            {
+                continue;
+            }
+            let (resolved, status, decay_at) = self.judge(entry, replacements, aliases, now);
+            if subject.is_some() && resolved != subject {
+                continue;
+            }
+            if !filter.all && status != EntryStatus::Live {
+                continue;
+            }
+            out.push((entry, resolved, status, decay_at));
+        }
+        // Sort and cut before cloning: only what is returned is copied.
+        out.sort_by(|a, b| (b.0.timestamp, &b.0.id).cmp(&(a.0.timestamp, &a.0.id)));
+        if let Some(limit) = filter.limit.filter(|l| *l > 0) {
+            out.truncate(limit);
+        }
+        let out: Vec<EntryView> = out
+            .into_iter()
+            .map(|(entry, subject, status, decay_at)| EntryView {
+                entry: entry.clone(),
+                subject,
+                status,
+                decay_at,
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// Every version of the chain `id` belongs to, oldest first: the original,
+    /// each correction, and the live version last. Forgotten versions are absent.
+    pub fn history(&self, id: &str) -> Result<Vec<EntryView>> {
+        let start = self.entry(id)?;
+        let replacements = self.replacement_map()?;
+        let aliases = self.alias_map()?;
+        let now = self.now();
+        // Walk back to the root.
+        let mut root = start.entry.clone();
+        let mut seen = HashSet::from([root.id.clone()]);
+        while let Some(prev) = root.replaces.clone() {
+            match self.load_entry(&prev)? {
+                Some(e) if seen.insert(e.id.clone()) => root = e,
+                _ => break,
+            }
+        }
+        // Walk forward through the replacement map.
+        let mut chain = vec![self.view(root.clone(), &replacements, &aliases, now)];
+        let mut cursor = root.id;
+        while let Some(next) = replacements.get(&cursor) {
+            if !seen.insert(next.clone()) && chain.iter().any(|v| &v.entry.id == next) {
+                break;
+            }
+            if let Some(e) = self.load_entry(next)? {
+                chain.push(self.view(e, &replacements, &aliases, now));
+            }
+            cursor = next.clone();
+        }
+        Ok(chain)
+    }
+
+    /// Ids of every stored entry (live, replaced or expired), in key order.
+    /// Forgotten entries are gone. Used by the search indexer.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let e = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// assert_eq!(ws.entry_ids()?, vec![e.id.clone()]);
+    /// assert_eq!(ws.stored_entry(&e.id)?.map(|x| x.content), Some("The API is v2".to_owned()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn entry_ids(&self) -> Result<Vec<String>> {
+        Ok(self
+            .store
+            .scan_prefix(Collection::Entries, b"")?
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+            .collect())
+    }
+
+    /// A stored entry as written, without resolving its status (cheaper
+    /// than [`Workspace::entry`]); `None` when absent or forgotten.
+    pub fn stored_entry(&self, id: &str) -> Result<Option<Entry>> {
+        validate_id("entry id", id)?;
+        self.load_entry(id)
+    }
+
+    /// Which entries are replaced: replaced id → the id that replaced it.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let a = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+    /// let b = ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v3").replacing(&a.id))?;
+    /// assert_eq!(ws.replacements()?.get(&a.id), Some(&b.id));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replacements(&self) -> Result<HashMap<String, String>> {
+        self.replacement_map()
+    }
+
+    /// Subject aliases: old (renamed or merged) slug → canonical slug.
+    pub fn subject_aliases(&self) -> Result<HashMap<String, String>> {
+        self.alias_map()
     }
 }

@@ -6,8 +6,15 @@
 //! modified or deleted through the normal API; only an audited `forget` erases
 //! them (see [`crate::forget`]).
 
+use std::collections::{BTreeSet, HashMap};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::error::{MemoryError, Result};
+use crate::ids::validate_id;
+use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
+use crate::store::{Collection, WriteBatch};
 
 /// Who produced a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -248,4 +255,435 @@ pub(crate) fn work_context_key(work_context: &str, session: &str) -> Vec<u8> {
     let mut out = session_prefix(work_context);
     out.extend_from_slice(session.as_bytes());
     out
+}
+
+// Sessions on a workspace: created explicitly or by a first turn, read, ended.
+impl Workspace {
+    /// Creates a session, or returns it if it exists with the same work context.
+    /// Durable when it returns.
+    pub fn ensure_session(&self, spec: &SessionSpec) -> Result<Session> {
+        validate_id("session id", &spec.id)?;
+        let work_context = spec.work_context.as_deref().unwrap_or(DEFAULT_WORK_CONTEXT);
+        validate_id("work context", work_context)?;
+        if let Some(parent) = &spec.parent {
+            validate_id("parent session id", parent)?;
+            if parent == &spec.id {
+                return Err(MemoryError::Invalid {
+                    what: "parent session",
+                    reason: format!("session {:?} cannot be its own parent", spec.id),
+                });
+            }
+        }
+        let stripe = self.shared.stripe(&self.id, &spec.id);
+        let guard = self.shared.lock_stripes(BTreeSet::from([stripe]));
+        if let Some(existing) = self.load_session(&spec.id)? {
+            if spec.work_context.is_some() && existing.work_context != work_context {
+                return Err(MemoryError::WorkContextMismatch {
+                    session: spec.id.clone(),
+                    existing: existing.work_context,
+                    given: work_context.to_owned(),
+                });
+            }
+            return Ok(existing);
+        }
+        if let Some(parent) = &spec.parent {
+            if self.load_session(parent)?.is_none() {
+                return Err(MemoryError::ParentNotFound {
+                    session: spec.id.clone(),
+                    parent: parent.clone(),
+                });
+            }
+        }
+        let session = Session {
+            id: spec.id.clone(),
+            work_context: work_context.to_owned(),
+            kind: spec.kind,
+            parent: spec.parent.clone(),
+            created_at: self.now(),
+            last_turn_at: None,
+            next_seq: 0,
+            state: SessionState::Open,
+            resets: 0,
+        };
+        let mut batch = WriteBatch::default();
+        put_session(&mut batch, &session)?;
+        batch.put(
+            Collection::WorkContextSessions,
+            work_context_key(&session.work_context, &session.id),
+            Vec::new(),
+        );
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        Ok(session)
+    }
+
+    /// Loads a session record and derives `next_seq` and `last_turn_at` from
+    /// its last turn. They are not rewritten on every append: the turn key
+    /// already carries the sequence number, and one fewer record per append
+    /// is fewer bytes to fsync.
+    fn load_session(&self, id: &str) -> Result<Option<Session>> {
+        let Some(raw) = self.store.get(Collection::Sessions, id.as_bytes())? else {
+            return Ok(None);
+        };
+        let mut session: Session = decode("session", id.as_bytes(), &raw)?;
+        match self
+            .store
+            .last_with_prefix(Collection::Turns, &session_prefix(id))?
+        {
+            Some((key, value)) => {
+                // Only the last turn's seq and time: skip decoding its content.
+                #[derive(serde::Deserialize)]
+                struct TurnHead {
+                    seq: u64,
+                    timestamp: DateTime<Utc>,
+                }
+                let last: TurnHead = decode("turn", &key, &value)?;
+                session.next_seq = last.seq + 1;
+                session.last_turn_at = Some(last.timestamp);
+            }
+            None => {
+                session.next_seq = 0;
+                session.last_turn_at = None;
+            }
+        }
+        Ok(Some(session))
+    }
+
+    /// A session's metadata.
+    pub fn session(&self, id: &str) -> Result<Session> {
+        validate_id("session id", id)?;
+        self.load_session(id)?
+            .ok_or_else(|| MemoryError::SessionNotFound {
+                workspace: self.id.clone(),
+                session: id.to_owned(),
+            })
+    }
+
+    /// Sessions, optionally only those of one work context, sorted by id.
+    pub fn sessions(&self, work_context: Option<&str>) -> Result<Vec<Session>> {
+        match work_context {
+            None => self
+                .store
+                .scan_prefix(Collection::Sessions, b"")?
+                .into_iter()
+                .map(|(k, v)| decode("session", &k, &v))
+                .collect(),
+            Some(wc) => {
+                validate_id("work context", wc)?;
+                let prefix = session_prefix(wc);
+                let mut out = Vec::new();
+                for (key, _) in self
+                    .store
+                    .scan_prefix(Collection::WorkContextSessions, &prefix)?
+                {
+                    let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                    if let Some(session) = self.load_session(&id)? {
+                        out.push(session);
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Work contexts that have at least one session, sorted.
+    pub fn work_contexts(&self) -> Result<Vec<String>> {
+        let mut out = BTreeSet::new();
+        for (key, _) in self
+            .store
+            .scan_prefix(Collection::WorkContextSessions, b"")?
+        {
+            if let Some(end) = key.iter().position(|b| *b == 0) {
+                out.insert(String::from_utf8_lossy(&key[..end]).into_owned());
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// Marks a session ended (`session_end`). Idempotent; durable when it returns.
+    pub fn end_session(&self, id: &str) -> Result<Session> {
+        self.update_session(id, |s| s.state = SessionState::Ended)
+    }
+
+    /// Records that the host reset the session (`before_reset`); the transcript stays.
+    pub fn record_reset(&self, id: &str) -> Result<Session> {
+        self.update_session(id, |s| s.resets = s.resets.saturating_add(1))
+    }
+
+    fn update_session(&self, id: &str, change: impl FnOnce(&mut Session)) -> Result<Session> {
+        validate_id("session id", id)?;
+        let stripe = self.shared.stripe(&self.id, id);
+        let guard = self.shared.lock_stripes(BTreeSet::from([stripe]));
+        let mut session = self.session(id)?;
+        change(&mut session);
+        let mut batch = WriteBatch::default();
+        put_session(&mut batch, &session)?;
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        Ok(session)
+    }
+}
+
+// Turns on a workspace: validated batches, gapless sequence numbers,
+// idempotency keys; transcripts read back in order.
+impl Workspace {
+    /// Appends one turn; durable when it returns. See [`Workspace::append_turns`].
+    pub fn append_turn(&self, turn: &TurnInput) -> Result<Ack> {
+        let acks = self
+            .append_turns(std::slice::from_ref(turn))
+            .map_err(|e| match e {
+                MemoryError::InBatch { source, .. } => *source,
+                other => other,
+            })?;
+        acks.into_iter().next().ok_or_else(|| MemoryError::Invalid {
+            what: "append",
+            reason: "no acknowledgement produced".to_owned(),
+        })
+    }
+
+    /// Appends turns atomically and returns once they are durable.
+    ///
+    /// Every turn is validated before anything is written; one bad turn
+    /// refuses the whole batch with [`MemoryError::InBatch`] naming it. A turn
+    /// whose idempotency key was already used (earlier, or earlier in the same
+    /// batch) writes nothing and is acknowledged with the original sequence
+    /// number and `duplicate: true`. Unknown sessions are created as main
+    /// sessions in the turn's work context (or `default`).
+    pub fn append_turns(&self, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        let acks = self.apply_turns(turns)?;
+        self.shared.store.sync()?;
+        Ok(acks)
+    }
+
+    /// Like [`Workspace::append_turns`] but returns before the fsync: the
+    /// caller must call [`Memory::sync`] before acknowledging anything.
+    /// Used by callers that group several batches into one commit.
+    #[doc(hidden)]
+    pub fn apply_turns(&self, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        let limits = &self.shared.config.limits;
+        if turns.len() > limits.max_batch {
+            return Err(MemoryError::BatchTooLarge {
+                len: turns.len(),
+                limit: limits.max_batch,
+            });
+        }
+        for (index, turn) in turns.iter().enumerate() {
+            in_batch(index, self.validate_turn(turn))?;
+        }
+        let stripes: BTreeSet<usize> = turns
+            .iter()
+            .map(|t| self.shared.stripe(&self.id, &t.session))
+            .collect();
+        let guard = self.shared.lock_stripes(stripes);
+
+        let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
+        let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
+        let mut batch = WriteBatch::default();
+        let mut acks = Vec::with_capacity(turns.len());
+        for (index, input) in turns.iter().enumerate() {
+            let sid = input.session.as_str();
+            if !sessions.contains_key(sid) {
+                let loaded = match self.load_session(sid)? {
+                    Some(s) => (s, false),
+                    None => (
+                        Session {
+                            id: sid.to_owned(),
+                            work_context: input
+                                .work_context
+                                .clone()
+                                .unwrap_or_else(|| DEFAULT_WORK_CONTEXT.to_owned()),
+                            kind: SessionKind::Main,
+                            parent: None,
+                            created_at: self.now(),
+                            last_turn_at: None,
+                            next_seq: 0,
+                            state: SessionState::Open,
+                            resets: 0,
+                        },
+                        true,
+                    ),
+                };
+                sessions.insert(sid, loaded);
+            }
+            let Some((session, _)) = sessions.get_mut(sid) else {
+                continue;
+            };
+            if let Some(wc) = &input.work_context {
+                if wc != &session.work_context {
+                    return Err(MemoryError::InBatch {
+                        index,
+                        source: Box::new(MemoryError::WorkContextMismatch {
+                            session: sid.to_owned(),
+                            existing: session.work_context.clone(),
+                            given: wc.clone(),
+                        }),
+                    });
+                }
+            }
+            if let Some(key) = input.idempotency_key.as_deref() {
+                if let Some(seq) = seen_keys.get(&(sid, key)) {
+                    acks.push(Ack {
+                        seq: *seq,
+                        duplicate: true,
+                    });
+                    continue;
+                }
+                if let Some(raw) = self
+                    .store
+                    .get(Collection::Idempotency, &idempotency_key(sid, key))?
+                {
+                    let seq = decode_seq(&raw)?;
+                    seen_keys.insert((sid, key), seq);
+                    acks.push(Ack {
+                        seq,
+                        duplicate: true,
+                    });
+                    continue;
+                }
+            }
+            let seq = session.next_seq;
+            let timestamp = input.timestamp.unwrap_or_else(|| self.now());
+            let turn = Turn {
+                workspace: self.id.clone(),
+                session: sid.to_owned(),
+                work_context: session.work_context.clone(),
+                seq,
+                role: input.role,
+                content: input.content.clone(),
+                tool_call_id: input.tool_call_id.clone(),
+                timestamp,
+                content_hash: content_hash(&input.content),
+            };
+            batch.put(Collection::Turns, turn_key(sid, seq), encode(&turn)?);
+            if let Some(key) = input.idempotency_key.as_deref() {
+                batch.put(
+                    Collection::Idempotency,
+                    idempotency_key(sid, key),
+                    seq.to_be_bytes().to_vec(),
+                );
+                seen_keys.insert((sid, key), seq);
+            }
+            session.next_seq += 1;
+            session.last_turn_at =
+                Some(session.last_turn_at.map_or(timestamp, |t| t.max(timestamp)));
+            acks.push(Ack {
+                seq,
+                duplicate: false,
+            });
+        }
+        for (session, created) in sessions.values() {
+            if *created {
+                put_session(&mut batch, session)?;
+                batch.put(
+                    Collection::WorkContextSessions,
+                    work_context_key(&session.work_context, &session.id),
+                    Vec::new(),
+                );
+            }
+        }
+        if acks.iter().any(|a| !a.duplicate) {
+            self.apply(batch)?;
+        }
+        drop(guard);
+        Ok(acks)
+    }
+
+    fn validate_turn(&self, turn: &TurnInput) -> Result<()> {
+        validate_id("session id", &turn.session)?;
+        if let Some(wc) = &turn.work_context {
+            validate_id("work context", wc)?;
+        }
+        if let Some(key) = &turn.idempotency_key {
+            validate_id("idempotency key", key)?;
+        }
+        if let Some(id) = &turn.tool_call_id {
+            validate_id("tool call id", id)?;
+        }
+        if turn.role == Role::Tool && turn.tool_call_id.is_none() {
+            return Err(MemoryError::MissingToolCallId {
+                session: turn.session.clone(),
+            });
+        }
+        check_text(
+            "turn content",
+            &turn.content,
+            self.shared.config.limits.max_content_bytes,
+        )
+    }
+
+    /// Turns of a session from sequence number `from`, at most `limit`, in order.
+    pub fn transcript(&self, session: &str, from: u64, limit: Option<usize>) -> Result<Vec<Turn>> {
+        let meta = self.session(session)?;
+        let prefix = session_prefix(session);
+        let limit = limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        // Keys sort by big-endian sequence number: one seek to `from`, then
+        // in order.
+        for (key, value) in
+            self.store
+                .scan_prefix_from(Collection::Turns, &prefix, &from.to_be_bytes(), limit)?
+        {
+            let seq = decode_seq(&key[prefix.len()..])?;
+            if seq >= meta.next_seq {
+                break;
+            }
+            out.push(decode("turn", &key, &value)?);
+        }
+        Ok(out)
+    }
+
+    /// One turn by its sequence number: a point read (`None` when the
+    /// session has no such turn).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+    /// # let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_turns(&[TurnInput::new("s1", Role::User, "hello")])?;
+    /// assert_eq!(ws.turn("s1", 0)?.map(|t| t.content), Some("hello".to_owned()));
+    /// assert!(ws.turn("s1", 1)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn turn(&self, session: &str, seq: u64) -> Result<Option<Turn>> {
+        let key = turn_key(session, seq);
+        self.store
+            .get(Collection::Turns, &key)?
+            .map(|value| decode("turn", &key, &value))
+            .transpose()
+    }
+
+    /// The last `n` turns of a session, oldest first.
+    pub fn recent_turns(&self, session: &str, n: usize) -> Result<Vec<Turn>> {
+        self.session(session)?;
+        let mut turns: Vec<Turn> = self
+            .store
+            .scan_prefix_rev(Collection::Turns, &session_prefix(session), n)?
+            .into_iter()
+            .map(|(k, v)| decode("turn", &k, &v))
+            .collect::<Result<_>>()?;
+        turns.reverse();
+        Ok(turns)
+    }
+}
+
+fn put_session(batch: &mut WriteBatch, session: &Session) -> Result<()> {
+    batch.put(
+        Collection::Sessions,
+        session.id.as_bytes().to_vec(),
+        encode(session)?,
+    );
+    Ok(())
+}
+
+fn decode_seq(raw: &[u8]) -> Result<u64> {
+    let bytes: [u8; 8] = raw.try_into().map_err(|_| MemoryError::Corrupt {
+        what: "sequence number",
+        key: String::from_utf8_lossy(raw).into_owned(),
+        reason: format!("expected 8 bytes, found {}", raw.len()),
+    })?;
+    Ok(u64::from_be_bytes(bytes))
 }

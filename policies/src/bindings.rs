@@ -1,10 +1,10 @@
 //! The host side of the `cairn:policy` WIT worlds: one `bindgen!` per world.
 //!
 //! Generated code stays inside this module; the rest of the crate converts
-//! to and from its own types (`significance.rs`, `topic.rs`, `memory.rs`) so
-//! no wasmtime-generated type appears in the public API. The `types`
-//! interface is generated once, by the first world, and shared with the
-//! others through `with`.
+//! to and from its own types (`significance.rs`, `topic.rs`,
+//! `memory_policy.rs`) so no wasmtime-generated type appears in the public
+//! API. The `types` interface is generated once, by the first world, and
+//! shared with the others through `with`.
 #![allow(missing_docs, unreachable_pub, reason = "generated code")]
 
 pub(crate) mod significance {

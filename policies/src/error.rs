@@ -12,8 +12,8 @@
 
 use std::path::PathBuf;
 
+use crate::decisions::{DecisionId, SinkError};
 use crate::fault::Fault;
-use crate::log::{DecisionId, SinkError};
 use crate::world::WorldKind;
 
 /// The crate's result type.

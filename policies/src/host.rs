@@ -15,8 +15,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 use crate::cache::{CacheOutcome, CacheStats, ComponentCache};
+use crate::decisions::DecisionSink;
 use crate::error::{PolicyError, Result, message};
-use crate::log::DecisionSink;
 use crate::slot::PolicySlot;
 use crate::store::StoreState;
 use crate::world::World;

@@ -55,13 +55,13 @@
 
 mod bindings;
 mod cache;
+mod decisions;
 pub mod defaults;
 mod digest;
 mod error;
 mod fault;
 mod host;
-mod log;
-mod memory;
+mod memory_policy;
 mod significance;
 mod slot;
 mod store;
@@ -70,16 +70,16 @@ mod vocab;
 mod world;
 
 pub use cache::{CacheOutcome, CacheStats};
+pub use decisions::{
+    DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemorySink, Outcome,
+    PolicyGenerationId, SinkError,
+};
 pub use defaults::{BuiltinPlugin, PolicySet};
 pub use digest::InputsDigest;
 pub use error::{PolicyError, Result};
 pub use fault::{Fault, FaultKind};
 pub use host::{HostConfig, Limits, PolicyHost, PreparedPlugin};
-pub use log::{
-    DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemorySink, Outcome,
-    PolicyGenerationId, SinkError,
-};
-pub use memory::{
+pub use memory_policy::{
     Action, ContentFidelity, ContentReference, Destination, LearningScope, Locality,
     MemoryPolicyDecision, MutationAuthority, ObjectKind, PolicyObligation, PolicyRequest,
     PrincipalKind, PrincipalRef, Sensitivity,

@@ -11,9 +11,9 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use crate::bindings::significance as b;
+use crate::decisions::DecisionOutput;
 use crate::digest::{Feed, InputsDigest};
 use crate::fault::{self, Fault};
-use crate::log::DecisionOutput;
 use crate::store::StoreState;
 use crate::vocab::{
     ActivityType, ExtractionDepth, ReasonCode, TurnRole, TurnView, WorkPhase, canary_text,

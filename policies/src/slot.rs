@@ -37,10 +37,10 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use wasmtime::Store;
 
+use crate::decisions::{DecisionId, DecisionRecord, Outcome, PolicyGenerationId};
 use crate::error::{PolicyError, Result};
 use crate::fault::{Fault, FaultKind};
 use crate::host::{HostInner, Limits, PreparedPlugin};
-use crate::log::{DecisionId, DecisionRecord, Outcome, PolicyGenerationId};
 use crate::store::StoreState;
 use crate::vocab::ReasonCode;
 use crate::world::{World, WorldKind};

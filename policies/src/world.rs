@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
+use crate::decisions::DecisionOutput;
 use crate::digest::InputsDigest;
 use crate::fault::Fault;
-use crate::log::DecisionOutput;
 use crate::store::StoreState;
 use crate::vocab::ReasonCode;
 

@@ -12,10 +12,9 @@ use std::collections::HashSet;
 use cairn_memory::assemble::{
     AssembleRequest, AssembledContext, Destination, Fidelity, ItemSource, PolicyCheck,
     PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError,
-    search_options,
 };
 use cairn_memory::redact::{Exposure, exposure};
-use cairn_memory::search::SearchService;
+use cairn_memory::search::{SearchService, search_options};
 use cairn_memory::{SessionKind, Workspace};
 use cairn_policies::{
     Action, ContentFidelity, ContentReference, MemoryPolicy, ObjectKind, PolicyObligation,

@@ -27,7 +27,7 @@
 //! # The gate adapter
 //!
 //! [`WasmGate`] implements the actor runtime's
-//! [`SignificanceGate`](cairn_actors::SignificanceGate): see its docs for
+//! [`CaptureGate`](cairn_actors::CaptureGate): see its docs for
 //! how a decision maps to dirty tracking.
 
 use std::panic::AssertUnwindSafe;
@@ -638,7 +638,7 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 }
 
 /// The installed wasm significance gate as the actor runtime's
-/// [`SignificanceGate`](cairn_actors::SignificanceGate).
+/// [`CaptureGate`](cairn_actors::CaptureGate).
 ///
 /// For every stored turn it builds a [`TurnView`] (session, kind, work
 /// context, seq, role, text, the known subjects the turn mentions as
@@ -696,7 +696,7 @@ fn role(role: Role) -> TurnRole {
     }
 }
 
-impl cairn_actors::SignificanceGate for WasmGate {
+impl cairn_actors::CaptureGate for WasmGate {
     fn assess(&self, input: &GateInput<'_>) -> Significance {
         let structural = HeuristicGate.assess(input);
         let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {

@@ -1,9 +1,19 @@
 //! The composition: candidates in order of precedence, each checked by the
 //! policy, charged against the budget, traced; then the render and the
 //! final count.
+//!
+//! [`assemble`] reads its [`Inputs`] once (request checks, the session, the
+//! live log, subjects, the tail's turns, the query, the pins), lays out the
+//! frame, then runs one function per step of the precedence in the
+//! [module docs](super): [`hard_invariants`], [`minimum_tail`] (then the
+//! invariants' budget check), [`tier3`], [`extend_tail`], [`tier1`],
+//! [`tier2`], [`projection`], and [`finish`], the final recount. Each step
+//! offers candidates through [`Ctx::offer`], which asks the policy, renders
+//! the line and charges it.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
@@ -21,6 +31,7 @@ use crate::error::{MemoryError, Result};
 use crate::log::EntryView;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
 use crate::record::{Role, Session, Turn};
+use crate::subjects::Subject;
 use crate::tokens::TokenCounter;
 
 /// Turns read for the tail at most (the rest of the session is reachable
@@ -54,15 +65,15 @@ struct Raw<'t> {
 }
 
 struct Ctx<'a> {
-    session: Session,
+    session: &'a Session,
     now: DateTime<Utc>,
-    counter: TokenCounter,
+    counter: &'a TokenCounter,
     policy: &'a dyn PolicyCheck,
     destination: super::Destination,
     budget: usize,
     used: usize,
     charged: HashSet<&'static str>,
-    sections: BTreeSetMap,
+    sections: SectionPieces,
     trace: Vec<TraceItem>,
     in_block: HashSet<ItemSource>,
     generations: BTreeSet<String>,
@@ -73,9 +84,9 @@ struct Ctx<'a> {
 
 /// Pieces per section, in section order.
 #[derive(Default)]
-struct BTreeSetMap(Vec<(Section, Vec<Piece>)>);
+struct SectionPieces(Vec<(Section, Vec<Piece>)>);
 
-impl BTreeSetMap {
+impl SectionPieces {
     fn list(&mut self, section: Section) -> &mut Vec<Piece> {
         let at = match self.0.iter().position(|(s, _)| *s == section) {
             Some(at) => at,
@@ -410,12 +421,28 @@ fn call_of(turns: &[Turn], at: usize) -> Option<usize> {
         .rposition(|c| c.role != Role::Tool && c.tool_call_id.as_ref() == Some(id))
 }
 
-pub(super) fn assemble(
-    ws: &Workspace,
-    request: &AssembleRequest,
-    retriever: &dyn Retriever,
-    policy: &dyn PolicyCheck,
-) -> Result<AssembledContext> {
+/// What one call reads, once, before anything is offered: the request and
+/// its settings, and what the workspace holds for it.
+struct Inputs<'r> {
+    request: &'r AssembleRequest,
+    settings: AssembleSettings,
+    counter: TokenCounter,
+    session: Session,
+    now: DateTime<Utc>,
+    /// Every live entry, newest first.
+    live: Arc<Vec<EntryView>>,
+    subjects: Vec<Subject>,
+    /// The session's last turns (at most [`MAX_TAIL_CANDIDATES`]), oldest first.
+    tail_turns: Vec<Turn>,
+    /// The request's query, else the last user turn.
+    query: String,
+    /// The pinned entries as they stand now (a pin follows its entry's
+    /// corrections; a forgotten entry drops out), without repeats.
+    pinned: Vec<EntryView>,
+}
+
+/// Checks the request and reads everything the steps need.
+fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Inputs<'r>> {
     let settings: AssembleSettings = request.settings.clone().unwrap_or_default();
     let limit = ws.config().limits.max_content_bytes;
     for (i, d) in request.directives.iter().enumerate() {
@@ -453,8 +480,6 @@ pub(super) fn assemble(
     let live = ws.live_entries()?;
     let subjects = ws.subjects()?;
     let tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
-
-    // The query: the request's, else the last user turn.
     let query: String = request.query.clone().unwrap_or_else(|| {
         tail_turns
             .iter()
@@ -463,17 +488,62 @@ pub(super) fn assemble(
             .map(|t| t.content.clone())
             .unwrap_or_default()
     });
+    let mut pinned: Vec<EntryView> = Vec::new();
+    for id in ws.pinned()? {
+        let current = match live.iter().find(|v| v.entry.id == id) {
+            Some(v) => Some(v.clone()),
+            None => match ws.history(&id) {
+                Ok(h) => h.into_iter().last().filter(EntryView::is_live),
+                Err(MemoryError::EntryNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        if let Some(v) = current {
+            if !pinned.iter().any(|p| p.entry.id == v.entry.id) {
+                pinned.push(v);
+            }
+        }
+    }
+    Ok(Inputs {
+        request,
+        settings,
+        counter,
+        session,
+        now,
+        live,
+        subjects,
+        tail_turns,
+        query,
+        pinned,
+    })
+}
+
+pub(super) fn assemble(
+    ws: &Workspace,
+    request: &AssembleRequest,
+    retriever: &dyn Retriever,
+    policy: &dyn PolicyCheck,
+) -> Result<AssembledContext> {
+    let inputs = read_inputs(ws, request)?;
+    let settings = &inputs.settings;
 
     // Tier 1 eligibility does not depend on the budget; decide it first so
     // the activity type (inherited from its context) is known for the frame.
-    let resume = tiers::resume(&live, &subjects, &session, &query, now, &settings);
+    let resume = tiers::resume(
+        &inputs.live,
+        &inputs.subjects,
+        &inputs.session,
+        &inputs.query,
+        inputs.now,
+        settings,
+    );
     let phase_context = match &resume {
         Ok(r) => r.work_context.clone(),
-        Err(_) => session.work_context.clone(),
+        Err(_) => inputs.session.work_context.clone(),
     };
     let activity = tiers::activity(
-        &query,
-        tiers::active_phase(&live, &phase_context),
+        &inputs.query,
+        tiers::active_phase(&inputs.live, &phase_context),
         &phase_context,
     );
     let resume_attrs = match &resume {
@@ -484,11 +554,10 @@ pub(super) fn assemble(
         ),
         Err(_) => String::new(),
     };
-
     let open = format!(
         "<cairn-memory session=\"{}\" work_context=\"{}\" destination=\"{}\" activity=\"{}{}\">\n",
-        session.id,
-        session.work_context,
+        inputs.session.id,
+        inputs.session.work_context,
         request.destination.as_str(),
         activity.activity_type,
         if activity.inherited {
@@ -497,6 +566,7 @@ pub(super) fn assemble(
             ""
         }
     );
+    let counter = &inputs.counter;
     let frame = counter.count(&open)
         + counter.count(CLOSE)
         + counter.count(RULES_OPEN)
@@ -508,25 +578,59 @@ pub(super) fn assemble(
         });
     }
     let mut cx = Ctx {
-        now,
-        counter,
+        now: inputs.now,
+        counter: &inputs.counter,
         policy,
         destination: request.destination,
         budget: request.budget_tokens,
         used: frame,
         charged: HashSet::new(),
-        sections: BTreeSetMap::default(),
+        sections: SectionPieces::default(),
         trace: Vec::new(),
         in_block: HashSet::new(),
         generations: BTreeSet::new(),
         resume_attrs,
         key_costs: RefCell::new(HashMap::new()),
-        session,
+        session: &inputs.session,
     };
 
-    // 1. Hard invariants: directives, pinned entries. Never trimmed.
+    let mut parts = hard_invariants(&mut cx, &inputs)?;
+    let base_start = minimum_tail(&mut cx, &inputs, &mut parts)?;
+    if cx.used > cx.budget {
+        return Err(MemoryError::InvariantsExceedBudget {
+            budget: cx.budget,
+            needed: cx.used,
+            parts: if parts.is_empty() {
+                "the frame and rules".to_owned()
+            } else {
+                format!("frame and rules, {}", parts.join(", "))
+            },
+        });
+    }
+    let mut tier_reports = Vec::new();
+    let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
+    let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
+    let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
+    let t1_tokens = tier1(&mut cx, &inputs, &resume, tiers_left, &mut tier_reports)?;
+    let resume_wc = resume.as_ref().ok().map(|r| r.work_context.as_str());
+    tier2(
+        &mut cx,
+        &inputs,
+        resume_wc,
+        t3_tokens + t1_tokens,
+        &mut tier_reports,
+    )?;
+    tier_reports.sort_by_key(|t| t.tier);
+    let retrieval = projection(&mut cx, ws, &inputs, retriever, &tail_sources)?;
+    finish(cx, open, request, tier_reports, activity, retrieval)
+}
+
+/// Step 1, hard invariants: directives, pinned entries. Never trimmed. Returns
+/// what they are, for the error when the invariants do not fit.
+fn hard_invariants(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<Vec<String>> {
+    let directives = &inputs.request.directives;
     let mut parts: Vec<String> = Vec::new();
-    for (index, text) in request.directives.iter().enumerate() {
+    for (index, text) in directives.iter().enumerate() {
         let raw = Raw {
             source: ItemSource::Directive { index },
             section: Section::Directive,
@@ -542,90 +646,60 @@ pub(super) fn assemble(
             score: None,
         };
         force(
-            &mut cx,
+            cx,
             raw,
             "invariant.directive",
             "standing directive (hard invariant)",
         )?;
     }
-    if !request.directives.is_empty() {
-        parts.push(format!("{} directive(s)", request.directives.len()));
+    if !directives.is_empty() {
+        parts.push(format!("{} directive(s)", directives.len()));
     }
-    let live_by_id: HashMap<&str, &EntryView> =
-        live.iter().map(|v| (v.entry.id.as_str(), v)).collect();
-    let mut pinned_views: Vec<EntryView> = Vec::new();
-    for id in ws.pinned()? {
-        // A pin follows its entry's corrections; a forgotten entry drops out.
-        let current = match live_by_id.get(id.as_str()) {
-            Some(v) => Some((*v).clone()),
-            None => match ws.history(&id) {
-                Ok(h) => h.into_iter().last().filter(EntryView::is_live),
-                Err(MemoryError::EntryNotFound { .. }) => None,
-                Err(e) => return Err(e),
-            },
-        };
-        if let Some(v) = current {
-            if !pinned_views.iter().any(|p| p.entry.id == v.entry.id) {
-                pinned_views.push(v);
-            }
-        }
-    }
-    for v in &pinned_views {
+    for v in &inputs.pinned {
         let raw = entry_raw(v, Section::Pinned, Some(Warrant::Standing));
-        force(
-            &mut cx,
-            raw,
-            "invariant.pinned",
-            "pinned entry (hard invariant)",
-        )?;
+        force(cx, raw, "invariant.pinned", "pinned entry (hard invariant)")?;
     }
-    if !pinned_views.is_empty() {
-        parts.push(format!("{} pinned entr(y/ies)", pinned_views.len()));
+    if !inputs.pinned.is_empty() {
+        parts.push(format!("{} pinned entr(y/ies)", inputs.pinned.len()));
     }
+    Ok(parts)
+}
 
-    // 2. The minimum tail: the last m turns, with the calls of their tool results.
+/// Step 2, the minimum tail: the last m turns, with the calls of their tool
+/// results. Returns the index in `tail_turns` where it starts.
+fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) -> Result<usize> {
+    let tail_turns = &inputs.tail_turns;
+    let min_tail_turns = inputs.settings.min_tail_turns;
     let n = tail_turns.len();
-    let mut base_start = n.saturating_sub(settings.min_tail_turns);
+    let mut base_start = n.saturating_sub(min_tail_turns);
     loop {
-        let earliest_call = (base_start..n)
-            .filter_map(|i| call_of(&tail_turns, i))
-            .min();
+        let earliest_call = (base_start..n).filter_map(|i| call_of(tail_turns, i)).min();
         match earliest_call {
             Some(c) if c < base_start => base_start = c,
             _ => break,
         }
     }
-    let wc = cx.session.work_context.clone();
+    let wc = &inputs.session.work_context;
     for t in &tail_turns[base_start..] {
-        let raw = turn_raw(t, &wc, Section::Tail, None);
+        let raw = turn_raw(t, wc, Section::Tail, None);
         force(
-            &mut cx,
+            cx,
             raw,
             "tail.min_turns",
-            &format!(
-                "one of the last {} turns (m wins over the tail budget)",
-                settings.min_tail_turns
-            ),
+            &format!("one of the last {min_tail_turns} turns (m wins over the tail budget)"),
         )?;
     }
     if base_start < n {
         parts.push(format!("the last {} turn(s)", n - base_start));
     }
-    if cx.used > cx.budget {
-        return Err(MemoryError::InvariantsExceedBudget {
-            budget: cx.budget,
-            needed: cx.used,
-            parts: if parts.is_empty() {
-                "the frame and rules".to_owned()
-            } else {
-                format!("frame and rules, {}", parts.join(", "))
-            },
-        });
-    }
+    Ok(base_start)
+}
 
-    // 3. Tier 3: living memory, never dropped for anything below it.
-    let mut tier_reports = Vec::new();
-    let living = tiers::living_memory(&live, &subjects);
+/// Step 3, tier 3: living memory, never dropped for anything below it. Returns
+/// the tokens it takes.
+fn tier3(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, reports: &mut Vec<TierReport>) -> Result<usize> {
+    let settings = &inputs.settings;
+    let living = tiers::living_memory(&inputs.live, &inputs.subjects);
     let t3_cap = settings
         .living_memory_max_tokens
         .min(settings.tiers_max_tokens);
@@ -636,7 +710,7 @@ pub(super) fn assemble(
         }
         let mut raw = entry_raw(v, Section::LivingMemory, None);
         raw.prefix = "- ".to_owned();
-        let free = t3_cap.saturating_sub(section_total(&cx, Section::LivingMemory));
+        let free = t3_cap.saturating_sub(section_total(cx, Section::LivingMemory));
         if let Offer::TooBig {
             trace, over_cap, ..
         } = cx.offer(
@@ -654,8 +728,8 @@ pub(super) fn assemble(
             cx.mark_out(trace, "tier3.cap", why);
         }
     }
-    let t3_tokens = section_total(&cx, Section::LivingMemory);
-    tier_reports.push(TierReport {
+    let t3_tokens = section_total(cx, Section::LivingMemory);
+    reports.push(TierReport {
         tier: 3,
         tag: "living_memory".to_owned(),
         fired: t3_tokens > 0,
@@ -670,23 +744,35 @@ pub(super) fn assemble(
             format!("stable facts; some left out: {t3_reason}")
         },
     });
+    Ok(t3_tokens)
+}
 
-    // 4. Tail extension: older turns, contiguous, up to the tail budget.
-    let tail_target = settings
-        .tail_budget_tokens
-        .unwrap_or(request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100);
+/// Step 4, tail extension: older turns, contiguous, up to the tail budget; a
+/// tool call and its result go in together or not at all. Returns the
+/// turns the tail covers (the projection does not repeat them).
+fn extend_tail(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    base_start: usize,
+) -> Result<HashSet<ItemSource>> {
+    let settings = &inputs.settings;
+    let tail_turns = &inputs.tail_turns;
+    let wc = &inputs.session.work_context;
+    let tail_target = settings.tail_budget_tokens.unwrap_or(
+        inputs.request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100,
+    );
     let mut tail_start = base_start;
     while tail_start > 0 {
         let last = tail_start - 1;
-        let first = call_of(&tail_turns, last).unwrap_or(last);
-        let tail_used = section_total(&cx, Section::Tail);
+        let first = call_of(tail_turns, last).unwrap_or(last);
+        let tail_used = section_total(cx, Section::Tail);
         let before = cx.used;
         let mut added: Vec<usize> = Vec::new();
         let mut refused = None;
         for t in tail_turns[first..=last].iter().rev() {
-            let free = tail_target.saturating_sub(section_total(&cx, Section::Tail));
+            let free = tail_target.saturating_sub(section_total(cx, Section::Tail));
             match cx.offer(
-                turn_raw(t, &wc, Section::Tail, None),
+                turn_raw(t, wc, Section::Tail, None),
                 free,
                 "tail.extend",
                 "recent tail, within the tail budget",
@@ -701,7 +787,7 @@ pub(super) fn assemble(
         }
         if let Some(trace) = refused {
             // A tool call and its result stay together: undo the unit.
-            undo(&mut cx, &added, before);
+            undo(cx, &added, before);
             let why = if tail_used >= tail_target {
                 format!(
                     "the tail budget ({tail_target} tokens) is used up; older turns are left to retrieval"
@@ -716,99 +802,117 @@ pub(super) fn assemble(
         }
         tail_start = first;
     }
-    let tail_sources: HashSet<ItemSource> = tail_turns[tail_start..]
+    Ok(tail_turns[tail_start..]
         .iter()
         .map(|t| ItemSource::Turn {
             session: t.session.clone(),
             seq: t.seq,
         })
-        .collect();
+        .collect())
+}
 
-    // 5./6. Tiers 1 and 2 within what the tiers have left.
-    let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
-    let resume_wc = resume.as_ref().ok().map(|r| r.work_context.clone());
-    let mut t1_tokens = 0;
-    match &resume {
-        Err(why) => tier_reports.push(TierReport {
-            tier: 1,
-            tag: "resume".to_owned(),
-            fired: false,
-            tokens: 0,
-            cap: settings.resume_max_tokens,
-            work_context: None,
-            reason: why.clone(),
-        }),
-        Ok(r) => {
-            // Offer the lines in keep order (updates, open questions,
-            // decisions, history; newest first), so trimming drops history
-            // first, then decisions, then open questions.
-            let mut order: Vec<&(ResumePart, &EntryView)> = r.lines.iter().collect();
-            order.sort_by_key(|(p, _)| std::cmp::Reverse(p.keep_rank()));
-            let cap = settings.resume_max_tokens.min(tiers_left);
-            let mut trimmed = Vec::new();
-            for (part, v) in order {
-                if cx.in_block.contains(&entry_source(v)) {
-                    continue;
-                }
-                let mut raw = entry_raw(v, Section::Resume, Some(Warrant::Orientation));
-                raw.prefix = match part {
-                    ResumePart::History => {
-                        format!(
-                            "{} ({} ago): ",
-                            part.prefix(),
-                            render::age(now, v.entry.timestamp)
-                        )
-                    }
-                    _ => format!("{}: ", part.prefix()),
-                };
-                let free = cap.saturating_sub(section_total(&cx, Section::Resume));
-                if let Offer::TooBig { trace, .. } =
-                    cx.offer(raw, free, "tier1.resume", "resume card line (tier 1)")?
-                {
-                    trimmed.push(part.prefix());
-                    cx.mark_out(
-                        trace,
-                        "tier1.trim",
-                        format!(
-                            "trimmed from the resume card ({} tokens; history goes first, then decisions, then open questions)",
-                            cap
-                        ),
-                    );
-                }
-            }
-            t1_tokens = section_total(&cx, Section::Resume);
-            tier_reports.push(TierReport {
+/// Step 5, tier 1, the resume card, within what the tiers have left. Returns the
+/// tokens it takes.
+fn tier1(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    resume: &std::result::Result<tiers::Resume<'_>, String>,
+    tiers_left: usize,
+    reports: &mut Vec<TierReport>,
+) -> Result<usize> {
+    let settings = &inputs.settings;
+    let r = match resume {
+        Err(why) => {
+            reports.push(TierReport {
                 tier: 1,
                 tag: "resume".to_owned(),
-                fired: t1_tokens > 0,
-                tokens: t1_tokens,
+                fired: false,
+                tokens: 0,
                 cap: settings.resume_max_tokens,
-                work_context: Some(r.work_context.clone()),
-                reason: if t1_tokens == 0 {
-                    "no room left for the resume card".to_owned()
-                } else if trimmed.is_empty() {
-                    format!("fired: {}", r.matched)
-                } else {
-                    format!("fired ({}), trimmed: {}", r.matched, trimmed.join(", "))
-                },
+                work_context: None,
+                reason: why.clone(),
             });
+            return Ok(0);
+        }
+        Ok(r) => r,
+    };
+    // Offer the lines in keep order (updates, open questions, decisions,
+    // history; newest first), so trimming drops history first, then
+    // decisions, then open questions.
+    let mut order: Vec<&(ResumePart, &EntryView)> = r.lines.iter().collect();
+    order.sort_by_key(|(p, _)| std::cmp::Reverse(p.keep_rank()));
+    let cap = settings.resume_max_tokens.min(tiers_left);
+    let mut trimmed = Vec::new();
+    for (part, v) in order {
+        if cx.in_block.contains(&entry_source(v)) {
+            continue;
+        }
+        let mut raw = entry_raw(v, Section::Resume, Some(Warrant::Orientation));
+        raw.prefix = match part {
+            ResumePart::History => {
+                format!(
+                    "{} ({} ago): ",
+                    part.prefix(),
+                    render::age(inputs.now, v.entry.timestamp)
+                )
+            }
+            _ => format!("{}: ", part.prefix()),
+        };
+        let free = cap.saturating_sub(section_total(cx, Section::Resume));
+        if let Offer::TooBig { trace, .. } =
+            cx.offer(raw, free, "tier1.resume", "resume card line (tier 1)")?
+        {
+            trimmed.push(part.prefix());
+            cx.mark_out(
+                trace,
+                "tier1.trim",
+                format!(
+                    "trimmed from the resume card ({} tokens; history goes first, then decisions, then open questions)",
+                    cap
+                ),
+            );
         }
     }
-    // Tier 2: all or nothing, dropped first under pressure.
-    let mut exclude = vec![cx.session.work_context.as_str()];
-    if let Some(w) = &resume_wc {
-        exclude.push(w.as_str());
+    let t1_tokens = section_total(cx, Section::Resume);
+    reports.push(TierReport {
+        tier: 1,
+        tag: "resume".to_owned(),
+        fired: t1_tokens > 0,
+        tokens: t1_tokens,
+        cap: settings.resume_max_tokens,
+        work_context: Some(r.work_context.clone()),
+        reason: if t1_tokens == 0 {
+            "no room left for the resume card".to_owned()
+        } else if trimmed.is_empty() {
+            format!("fired: {}", r.matched)
+        } else {
+            format!("fired ({}), trimmed: {}", r.matched, trimmed.join(", "))
+        },
+    });
+    Ok(t1_tokens)
+}
+
+/// Step 6, tier 2, recent activity in the other work contexts: all or nothing,
+/// dropped first under pressure. `tiers_used` is what tiers 3 and 1 took.
+fn tier2(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    resume_wc: Option<&str>,
+    tiers_used: usize,
+    reports: &mut Vec<TierReport>,
+) -> Result<()> {
+    let settings = &inputs.settings;
+    let now = inputs.now;
+    let mut exclude = vec![inputs.session.work_context.as_str()];
+    if let Some(w) = resume_wc {
+        exclude.push(w);
     }
-    let exclude: Vec<String> = exclude.into_iter().map(str::to_owned).collect();
-    let exclude_refs: Vec<&str> = exclude.iter().map(String::as_str).collect();
-    let recent = tiers::recent_activity(&live, &exclude_refs, now, &settings);
-    let t2_cap = settings.recent_activity_max_tokens.min(
-        settings
-            .tiers_max_tokens
-            .saturating_sub(t3_tokens + t1_tokens),
-    );
+    let recent = tiers::recent_activity(&inputs.live, &exclude, now, settings);
+    let t2_cap = settings
+        .recent_activity_max_tokens
+        .min(settings.tiers_max_tokens.saturating_sub(tiers_used));
     if recent.is_empty() {
-        tier_reports.push(TierReport {
+        reports.push(TierReport {
             tier: 2,
             tag: "recent_activity".to_owned(),
             fired: false,
@@ -820,77 +924,89 @@ pub(super) fn assemble(
                 settings.recent_activity_max_age_days
             ),
         });
-    } else {
-        let before = cx.used;
-        let mut added = Vec::new();
-        let mut over = Vec::new();
-        for v in &recent {
-            if cx.in_block.contains(&entry_source(v)) {
-                continue;
-            }
-            let mut raw = entry_raw(v, Section::RecentActivity, Some(Warrant::Orientation));
-            raw.prefix = format!(
-                "- {} ({} ago): ",
-                v.entry.work_context,
-                render::age(now, v.entry.timestamp)
-            );
-            let free = t2_cap.saturating_sub(section_total(&cx, Section::RecentActivity));
-            match cx.offer(
-                raw,
-                free,
-                "tier2.recent_activity",
-                "recent activity elsewhere (tier 2)",
-            )? {
-                Offer::Added => added.push(cx.trace.len() - 1),
-                Offer::Blocked => {}
-                Offer::TooBig {
-                    trace, over_cap, ..
-                } => over.push((trace, over_cap)),
-            }
-        }
-        // Under budget pressure (not merely its own cap) tier 2 goes whole.
-        let pressured = over.iter().any(|(_, cap_hit)| !cap_hit);
-        if pressured {
-            undo(&mut cx, &added, before);
-            for t in added.iter().chain(over.iter().map(|(t, _)| t)) {
-                cx.mark_out(
-                    *t,
-                    "tier2.dropped_first",
-                    "tier 2 is dropped first when the budget is short".to_owned(),
-                );
-            }
-        } else {
-            for (t, _) in &over {
-                cx.mark_out(
-                    *t,
-                    "tier2.cap",
-                    format!("over the recent-activity cap ({t2_cap} tokens)"),
-                );
-            }
-        }
-        let t2_tokens = section_total(&cx, Section::RecentActivity);
-        tier_reports.push(TierReport {
-            tier: 2,
-            tag: "recent_activity".to_owned(),
-            fired: t2_tokens > 0,
-            tokens: t2_tokens,
-            cap: settings.recent_activity_max_tokens,
-            work_context: None,
-            reason: if pressured {
-                "dropped first: the budget is short".to_owned()
-            } else if t2_tokens == 0 {
-                "no room within the tiers' total".to_owned()
-            } else {
-                format!(
-                    "other work contexts, last {} days",
-                    settings.recent_activity_max_age_days
-                )
-            },
-        });
+        return Ok(());
     }
-    tier_reports.sort_by_key(|t| t.tier);
+    let before = cx.used;
+    let mut added = Vec::new();
+    let mut over = Vec::new();
+    for v in &recent {
+        if cx.in_block.contains(&entry_source(v)) {
+            continue;
+        }
+        let mut raw = entry_raw(v, Section::RecentActivity, Some(Warrant::Orientation));
+        raw.prefix = format!(
+            "- {} ({} ago): ",
+            v.entry.work_context,
+            render::age(now, v.entry.timestamp)
+        );
+        let free = t2_cap.saturating_sub(section_total(cx, Section::RecentActivity));
+        match cx.offer(
+            raw,
+            free,
+            "tier2.recent_activity",
+            "recent activity elsewhere (tier 2)",
+        )? {
+            Offer::Added => added.push(cx.trace.len() - 1),
+            Offer::Blocked => {}
+            Offer::TooBig {
+                trace, over_cap, ..
+            } => over.push((trace, over_cap)),
+        }
+    }
+    // Under budget pressure (not merely its own cap) tier 2 goes whole.
+    let pressured = over.iter().any(|(_, cap_hit)| !cap_hit);
+    if pressured {
+        undo(cx, &added, before);
+        for t in added.iter().chain(over.iter().map(|(t, _)| t)) {
+            cx.mark_out(
+                *t,
+                "tier2.dropped_first",
+                "tier 2 is dropped first when the budget is short".to_owned(),
+            );
+        }
+    } else {
+        for (t, _) in &over {
+            cx.mark_out(
+                *t,
+                "tier2.cap",
+                format!("over the recent-activity cap ({t2_cap} tokens)"),
+            );
+        }
+    }
+    let t2_tokens = section_total(cx, Section::RecentActivity);
+    reports.push(TierReport {
+        tier: 2,
+        tag: "recent_activity".to_owned(),
+        fired: t2_tokens > 0,
+        tokens: t2_tokens,
+        cap: settings.recent_activity_max_tokens,
+        work_context: None,
+        reason: if pressured {
+            "dropped first: the budget is short".to_owned()
+        } else if t2_tokens == 0 {
+            "no room within the tiers' total".to_owned()
+        } else {
+            format!(
+                "other work contexts, last {} days",
+                settings.recent_activity_max_age_days
+            )
+        },
+    });
+    Ok(())
+}
 
-    // 7. Projection: retrieval over the rest of memory.
+/// Step 7, projection: retrieval over the rest of memory, in score order, while
+/// the budget lasts.
+fn projection(
+    cx: &mut Ctx<'_>,
+    ws: &Workspace,
+    inputs: &Inputs<'_>,
+    retriever: &dyn Retriever,
+    tail_sources: &HashSet<ItemSource>,
+) -> Result<RetrievalReport> {
+    let request = inputs.request;
+    let query = &inputs.query;
+    let k = inputs.settings.retrieval_k;
     let mut retrieval = RetrievalReport {
         query: query.clone(),
         mode: "off".to_owned(),
@@ -898,101 +1014,104 @@ pub(super) fn assemble(
         index_catching_up: false,
         candidates: 0,
     };
-    if request.retrieval != RetrievalMode::Off && !query.trim().is_empty() && cx.remaining() > 0 {
-        let found = retriever
-            .retrieve(&RetrievalQuery {
-                text: &query,
-                k: settings.retrieval_k,
-                mode: request.retrieval,
-                session: &cx.session.id,
-                work_context: &cx.session.work_context,
-                sessions: None,
-            })
-            .map_err(|e| MemoryError::AssemblySeam {
-                seam: "retriever",
-                message: e.0,
-            })?;
-        retrieval.mode = found.mode.clone();
-        retrieval.lexical_fallback = found.lexical_fallback;
-        retrieval.index_catching_up = found.catching_up;
-        retrieval.candidates = found.candidates.len();
-        let mut seen: HashSet<CandidateRef> = HashSet::new();
-        for cand in found.candidates.iter().take(settings.retrieval_k) {
-            if !seen.insert(cand.target.clone()) {
-                continue;
-            }
-            match &cand.target {
-                CandidateRef::Turn { session, seq } => {
-                    let source = ItemSource::Turn {
-                        session: session.clone(),
-                        seq: *seq,
-                    };
-                    if tail_sources.contains(&source) || cx.in_block.contains(&source) {
-                        trace_skip(
-                            &mut cx,
-                            source,
-                            cand.score,
-                            "projection.partition",
-                            "already in the recent tail",
-                        );
-                        continue;
-                    }
-                    // A point read; the turn carries its session's work context.
-                    let turn = match ws.turn(session, *seq)? {
-                        Some(found) => found,
-                        None => {
-                            trace_skip(
-                                &mut cx,
-                                source,
-                                cand.score,
-                                "projection.missing",
-                                "no longer in the record (forgotten)",
-                            );
-                            continue;
-                        }
-                    };
-                    let raw = turn_raw(
-                        &turn,
-                        &turn.work_context,
-                        Section::Retrieved,
-                        Some(cand.score),
+    if request.retrieval == RetrievalMode::Off || query.trim().is_empty() || cx.remaining() == 0 {
+        return Ok(retrieval);
+    }
+    let found = retriever
+        .retrieve(&RetrievalQuery {
+            text: query,
+            k,
+            mode: request.retrieval,
+            session: &cx.session.id,
+            work_context: &cx.session.work_context,
+            sessions: None,
+        })
+        .map_err(|e| MemoryError::AssemblySeam {
+            seam: "retriever",
+            message: e.0,
+        })?;
+    retrieval.mode = found.mode.clone();
+    retrieval.lexical_fallback = found.lexical_fallback;
+    retrieval.index_catching_up = found.catching_up;
+    retrieval.candidates = found.candidates.len();
+    let live_by_id: HashMap<&str, &EntryView> = inputs
+        .live
+        .iter()
+        .map(|v| (v.entry.id.as_str(), v))
+        .collect();
+    let mut seen: HashSet<CandidateRef> = HashSet::new();
+    for cand in found.candidates.iter().take(k) {
+        if !seen.insert(cand.target.clone()) {
+            continue;
+        }
+        match &cand.target {
+            CandidateRef::Turn { session, seq } => {
+                let source = ItemSource::Turn {
+                    session: session.clone(),
+                    seq: *seq,
+                };
+                if tail_sources.contains(&source) || cx.in_block.contains(&source) {
+                    trace_skip(
+                        cx,
+                        source,
+                        cand.score,
+                        "projection.partition",
+                        "already in the recent tail",
                     );
-                    project(&mut cx, raw)?;
+                    continue;
                 }
-                CandidateRef::Entry { id } => {
-                    let Some(v) = live_by_id.get(id.as_str()) else {
-                        let source = ItemSource::Missing { id: id.clone() };
+                // A point read; the turn carries its session's work context.
+                let turn = match ws.turn(session, *seq)? {
+                    Some(found) => found,
+                    None => {
                         trace_skip(
-                            &mut cx,
+                            cx,
                             source,
                             cand.score,
-                            "projection.not_live",
-                            "not live (replaced, expired or forgotten)",
-                        );
-                        continue;
-                    };
-                    let source = entry_source(v);
-                    if cx.in_block.contains(&source) {
-                        trace_skip(
-                            &mut cx,
-                            source,
-                            cand.score,
-                            "projection.duplicate",
-                            "already in the block",
+                            "projection.missing",
+                            "no longer in the record (forgotten)",
                         );
                         continue;
                     }
-                    let mut raw = entry_raw(v, Section::Retrieved, None);
-                    raw.score = Some(cand.score);
-                    project(&mut cx, raw)?;
+                };
+                let raw = turn_raw(
+                    &turn,
+                    &turn.work_context,
+                    Section::Retrieved,
+                    Some(cand.score),
+                );
+                offer_projected(cx, raw)?;
+            }
+            CandidateRef::Entry { id } => {
+                let Some(v) = live_by_id.get(id.as_str()) else {
+                    let source = ItemSource::Missing { id: id.clone() };
+                    trace_skip(
+                        cx,
+                        source,
+                        cand.score,
+                        "projection.not_live",
+                        "not live (replaced, expired or forgotten)",
+                    );
+                    continue;
+                };
+                let source = entry_source(v);
+                if cx.in_block.contains(&source) {
+                    trace_skip(
+                        cx,
+                        source,
+                        cand.score,
+                        "projection.duplicate",
+                        "already in the block",
+                    );
+                    continue;
                 }
+                let mut raw = entry_raw(v, Section::Retrieved, None);
+                raw.score = Some(cand.score);
+                offer_projected(cx, raw)?;
             }
         }
-    } else if request.retrieval == RetrievalMode::Off {
-        retrieval.mode = "off".to_owned();
     }
-
-    finish(cx, open, request, tier_reports, activity, retrieval)
+    Ok(retrieval)
 }
 
 fn entry_source(v: &EntryView) -> ItemSource {
@@ -1072,7 +1191,7 @@ fn trace_skip(cx: &mut Ctx<'_>, source: ItemSource, score: f32, rule: &str, reas
     });
 }
 
-fn project(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
+fn offer_projected(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
     let remaining = cx.remaining();
     if let Offer::TooBig { trace, .. } = cx.offer(
         raw,
@@ -1118,6 +1237,9 @@ fn render_text(cx: &Ctx<'_>, open: &str) -> String {
     text
 }
 
+/// Step 8, the final recount: renders the block and counts it whole; while BPE
+/// merges across lines make it count over budget, trims in reverse
+/// precedence (never the invariants).
 fn finish(
     mut cx: Ctx<'_>,
     open: String,

@@ -33,8 +33,9 @@
 //! again: the block never exceeds its budget.
 //!
 //! The two seams keep this module pure: the runtime plugs in its search
-//! service and its WebAssembly memory policy; [`IndexRetriever`] and
-//! [`TrustAll`] serve embedders without them (and the property tests).
+//! service and its WebAssembly memory policy; `search::IndexRetriever`
+//! (over one index) and [`TrustAll`] serve embedders without them (and the
+//! property tests).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -68,13 +69,14 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 pub use seams::{
-    Candidate, CandidateRef, IndexRetriever, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem,
-    PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll, search_options,
+    Candidate, CandidateRef, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict,
+    RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll,
 };
 
 use crate::error::Result;
 use crate::log::EntryKind;
 use crate::memory::Workspace;
+use crate::store::{StateFamily, StateKey};
 
 /// Where the assembled block goes (the memory policy's destination); the policy
 /// decides per destination.
@@ -584,8 +586,6 @@ impl AssembledContext {
     }
 }
 
-const PIN_PREFIX: &str = "assemble/pin/";
-
 impl Workspace {
     /// Assembles the memory block for `request.session` (see the [module
     /// docs](self) for the composition), retrieving with `retriever` and
@@ -622,21 +622,34 @@ impl Workspace {
     /// ```
     pub fn pin(&self, entry_id: &str) -> Result<()> {
         self.entry(entry_id)?;
-        self.state_put(&format!("{PIN_PREFIX}{entry_id}"), b"")
+        self.state_put(
+            &StateKey::Pin {
+                entry: entry_id.to_owned(),
+            },
+            b"",
+        )
     }
 
     /// Unpins an entry (a no-op when it is not pinned).
     pub fn unpin(&self, entry_id: &str) -> Result<()> {
         crate::ids::validate_id("entry id", entry_id)?;
-        self.state_apply(&[], &[format!("{PIN_PREFIX}{entry_id}")])
+        self.state_apply(
+            &[],
+            &[StateKey::Pin {
+                entry: entry_id.to_owned(),
+            }],
+        )
     }
 
     /// The pinned entry ids, in id order.
     pub fn pinned(&self) -> Result<Vec<String>> {
         Ok(self
-            .state_scan(PIN_PREFIX)?
+            .state_scan(StateFamily::Pin)?
             .into_iter()
-            .map(|(k, _)| k[PIN_PREFIX.len()..].to_owned())
+            .filter_map(|(key, _)| match key {
+                StateKey::Pin { entry } => Some(entry),
+                _ => None,
+            })
             .collect())
     }
 }

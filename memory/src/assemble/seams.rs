@@ -1,12 +1,12 @@
 //! The assembly's two seams: [`Retriever`] (query → scored candidates) and
 //! [`PolicyCheck`] (item + destination → verdict), and the implementations
-//! the core ships: [`IndexRetriever`] over a [`SearchIndex`], [`NoRetrieval`]
-//! and [`TrustAll`].
+//! that need nothing else: [`NoRetrieval`] and [`TrustAll`]. The retriever
+//! over a search index is `search::IndexRetriever`: assembly does not
+//! depend on search.
 
 use std::collections::HashSet;
 
 use super::{Destination, Fidelity, ItemSource, RetrievalMode, Section};
-use crate::search::{SearchIndex, SearchMode, SearchOptions, SearchResult};
 
 /// A seam's failure, as a message (the runtime's errors do not reach into
 /// the core).
@@ -100,23 +100,6 @@ impl Retriever for NoRetrieval {
     }
 }
 
-/// A retriever over one [`SearchIndex`] whose turn documents have ids
-/// `session:seq` and whose entry documents have the entry id.
-///
-/// ```
-/// use cairn_memory::assemble::{CandidateRef, IndexRetriever, RetrievalMode, RetrievalQuery, Retriever};
-/// use cairn_memory::search::{SearchDoc, SearchIndex};
-/// let mut index = SearchIndex::new(None)?;
-/// index.add(&[SearchDoc::new("s1:0", "s1", 0, "retries use a dead-letter queue")])?;
-/// let q = RetrievalQuery { text: "dead-letter queue", k: 5, mode: RetrievalMode::Lexical,
-///     session: "s2", work_context: "default", sessions: None };
-/// let found = IndexRetriever(&index).retrieve(&q)?;
-/// assert_eq!(found.candidates[0].target, CandidateRef::Turn { session: "s1".into(), seq: 0 });
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct IndexRetriever<'a>(pub &'a SearchIndex);
-
 impl CandidateRef {
     /// What a search hit names: a turn when its id is `session:pos` (how
     /// turns are indexed), else an entry by id.
@@ -142,66 +125,6 @@ fn hit_target(id: &str, session: &str, pos: u64) -> CandidateRef {
         }
     } else {
         CandidateRef::Entry { id: id.to_owned() }
-    }
-}
-
-/// The search options for a query: mode and session restriction.
-///
-/// ```
-/// use cairn_memory::assemble::{search_options, RetrievalMode, RetrievalQuery};
-/// use cairn_memory::search::SearchMode;
-/// let q = RetrievalQuery { text: "x", k: 7, mode: RetrievalMode::Lexical,
-///     session: "s", work_context: "w", sessions: None };
-/// assert_eq!(search_options(&q).mode, SearchMode::Bm25);
-/// ```
-pub fn search_options(query: &RetrievalQuery<'_>) -> SearchOptions {
-    let mode = match query.mode {
-        RetrievalMode::Lexical | RetrievalMode::Off => SearchMode::Bm25,
-        RetrievalMode::Hybrid => SearchMode::Hybrid,
-    };
-    let mut options = SearchOptions::new(query.k).mode(mode);
-    if let Some(sessions) = query.sessions {
-        options = options.sessions(sessions.iter().cloned());
-    }
-    options
-}
-
-impl Retrieved {
-    /// The candidates a search found, best first.
-    ///
-    /// ```
-    /// use cairn_memory::assemble::{CandidateRef, Retrieved};
-    /// use cairn_memory::search::{SearchDoc, SearchIndex, SearchOptions};
-    /// let mut index = SearchIndex::new(None)?;
-    /// index.add(&[SearchDoc::new("s1:0", "s1", 0, "retries use a dead-letter queue")])?;
-    /// let found = Retrieved::from_search(&index.search("dead-letter", &SearchOptions::new(5))?);
-    /// assert_eq!(found.candidates[0].target, CandidateRef::Turn { session: "s1".into(), seq: 0 });
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_search(result: &SearchResult) -> Retrieved {
-        Retrieved {
-            candidates: result
-                .hits
-                .iter()
-                .map(|h| Candidate {
-                    target: hit_target(&h.id, &h.session, h.pos),
-                    score: h.score,
-                })
-                .collect(),
-            mode: result.mode.as_str().to_owned(),
-            lexical_fallback: result.lexical_fallback,
-            catching_up: result.catching_up,
-        }
-    }
-}
-
-impl Retriever for IndexRetriever<'_> {
-    fn retrieve(&self, query: &RetrievalQuery<'_>) -> Result<Retrieved, SeamError> {
-        let result = self
-            .0
-            .search(query.text, &search_options(query))
-            .map_err(|e| SeamError(e.to_string()))?;
-        Ok(Retrieved::from_search(&result))
     }
 }
 

@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 
 use super::*;
-use crate::search::{SearchDoc, SearchIndex};
+use crate::search::{IndexRetriever, SearchDoc, SearchIndex};
 use crate::{
     EntryInput, EntryKind, ManualClock, Memory, MemoryConfig, Role, SubjectKind, TurnInput,
     Workspace,

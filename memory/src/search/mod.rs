@@ -33,6 +33,7 @@ mod filter;
 mod fuse;
 mod index;
 mod lexical;
+mod retriever;
 mod service;
 mod vector;
 
@@ -40,6 +41,7 @@ pub use embed::{EmbedConfig, Embedder, FastEmbedder};
 pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 pub use fuse::{Fusion, RecipeParams};
 pub use index::{SearchDoc, SearchHit, SearchIndex, SearchMode, SearchOptions, SearchResult};
+pub use retriever::{IndexRetriever, search_options};
 pub use service::{IndexStats, SearchService, ServiceError};
 pub use vector::UnitCosine;
 

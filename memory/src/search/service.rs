@@ -6,8 +6,8 @@
 //! [`SearchService::POLL`] (or when nudged), reads each session's turns past
 //! the indexed high-water mark and every memory-log entry not indexed yet,
 //! embeds them in batches and indexes them. Vectors are persisted in the
-//! workspace's state collection (`search/v/<session>/<seq>` for turns,
-//! `search/e/<entry id>` for entries), so after a restart the indexes are
+//! workspace's state collection ([`StateKey::TurnVector`] for turns,
+//! [`StateKey::EntryVector`] for entries), so after a restart the indexes are
 //! rebuilt from the record without re-embedding anything that was embedded.
 //! Forgotten sessions, entries and subjects are removed from the indexes
 //! (and their vectors from the store) before any search answers.
@@ -29,6 +29,7 @@ use super::{
     DocAttrs, DocSource, Embedder, SearchDoc, SearchFilters, SearchIndex, SearchOptions,
     SearchResult,
 };
+use crate::store::StateKey;
 use crate::{
     DecayConfig, Entry, ForgetTarget, Memory, MemoryError, Provenance, Role, SessionKind, Turn,
     Workspace,
@@ -135,12 +136,17 @@ pub enum ServiceError {
 
 type Res<T> = std::result::Result<T, ServiceError>;
 
-fn vector_key(session: &str, seq: u64) -> String {
-    format!("search/v/{session}/{seq:020}")
+fn vector_key(session: &str, seq: u64) -> StateKey {
+    StateKey::TurnVector {
+        session: session.to_owned(),
+        seq,
+    }
 }
 
-fn entry_vector_key(id: &str) -> String {
-    format!("search/e/{id}")
+fn entry_vector_key(id: &str) -> StateKey {
+    StateKey::EntryVector {
+        entry: id.to_owned(),
+    }
 }
 
 fn encode(v: &[f32]) -> Vec<u8> {
@@ -535,7 +541,7 @@ impl Inner {
                     break;
                 };
                 let docs: Vec<SearchDoc> = turns.iter().map(|t| turn_doc(t, low_trust)).collect();
-                let keys: Vec<String> = turns
+                let keys: Vec<StateKey> = turns
                     .iter()
                     .map(|t| vector_key(&t.session, t.seq))
                     .collect();
@@ -554,7 +560,7 @@ impl Inner {
         &self,
         ws: &Workspace,
         index: &'i RwLock<WsIndex>,
-        keys: &[String],
+        keys: &[StateKey],
         docs: &[SearchDoc],
     ) -> Res<(parking_lot::RwLockWriteGuard<'i, WsIndex>, usize)> {
         let vectors = match &self.embedder {
@@ -579,7 +585,7 @@ impl Inner {
     fn vectors_for(
         &self,
         ws: &Workspace,
-        keys: &[String],
+        keys: &[StateKey],
         docs: &[SearchDoc],
         index: &RwLock<WsIndex>,
     ) -> Res<Vec<Vec<f32>>> {
@@ -597,7 +603,7 @@ impl Inner {
         if !missing.is_empty() {
             let batch: Vec<SearchDoc> = missing.iter().map(|&i| docs[i].clone()).collect();
             let vectors = index.read().index.embed_docs(&batch)?;
-            let puts: Vec<(String, Vec<u8>)> = missing
+            let puts: Vec<(StateKey, Vec<u8>)> = missing
                 .iter()
                 .zip(&vectors)
                 .map(|(&i, v)| (keys[i].clone(), encode(v)))

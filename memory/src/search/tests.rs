@@ -342,9 +342,12 @@ mod service {
         assert_eq!((s.indexed, s.vectors, s.embedded, s.reused), (6, 6, 0, 6));
         let ws = memory.workspace("acme").unwrap();
         assert!(
-            ws.state_get("search/v/s1/00000000000000000000")
-                .unwrap()
-                .is_some()
+            ws.state_get(&crate::store::StateKey::TurnVector {
+                session: "s1".into(),
+                seq: 0,
+            })
+            .unwrap()
+            .is_some()
         );
         ws.forget(&ForgetTarget::Session("s1".into()), "user asked")
             .unwrap();
@@ -357,9 +360,12 @@ mod service {
             .unwrap();
         assert!(r.hits.iter().all(|h| h.session != "s1"), "{:?}", r.hits);
         assert!(
-            ws.state_get("search/v/s1/00000000000000000000")
-                .unwrap()
-                .is_none()
+            ws.state_get(&crate::store::StateKey::TurnVector {
+                session: "s1".into(),
+                seq: 0,
+            })
+            .unwrap()
+            .is_none()
         );
         assert_eq!(search.stats().unwrap().indexed, 3);
     }

@@ -20,8 +20,10 @@
 //! transactions for [`WorkspaceStore::apply`]); callers do not change.
 
 mod sled_store;
+mod state;
 
 pub use sled_store::SledStore;
+pub use state::{StateFamily, StateKey};
 
 use std::sync::Arc;
 
@@ -64,7 +66,8 @@ pub enum Collection {
     SubjectAliases,
     /// Tombstones left by `forget`, keyed by tombstone id.
     Tombstones,
-    /// Durable state of other subsystems (actors, indexes), keyed by their own scheme.
+    /// Durable state of other subsystems (actors, indexes, pins), keyed by
+    /// [`StateKey`] in workspaces; system namespaces key it their own way.
     State,
 }
 

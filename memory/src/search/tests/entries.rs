@@ -383,7 +383,7 @@ fn forget_removes_entries_from_search_and_their_vectors() {
     search.catch_up().unwrap();
     let everything = |q: &str| ids(&search, q, &SearchOptions::new(20));
     assert!(everything("golden retriever Rex dog").contains(&entry(&e[1])));
-    let key = |id: &str| format!("search/e/{id}");
+    let key = |id: &str| crate::store::StateKey::EntryVector { entry: id.into() };
     assert!(ws.state_get(&key(&e[1])).unwrap().is_some());
     // One entry.
     ws.forget(&ForgetTarget::Entry(e[1].clone()), "asked")

@@ -11,9 +11,9 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use crate::bindings::memory as b;
+use crate::decisions::DecisionOutput;
 use crate::digest::{Feed, InputsDigest};
 use crate::fault::{self, Fault};
-use crate::log::DecisionOutput;
 use crate::store::StoreState;
 use crate::vocab::{ReasonCode, mirror_enum};
 use crate::world::{MemoryPolicy, World, WorldKind};

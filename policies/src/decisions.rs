@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::digest::InputsDigest;
 use crate::fault::Fault;
-use crate::memory::MemoryPolicyDecision;
+use crate::memory_policy::MemoryPolicyDecision;
 use crate::significance::SignificanceDecision;
 use crate::topic::TopicDirectiveDecision;
 use crate::vocab::ReasonCode;
