@@ -414,6 +414,24 @@ impl Handler<ExtractSession> for WorkContextActor {
 }
 
 /// Bench hook: an in-memory message that does nothing but count.
+/// A barrier: answered once every message sent to the context before it
+/// was handled (the mailbox is FIFO), so the turns it was handed are judged.
+pub(crate) struct Settle {
+    pub(crate) reply: Reply<()>,
+}
+
+impl Message for Settle {
+    type Result = ();
+}
+
+impl Handler<Settle> for WorkContextActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Settle, _ctx: &mut Self::Context) {
+        let _ = msg.reply.send(Ok(()));
+    }
+}
+
 pub(crate) struct Hop;
 
 impl Message for Hop {

@@ -47,7 +47,9 @@ use crate::capture::{
     CaptureLocks, CaptureReport, ExtractionOutcome, Trigger, extractable, load_extraction,
 };
 use crate::config::{ActorConfig, Backpressure};
-use crate::context::{CaptureNow, ContextState, ExtractSession, Tick, TickMsg, WorkContextActor};
+use crate::context::{
+    CaptureNow, ContextState, ExtractSession, Settle, Tick, TickMsg, WorkContextActor,
+};
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
 use crate::gate::{CaptureGate, HeuristicGate};
@@ -520,6 +522,70 @@ impl ActorRuntime {
             self.inner.note_focus(&ws, record, turns, &acks);
         }
         Ok(acks)
+    }
+
+    /// Waits until every live work-context actor has handled what it was
+    /// sent before the call: the turns acknowledged so far have been judged
+    /// by the gate and noted as dirty. A short process (a CLI command) calls
+    /// it before exiting; a stopped actor is skipped (its next incarnation
+    /// rebuilds from the store).
+    pub fn settle(&self) -> Result<()> {
+        let addrs: Vec<(Key, Arc<Addr<WorkContextActor>>)> = self
+            .inner
+            .contexts
+            .lock()
+            .iter()
+            .map(|(k, slot)| (k.clone(), slot.addr.clone()))
+            .collect();
+        for ((ws, wc), addr) in addrs {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let actor = format!("context {ws}/{wc}");
+            match self.inner.call(&actor, &addr, Settle { reply: tx }, rx) {
+                Ok(()) | Err(ActorError::Unavailable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every actor of `workspace` (sessions, work contexts, focus)
+    /// from the registry: called once the workspace is erased, so the next
+    /// use starts from the store afresh instead of an actor holding a handle
+    /// to the dropped tree. The actors stop when their last address goes.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_actors::ActorRuntime;
+    /// # use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let actors = ActorRuntime::start(memory.clone(), Default::default())?;
+    /// actors.ingest("acme", &[TurnInput::new("s1", Role::User, "hello")])?;
+    /// memory.forget_workspace("acme", "test")?;
+    /// actors.forget_workspace("acme");
+    /// // The same ids start clean on a new tree.
+    /// assert_eq!(actors.ingest("acme", &[TurnInput::new("s1", Role::User, "again")])?[0].seq, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forget_workspace(&self, workspace: &str) {
+        self.inner
+            .sessions
+            .lock()
+            .retain(|(w, _), _| w != workspace);
+        self.inner
+            .contexts
+            .lock()
+            .retain(|(w, _), _| w != workspace);
+        self.inner.focus.lock().remove(workspace);
+    }
+
+    /// Drops a session's actor from the registry (after the session was
+    /// erased): a new session with the same id starts from the store.
+    pub fn forget_session(&self, workspace: &str, session: &str) {
+        self.inner
+            .sessions
+            .lock()
+            .remove(&(workspace.to_owned(), session.to_owned()));
     }
 
     /// Pre-compaction capture of the session's work context (mandatory: runs

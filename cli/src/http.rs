@@ -8,8 +8,11 @@
 
 use std::net::SocketAddr;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{App, HttpMessage, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use cairn::search::IndexStats;
 use cairn::{
     Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
@@ -20,6 +23,8 @@ use cairn::{
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
+
+use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -48,8 +53,54 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(&self.body)
+        let mut response = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        response.json(&self.body)
     }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Host(host) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "host_not_allowed",
+                format!(
+                    "host {host:?} is not allowed (server.allowed_hosts; a loopback server \
+                     answers only to localhost, 127.0.0.1 and ::1)"
+                ),
+            ),
+            Refusal::Unauthorized(why) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why)
+            }
+            Refusal::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", why),
+        }
+    }
+}
+
+/// Checks every request against the server's [`Guard`] before any handler
+/// runs, and leaves the [`Principal`] in the request's extensions.
+async fn guard_requests(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    if let Some(guard) = req.app_data::<web::Data<Guard>>() {
+        let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let decided = guard.check(
+            header(actix_web::http::header::HOST),
+            header(actix_web::http::header::AUTHORIZATION),
+            req.path(),
+        );
+        match decided {
+            Ok(principal) => {
+                req.extensions_mut().insert(principal);
+            }
+            Err(refusal) => return Err(ApiError::from(refusal).into()),
+        }
+    }
+    next.call(req).await
 }
 
 impl ApiError {
@@ -545,7 +596,19 @@ async fn forget(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
     body: web::Json<ForgetBody>,
+    req: HttpRequest,
 ) -> ApiResult<Tombstone> {
+    let admin = req
+        .extensions()
+        .get::<Principal>()
+        .is_none_or(Principal::is_admin);
+    if matches!(body.target, ForgetTarget::Workspace(_)) && !admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "erasing a whole workspace needs the admin token",
+        ));
+    }
     blocking(move || Ok(cairn.forget(&ws, &body.target, &body.reason)?)).await
 }
 
@@ -859,6 +922,11 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
 /// Serves the API on `listen` until the process is stopped (SIGINT/SIGTERM
 /// shut down gracefully: in-flight requests finish). `on_bound` is called
 /// with the bound address (useful with port 0).
+///
+/// Every request passes a guard first: the `Host` allow-list, then, when
+/// tokens are configured, a bearer token that opens the route (see
+/// [`cairn::ServerConfig`]). Without tokens only a loopback address is
+/// served.
 pub async fn serve(
     cairn: Cairn,
     listen: &str,
@@ -866,10 +934,27 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // Start search now (model load, then the worker catches the indexes up
     // from the record) on its own thread, off the server's threads.
+    let server_config = &cairn.config().server;
+    if !server_config.auth_enabled() && !is_loopback(listen) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing to serve on {listen} without authentication: configure \
+                 server.admin_token (CAIRN_SERVER__ADMIN_TOKEN) or server.tokens, or listen on \
+                 a loopback address"
+            ),
+        ));
+    }
+    let guard = web::Data::new(Guard::new(server_config, listen));
     let warm = cairn.clone();
     std::thread::spawn(move || warm.start_search());
-    let server =
-        HttpServer::new(move || App::new().configure(configure(cairn.clone()))).bind(listen)?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(guard.clone())
+            .wrap(from_fn(guard_requests))
+            .configure(configure(cairn.clone()))
+    })
+    .bind(listen)?;
     let addr = server
         .addrs()
         .first()

@@ -7,5 +7,6 @@
 //! significance gate, the memory policy, lineage, redaction, limits).
 
 pub mod eval;
+mod guard;
 pub mod http;
 pub mod loadgen;

@@ -474,6 +474,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Plugins { action } => plugins::run(config, action),
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
+            config.server.listen = listen.clone();
             let cairn = Cairn::open(config)?;
             let served = serve(cairn.clone(), &listen);
             // The decision log's last records, durable before exit.
@@ -554,6 +555,9 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
     match command {
         Command::Ingest { file } => {
             let turns = read_turns(file.as_deref())?;
+            // The whole file is checked before the first write: a bad line
+            // after thousands of good ones leaves nothing written.
+            cairn.validate_turns(&turns)?;
             // Through the session actors, as a gateway's turns: the gate
             // judges each one and the work contexts are marked dirty.
             let limit = cairn.config().memory.limits.max_batch.max(1);

@@ -591,26 +591,7 @@ impl Workspace {
     }
 
     fn validate_turn(&self, turn: &TurnInput) -> Result<()> {
-        validate_id("session id", &turn.session)?;
-        if let Some(wc) = &turn.work_context {
-            validate_id("work context", wc)?;
-        }
-        if let Some(key) = &turn.idempotency_key {
-            validate_id("idempotency key", key)?;
-        }
-        if let Some(id) = &turn.tool_call_id {
-            validate_id("tool call id", id)?;
-        }
-        if turn.role == Role::Tool && turn.tool_call_id.is_none() {
-            return Err(MemoryError::MissingToolCallId {
-                session: turn.session.clone(),
-            });
-        }
-        check_text(
-            "turn content",
-            &turn.content,
-            self.shared.config.limits.max_content_bytes,
-        )
+        validate_turn(turn, &self.shared.config.limits)
     }
 
     /// Turns of a session from sequence number `from`, at most `limit`, in order.
@@ -686,4 +667,32 @@ fn decode_seq(raw: &[u8]) -> Result<u64> {
         reason: format!("expected 8 bytes, found {}", raw.len()),
     })?;
     Ok(u64::from_be_bytes(bytes))
+}
+
+/// Checks one turn on its own (ids, the tool-call id a tool turn needs, the
+/// content's size), as an append would before writing anything. What needs
+/// the store (a session's work context) is checked at append time.
+///
+/// ```
+/// use cairn_memory::{Limits, Role, TurnInput, record::validate_turn};
+/// assert!(validate_turn(&TurnInput::new("s1", Role::User, "hi"), &Limits::default()).is_ok());
+/// assert!(validate_turn(&TurnInput::new("s1", Role::Tool, "42"), &Limits::default()).is_err());
+/// ```
+pub fn validate_turn(turn: &TurnInput, limits: &crate::config::Limits) -> Result<()> {
+    validate_id("session id", &turn.session)?;
+    if let Some(wc) = &turn.work_context {
+        validate_id("work context", wc)?;
+    }
+    if let Some(key) = &turn.idempotency_key {
+        validate_id("idempotency key", key)?;
+    }
+    if let Some(id) = &turn.tool_call_id {
+        validate_id("tool call id", id)?;
+    }
+    if turn.role == Role::Tool && turn.tool_call_id.is_none() {
+        return Err(MemoryError::MissingToolCallId {
+            session: turn.session.clone(),
+        });
+    }
+    check_text("turn content", &turn.content, limits.max_content_bytes)
 }

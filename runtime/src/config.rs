@@ -12,13 +12,97 @@ use crate::error::{CairnError, Result};
 use crate::policy::PolicyConfig;
 
 /// Settings of `cairn serve`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// With no token configured the API is open, for local development, and
+/// `cairn serve` refuses any listen address that is not loopback. With
+/// tokens, every request but `/healthz` and `/openapi.json` needs
+/// `Authorization: Bearer <token>`: a workspace token reaches its
+/// workspaces' routes only; the admin token reaches everything (plugins,
+/// erasing a workspace, `gateway_start`, index statistics).
+///
+/// ```
+/// let s = cairn::ServerConfig::default();
+/// assert!(s.admin_token.is_none() && s.tokens.is_empty());
+/// assert!(!s.auth_enabled());
+/// ```
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address to listen on; loopback by default.
     pub listen: String,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: usize,
+    /// The admin token (`CAIRN_SERVER__ADMIN_TOKEN`): every route.
+    pub admin_token: Option<String>,
+    /// Workspace tokens: each reaches the routes of its workspaces only.
+    pub tokens: Vec<WorkspaceToken>,
+    /// Host names (without port) a request's `Host` header may name. Empty:
+    /// the loopback names when listening on loopback (a defence against DNS
+    /// rebinding), any host otherwise.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// A bearer token and the workspaces it opens.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceToken {
+    /// The secret (at least 16 characters).
+    pub token: String,
+    /// Workspaces it may read and write.
+    pub workspaces: Vec<String>,
+}
+
+impl std::fmt::Debug for WorkspaceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkspaceToken")
+            .field("token", &"<redacted>")
+            .field("workspaces", &self.workspaces)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("tokens", &self.tokens)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .finish()
+    }
+}
+
+impl ServerConfig {
+    /// True when any token is configured, so requests must authenticate.
+    pub fn auth_enabled(&self) -> bool {
+        self.admin_token.is_some() || !self.tokens.is_empty()
+    }
+
+    fn validate(&self) -> Result<()> {
+        let short = |t: &str| t.chars().count() < 16;
+        if self.admin_token.as_deref().is_some_and(short) {
+            return Err(CairnError::Config(
+                "server.admin_token must be at least 16 characters".to_owned(),
+            ));
+        }
+        for (i, t) in self.tokens.iter().enumerate() {
+            if short(&t.token) {
+                return Err(CairnError::Config(format!(
+                    "server.tokens[{i}].token must be at least 16 characters"
+                )));
+            }
+            if t.workspaces.is_empty() {
+                return Err(CairnError::Config(format!(
+                    "server.tokens[{i}].workspaces is empty: name the workspaces it opens"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for ServerConfig {
@@ -26,6 +110,9 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:7878".to_owned(),
             max_body_bytes: 16 * 1024 * 1024,
+            admin_token: None,
+            tokens: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -215,10 +302,9 @@ impl CairnConfig {
                 )));
             }
         }
-        if self.assemble.settings.tail_share_percent > 100 {
-            return Err(CairnError::Config(
-                "assemble.settings.tail_share_percent must be at most 100".to_owned(),
-            ));
+        self.server.validate()?;
+        if let Err(e) = self.assemble.settings.validate() {
+            return Err(CairnError::Config(format!("[assemble.settings] {e}")));
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(CairnError::Config(format!(

@@ -82,7 +82,7 @@ pub struct OpenSession {
 #[derive(Clone, Debug)]
 pub struct Cairn {
     memory: Memory,
-    actors: ActorRuntime,
+    pub(crate) actors: ActorRuntime,
     policies: Policies,
     config: Arc<CairnConfig>,
     /// Started on first use (`cairn serve` starts it at once) so that
@@ -168,6 +168,35 @@ impl Cairn {
         let acks = self.actors.ingest(workspace, turns)?;
         self.nudge_search();
         Ok(acks)
+    }
+
+    /// Checks turns the way [`Cairn::ingest`] would before writing (ids,
+    /// tool-call ids, content size), without writing anything or creating a
+    /// workspace; the error names the first bad turn by its index. A caller
+    /// that ingests a large input in several calls checks it whole first, so
+    /// a bad turn late in the input leaves nothing written.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let turns = [TurnInput::new("s1", Role::User, "ok"), TurnInput::new("bad id!", Role::User, "x")];
+    /// let err = cairn.validate_turns(&turns).unwrap_err();
+    /// assert!(err.to_string().contains("item 1"), "{err}");
+    /// assert!(cairn.workspaces()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn validate_turns(&self, turns: &[TurnInput]) -> Result<()> {
+        let limits = &self.config.memory.limits;
+        for (index, turn) in turns.iter().enumerate() {
+            cairn_memory::record::validate_turn(turn, limits).map_err(|source| {
+                cairn_memory::MemoryError::InBatch {
+                    index,
+                    source: Box::new(source),
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// Wakes the search worker after a write: indexing happens in the

@@ -58,7 +58,7 @@ pub use cairn_memory::{
 };
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
-    default_data_dir,
+    WorkspaceToken, default_data_dir,
 };
 pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,

@@ -132,7 +132,9 @@ impl Cairn {
     ) -> Result<Tombstone> {
         let tombstone = match target {
             ForgetTarget::Workspace(id) if id == workspace => {
-                self.memory().forget_workspace(workspace, reason)?
+                let tombstone = self.memory().forget_workspace(workspace, reason)?;
+                self.actors.forget_workspace(workspace);
+                tombstone
             }
             ForgetTarget::Workspace(id) => {
                 return Err(MemoryError::Invalid {
@@ -144,10 +146,16 @@ impl Cairn {
                 }
                 .into());
             }
-            target => self
-                .memory()
-                .existing_workspace(workspace)?
-                .forget(target, reason)?,
+            target => {
+                let tombstone = self
+                    .memory()
+                    .existing_workspace(workspace)?
+                    .forget(target, reason)?;
+                if let ForgetTarget::Session(session) = target {
+                    self.actors.forget_session(workspace, session);
+                }
+                tombstone
+            }
         };
         self.nudge_search();
         Ok(tombstone)
@@ -201,9 +209,12 @@ impl Cairn {
         self.policies().decision_log().counts(generation)
     }
 
-    /// Makes every decision recorded so far durable (the decision log
-    /// writes in batches); a process calls it before it exits.
+    /// Settles what was handed to cairn so far: waits until the actors have
+    /// judged every acknowledged turn (the significance gate runs behind the
+    /// acknowledgement), then makes every decision recorded durable (the
+    /// decision log writes in batches). A process calls it before it exits.
     pub fn flush(&self) -> Result<()> {
+        self.actors.settle()?;
         self.policies().flush()
     }
 }

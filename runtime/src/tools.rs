@@ -8,7 +8,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use cairn_memory::search::{DocSource, ItemRef, SearchFilters, SearchMode, SearchOptions};
+use cairn_memory::search::{
+    DocSource, ItemRef, MAX_QUERY_BYTES, SearchFilters, SearchMode, SearchOptions,
+};
 use cairn_memory::{
     Entry, EntryFilter, EntryKind, EntryView, MemoryError, Provenance, Role, Session, SessionKind,
     Turn, Workspace,
@@ -164,6 +166,11 @@ pub struct Transcript {
     pub truncated: bool,
 }
 
+/// Callers the rate limiter tracks at most; past that the callers idle
+/// longest are forgotten first, so caller names cannot grow memory without
+/// bound.
+const MAX_TRACKED_CALLERS: usize = 10_000;
+
 /// Per-caller sliding windows.
 #[derive(Debug, Default)]
 pub(crate) struct RateLimiter {
@@ -173,6 +180,9 @@ pub(crate) struct RateLimiter {
 impl RateLimiter {
     fn check(&self, caller: &str, now: DateTime<Utc>, per_minute: u32, per_day: u32) -> Result<()> {
         let mut calls = self.calls.lock();
+        if calls.len() >= MAX_TRACKED_CALLERS && !calls.contains_key(caller) {
+            evict_idlest(&mut calls, now);
+        }
         let q = calls.entry(caller.to_owned()).or_default();
         while q.front().is_some_and(|t| *t <= now - Duration::days(1)) {
             q.pop_front();
@@ -197,6 +207,22 @@ impl RateLimiter {
         }
         q.push_back(now);
         Ok(())
+    }
+}
+
+/// Makes room in a full caller map: drops callers with no call in the last
+/// day, or else the one whose last call is oldest.
+fn evict_idlest(calls: &mut HashMap<String, VecDeque<DateTime<Utc>>>, now: DateTime<Utc>) {
+    calls.retain(|_, q| q.back().is_some_and(|t| *t > now - Duration::days(1)));
+    if calls.len() < MAX_TRACKED_CALLERS {
+        return;
+    }
+    let idlest = calls
+        .iter()
+        .min_by_key(|(_, q)| q.back().copied())
+        .map(|(c, _)| c.clone());
+    if let Some(c) = idlest {
+        calls.remove(&c);
     }
 }
 
@@ -381,6 +407,14 @@ impl Cairn {
         request: &SearchRequest,
     ) -> Result<SearchResponse> {
         let ws = self.memory().existing_workspace(workspace)?;
+        if request.query.len() > MAX_QUERY_BYTES {
+            return Err(MemoryError::TooLarge {
+                what: "query",
+                bytes: request.query.len(),
+                limit: MAX_QUERY_BYTES,
+            }
+            .into());
+        }
         let limits = &self.config().search;
         let caller = request.caller.as_deref().unwrap_or("anonymous");
         self.rate_limiter().check(
@@ -505,7 +539,12 @@ impl Cairn {
                 return Err(bad());
             }
             self.check_lineage(&ws, asking, false, session)?;
-            let limit = usize::try_from(to - from + 1).unwrap_or(usize::MAX);
+            // `to - from` cannot underflow (checked above); `+ 1` can
+            // overflow for 0-u64::MAX, which means "every turn from `from`".
+            let limit = (to - from)
+                .checked_add(1)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(usize::MAX);
             let turns = ws.transcript(session, from, Some(limit))?;
             return Ok(MemoryItem::Turns(cap_turns(&ws, session, turns)));
         }
@@ -684,5 +723,40 @@ impl Cairn {
     /// Search indexing progress (`cairn stats`).
     pub fn index_stats(&self) -> Result<cairn_memory::search::IndexStats> {
         Ok(self.search().stats()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_limiter_tracks_a_bounded_number_of_callers() {
+        let limiter = RateLimiter::default();
+        let now = Utc::now();
+        for i in 0..MAX_TRACKED_CALLERS + 50 {
+            let at = now + Duration::milliseconds(i as i64);
+            assert!(limiter.check(&format!("caller-{i}"), at, 10, 100).is_ok());
+        }
+        let calls = limiter.calls.lock();
+        assert_eq!(calls.len(), MAX_TRACKED_CALLERS);
+        // The newest caller is kept; the idlest ones went first.
+        assert!(calls.contains_key(&format!("caller-{}", MAX_TRACKED_CALLERS + 49)));
+        assert!(!calls.contains_key("caller-0"));
+    }
+
+    #[test]
+    fn a_limited_caller_stays_limited() {
+        let limiter = RateLimiter::default();
+        let now = Utc::now();
+        assert!(limiter.check("a", now, 1, 10).is_ok());
+        let refused = limiter.check("a", now, 1, 10);
+        assert!(matches!(
+            refused,
+            Err(CairnError::RateLimited {
+                window: "minute",
+                ..
+            })
+        ));
     }
 }

@@ -268,3 +268,46 @@ fn cli_applies_the_facade_rules() -> Result<()> {
     ensure!(ids == ["helper", "main"], "{ids:?}");
     Ok(())
 }
+
+/// An input larger than one batch is still all or nothing: a bad line after
+/// whole batches of good ones leaves nothing written.
+#[test]
+fn ingest_checks_the_whole_file_before_writing() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut input = String::new();
+    for i in 0..5 {
+        input.push_str(&format!(
+            "{{\"session\":\"s1\",\"role\":\"user\",\"content\":\"turn {i}\"}}\n"
+        ));
+    }
+    input.push_str("{\"session\":\"s1\",\"role\":\"tool\",\"content\":\"no call id\"}\n");
+    let out = Command::new(cairn_bin())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["ingest", "-"])
+        .env("CAIRN_MEMORY__LIMITS__MAX_BATCH", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(input.as_bytes())?;
+            }
+            child.wait_with_output()
+        })?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2),
+        "exit {:?}: {err}",
+        out.status.code()
+    );
+    ensure!(err.contains("item 5") && err.contains("tool"), "{err}");
+    let out = cairn(dir.path(), &["sessions", "--json"], None)?;
+    ensure!(
+        !out.status.success() || stdout(&out).trim() == "[]",
+        "something was written: {}",
+        stdout(&out)
+    );
+    Ok(())
+}

@@ -340,3 +340,65 @@ fn raw_reads_keep_lineage_and_redact() -> Result<()> {
     )?;
     Ok(())
 }
+
+/// After a workspace is erased, the same ids work again on a clean slate
+/// (the live actors held a handle to the dropped store), and settings that
+/// would overflow or allocate without bound are refused, not crashed on.
+#[test]
+fn forget_then_reuse_and_hostile_numbers() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    let turn =
+        json!({"turns": [{"session": "s1", "role": "user", "content": "We decided to use sled."}]});
+    let (s, body) = server.post("/v1/workspaces/w/turns", &turn)?;
+    ensure!(s == 200, "{body}");
+    let (s, body) = server.post(
+        "/v1/workspaces/w/forget",
+        &json!({"target": "workspace", "id": "w", "reason": "test"}),
+    )?;
+    ensure!(s == 200, "{body}");
+    let (s, body) = server.post("/v1/workspaces/w/turns", &turn)?;
+    ensure!(s == 200 && body["acks"][0]["seq"] == 0, "{body}");
+    let (s, body) = server.post("/v1/workspaces/w/capture", &json!({}))?;
+    ensure!(s == 200, "{body}");
+
+    for settings in [
+        json!({"retrieval_k": 17_592_186_044_416_u64}),
+        json!({"recent_activity_max_age_days": 4_294_967_295_u64}),
+    ] {
+        check_error(
+            server.post(
+                "/v1/workspaces/w/assemble",
+                &json!({"session": "s1", "budget_tokens": 400, "settings": settings}),
+            )?,
+            400,
+            "invalid",
+        )?;
+    }
+    check_error(
+        server.post(
+            "/v1/workspaces/w/assemble",
+            &json!({"session": "s1", "budget_tokens": 1_000_000_000_000_u64}),
+        )?,
+        400,
+        "invalid",
+    )?;
+    // The whole range from 0: every turn, not an empty answer.
+    let (s, item) = server.get("/v1/workspaces/w/items/session:s1:0-18446744073709551615")?;
+    ensure!(
+        s == 200 && item["turns"].as_array().map(Vec::len) == Some(1),
+        "{item}"
+    );
+    check_error(
+        server.post(
+            "/v1/workspaces/w/search",
+            &json!({"query": "x".repeat(20_000)}),
+        )?,
+        413,
+        "too_large",
+    )?;
+    // Still alive.
+    let (s, _) = server.get("/healthz")?;
+    ensure!(s == 200);
+    Ok(())
+}

@@ -21,9 +21,15 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(data_dir: &Path) -> Result<Server> {
+        Server::start_with(data_dir, &[])
+    }
+
+    /// Starts `cairn serve` with extra arguments (`--config FILE`…).
+    pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
         let mut child = Command::new(cairn_bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

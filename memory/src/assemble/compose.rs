@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::MAX_BUDGET_TOKENS;
 use super::render::{self, CLOSE, RULES, RULES_CLOSE, RULES_OPEN};
 use super::seams::{
     CandidateRef, PolicyCheck, PolicyContext, PolicyItem, RetrievalQuery, Retriever,
@@ -444,6 +445,16 @@ struct Inputs<'r> {
 /// Checks the request and reads everything the steps need.
 fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Inputs<'r>> {
     let settings: AssembleSettings = request.settings.clone().unwrap_or_default();
+    settings.validate()?;
+    if request.budget_tokens > MAX_BUDGET_TOKENS {
+        return Err(MemoryError::Invalid {
+            what: "budget_tokens",
+            reason: format!(
+                "{} is over the maximum of {MAX_BUDGET_TOKENS}",
+                request.budget_tokens
+            ),
+        });
+    }
     let limit = ws.config().limits.max_content_bytes;
     for (i, d) in request.directives.iter().enumerate() {
         if d.trim().is_empty() {

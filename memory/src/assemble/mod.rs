@@ -207,6 +207,74 @@ impl Default for AssembleSettings {
     }
 }
 
+/// The largest budget an assembly accepts, in tokens: far above any model's
+/// window, and low enough that nothing sized from it can exhaust memory.
+pub const MAX_BUDGET_TOKENS: usize = 1_000_000;
+
+/// The most retrieval candidates an assembly asks for.
+pub const MAX_RETRIEVAL_K: usize = 1_000;
+
+impl AssembleSettings {
+    /// Checks every value against its range, naming the first one out of it.
+    /// Settings come from callers (HTTP bodies, configuration): a huge
+    /// `retrieval_k` or age must be refused, not sized into an allocation or
+    /// a date overflow.
+    ///
+    /// ```
+    /// use cairn_memory::assemble::AssembleSettings;
+    /// assert!(AssembleSettings::default().validate().is_ok());
+    /// let s = AssembleSettings { retrieval_k: 17_592_186_044_416, ..Default::default() };
+    /// assert!(s.validate().unwrap_err().to_string().contains("retrieval_k"));
+    /// ```
+    pub fn validate(&self) -> crate::Result<()> {
+        let checks: [(&'static str, u64, u64); 7] = [
+            (
+                "retrieval_k",
+                self.retrieval_k as u64,
+                MAX_RETRIEVAL_K as u64,
+            ),
+            (
+                "recent_activity_max_age_days",
+                u64::from(self.recent_activity_max_age_days),
+                36_500,
+            ),
+            (
+                "resume_min_gap_minutes",
+                u64::from(self.resume_min_gap_minutes),
+                5_256_000,
+            ),
+            (
+                "tail_share_percent",
+                u64::from(self.tail_share_percent),
+                100,
+            ),
+            ("min_tail_turns", self.min_tail_turns as u64, 256),
+            (
+                "tail_budget_tokens",
+                self.tail_budget_tokens.unwrap_or(0) as u64,
+                MAX_BUDGET_TOKENS as u64,
+            ),
+            (
+                "tiers_max_tokens",
+                self.tiers_max_tokens
+                    .max(self.resume_max_tokens)
+                    .max(self.recent_activity_max_tokens)
+                    .max(self.living_memory_max_tokens) as u64,
+                MAX_BUDGET_TOKENS as u64,
+            ),
+        ];
+        for (what, value, max) in checks {
+            if value > max {
+                return Err(crate::MemoryError::Invalid {
+                    what: "settings",
+                    reason: format!("{what} is {value}, over the maximum of {max}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What to assemble.
 ///
 /// ```

@@ -15,6 +15,28 @@ use super::lexical::LexicalIndex;
 use super::vector::{VectorIndex, cosine};
 use super::{SearchError, SearchResultOf};
 
+/// The longest query text searched, in bytes: a longer one is cut at a
+/// character boundary (the embedding model reads far less; a megabyte of
+/// query would only cost memory and time).
+pub const MAX_QUERY_BYTES: usize = 16 * 1024;
+
+/// The most candidates one search asks of each index: the lexical index
+/// allocates its top-n collector up front, so `k` and `candidates` from a
+/// caller are capped here whatever they say.
+pub const MAX_CANDIDATES: usize = 10_000;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn clip(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// One indexed item: a turn (or an entry, with `pos` 0 in its own "session").
 ///
 /// ```
@@ -441,6 +463,7 @@ impl SearchIndex {
     /// Searches. A dense or hybrid request without an embedder answers
     /// lexically with `lexical_fallback` set.
     pub fn search(&self, query: &str, options: &SearchOptions) -> SearchResultOf<SearchResult> {
+        let query = clip(query, MAX_QUERY_BYTES);
         let (qv, embed_micros) = match (&self.embedder, options.mode) {
             (Some(e), SearchMode::Dense | SearchMode::Hybrid) => {
                 let t = Instant::now();
@@ -463,13 +486,14 @@ impl SearchIndex {
         query_vector: Option<&[f32]>,
         options: &SearchOptions,
     ) -> SearchResultOf<SearchResult> {
+        let query = clip(query, MAX_QUERY_BYTES);
         let wants_vectors = options.mode != SearchMode::Bm25;
         let (mode, fallback) = match (options.mode, query_vector) {
             (SearchMode::Bm25, _) => (SearchMode::Bm25, false),
             (m, Some(_)) => (m, false),
             (_, None) => (SearchMode::Bm25, wants_vectors),
         };
-        let n = options.candidates.max(options.k);
+        let n = options.candidates.max(options.k).min(MAX_CANDIDATES);
         let allowed = self.allowed(options);
         let lexical = if mode == SearchMode::Dense {
             Vec::new()

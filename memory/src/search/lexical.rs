@@ -17,6 +17,10 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use super::SearchResultOf;
 
+/// The most distinct terms a query contributes to the boolean query: past
+/// that, more terms add cost and no ranking signal.
+pub(crate) const MAX_QUERY_TERMS: usize = 256;
+
 const ANALYZER: &str = "cairn_en_stem";
 
 /// Query-side stopwords (the study's list; documents keep every word).
@@ -111,7 +115,7 @@ impl LexicalIndex {
     }
 
     /// The query terms: analysed like documents, stopwords dropped before
-    /// stemming, de-duplicated.
+    /// stemming, de-duplicated, at most [`MAX_QUERY_TERMS`].
     pub(crate) fn query_terms(&self, query: &str) -> Vec<String> {
         let mut stem = stemming();
         let mut seen = HashSet::new();
@@ -121,6 +125,9 @@ impl LexicalIndex {
                 continue;
             }
             for term in tokens(&mut stem, &word) {
+                if out.len() >= MAX_QUERY_TERMS {
+                    return out;
+                }
                 if seen.insert(term.clone()) {
                     out.push(term);
                 }

@@ -40,7 +40,10 @@ mod vector;
 pub use embed::{EmbedConfig, Embedder, FastEmbedder};
 pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 pub use fuse::{Fusion, RecipeParams};
-pub use index::{SearchDoc, SearchHit, SearchIndex, SearchMode, SearchOptions, SearchResult};
+pub use index::{
+    MAX_CANDIDATES, MAX_QUERY_BYTES, SearchDoc, SearchHit, SearchIndex, SearchMode, SearchOptions,
+    SearchResult,
+};
 pub use retriever::{IndexRetriever, search_options};
 pub use service::{IndexStats, SearchService, ServiceError};
 pub use vector::UnitCosine;

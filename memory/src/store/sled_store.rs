@@ -64,6 +64,7 @@ impl SledStore {
             path: dir.display().to_string(),
             reason: e.to_string(),
         })?;
+        private_dir(dir)?;
         let config = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(cache_bytes)
@@ -371,6 +372,25 @@ impl GroupCommit {
     }
 }
 
+/// Makes `dir` readable by its owner only (0700 on Unix): the store holds
+/// every transcript, so the files in it (whatever mode sled gives them) must
+/// not be reachable by other local users.
+fn private_dir(dir: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            StoreError::Open {
+                path: dir.display().to_string(),
+                reason: format!("cannot make the data directory private (0700): {e}"),
+            }
+        })?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +463,18 @@ mod tests {
             Ok::<(), StoreError>(())
         })?;
         assert_eq!(ws.scan_prefix(Collection::State, &[])?.len(), 400);
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_data_dir_is_private() -> Result<(), Box<dyn std::error::Error>> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir()?;
+        let data = dir.path().join("data");
+        let _store = SledStore::open(&data)?;
+        let mode = std::fs::metadata(&data)?.permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{mode:o}");
         Ok(())
     }
 }

@@ -1,0 +1,273 @@
+//! Who may call `cairn serve`: the `Host` allow-list (against DNS
+//! rebinding of a loopback server) and bearer tokens, per workspace or
+//! admin. Decided before any handler runs; the decision (a [`Principal`])
+//! travels in the request's extensions for handlers that need more (erasing
+//! a whole workspace is the admin's).
+
+use std::net::ToSocketAddrs;
+
+use cairn::ServerConfig;
+
+/// Who a request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Principal {
+    /// No token is configured: local development, everything open.
+    Open,
+    /// The admin token: everything.
+    Admin,
+    /// A workspace token: these workspaces' routes only.
+    Workspaces(Vec<String>),
+}
+
+impl Principal {
+    /// May erase workspaces, manage plugins, list and sweep workspaces.
+    pub(crate) fn is_admin(&self) -> bool {
+        matches!(self, Principal::Open | Principal::Admin)
+    }
+
+    fn may_use(&self, workspace: &str) -> bool {
+        match self {
+            Principal::Open | Principal::Admin => true,
+            Principal::Workspaces(list) => list.iter().any(|w| w == workspace),
+        }
+    }
+}
+
+/// Why a request was turned away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// 403 `host_not_allowed`.
+    Host(String),
+    /// 401 `unauthorized`: no or an unknown token.
+    Unauthorized(&'static str),
+    /// 403 `forbidden`: a token that does not open this route.
+    Forbidden(String),
+}
+
+/// The decision rules of one server, built from its configuration.
+#[derive(Clone)]
+pub(crate) struct Guard {
+    admin: Option<String>,
+    tokens: Vec<(String, Vec<String>)>,
+    /// `None`: any host.
+    hosts: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("auth", &(self.admin.is_some() || !self.tokens.is_empty()))
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+/// True when every address `listen` resolves to is a loopback address.
+pub(crate) fn is_loopback(listen: &str) -> bool {
+    match listen.to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The host part of a `Host` header value, lowercased, without the port.
+fn host_name(header: &str) -> String {
+    let header = header.trim();
+    let name = if let Some(rest) = header.strip_prefix('[') {
+        // [::1]:7878
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        header.split(':').next().unwrap_or_default()
+    };
+    name.to_ascii_lowercase()
+}
+
+impl Guard {
+    /// The rules for a server listening on `listen` with `server`'s
+    /// tokens and host list.
+    pub(crate) fn new(server: &ServerConfig, listen: &str) -> Guard {
+        let hosts = if !server.allowed_hosts.is_empty() {
+            Some(server.allowed_hosts.iter().map(|h| host_name(h)).collect())
+        } else if is_loopback(listen) {
+            Some(vec![
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                "::1".to_owned(),
+            ])
+        } else {
+            None
+        };
+        Guard {
+            admin: server.admin_token.clone(),
+            tokens: server
+                .tokens
+                .iter()
+                .map(|t| (t.token.clone(), t.workspaces.clone()))
+                .collect(),
+            hosts,
+        }
+    }
+
+    fn auth_enabled(&self) -> bool {
+        self.admin.is_some() || !self.tokens.is_empty()
+    }
+
+    /// Decides one request from its `Host` and `Authorization` headers and
+    /// its path (as sent, not decoded: an encoded workspace name matches no
+    /// token, so it fails closed).
+    pub(crate) fn check(
+        &self,
+        host: Option<&str>,
+        authorization: Option<&str>,
+        path: &str,
+    ) -> Result<Principal, Refusal> {
+        if let Some(allowed) = &self.hosts {
+            // HTTP/1.1 requires Host; a request without one is refused too.
+            let name = host.map(host_name).unwrap_or_default();
+            if !allowed.contains(&name) {
+                return Err(Refusal::Host(name));
+            }
+        }
+        if matches!(path, "/healthz" | "/openapi.json") {
+            return Ok(Principal::Open);
+        }
+        if !self.auth_enabled() {
+            return Ok(Principal::Open);
+        }
+        let token = authorization
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or(Refusal::Unauthorized(
+                "this server needs `Authorization: Bearer <token>`",
+            ))?;
+        let principal = if self.admin.as_deref().is_some_and(|a| same_secret(a, token)) {
+            Principal::Admin
+        } else {
+            // Every token is compared, so the time taken does not say which
+            // one matched.
+            let mut found = None;
+            for (secret, workspaces) in &self.tokens {
+                if same_secret(secret, token) && found.is_none() {
+                    found = Some(workspaces.clone());
+                }
+            }
+            Principal::Workspaces(found.ok_or(Refusal::Unauthorized("unknown token"))?)
+        };
+        match path.strip_prefix("/v1/workspaces/") {
+            Some(rest) => {
+                let workspace = rest.split('/').next().unwrap_or_default();
+                if !principal.may_use(workspace) {
+                    return Err(Refusal::Forbidden(format!(
+                        "this token does not open workspace {workspace:?}"
+                    )));
+                }
+            }
+            None if !principal.is_admin() => {
+                return Err(Refusal::Forbidden(format!("{path} needs the admin token")));
+            }
+            None => {}
+        }
+        Ok(principal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn::WorkspaceToken;
+
+    fn guard(listen: &str, tokens: bool) -> Guard {
+        let mut server = ServerConfig::default();
+        if tokens {
+            server.admin_token = Some("admin-token-0123456789".to_owned());
+            server.tokens = vec![WorkspaceToken {
+                token: "acme-token-0123456789".to_owned(),
+                workspaces: vec!["acme".to_owned()],
+            }];
+        }
+        Guard::new(&server, listen)
+    }
+
+    #[test]
+    fn loopback_servers_check_the_host() {
+        let g = guard("127.0.0.1:7878", false);
+        assert_eq!(
+            g.check(Some("127.0.0.1:7878"), None, "/v1/plugins"),
+            Ok(Principal::Open)
+        );
+        assert_eq!(
+            g.check(Some("[::1]:7878"), None, "/healthz"),
+            Ok(Principal::Open)
+        );
+        assert_eq!(
+            g.check(Some("LOCALHOST"), None, "/healthz"),
+            Ok(Principal::Open)
+        );
+        assert_eq!(
+            g.check(Some("evil.example:7878"), None, "/healthz"),
+            Err(Refusal::Host("evil.example".to_owned()))
+        );
+        assert!(g.check(None, None, "/healthz").is_err());
+    }
+
+    #[test]
+    fn tokens_open_their_workspaces_only() {
+        let g = guard("127.0.0.1:7878", true);
+        let host = Some("127.0.0.1");
+        let acme = Some("Bearer acme-token-0123456789");
+        let admin = Some("Bearer admin-token-0123456789");
+        assert!(matches!(
+            g.check(host, None, "/v1/workspaces/acme/turns"),
+            Err(Refusal::Unauthorized(_))
+        ));
+        assert!(matches!(
+            g.check(host, Some("Bearer nope"), "/v1/workspaces/acme/turns"),
+            Err(Refusal::Unauthorized(_))
+        ));
+        assert!(matches!(
+            g.check(host, acme, "/v1/workspaces/acme/turns"),
+            Ok(Principal::Workspaces(_))
+        ));
+        assert!(matches!(
+            g.check(host, acme, "/v1/workspaces/globex/turns"),
+            Err(Refusal::Forbidden(_))
+        ));
+        assert!(matches!(
+            g.check(host, acme, "/v1/workspaces/%61cme/turns"),
+            Err(Refusal::Forbidden(_))
+        ));
+        assert!(matches!(
+            g.check(host, acme, "/v1/plugins"),
+            Err(Refusal::Forbidden(_))
+        ));
+        assert_eq!(g.check(host, admin, "/v1/plugins"), Ok(Principal::Admin));
+        assert_eq!(
+            g.check(host, admin, "/v1/workspaces/globex/turns"),
+            Ok(Principal::Admin)
+        );
+        assert_eq!(g.check(host, None, "/healthz"), Ok(Principal::Open));
+    }
+
+    #[test]
+    fn a_public_listen_address_is_not_loopback() {
+        assert!(is_loopback("127.0.0.1:0"));
+        assert!(is_loopback("[::1]:0"));
+        assert!(!is_loopback("0.0.0.0:7878"));
+        assert!(!is_loopback("not an address"));
+    }
+}
