@@ -342,17 +342,33 @@ impl EntriesQuery {
 /// Answer of `GET /healthz`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
-    /// Always `ok` when the server answers.
+    /// `ok`, or `degraded` when something needs the operator (see
+    /// `problems`); the server answers either way.
     pub status: String,
     /// cairn's version.
     pub version: String,
+    /// What needs the operator: a policy world held closed because its
+    /// installed plugin cannot be served, and what to do about it.
+    pub problems: Vec<String>,
 }
 
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
-async fn healthz() -> web::Json<Health> {
+async fn healthz(cairn: web::Data<Cairn>) -> web::Json<Health> {
+    let problems: Vec<String> = cairn
+        .policies()
+        .held()
+        .into_iter()
+        .map(|(world, why)| format!("{world} is held closed (fail-safe decisions only): {why}"))
+        .collect();
     web::Json(Health {
-        status: "ok".to_owned(),
+        status: if problems.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        }
+        .to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        problems,
     })
 }
 

@@ -88,6 +88,13 @@ pub(crate) fn run(config: CairnConfig, action: PluginsAction) -> Result<()> {
                 return Ok(());
             }
             for p in &report.plugins {
+                if let Some(why) = &p.held {
+                    writeln!(
+                        out,
+                        "{:<18} HELD CLOSED: every decision is the fail-safe. {why}",
+                        p.installed.world.as_str()
+                    )?;
+                }
                 let i = &p.installed;
                 writeln!(
                     out,

@@ -6,71 +6,211 @@
 //! content a policy lets out only as a redacted copy. [`has_secret`] and
 //! [`has_personal_data`] tell a policy adapter how sensitive a text is.
 
-/// Masks API keys, tokens and passwords in `text`.
-///
-/// ```
-/// let r = cairn_memory::redact::redact("key sk-abcdefghijklmnopqrstuvwx and password=hunter22");
-/// assert_eq!(r, "key [REDACTED] and password=[REDACTED]");
-/// ```
-pub fn redact(text: &str) -> String {
-    const PREFIXES: [&str; 9] = [
-        "sk-",
-        "ghp_",
-        "gho_",
-        "github_pat_",
-        "xoxb-",
-        "xoxp-",
-        "AKIA",
-        "glpat-",
-        "eyJ",
-    ];
-    const KEYS: [&str; 7] = [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "api_key",
-        "apikey",
-        "authorization",
-    ];
-    let mut out = String::with_capacity(text.len());
-    let mut bearer = false;
-    for (i, part) in text.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
+/// Token prefixes of common credential formats (a word starting with one,
+/// at least 12 characters long, is a credential).
+const PREFIXES: [&str; 18] = [
+    "sk-",
+    "sk_live_",
+    "rk_live_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xapp-",
+    "AKIA",
+    "ASIA",
+    "glpat-",
+    "AIza",
+    "npm_",
+    "eyJ",
+];
+
+/// Names whose value is a secret: `password=x`, `"api_key": "x"`,
+/// `password is x`, `Authorization: Bearer x`.
+const KEYS: [&str; 11] = [
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "credential",
+    "credentials",
+    "_key",
+];
+
+/// Words that stand between a secret's name and its value.
+const LINKS: [&str; 6] = [":", "=", ":=", "is", "was", "->"];
+
+/// Punctuation around a word that is not part of it.
+fn trim_word(part: &str) -> &str {
+    part.trim_matches(|c: char| {
+        matches!(
+            c,
+            '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`' | '{' | '}' | '[' | ']'
+        )
+    })
+}
+
+/// True when `name` (a word, quotes and separators stripped, lowercase)
+/// names a secret.
+fn names_secret(name: &str) -> bool {
+    KEYS.iter().any(|k| name.ends_with(k)) || name.ends_with("-key")
+}
+
+fn secretish(w: &str) -> bool {
+    w.len() >= 12 && PREFIXES.iter().any(|p| w.starts_with(p))
+        || (w.len() >= 32
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_+/=".contains(c))
+            && w.chars().any(|c| c.is_ascii_digit())
+            && w.chars().any(|c| c.is_ascii_alphabetic()))
+}
+
+/// What the words before have announced.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Nothing,
+    /// A secret's name was seen; a linking word (`:`, `is`…) may follow.
+    Link,
+    /// The next word is a secret.
+    Value,
+}
+
+/// Masks one whitespace-free word; `expect` carries what the previous
+/// words announced, `prev` is the previous word (lowercase).
+fn mask_word(part: &str, expect: &mut Expect, prev: &str) -> String {
+    let word = trim_word(part);
+    if word.is_empty() {
+        return part.to_owned();
+    }
+    let lower = word.to_ascii_lowercase();
+    match *expect {
+        // `Authorization: Bearer x`: the scheme, then the secret.
+        Expect::Value if lower == "bearer" || lower == "basic" => return part.to_owned(),
+        Expect::Value => {
+            *expect = Expect::Nothing;
+            return part.replacen(word, "[REDACTED]", 1);
         }
-        let word = part
-            .trim_matches(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '.' | ')' | '(' | '`'));
-        let lower = word.to_ascii_lowercase();
-        let secretish = |w: &str| {
-            w.len() >= 12 && PREFIXES.iter().any(|p| w.starts_with(p))
-                || (w.len() >= 32
-                    && w.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_+/=".contains(c))
-                    && w.chars().any(|c| c.is_ascii_digit())
-                    && w.chars().any(|c| c.is_ascii_alphabetic()))
+        Expect::Link if LINKS.contains(&lower.as_str()) => {
+            *expect = Expect::Value;
+            return part.to_owned();
+        }
+        _ => *expect = Expect::Nothing,
+    }
+    if lower == "bearer" {
+        *expect = Expect::Value;
+        return part.to_owned();
+    }
+    if let Some(at) = word.find(['=', ':']) {
+        let (k, rest) = word.split_at(at);
+        let name = k
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_ascii_lowercase();
+        let value = trim_word(rest[1..].trim_start_matches(['=', ':']));
+        if names_secret(&name) {
+            if value.is_empty() {
+                // `"password":` then the value as the next word.
+                *expect = Expect::Value;
+                return part.to_owned();
+            }
+            return part.replacen(word, &format!("{}[REDACTED]", &word[..=at]), 1);
+        }
+    }
+    let bare = lower.trim_end_matches([':', '=']);
+    if names_secret(bare)
+        || (bare == "key" && matches!(prev, "api" | "access" | "secret" | "private"))
+    {
+        // `password:` announces the value; `password` may still take a
+        // linking word (`password is x`).
+        *expect = if bare.len() < lower.len() {
+            Expect::Value
+        } else {
+            Expect::Link
         };
-        if bearer && !word.is_empty() {
-            out.push_str(&part.replace(word, "[REDACTED]"));
-            bearer = false;
+        return part.to_owned();
+    }
+    if secretish(word) {
+        return part.replacen(word, "[REDACTED]", 1);
+    }
+    part.to_owned()
+}
+
+/// Replaces PEM private-key blocks (`-----BEGIN … PRIVATE KEY-----` to the
+/// matching END line, or to the end of the text) with one marker.
+fn mask_pem(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(begin) = rest.find("-----BEGIN ") {
+        let header_end = rest[begin + 11..].find("-----").map(|i| begin + 11 + i + 5);
+        let Some(header_end) = header_end else { break };
+        if !rest[begin..header_end].contains("PRIVATE KEY") {
+            out.push_str(&rest[..header_end]);
+            rest = &rest[header_end..];
             continue;
         }
-        bearer = lower == "bearer";
-        if let Some((k, v)) = word.split_once(['=', ':']) {
-            let key = k.to_ascii_lowercase();
-            if !v.is_empty() && KEYS.iter().any(|s| key.ends_with(s)) {
-                out.push_str(&part.replace(
-                    word,
-                    &format!("{k}{}[REDACTED]", &word[k.len()..k.len() + 1]),
-                ));
-                continue;
+        out.push_str(&rest[..begin]);
+        out.push_str("[REDACTED PRIVATE KEY]");
+        rest = match rest[header_end..].find("-----END ") {
+            Some(i) => {
+                let end = header_end + i + 9;
+                match rest[end..].find("-----") {
+                    Some(j) => &rest[end + j + 5..],
+                    None => "",
+                }
             }
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Masks API keys, tokens, passwords and private keys in `text`: known
+/// token formats, long random-looking words, the value after a secret's
+/// name (`password=x`, `"api_key": "x"`, `password is x`, `Bearer x`, a key
+/// on the line after its name) and PEM private-key blocks. Whitespace is
+/// kept as it was.
+///
+/// ```
+/// use cairn_memory::redact::redact;
+/// assert_eq!(redact("key sk-abcdefghijklmnopqrstuvwx and password=hunter22"),
+///            "key [REDACTED] and password=[REDACTED]");
+/// assert_eq!(redact("the password is hunter2"), "the password is [REDACTED]");
+/// assert_eq!(redact(r#"{"password": "x1"}"#), r#"{"password": "[REDACTED]"}"#);
+/// ```
+pub fn redact(text: &str) -> String {
+    let pem;
+    let text = if text.contains("-----BEGIN ") {
+        pem = mask_pem(text);
+        pem.as_str()
+    } else {
+        text
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut expect = Expect::Nothing;
+    let mut prev = String::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let space = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..space]);
+        rest = &rest[space..];
+        if rest.is_empty() {
+            break;
         }
-        if secretish(word) {
-            out.push_str(&part.replace(word, "[REDACTED]"));
-        } else {
-            out.push_str(part);
-        }
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let part = &rest[..end];
+        rest = &rest[end..];
+        out.push_str(&mask_word(part, &mut expect, &prev));
+        prev = trim_word(part).to_ascii_lowercase();
     }
     out
 }
@@ -231,6 +371,76 @@ mod tests {
                 Exposure::Clean
             };
             prop_assert_eq!(exposure(&text), expected);
+        }
+    }
+
+    /// What must be masked, with the secret that must not survive.
+    const LEAKS: &[(&str, &str)] = &[
+        ("password: hunter2", "hunter2"),
+        ("Password is hunter2, keep it safe", "hunter2"),
+        ("my password was correct-horse", "correct-horse"),
+        (r#"{"password": "x9-secret"}"#, "x9-secret"),
+        (r#"{"password":"x9-secret"}"#, "x9-secret"),
+        ("config: db_password=swordfish", "swordfish"),
+        (
+            "API key:\nsk-abcdefghijklmnopqrstuvwxyz",
+            "sk-abcdefghijklmnopqrstuvwxyz",
+        ),
+        ("api key: 7f3a9b2c", "7f3a9b2c"),
+        (
+            "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG",
+            "wJalrXUtnFEMIK7MDENG",
+        ),
+        ("aws AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+        ("Authorization: Bearer abc.def.ghi", "abc.def.ghi"),
+        (
+            "token\tghp_0123456789abcdefghijklmnopqrstuvwxyz",
+            "ghp_0123456789abcdef",
+        ),
+        (
+            "stripe sk_live_0123456789abcdef",
+            "sk_live_0123456789abcdef",
+        ),
+        (
+            "google AIzaSyA-0123456789abcdefghijklmnopqrstu",
+            "AIzaSyA-0123456789",
+        ),
+        ("slack xoxb-1234-5678-abcdefgh", "xoxb-1234-5678-abcdefgh"),
+        ("the passphrase: open sesame", "open"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x\nabc\n-----END RSA PRIVATE KEY-----\nafter",
+            "MIIEowIBAAKCAQEA7x",
+        ),
+        (
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk",
+            "b3BlbnNzaC1rZXk",
+        ),
+    ];
+
+    /// Plain prose that must come back unchanged.
+    const CLEAN: &[&str] = &[
+        "We decided to use Postgres 16 and ship on April 1.",
+        "The launch plan: invite the waitlist a week later.",
+        "version 1.2.3 of the key-value store",
+        "-----BEGIN CERTIFICATE----- is public",
+        "the basic idea is simple",
+    ];
+
+    #[test]
+    fn the_leak_corpus_is_masked() {
+        for (text, secret) in LEAKS {
+            let masked = redact(text);
+            assert!(!masked.contains(secret), "{text:?} -> {masked:?}");
+            assert!(has_secret(text), "{text:?}");
+            assert_eq!(exposure(text), Exposure::Secret, "{text:?}");
+        }
+        assert!(redact(LEAKS[16].0).ends_with("\nafter"));
+    }
+
+    #[test]
+    fn plain_prose_is_left_alone() {
+        for text in CLEAN {
+            assert_eq!(redact(text), *text);
         }
     }
 }

@@ -94,6 +94,9 @@ pub struct SlotStatus {
     pub idle_instances: usize,
     /// The limits calls run under.
     pub limits: Limits,
+    /// Why the slot is held closed (every decision is the fail-safe until a
+    /// new plugin is swapped in), when it is.
+    pub held: Option<String>,
 }
 
 /// Serves one world's decisions from a plugin, with hot swap. Cheap to
@@ -150,6 +153,10 @@ struct SlotInner<W: World> {
     /// dropped by a later swap once nothing else holds them, so a decision
     /// thread never pays for tearing down a generation's instances.
     retired: Mutex<Vec<Arc<Generation<W>>>>,
+    /// Set by [`PolicySlot::hold`]: every decision is the fail-safe. The
+    /// flag is what a decision reads; the reason is for status.
+    held: Mutex<Option<String>>,
+    is_held: AtomicBool,
 }
 
 impl<W: World> PolicySlot<W> {
@@ -160,6 +167,8 @@ impl<W: World> PolicySlot<W> {
                 host,
                 current: ArcSwap::from_pointee(first),
                 retired: Mutex::new(Vec::new()),
+                held: Mutex::new(None),
+                is_held: AtomicBool::new(false),
             }),
         })
     }
@@ -173,7 +182,15 @@ impl<W: World> PolicySlot<W> {
     pub fn decide(&self, input: &W::Input) -> Result<Decided<W::Decision>> {
         let started = Instant::now();
         let generation = self.inner.current.load_full();
-        let (decision, outcome, fuel_consumed) = generation.decide(&self.inner.host, input);
+        let (decision, outcome, fuel_consumed) = if self.inner.is_held.load(Ordering::Acquire) {
+            (
+                W::fail_safe(input, ReasonCode::CircuitOpen),
+                Outcome::CircuitOpen,
+                None,
+            )
+        } else {
+            generation.decide(&self.inner.host, input)
+        };
         let duration = started.elapsed();
         let decided = Decided {
             decision,
@@ -218,6 +235,10 @@ impl<W: World> PolicySlot<W> {
         let next = Arc::new(Generation::new(&self.inner.host, plugin)?);
         let id = next.id.clone();
         let old = self.inner.current.swap(next);
+        self.inner.is_held.store(false, Ordering::Release);
+        if let Some(reason) = self.inner.held.lock().take() {
+            tracing::info!(world = %W::KIND, %reason, "the slot is served again");
+        }
         tracing::info!(world = %W::KIND, from = %old.id, to = %id, "policy generation swapped");
         old.retire();
         // Drop, here and outside the lock, the retired generations no call
@@ -245,6 +266,21 @@ impl<W: World> PolicySlot<W> {
         self.inner.current.load().plugin.to_string()
     }
 
+    /// Holds the slot closed: from now on every decision is the world's
+    /// fail-safe (logged as `circuit_open`), without calling the plugin,
+    /// until the next [`swap`](Self::swap). For a plugin the operator
+    /// installed that cannot be served (fail closed, never open).
+    pub fn hold(&self, reason: &str) {
+        tracing::error!(world = %W::KIND, %reason, "policy slot held closed: every decision is the fail-safe");
+        *self.inner.held.lock() = Some(reason.to_owned());
+        self.inner.is_held.store(true, Ordering::Release);
+    }
+
+    /// Why the slot is held closed, when it is (see [`hold`](Self::hold)).
+    pub fn held(&self) -> Option<String> {
+        self.inner.held.lock().clone()
+    }
+
     /// Closes the current generation's breaker: the plugin is called again.
     pub fn reset_breaker(&self) {
         let generation = self.inner.current.load();
@@ -270,6 +306,7 @@ impl<W: World> PolicySlot<W> {
             instances_discarded: g.counters.instances_discarded.load(Ordering::Relaxed),
             idle_instances: g.idle.lock().len(),
             limits: g.limits,
+            held: self.inner.held.lock().clone(),
         }
     }
 }

@@ -148,6 +148,10 @@ pub struct PluginStatus {
     pub decisions: u64,
     /// Of those, how many were a fail-safe (a fault or an open breaker).
     pub faults: u64,
+    /// Set when the world is held closed: the plugin the operator installed
+    /// cannot be served (why, and what to do), so every decision is the
+    /// world's fail-safe until a plugin is installed.
+    pub held: Option<String>,
 }
 
 /// `GET /v1/plugins`: every world's plugin and the decision log's counters.
@@ -449,12 +453,17 @@ impl Policies {
     /// `batch`.
     fn record_serving(&self, batch: &mut WriteBatch) -> Result<()> {
         let installed = self.installed();
+        let held = self.held();
         let mut next = read_next_generation(self.inner.registry.as_ref())?;
         for record in &installed {
+            next = next.max(record.generation.number() + 1);
+            // A held world keeps the operator's record as it is.
+            if held.iter().any(|(world, _)| *world == record.world) {
+                continue;
+            }
             let value = serde_json::to_vec(record)
                 .map_err(|e| CairnError::decision_log_from("encoding the registry", e))?;
             batch.put(Collection::State, plugin_key(record.world), value);
-            next = next.max(record.generation.number() + 1);
         }
         batch.put(
             Collection::State,
@@ -462,6 +471,26 @@ impl Policies {
             next.to_be_bytes().to_vec(),
         );
         Ok(())
+    }
+
+    /// The worlds held closed (an installed plugin that cannot be served),
+    /// with why: each answers only with its fail-safe until a plugin is
+    /// installed.
+    pub fn held(&self) -> Vec<(WorldKind, String)> {
+        [
+            (
+                WorldKind::SignificanceGate,
+                self.inner.significance.slot.held(),
+            ),
+            (WorldKind::TopicDirective, self.inner.topic.slot.held()),
+            (
+                WorldKind::MemoryPolicy,
+                self.inner.memory_policy.slot.held(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(world, reason)| reason.map(|r| (world, r)))
+        .collect()
     }
 
     /// The plugin each world serves, in world order.
@@ -499,6 +528,7 @@ impl Policies {
             last_fault: status.last_fault.as_ref().map(ToString::to_string),
             decisions: counts.decisions,
             faults: counts.faults,
+            held: status.held.clone(),
             installed,
         })
     }
@@ -521,18 +551,20 @@ fn restore<W: World>(
     now: DateTime<Utc>,
 ) -> Result<WorldSlot<W>> {
     let builtin = builtin_for(W::KIND);
-    let stored: Option<InstalledPlugin> = match registry
-        .get(Collection::State, &plugin_key(W::KIND))?
-    {
-        Some(bytes) => match serde_json::from_slice(&bytes) {
-            Ok(record) => Some(record),
-            Err(error) => {
-                tracing::error!(world = %W::KIND, %error, "unreadable plugin record; serving the default");
-                None
-            }
-        },
-        None => None,
-    };
+    let stored: Option<InstalledPlugin> =
+        match registry.get(Collection::State, &plugin_key(W::KIND))? {
+            Some(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(record) => Some(record),
+                Err(error) => {
+                    return serve_held(
+                        host,
+                        now,
+                        &format!("the installed plugin's record does not decode ({error})"),
+                    );
+                }
+            },
+            None => None,
+        };
     if let Some(record) = stored {
         let number = record.generation.number();
         if record.builtin {
@@ -550,17 +582,52 @@ fn restore<W: World>(
         } else {
             match restore_installed::<W>(host, registry, &record) {
                 Ok(world) => return Ok(world),
-                Err(error) => tracing::error!(
-                    world = %W::KIND,
-                    plugin = %record.plugin,
-                    %error,
-                    "the installed plugin cannot be served; serving the built-in default"
-                ),
+                // Fail closed: never fall back to the permissive default
+                // in place of what the operator installed.
+                Err(error) => {
+                    return serve_held(
+                        host,
+                        now,
+                        &format!(
+                            "the installed plugin {} ({}) cannot be served: {error}; reinstall it \
+                             (cairn plugins install) to serve this world again",
+                            record.plugin, record.generation
+                        ),
+                    );
+                }
             }
         }
     }
     let prepared = host.prepare::<W>(builtin.name, builtin.wasm)?;
     let slot = host.slot(&prepared)?;
+    let record = InstalledPlugin {
+        world: W::KIND,
+        plugin: builtin.name.to_owned(),
+        content_hash: prepared.content_hash(),
+        generation: slot.generation(),
+        installed_at: now,
+        builtin: true,
+        size_bytes: builtin.wasm.len() as u64,
+    };
+    Ok(WorldSlot {
+        slot,
+        serving: Mutex::new((prepared, record)),
+    })
+}
+
+/// A world whose installed plugin cannot be served: the built-in default
+/// sits in the slot for its machinery, but the slot is held closed (every
+/// decision is the fail-safe) until the operator installs a plugin, and the
+/// registry's record of the operator's plugin is left as it is.
+fn serve_held<W: World>(
+    host: &PolicyHost,
+    now: DateTime<Utc>,
+    reason: &str,
+) -> Result<WorldSlot<W>> {
+    let builtin = builtin_for(W::KIND);
+    let prepared = host.prepare::<W>(builtin.name, builtin.wasm)?;
+    let slot = host.slot(&prepared)?;
+    slot.hold(reason);
     let record = InstalledPlugin {
         world: W::KIND,
         plugin: builtin.name.to_owned(),
@@ -722,5 +789,77 @@ impl cairn_actors::CaptureGate for WasmGate {
             significant,
             ..structural
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_memory::{MemoryConfig, SystemClock};
+    use cairn_policies::{
+        Action, ContentFidelity, ContentReference, Destination, ObjectKind, Outcome, Sensitivity,
+    };
+
+    fn open(dir: &Path) -> Result<(Memory, Policies)> {
+        let memory = Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
+        let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
+        Ok((memory, policies))
+    }
+
+    fn ask(policies: &Policies) -> Result<Decided<MemoryPolicyDecision>> {
+        let object = ContentReference {
+            kind: ObjectKind::Entry,
+            id: "e-1".into(),
+            work_context_id: None,
+            session_id: None,
+            sensitivity: Sensitivity::Normal,
+            low_trust: false,
+        };
+        policies.check_memory(&PolicyRequest::new(
+            object,
+            Action::RenderInline,
+            Some(Destination::LocalModel),
+        ))
+    }
+
+    /// An installed memory policy that cannot be restored is not replaced
+    /// by the permissive default: the world is held closed (deny), the
+    /// operator's record is kept, and installing a plugin serves it again.
+    #[test]
+    fn an_unrestorable_plugin_fails_closed() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| CairnError::Config(e.to_string()))?;
+        let custom = defaults::EXAMPLE_CUSTOM;
+        {
+            let (memory, policies) = open(dir.path())?;
+            policies.install(WorldKind::MemoryPolicy, custom.name, custom.wasm)?;
+            // The component's bytes go missing (a damaged registry).
+            let mut batch = WriteBatch::default();
+            batch.delete(Collection::State, wasm_key(&blake3_hex(custom.wasm)));
+            memory.system(PLUGINS_NAMESPACE)?.apply(batch)?;
+            memory.sync()?;
+        }
+        let (memory, policies) = open(dir.path())?;
+        let held = policies.held();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(held[0].0, WorldKind::MemoryPolicy);
+        assert!(held[0].1.contains(custom.name), "{}", held[0].1);
+        let decided = ask(&policies)?;
+        assert_eq!(decided.outcome, Outcome::CircuitOpen);
+        assert_eq!(decided.decision.content_fidelity, ContentFidelity::None);
+        // The operator's record is kept, not overwritten with the default.
+        let registry = memory.system(PLUGINS_NAMESPACE)?;
+        let stored = registry
+            .get(Collection::State, &plugin_key(WorldKind::MemoryPolicy))?
+            .unwrap_or_default();
+        let record: InstalledPlugin =
+            serde_json::from_slice(&stored).map_err(|e| CairnError::Config(e.to_string()))?;
+        assert_eq!(record.plugin, custom.name);
+        let listed = policies.list()?;
+        assert!(listed.plugins.iter().any(|p| p.held.is_some()));
+        // Reinstalling serves the world again.
+        policies.install(WorldKind::MemoryPolicy, custom.name, custom.wasm)?;
+        assert!(policies.held().is_empty());
+        assert!(ask(&policies)?.outcome.is_plugin());
+        Ok(())
     }
 }
