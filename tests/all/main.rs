@@ -11,3 +11,4 @@ mod loadgen;
 mod plugins;
 mod search;
 mod support;
+mod topics;

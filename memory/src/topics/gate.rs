@@ -384,7 +384,7 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode::<Membership>("membership", &k, &v))
             .collect::<Result<Vec<_>>>()?;
-        out.sort_by(|a, b| b.collected_at.cmp(&a.collected_at));
+        out.sort_by_key(|m| std::cmp::Reverse(m.collected_at));
         out.truncate(limit);
         Ok(out)
     }

@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn shared_matcher_agrees_with_the_naive_loop() {
-        let topics = vec![
+        let topics = [
             topic("a", vec![Trigger::Keyword("deploy".into())]),
             topic("b", vec![Trigger::Phrase("pull request".into())]),
             topic("c", vec![Trigger::Subject("auth-migration".into())]),
