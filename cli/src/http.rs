@@ -26,6 +26,9 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
+mod topic_routes;
+pub use topic_routes::{CollectBody, DecideBody};
+
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -832,7 +835,19 @@ async fn generation_counts(
         plugins,
         install_plugin,
         plugin_log,
-        generation_counts
+        generation_counts,
+        topic_routes::create_topic,
+        topic_routes::topics,
+        topic_routes::topic,
+        topic_routes::update_topic,
+        topic_routes::delete_topic,
+        topic_routes::pause_topic,
+        topic_routes::resume_topic,
+        topic_routes::proposals,
+        topic_routes::decide_proposal,
+        topic_routes::collect,
+        topic_routes::gate_log,
+        topic_routes::why
     )
 )]
 pub struct ApiDoc;
@@ -899,7 +914,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .route("/v1/plugins/{world}", web::put().to(install_plugin))
             .service(
-                web::scope("/v1/workspaces/{workspace}")
+                topic_routes::routes(web::scope("/v1/workspaces/{workspace}"))
                     .route("/sessions", web::post().to(bootstrap))
                     .route("/sessions", web::get().to(sessions))
                     .route("/sessions/{session}", web::get().to(session))

@@ -12,6 +12,7 @@ use cairn::{
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod plugins;
+mod topics;
 
 /// cairn: the memory runtime for AI-agent gateways.
 #[derive(Debug, Parser)]
@@ -223,6 +224,12 @@ enum Command {
     Plugins {
         #[command(subcommand)]
         action: plugins::PluginsAction,
+    },
+    /// Topics: define them, see what they collected, approve proposals,
+    /// collect on request, and ask why (the gate log).
+    Topics {
+        #[command(subcommand)]
+        action: topics::TopicsAction,
     },
     /// Load-test cairn with simulated sessions, then check that no
     /// acknowledged turn was lost or duplicated (exits non-zero if one was).
@@ -472,6 +479,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
         Command::Plugins { action } => plugins::run(config, action),
+        Command::Topics { action } => topics::run(config, &ws_id, action),
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             config.server.listen = listen.clone();
@@ -882,6 +890,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         | Command::Serve { .. }
         | Command::Eval { .. }
         | Command::Plugins { .. }
+        | Command::Topics { .. }
         | Command::Loadgen(_) => {
             bail!("internal: command dispatched twice")
         }

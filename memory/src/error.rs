@@ -175,6 +175,34 @@ pub enum MemoryError {
         /// The slug.
         slug: String,
     },
+    /// A topic definition was refused; nothing was written.
+    #[error("invalid topic field `{field}`: {reason}")]
+    InvalidTopic {
+        /// The offending field, e.g. `triggers[1].regex`, `subscriptions[0]`.
+        field: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// No topic has this name in the workspace.
+    #[error("topic {name:?} not found")]
+    TopicNotFound {
+        /// The name.
+        name: String,
+    },
+    /// A topic with this name already exists.
+    #[error("topic {name:?} already exists")]
+    TopicExists {
+        /// The name.
+        name: String,
+    },
+    /// The topic has no pending proposal for this turn.
+    #[error("topic {topic:?} has no pending proposal for turn {turn}")]
+    ProposalNotFound {
+        /// The topic.
+        topic: String,
+        /// The turn, `session/seq`.
+        turn: String,
+    },
     /// A forget was requested without a reason; erasure is audited.
     #[error("forget needs a non-empty reason (it is recorded in the tombstone)")]
     ForgetWithoutReason,
@@ -260,6 +288,10 @@ impl MemoryError {
             MemoryError::InvalidSlug { .. } => "invalid_slug",
             MemoryError::SubjectNotFound { .. } => "subject_not_found",
             MemoryError::SubjectExists { .. } => "subject_exists",
+            MemoryError::InvalidTopic { .. } => "invalid_topic",
+            MemoryError::TopicNotFound { .. } => "topic_not_found",
+            MemoryError::TopicExists { .. } => "topic_exists",
+            MemoryError::ProposalNotFound { .. } => "proposal_not_found",
             MemoryError::ForgetWithoutReason => "forget_without_reason",
             MemoryError::BudgetTooSmall { .. } => "budget_too_small",
             MemoryError::InvariantsExceedBudget { .. } => "invariants_exceed_budget",
@@ -285,9 +317,12 @@ impl MemoryError {
             MemoryError::SessionNotFound { .. }
             | MemoryError::WorkspaceNotFound { .. }
             | MemoryError::EntryNotFound { .. }
-            | MemoryError::SubjectNotFound { .. } => ErrorKind::NotFound,
+            | MemoryError::SubjectNotFound { .. }
+            | MemoryError::TopicNotFound { .. }
+            | MemoryError::ProposalNotFound { .. } => ErrorKind::NotFound,
             MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,
             MemoryError::SubjectExists { .. }
+            | MemoryError::TopicExists { .. }
             | MemoryError::AlreadyReplaced { .. }
             | MemoryError::DuplicateEntryId { .. }
             | MemoryError::WorkContextMismatch { .. } => ErrorKind::Conflict,
@@ -301,6 +336,7 @@ impl MemoryError {
             | MemoryError::InvalidTurnRange { .. }
             | MemoryError::InvalidSlug { .. }
             | MemoryError::ForgetWithoutReason
+            | MemoryError::InvalidTopic { .. }
             | MemoryError::BudgetTooSmall { .. }
             | MemoryError::InvariantsExceedBudget { .. } => ErrorKind::Invalid,
             MemoryError::AssemblySeam { .. }

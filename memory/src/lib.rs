@@ -49,6 +49,7 @@ pub mod search;
 pub mod store;
 pub mod subjects;
 pub mod tokens;
+pub mod topics;
 
 pub use assemble::{
     AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Destination, Fidelity,

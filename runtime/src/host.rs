@@ -89,6 +89,8 @@ pub struct Cairn {
     /// short CLI commands do not load the model.
     search: Arc<std::sync::OnceLock<SearchService>>,
     limiter: Arc<RateLimiter>,
+    /// The live topic gate (compiled matchers, decision cache).
+    topic_gate: Arc<crate::topics::TopicGate>,
 }
 
 impl Cairn {
@@ -115,6 +117,7 @@ impl Cairn {
             config: Arc::new(config),
             search: Arc::new(std::sync::OnceLock::new()),
             limiter: Arc::new(RateLimiter::default()),
+            topic_gate: Arc::default(),
         })
     }
 
@@ -167,6 +170,13 @@ impl Cairn {
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
         let acks = self.actors.ingest(workspace, turns)?;
         self.nudge_search();
+        let fresh: Vec<(String, u64, &str)> = turns
+            .iter()
+            .zip(&acks)
+            .filter(|(_, ack)| !ack.duplicate)
+            .map(|(turn, ack)| (turn.session.clone(), ack.seq, turn.content.as_str()))
+            .collect();
+        self.gate_topics(workspace, &fresh);
         Ok(acks)
     }
 
@@ -230,6 +240,10 @@ impl Cairn {
     /// retrieval; a long-running one lets the background worker do it.
     pub fn catch_up_search(&self) -> Result<()> {
         Ok(self.search().catch_up()?)
+    }
+
+    pub(crate) fn topic_gate(&self) -> &crate::topics::TopicGate {
+        &self.topic_gate
     }
 
     pub(crate) fn rate_limiter(&self) -> &RateLimiter {

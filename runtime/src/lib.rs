@@ -42,6 +42,7 @@ mod host;
 mod manage;
 mod policy;
 mod tools;
+pub mod topics;
 
 pub use cairn_actors::{
     ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,

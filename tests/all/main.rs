@@ -11,4 +11,5 @@ mod loadgen;
 mod plugins;
 mod search;
 mod support;
+mod topics;
 mod trust;

@@ -21,9 +21,11 @@
 
 mod sled_store;
 mod state;
+mod topic_keys;
 
 pub use sled_store::SledStore;
 pub use state::{StateFamily, StateKey};
+pub use topic_keys::{TopicFamily, TopicKey};
 
 use std::sync::Arc;
 
@@ -69,6 +71,9 @@ pub enum Collection {
     /// Durable state of other subsystems (actors, indexes, pins), keyed by
     /// [`StateKey`] in workspaces; system namespaces key it their own way.
     State,
+    /// Topics: definitions, memberships, proposals and the gate log, keyed
+    /// by [`TopicKey`].
+    Topics,
 }
 
 impl Collection {
@@ -85,6 +90,7 @@ impl Collection {
             Collection::SubjectAliases => b'A',
             Collection::Tombstones => b'X',
             Collection::State => b'Z',
+            Collection::Topics => b'O',
         }
     }
 }

@@ -1,0 +1,210 @@
+//! The topic routes of `cairn serve`: CRUD, proposals, requested
+//! collection, the gate log and `why`, each a `Cairn` method run on the
+//! blocking pool.
+
+use actix_web::web;
+use cairn::Cairn;
+use cairn::topics::{CollectReport, GateRecord, Proposal, Topic, TopicDetails, TopicSpec, TurnRef};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, ApiResult, ErrorBody, blocking};
+
+fn turn_ref(text: &str) -> Result<TurnRef, ApiError> {
+    Ok(text.parse::<TurnRef>().map_err(cairn::CairnError::from)?)
+}
+
+/// Query of `GET .../topics/{name}`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ShowQuery {
+    /// At most this many members (default 20).
+    limit: Option<usize>,
+}
+
+/// Query of `GET .../topics/{name}/proposals`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ProposalsQuery {
+    /// Decided proposals too.
+    #[serde(default)]
+    all: bool,
+}
+
+/// Query of `GET .../topics/{name}/log`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct LogQuery {
+    /// At most this many records (default 50).
+    limit: Option<usize>,
+}
+
+/// Body of `POST .../topics/{name}/collect`.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CollectBody {
+    /// Only turns at or after this time.
+    #[serde(default)]
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST .../topics/{name}/proposals/decide`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideBody {
+    /// The turn, `session/seq`.
+    pub turn: String,
+    /// Approve (true) or reject (false).
+    pub approve: bool,
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics", request_body = TopicSpec,
+    responses((status = 200, body = Topic), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub(crate) async fn create_topic(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    body: web::Json<TopicSpec>,
+) -> ApiResult<Topic> {
+    blocking(move || Ok(cairn.create_topic(&ws, &body)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics",
+    responses((status = 200, body = Vec<Topic>)))]
+pub(crate) async fn topics(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+) -> ApiResult<Vec<Topic>> {
+    blocking(move || Ok(cairn.topics(&ws)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}", params(ShowQuery),
+    responses((status = 200, body = TopicDetails), (status = 404, body = ErrorBody)))]
+pub(crate) async fn topic(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    query: web::Query<ShowQuery>,
+) -> ApiResult<TopicDetails> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.topic(&ws, &name, query.limit.unwrap_or(20))?)).await
+}
+
+#[utoipa::path(put, path = "/v1/workspaces/{workspace}/topics/{name}", request_body = TopicSpec,
+    responses((status = 200, body = Topic), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn update_topic(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<TopicSpec>,
+) -> ApiResult<Topic> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.update_topic(&ws, &name, &body)?)).await
+}
+
+#[utoipa::path(delete, path = "/v1/workspaces/{workspace}/topics/{name}",
+    responses((status = 200, body = Topic), (status = 404, body = ErrorBody)))]
+pub(crate) async fn delete_topic(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Topic> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.delete_topic(&ws, &name)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/pause",
+    responses((status = 200, body = Topic), (status = 404, body = ErrorBody)))]
+pub(crate) async fn pause_topic(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Topic> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.pause_topic(&ws, &name, true)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/resume",
+    responses((status = 200, body = Topic), (status = 404, body = ErrorBody)))]
+pub(crate) async fn resume_topic(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+) -> ApiResult<Topic> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.pause_topic(&ws, &name, false)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/proposals", params(ProposalsQuery),
+    responses((status = 200, body = Vec<Proposal>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn proposals(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    query: web::Query<ProposalsQuery>,
+) -> ApiResult<Vec<Proposal>> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.topic_proposals(&ws, &name, query.all)?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/proposals/decide", request_body = DecideBody,
+    responses((status = 200, body = Proposal), (status = 404, body = ErrorBody)))]
+pub(crate) async fn decide_proposal(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<DecideBody>,
+) -> ApiResult<Proposal> {
+    let (ws, name) = path.into_inner();
+    blocking(move || {
+        let turn = turn_ref(&body.turn)?;
+        Ok(cairn.decide_proposal(&ws, &name, &turn, body.approve)?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/collect", request_body = CollectBody,
+    responses((status = 200, body = CollectReport), (status = 404, body = ErrorBody)))]
+pub(crate) async fn collect(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<CollectBody>,
+) -> ApiResult<CollectReport> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.collect_topic(&ws, &name, body.since)?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/log", params(LogQuery),
+    responses((status = 200, body = Vec<GateRecord>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn gate_log(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    query: web::Query<LogQuery>,
+) -> ApiResult<Vec<GateRecord>> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.gate_log(&ws, &name, query.limit.unwrap_or(50))?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/why/{turn}",
+    responses((status = 200, body = Vec<GateRecord>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn why(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String, String)>,
+) -> ApiResult<Vec<GateRecord>> {
+    let (ws, name, turn) = path.into_inner();
+    blocking(move || {
+        let turn = turn_ref(&turn)?;
+        Ok(cairn.why(&ws, &name, &turn)?)
+    })
+    .await
+}
+
+/// Registers the topic routes under `/v1/workspaces/{workspace}`.
+pub(crate) fn routes(scope: actix_web::Scope) -> actix_web::Scope {
+    scope
+        .route("/topics", web::post().to(create_topic))
+        .route("/topics", web::get().to(topics))
+        .route("/topics/{name}", web::get().to(topic))
+        .route("/topics/{name}", web::put().to(update_topic))
+        .route("/topics/{name}", web::delete().to(delete_topic))
+        .route("/topics/{name}/pause", web::post().to(pause_topic))
+        .route("/topics/{name}/resume", web::post().to(resume_topic))
+        .route("/topics/{name}/proposals", web::get().to(proposals))
+        .route(
+            "/topics/{name}/proposals/decide",
+            web::post().to(decide_proposal),
+        )
+        .route("/topics/{name}/collect", web::post().to(collect))
+        .route("/topics/{name}/log", web::get().to(gate_log))
+        .route("/topics/{name}/why/{turn:.*}", web::get().to(why))
+}

@@ -1,0 +1,612 @@
+//! Topics through the facade: CRUD, proposals, requested collection
+//! (backfill), the gate log and `why`, and the live tiered gate that every
+//! ingested turn passes (docs/DESIGN.md, *Activation and the tiered gate*).
+//!
+//! The gate, per workspace:
+//!
+//! 1. **Tier 1**: one shared [`TopicMatcher`] over every live topic's
+//!    pattern triggers (compiled on first use, dropped on any topic change)
+//!    names the candidate topics; a turn costs one scan whatever the number
+//!    of topics. Only candidates go on, and only those whose scope covers
+//!    the turn's role and whose subscriptions cover its session.
+//! 2. **Tier 2**: cosine similarity of the turn's terms with the topic's
+//!    profile (description, triggers, what it collected when compiled).
+//! 3. The bypass table ([`gate::route`]) decides by priority whether to
+//!    collect, drop, or ask **tier 3**: the installed `topic-directive`
+//!    plugin, given the real gate signals. Its answers are cached by (topic,
+//!    topic generation, policy generation, content hash); a fault is the
+//!    world's fail-safe (do not collect), never cached.
+//! 4. The decision is logged durably with what it collects (a membership,
+//!    or a proposal for a `gated` topic) in one atomic batch.
+//!
+//! The gate runs after the ingest is acknowledged (the turns are durable
+//! first); a failure of the gate is logged and never fails the ingest.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cairn_memory::topics::gate::{self, Effect, Route};
+pub use cairn_memory::topics::gate::{
+    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TurnRef, Via,
+};
+pub use cairn_memory::topics::lexical::DEFAULT_THRESHOLD;
+use cairn_memory::topics::lexical::TermVector;
+use cairn_memory::topics::matcher::TopicMatcher;
+pub use cairn_memory::topics::{
+    Activation, Priority, Scope, Subscription, Topic, TopicSpec, Trigger,
+};
+use cairn_memory::{Role, Turn, Workspace};
+use cairn_policies::{
+    self as worlds, GateSignals, MatchCriterion, SourceClass, SourceScope, TopicDefinition,
+    TopicInput, TopicSubject, TurnRole, TurnView,
+};
+use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::host::Cairn;
+use crate::policy::Policies;
+
+/// How many members feed a topic's tier-2 profile.
+const PROFILE_MEMBERS: usize = 50;
+/// How many tier-3 answers the decision cache keeps.
+const CACHE_ENTRIES: usize = 16_384;
+
+/// A topic with what it collected: what `cairn topics show` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TopicDetails {
+    /// The topic.
+    pub topic: Topic,
+    /// Its most recent members, newest first.
+    pub members: Vec<Membership>,
+    /// Its pending proposals.
+    pub pending: Vec<Proposal>,
+}
+
+/// What a requested collection (`collect`) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CollectReport {
+    /// Turns looked at.
+    pub scanned: usize,
+    /// Turns the pattern tier matched.
+    pub matched: usize,
+    /// Turns collected.
+    pub collected: usize,
+    /// Turns proposed (gated topics).
+    pub proposed: usize,
+    /// Turns already members, skipped.
+    pub already: usize,
+}
+
+/// One workspace's topics, compiled for the gate.
+#[derive(Debug)]
+struct Compiled {
+    topics: Vec<Topic>,
+    matcher: TopicMatcher,
+    profiles: Vec<TermVector>,
+}
+
+#[derive(Debug, Clone)]
+struct CachedAnswer {
+    collect: bool,
+    targets: Vec<String>,
+    reasons: Vec<String>,
+    note: Option<String>,
+}
+
+type CacheKey = (String, u64, String, String);
+
+/// The live gate's state: compiled topics per workspace and the decision
+/// cache. Shared by clones of [`Cairn`].
+#[derive(Debug)]
+pub(crate) struct TopicGate {
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+    cache: quick_cache::sync::Cache<CacheKey, CachedAnswer>,
+    threshold: f32,
+}
+
+impl Default for TopicGate {
+    fn default() -> Self {
+        TopicGate {
+            compiled: Mutex::new(HashMap::new()),
+            cache: quick_cache::sync::Cache::new(CACHE_ENTRIES),
+            threshold: DEFAULT_THRESHOLD,
+        }
+    }
+}
+
+fn profile(ws: &Workspace, topic: &Topic) -> Result<TermVector> {
+    let mut texts: Vec<String> = vec![topic.spec.description.clone()];
+    for trigger in &topic.spec.triggers {
+        match trigger {
+            Trigger::Keyword(t) | Trigger::Phrase(t) => texts.push(t.clone()),
+            Trigger::Subject(s) => texts.push(s.replace('-', " ")),
+            Trigger::Regex(_) | Trigger::Schedule(_) | Trigger::Webhook => {}
+        }
+    }
+    for member in ws.memberships(&topic.spec.name, PROFILE_MEMBERS)? {
+        texts.push(member.snippet);
+    }
+    Ok(TermVector::new(texts.iter().map(String::as_str)))
+}
+
+fn compile(ws: &Workspace) -> Result<Compiled> {
+    let topics: Vec<Topic> = ws
+        .topics()?
+        .into_iter()
+        .filter(|t| !t.spec.paused)
+        .collect();
+    let matcher = TopicMatcher::new(topics.iter().map(|t| &t.spec));
+    let profiles = topics
+        .iter()
+        .map(|t| profile(ws, t))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Compiled {
+        topics,
+        matcher,
+        profiles,
+    })
+}
+
+fn role_view(role: Role) -> TurnRole {
+    match role {
+        Role::User => TurnRole::User,
+        Role::Assistant => TurnRole::Assistant,
+        Role::Tool => TurnRole::Tool,
+        _ => TurnRole::System,
+    }
+}
+
+fn definition(spec: &TopicSpec) -> TopicDefinition {
+    let match_criteria = spec
+        .triggers
+        .iter()
+        .filter_map(|t| match t {
+            Trigger::Keyword(k) => Some(MatchCriterion::Keyword(k.clone())),
+            Trigger::Phrase(p) => Some(MatchCriterion::Phrase(p.clone())),
+            Trigger::Subject(s) => Some(MatchCriterion::Subject(s.clone())),
+            Trigger::Regex(_) | Trigger::Schedule(_) | Trigger::Webhook => None,
+        })
+        .collect();
+    TopicDefinition {
+        topic_id: spec.name.clone(),
+        name: spec.name.clone(),
+        extraction_goal: spec.description.clone(),
+        source_scope: SourceScope::AllEligibleSources,
+        match_criteria,
+        activation: match spec.activation {
+            Activation::Auto => worlds::Activation::Auto,
+            Activation::Gated => worlds::Activation::Gated,
+            Activation::Manual => worlds::Activation::Manual,
+        },
+        priority: spec.priority.as_u8(),
+    }
+}
+
+/// How a turn reaches the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Live from ingest: manual topics do not collect.
+    Live,
+    /// Requested by a person: a manual topic collects like an auto one.
+    Requested,
+}
+
+impl TopicGate {
+    fn compiled(&self, ws: &Workspace) -> Result<Arc<Compiled>> {
+        if let Some(c) = self.compiled.lock().get(ws.id()) {
+            return Ok(c.clone());
+        }
+        let compiled = Arc::new(compile(ws)?);
+        self.compiled
+            .lock()
+            .insert(ws.id().to_owned(), compiled.clone());
+        Ok(compiled)
+    }
+
+    /// Drops a workspace's compiled topics: the next turn recompiles.
+    pub(crate) fn invalidate(&self, workspace: &str) {
+        self.compiled.lock().remove(workspace);
+    }
+
+    /// Runs the gate over freshly ingested turns of one workspace.
+    pub(crate) fn on_ingest(
+        &self,
+        ws: &Workspace,
+        policies: &Policies,
+        turns: &[(String, u64, &str)],
+    ) -> Result<()> {
+        let compiled = self.compiled(ws)?;
+        if compiled.topics.is_empty() {
+            return Ok(());
+        }
+        for (session, seq, content) in turns {
+            let candidates = compiled.matcher.matches(content);
+            if candidates.is_empty() {
+                continue;
+            }
+            let Some(turn) = ws.transcript(session, *seq, Some(1))?.into_iter().next() else {
+                continue;
+            };
+            let kind = ws.session(session)?.kind;
+            let turn_vec = TermVector::new([turn.content.as_str()]);
+            for idx in candidates {
+                let (Some(topic), Some(profile)) =
+                    (compiled.topics.get(idx), compiled.profiles.get(idx))
+                else {
+                    continue;
+                };
+                self.decide(
+                    ws,
+                    policies,
+                    topic,
+                    profile,
+                    &turn,
+                    kind,
+                    &turn_vec,
+                    Mode::Live,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One topic, one turn: tiers 2–3, the log record and what it
+    /// collects. `None` when the topic does not watch this turn.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        ws: &Workspace,
+        policies: &Policies,
+        topic: &Topic,
+        profile: &TermVector,
+        turn: &Turn,
+        kind: cairn_memory::SessionKind,
+        turn_vec: &TermVector,
+        mode: Mode,
+    ) -> Result<Option<Outcome>> {
+        let spec = &topic.spec;
+        let turn_ref = TurnRef::new(&turn.session, turn.seq);
+        if spec.paused
+            || !spec.scope.covers(turn.role)
+            || !spec.listens_to(&turn.session, &turn.work_context)
+            || (mode == Mode::Live && spec.activation == Activation::Manual)
+            || ws.is_member(&spec.name, &turn_ref)?
+        {
+            return Ok(None);
+        }
+        let threshold = spec.similarity_threshold.unwrap_or(self.threshold);
+        let score = profile.cosine(turn_vec);
+        let activation = match (mode, spec.activation) {
+            (Mode::Requested, Activation::Manual) => Activation::Auto,
+            (_, a) => a,
+        };
+        let mut record = GateRecord {
+            id: ulid::Ulid::new().to_string(),
+            topic: spec.name.clone(),
+            topic_generation: topic.generation,
+            turn: turn_ref.clone(),
+            content_hash: turn.content_hash.clone(),
+            tier: Tier::Pattern,
+            pattern_matched: true,
+            score,
+            threshold,
+            outcome: Outcome::Dropped,
+            reasons: vec!["pattern-match".to_owned()],
+            policy_generation: None,
+            note: None,
+            cached: false,
+            decided_at: ws.clock().now(),
+        };
+        let mut targets = vec!["topic-membership".to_owned()];
+        let collect = match gate::route(activation, spec.priority, score, threshold) {
+            Route::Collect { at } => {
+                record.tier = at;
+                record.reasons.push(match at {
+                    Tier::Pattern => "critical-bypass".to_owned(),
+                    _ => "strong-similarity-bypass".to_owned(),
+                });
+                true
+            }
+            Route::Drop { at } => {
+                record.tier = at;
+                record.reasons.push("below-threshold".to_owned());
+                false
+            }
+            Route::AskPolicy => {
+                record.tier = Tier::Policy;
+                let answer = self.ask_policy(policies, topic, turn, kind, score, &mut record)?;
+                targets = answer.targets;
+                for reason in answer.reasons {
+                    if !record.reasons.contains(&reason) {
+                        record.reasons.push(reason);
+                    }
+                }
+                record.note = answer.note;
+                answer.collect
+            }
+        };
+        let member = Membership {
+            topic: spec.name.clone(),
+            turn: turn_ref,
+            tier: record.tier,
+            score,
+            policy_generation: record.policy_generation.clone(),
+            output_targets: targets,
+            gate_record: record.id.clone(),
+            via: match mode {
+                Mode::Live => Via::Live,
+                Mode::Requested => Via::Backfill,
+            },
+            snippet: gate::snippet(&turn.content),
+            collected_at: record.decided_at,
+        };
+        let effect = if !collect {
+            Effect::None
+        } else if activation == Activation::Gated {
+            record.outcome = Outcome::Proposed;
+            Effect::Propose(member)
+        } else {
+            record.outcome = Outcome::Collected;
+            Effect::Collect(member)
+        };
+        ws.record_gate(&record, &effect)?;
+        Ok(Some(record.outcome))
+    }
+
+    fn ask_policy(
+        &self,
+        policies: &Policies,
+        topic: &Topic,
+        turn: &Turn,
+        kind: cairn_memory::SessionKind,
+        score: f32,
+        record: &mut GateRecord,
+    ) -> Result<CachedAnswer> {
+        let policy_generation = policies.topic().status().generation.as_str().to_owned();
+        let key = (
+            topic.spec.name.clone(),
+            topic.generation,
+            policy_generation.clone(),
+            turn.content_hash.clone(),
+        );
+        record.policy_generation = Some(policy_generation);
+        if let Some(hit) = self.cache.get(&key) {
+            record.cached = true;
+            return Ok(hit);
+        }
+        let mut view = TurnView::new(&turn.session, turn.seq, role_view(turn.role), &turn.content);
+        view.work_context_id = Some(turn.work_context.clone());
+        view.session_kind = match kind {
+            cairn_memory::SessionKind::Subagent => worlds::SessionKind::SubAgent,
+            cairn_memory::SessionKind::Cron => worlds::SessionKind::Cron,
+            _ => worlds::SessionKind::Main,
+        };
+        let input = TopicInput {
+            topic: definition(&topic.spec),
+            subject: TopicSubject::Turn(view),
+            source_class: if turn.role == Role::Tool {
+                SourceClass::ToolOutput
+            } else {
+                SourceClass::Chat
+            },
+            signals: GateSignals {
+                pattern_matched: true,
+                lexical_similarity: score,
+            },
+        };
+        let decided = policies.topic_directive(&input)?;
+        record.policy_generation = Some(decided.generation.as_str().to_owned());
+        let d = &decided.decision;
+        let mut answer = CachedAnswer {
+            collect: d.collect,
+            targets: d
+                .output_targets
+                .iter()
+                .map(|t| t.as_str().to_owned())
+                .collect(),
+            reasons: d
+                .reason_codes
+                .iter()
+                .map(|r| r.as_str().to_owned())
+                .collect(),
+            note: d.note.clone(),
+        };
+        answer.reasons.push(if d.collect {
+            "policy-collect".to_owned()
+        } else {
+            "policy-declined".to_owned()
+        });
+        if decided.outcome.is_plugin() {
+            self.cache.insert(key, answer.clone());
+        } else {
+            answer.reasons.push("policy-fault".to_owned());
+        }
+        Ok(answer)
+    }
+}
+
+impl Cairn {
+    fn topics_changed(&self, workspace: &str) {
+        self.topic_gate().invalidate(workspace);
+    }
+
+    /// Creates a topic. A bad definition (invalid regex, no trigger, an
+    /// unknown subscription target…) is refused with `invalid_topic`
+    /// naming the field; a taken name with `topic_exists`. Nothing is
+    /// written on refusal.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig};
+    /// use cairn::topics::{TopicSpec, Trigger};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let spec = TopicSpec::new("billing", "Invoices and refunds").trigger(Trigger::Keyword("invoice".into()));
+    /// cairn.create_topic("acme", &spec)?;
+    /// assert_eq!(cairn.topics("acme")?[0].spec.name, "billing");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_topic(&self, workspace: &str, spec: &TopicSpec) -> Result<Topic> {
+        let topic = self.workspace(workspace)?.create_topic(spec)?;
+        self.topics_changed(workspace);
+        Ok(topic)
+    }
+
+    /// Replaces a topic's definition (same name); bumps its generation, so
+    /// no cached gate answer of the old definition is reused.
+    pub fn update_topic(&self, workspace: &str, name: &str, spec: &TopicSpec) -> Result<Topic> {
+        let topic = self
+            .memory()
+            .existing_workspace(workspace)?
+            .update_topic(name, spec)?;
+        self.topics_changed(workspace);
+        Ok(topic)
+    }
+
+    /// The workspace's topics, by name.
+    pub fn topics(&self, workspace: &str) -> Result<Vec<Topic>> {
+        if !self.memory().workspaces()?.iter().any(|w| w == workspace) {
+            return Ok(Vec::new());
+        }
+        Ok(self.memory().existing_workspace(workspace)?.topics()?)
+    }
+
+    /// A topic with its recent members (newest first, at most `limit`) and
+    /// pending proposals.
+    pub fn topic(&self, workspace: &str, name: &str, limit: usize) -> Result<TopicDetails> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        Ok(TopicDetails {
+            topic: ws.topic(name)?,
+            members: ws.memberships(name, limit)?,
+            pending: ws.proposals(name, false)?,
+        })
+    }
+
+    /// Pauses (`true`) or resumes (`false`) a topic.
+    pub fn pause_topic(&self, workspace: &str, name: &str, paused: bool) -> Result<Topic> {
+        let topic = self
+            .memory()
+            .existing_workspace(workspace)?
+            .set_topic_paused(name, paused)?;
+        self.topics_changed(workspace);
+        Ok(topic)
+    }
+
+    /// Deletes a topic with its memberships, proposals and gate log (the
+    /// turns stay in the record).
+    pub fn delete_topic(&self, workspace: &str, name: &str) -> Result<Topic> {
+        let topic = self
+            .memory()
+            .existing_workspace(workspace)?
+            .delete_topic(name)?;
+        self.topics_changed(workspace);
+        Ok(topic)
+    }
+
+    /// A topic's proposals, oldest first; only pending ones unless `all`.
+    pub fn topic_proposals(&self, workspace: &str, name: &str, all: bool) -> Result<Vec<Proposal>> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .proposals(name, all)?)
+    }
+
+    /// Approves (`true`) or rejects a pending proposal; approval makes the
+    /// turn a member.
+    pub fn decide_proposal(
+        &self,
+        workspace: &str,
+        name: &str,
+        turn: &TurnRef,
+        approve: bool,
+    ) -> Result<Proposal> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .decide_proposal(name, turn, approve)?)
+    }
+
+    /// A topic's gate log, newest first.
+    pub fn gate_log(&self, workspace: &str, name: &str, limit: usize) -> Result<Vec<GateRecord>> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .gate_log(name, None, limit)?)
+    }
+
+    /// Why a topic did or did not collect a turn: its gate decisions about
+    /// it, newest first (empty when the turn never reached the topic's gate,
+    /// i.e. no pattern matched).
+    pub fn why(&self, workspace: &str, name: &str, turn: &TurnRef) -> Result<Vec<GateRecord>> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .gate_log(name, Some(turn), 100)?)
+    }
+
+    /// Collects on request over the existing record (turns at or after
+    /// `since`, in the topic's scope and subscriptions): the gate runs as
+    /// for live turns, except that a `manual` topic collects like an `auto`
+    /// one. Turns already members are skipped.
+    pub fn collect_topic(
+        &self,
+        workspace: &str,
+        name: &str,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<CollectReport> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let topic = ws.topic(name)?;
+        let matcher = TopicMatcher::new([&topic.spec]);
+        let profile = profile(&ws, &topic)?;
+        let gate = self.topic_gate();
+        let mut report = CollectReport::default();
+        for session in ws.sessions(None)? {
+            if !topic.spec.listens_to(&session.id, &session.work_context) {
+                continue;
+            }
+            for turn in ws.transcript(&session.id, 0, None)? {
+                if since.is_some_and(|s| turn.timestamp < s) {
+                    continue;
+                }
+                report.scanned += 1;
+                if matcher.matches(&turn.content).is_empty() {
+                    continue;
+                }
+                report.matched += 1;
+                if ws.is_member(name, &TurnRef::new(&turn.session, turn.seq))? {
+                    report.already += 1;
+                    continue;
+                }
+                let turn_vec = TermVector::new([turn.content.as_str()]);
+                match gate.decide(
+                    &ws,
+                    self.policies(),
+                    &topic,
+                    &profile,
+                    &turn,
+                    session.kind,
+                    &turn_vec,
+                    Mode::Requested,
+                )? {
+                    Some(Outcome::Collected) => report.collected += 1,
+                    Some(Outcome::Proposed) => report.proposed += 1,
+                    Some(Outcome::Dropped) | None => {}
+                }
+            }
+        }
+        self.topics_changed(workspace);
+        Ok(report)
+    }
+
+    /// Runs the live gate over acknowledged turns (called by `ingest`).
+    pub(crate) fn gate_topics(&self, workspace: &str, turns: &[(String, u64, &str)]) {
+        let run = || -> Result<()> {
+            let ws = self.workspace(workspace)?;
+            self.topic_gate().on_ingest(&ws, self.policies(), turns)
+        };
+        if let Err(err) = run() {
+            tracing::warn!(workspace, error = %err, "topic gate failed; the turns are stored");
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Topics end to end: CRUD with bad input, each gate tier and bypass, the
+//! real wasm `topic-directive` default plugin at tier 3, gated proposals,
+//! the decision cache, the gate log and `why`, requested collection, and a
+//! restart. Real sled, real wasmtime, the real binary for the CLI.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use anyhow::{Result, ensure};
+use cairn::topics::{
+    Activation, Outcome, Priority, Scope, Subscription, Tier, TopicSpec, Trigger, TurnRef,
+};
+use cairn::{Cairn, CairnConfig, Role, TurnInput};
+
+use crate::support::{Server, cairn_bin};
+
+fn open(dir: &Path) -> Result<Cairn> {
+    Ok(Cairn::open(CairnConfig {
+        data_dir: dir.to_owned(),
+        ..CairnConfig::default()
+    })?)
+}
+
+fn topic(name: &str, word: &str, activation: Activation, priority: Priority) -> TopicSpec {
+    TopicSpec::new(
+        name,
+        &format!("Everything about the {word}: {word} problems"),
+    )
+    .trigger(Trigger::Keyword(word.into()))
+    .activation(activation)
+    .priority(priority)
+}
+
+fn say(cairn: &Cairn, session: &str, role: Role, text: &str) -> Result<TurnRef> {
+    let ack = cairn.ingest("acme", &[TurnInput::new(session, role, text)])?;
+    Ok(TurnRef::new(session, ack[0].seq))
+}
+
+#[test]
+fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    for spec in [
+        topic("crit", "outage", Activation::Auto, Priority::Critical),
+        topic("high", "invoice", Activation::Auto, Priority::High),
+        topic("medium", "deploy", Activation::Auto, Priority::Medium),
+        topic("low", "lunch", Activation::Auto, Priority::Low),
+        topic("gated", "contract", Activation::Gated, Priority::Medium),
+        topic("manual", "roadmap", Activation::Manual, Priority::Critical),
+        topic("steer", "print", Activation::Auto, Priority::Critical).scope(Scope::Output),
+    ] {
+        cairn.create_topic("acme", &spec)?;
+    }
+    // Tier 1 alone: critical collects on the pattern.
+    let t = say(&cairn, "s1", Role::User, "an outage")?;
+    let why = cairn.why("acme", "crit", &t)?;
+    ensure!(why.len() == 1 && why[0].tier == Tier::Pattern, "{why:?}");
+    ensure!(why[0].outcome == Outcome::Collected);
+    // Tier 2 bypass: high with a strong score skips the policy.
+    let t = say(&cairn, "s1", Role::User, "invoice problems everywhere")?;
+    let why = cairn.why("acme", "high", &t)?;
+    ensure!(
+        why[0].tier == Tier::Lexical && why[0].outcome == Outcome::Collected,
+        "{why:?}"
+    );
+    // Tier 3: medium with a passing score asks the real wasm plugin.
+    let t = say(&cairn, "s1", Role::User, "the deploy problems are back")?;
+    let why = cairn.why("acme", "medium", &t)?;
+    ensure!(why[0].tier == Tier::Policy, "{why:?}");
+    ensure!(
+        why[0]
+            .policy_generation
+            .as_deref()
+            .is_some_and(|g| g.starts_with("topic-default@")),
+        "{why:?}"
+    );
+    ensure!(
+        why[0].outcome == Outcome::Collected && !why[0].cached,
+        "{why:?}"
+    );
+    // The cache: the same text for the same topic is not asked twice.
+    let again = say(&cairn, "s2", Role::User, "the deploy problems are back")?;
+    let why = cairn.why("acme", "medium", &again)?;
+    ensure!(why[0].cached, "{why:?}");
+    // Tier 2 drop: low with a weak score.
+    let t = say(
+        &cairn,
+        "s1",
+        Role::User,
+        "lunch at noon with the whole team today after the quarterly planning review meeting downtown near the station",
+    )?;
+    let why = cairn.why("acme", "low", &t)?;
+    ensure!(
+        why[0].tier == Tier::Lexical && why[0].outcome == Outcome::Dropped,
+        "{why:?}"
+    );
+    // Gated: a proposal, approved by a person.
+    let t = say(
+        &cairn,
+        "s1",
+        Role::User,
+        "the contract problems need a lawyer",
+    )?;
+    let why = cairn.why("acme", "gated", &t)?;
+    ensure!(why[0].outcome == Outcome::Proposed, "{why:?}");
+    ensure!(cairn.topic("acme", "gated", 10)?.members.is_empty());
+    cairn.decide_proposal("acme", "gated", &t, true)?;
+    ensure!(cairn.topic("acme", "gated", 10)?.members.len() == 1);
+    // Manual: nothing live; collect on request backfills.
+    let t = say(&cairn, "s1", Role::User, "the roadmap for Q3")?;
+    ensure!(cairn.why("acme", "manual", &t)?.is_empty());
+    let report = cairn.collect_topic("acme", "manual", None)?;
+    ensure!(report.collected == 1 && report.matched == 1, "{report:?}");
+    ensure!(cairn.collect_topic("acme", "manual", None)?.already == 1);
+    // Output scope: an assistant turn, not a user turn.
+    let user = say(&cairn, "s1", Role::User, "print it")?;
+    let bot = say(&cairn, "s1", Role::Assistant, "print 'hello'")?;
+    ensure!(cairn.why("acme", "steer", &user)?.is_empty());
+    ensure!(cairn.why("acme", "steer", &bot)?[0].outcome == Outcome::Collected);
+    // Paused topics watch nothing; resumed ones do again.
+    cairn.pause_topic("acme", "crit", true)?;
+    let t = say(&cairn, "s1", Role::User, "another outage")?;
+    ensure!(cairn.why("acme", "crit", &t)?.is_empty());
+    cairn.pause_topic("acme", "crit", false)?;
+    let t = say(&cairn, "s1", Role::User, "a third outage")?;
+    ensure!(cairn.why("acme", "crit", &t)?.len() == 1);
+    // The log is durable: a restart reads it back, and the gate recompiles.
+    let log_before = cairn.gate_log("acme", "medium", 100)?;
+    drop(cairn);
+    let cairn = open(dir.path())?;
+    ensure!(cairn.gate_log("acme", "medium", 100)? == log_before);
+    let t = say(&cairn, "s3", Role::User, "yet another outage")?;
+    ensure!(cairn.why("acme", "crit", &t)?.len() == 1);
+    Ok(())
+}
+
+#[test]
+fn bad_topics_are_refused_naming_the_field() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    let good = topic("billing", "invoice", Activation::Auto, Priority::High);
+    let cases = [
+        (
+            good.clone().trigger(Trigger::Regex("(".into())),
+            "triggers[1].regex",
+        ),
+        (TopicSpec::new("billing", "x"), "triggers"),
+        (
+            good.clone()
+                .subscribe(Subscription::Session("ghost".into())),
+            "subscriptions[0]",
+        ),
+    ];
+    for (spec, field) in cases {
+        let err = cairn.create_topic("acme", &spec).unwrap_err();
+        ensure!(err.code() == "invalid_topic", "{err}");
+        ensure!(err.to_string().contains(field), "{err}");
+    }
+    ensure!(cairn.topics("acme")?.is_empty());
+    cairn.create_topic("acme", &good)?;
+    ensure!(cairn.create_topic("acme", &good).unwrap_err().code() == "topic_exists");
+    Ok(())
+}
+
+fn run(dir: &Path, args: &[&str]) -> Result<Output> {
+    Ok(Command::new(cairn_bin())
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()?)
+}
+
+#[test]
+fn cli_defines_a_topic_collects_and_explains() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = run(
+        dir.path(),
+        &[
+            "-w",
+            "acme",
+            "topics",
+            "create",
+            "billing",
+            "--description",
+            "Invoices and refunds",
+            "--keyword",
+            "invoice",
+            "--activation",
+            "auto",
+            "--priority",
+            "critical",
+        ],
+    )?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = run(
+        dir.path(),
+        &[
+            "-w",
+            "acme",
+            "topics",
+            "create",
+            "other",
+            "--description",
+            "x",
+            "--regex",
+            "(",
+        ],
+    )?;
+    ensure!(bad.status.code() == Some(2), "{bad:?}");
+    ensure!(String::from_utf8_lossy(&bad.stderr).contains("triggers[0].regex"));
+    let ingest = Command::new(cairn_bin())
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["-w", "acme", "ingest"])
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            if let Some(stdin) = child.stdin.as_mut() {
+                stdin.write_all(
+                    br#"{"session":"s1","role":"user","content":"the invoice bounced"}"#,
+                )?;
+            }
+            child.stdin.take();
+            child.wait_with_output()
+        })?;
+    ensure!(
+        ingest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ingest.stderr)
+    );
+    let show = run(dir.path(), &["-w", "acme", "topics", "show", "billing"])?;
+    let text = String::from_utf8_lossy(&show.stdout);
+    ensure!(text.contains("the invoice bounced"), "{text}");
+    let why = run(
+        dir.path(),
+        &["-w", "acme", "topics", "why", "billing", "s1/0"],
+    )?;
+    let text = String::from_utf8_lossy(&why.stdout);
+    ensure!(
+        text.contains("collected") && text.contains("tier 1"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn http_topic_crud() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    let spec = serde_json::json!({
+        "name": "billing", "description": "Invoices", "activation": "auto",
+        "priority": "critical", "triggers": [{"kind": "keyword", "value": "invoice"}]
+    });
+    let (status, body) = server.post("/v1/workspaces/acme/topics", &spec)?;
+    ensure!(status == 200 || status == 201, "{status} {body}");
+    let (status, _) = server.post("/v1/workspaces/acme/topics", &spec)?;
+    ensure!(status == 409, "{status}");
+    let bad = serde_json::json!({
+        "name": "x", "description": "x", "triggers": [{"kind": "regex", "value": "("}]
+    });
+    let (status, body) = server.post("/v1/workspaces/acme/topics", &bad)?;
+    ensure!(status == 400 || status == 422, "{status}");
+    ensure!(body.to_string().contains("triggers[0].regex"), "{body}");
+    let (status, body) = server.get("/v1/workspaces/acme/topics")?;
+    ensure!(
+        status == 200 && body.to_string().contains("billing"),
+        "{body}"
+    );
+    let (status, _) = server.post(
+        "/v1/workspaces/acme/topics/billing/pause",
+        &serde_json::json!({}),
+    )?;
+    ensure!(status == 200, "{status}");
+    Ok(())
+}
