@@ -598,6 +598,12 @@ fn restore<W: World>(
             }
         }
     }
+    serve_builtin(host, now)
+}
+
+/// Serves `W`'s built-in default as a new generation.
+fn serve_builtin<W: World>(host: &PolicyHost, now: DateTime<Utc>) -> Result<WorldSlot<W>> {
+    let builtin = builtin_for(W::KIND);
     let prepared = host.prepare::<W>(builtin.name, builtin.wasm)?;
     let slot = host.slot(&prepared)?;
     let record = InstalledPlugin {
@@ -624,23 +630,9 @@ fn serve_held<W: World>(
     now: DateTime<Utc>,
     reason: &str,
 ) -> Result<WorldSlot<W>> {
-    let builtin = builtin_for(W::KIND);
-    let prepared = host.prepare::<W>(builtin.name, builtin.wasm)?;
-    let slot = host.slot(&prepared)?;
-    slot.hold(reason);
-    let record = InstalledPlugin {
-        world: W::KIND,
-        plugin: builtin.name.to_owned(),
-        content_hash: prepared.content_hash(),
-        generation: slot.generation(),
-        installed_at: now,
-        builtin: true,
-        size_bytes: builtin.wasm.len() as u64,
-    };
-    Ok(WorldSlot {
-        slot,
-        serving: Mutex::new((prepared, record)),
-    })
+    let world = serve_builtin::<W>(host, now)?;
+    world.slot.hold(reason);
+    Ok(world)
 }
 
 fn restore_installed<W: World>(

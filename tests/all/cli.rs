@@ -8,10 +8,21 @@ use anyhow::{Context, Result, ensure};
 use crate::support::cairn_bin;
 
 fn cairn(data_dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) -> Result<Output> {
+    cairn_with_env(data_dir, args, stdin, &[])
+}
+
+/// [`cairn`] with extra environment variables (`CAIRN_*` settings).
+fn cairn_with_env(
+    data_dir: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    env: &[(&str, &str)],
+) -> Result<Output> {
     let mut child = Command::new(cairn_bin())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -281,21 +292,12 @@ fn ingest_checks_the_whole_file_before_writing() -> Result<()> {
         ));
     }
     input.push_str("{\"session\":\"s1\",\"role\":\"tool\",\"content\":\"no call id\"}\n");
-    let out = Command::new(cairn_bin())
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["ingest", "-"])
-        .env("CAIRN_MEMORY__LIMITS__MAX_BATCH", "2")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin.write_all(input.as_bytes())?;
-            }
-            child.wait_with_output()
-        })?;
+    let out = cairn_with_env(
+        dir.path(),
+        &["ingest", "-"],
+        Some(input.as_bytes()),
+        &[("CAIRN_MEMORY__LIMITS__MAX_BATCH", "2")],
+    )?;
     let err = String::from_utf8_lossy(&out.stderr);
     ensure!(
         out.status.code() == Some(2),

@@ -85,11 +85,39 @@ impl Server {
     /// ending in CRLF) with no body, over a fresh connection, and reads the
     /// answer: for refusals the server gives before it reads a body.
     pub(crate) fn head_only(&self, head: &str) -> Result<(u16, Value)> {
+        let addr = self.base.trim_start_matches("http://");
+        self.exchange(&format!("{head}host: {addr}\r\nconnection: close\r\n\r\n"))
+    }
+
+    /// Sends one request with exactly these headers (plus its length) over
+    /// a fresh connection: for requests a client library would not send,
+    /// such as a forged `Host`.
+    pub(crate) fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(u16, Value)> {
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        self.exchange(&request)
+    }
+
+    /// Writes `request` on a fresh connection and reads the status and the
+    /// JSON body (`null` when empty) of the answer.
+    fn exchange(&self, request: &str) -> Result<(u16, Value)> {
         use std::io::{Read, Write};
         let addr = self.base.trim_start_matches("http://");
         let mut conn = std::net::TcpStream::connect(addr)?;
         conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-        write!(conn, "{head}host: {addr}\r\nconnection: close\r\n\r\n")?;
+        conn.write_all(request.as_bytes())?;
         conn.flush()?;
         let mut raw = Vec::new();
         conn.read_to_end(&mut raw)?;
@@ -102,7 +130,11 @@ impl Server {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("no status in {top:?}"))?;
-        let body = serde_json::from_str(body).with_context(|| format!("body of {text:?}"))?;
+        let body = if body.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(body).with_context(|| format!("body of {text:?}"))?
+        };
         Ok((status, body))
     }
 

@@ -2,57 +2,14 @@
 //! the admin, the `Host` allow-list against DNS rebinding, and the refusal
 //! to serve a public address without authentication.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, ensure};
-use serde_json::Value;
 
 use crate::support::{Server, cairn_bin};
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
 const ACME: &str = "acme-token-0123456789abcdef";
-
-/// Sends one request over a fresh connection with the given headers and
-/// returns the status and the JSON body.
-fn raw(
-    server: &Server,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Result<(u16, Value)> {
-    let addr = server.base.trim_start_matches("http://");
-    let mut conn = std::net::TcpStream::connect(addr)?;
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    write!(conn, "{method} {path} HTTP/1.1\r\n")?;
-    for (name, value) in headers {
-        write!(conn, "{name}: {value}\r\n")?;
-    }
-    write!(
-        conn,
-        "content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    conn.flush()?;
-    let mut out = Vec::new();
-    conn.read_to_end(&mut out)?;
-    let text = String::from_utf8_lossy(&out);
-    let (top, body) = text
-        .split_once("\r\n\r\n")
-        .with_context(|| format!("no end of headers in {text:?}"))?;
-    let status = top
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("no status in {top:?}"))?;
-    let body = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(body).with_context(|| format!("body of {text:?}"))?
-    };
-    Ok((status, body))
-}
 
 #[test]
 fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
@@ -74,7 +31,7 @@ fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
     let h = |auth: &str| vec![("host", host.clone()), ("authorization", auth.to_owned())];
     let call = |method: &str, path: &str, headers: Vec<(&str, String)>, body: &str| {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        raw(&server, method, path, &headers, body)
+        server.raw(method, path, &headers, body)
     };
 
     // No token, a wrong token: 401.
@@ -149,23 +106,21 @@ fn a_loopback_server_answers_only_to_loopback_hosts() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let server = Server::start(dir.path())?;
     let port = server.base.rsplit(':').next().context("port")?.to_owned();
-    let (s, body) = raw(
-        &server,
+    let (s, body) = server.raw(
         "GET",
         "/v1/plugins",
         &[("host", &format!("attacker.example:{port}"))],
         "",
     )?;
     ensure!(s == 403 && body["code"] == "host_not_allowed", "{s} {body}");
-    let (s, _) = raw(
-        &server,
+    let (s, _) = server.raw(
         "GET",
         "/v1/plugins",
         &[("host", &format!("localhost:{port}"))],
         "",
     )?;
     ensure!(s == 200);
-    let (s, _) = raw(&server, "GET", "/healthz", &[("host", "127.0.0.1")], "")?;
+    let (s, _) = server.raw("GET", "/healthz", &[("host", "127.0.0.1")], "")?;
     ensure!(s == 200);
     Ok(())
 }
