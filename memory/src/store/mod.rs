@@ -69,6 +69,8 @@ pub enum Collection {
     /// Durable state of other subsystems (actors, indexes, pins), keyed by
     /// [`StateKey`] in workspaces; system namespaces key it their own way.
     State,
+    /// Compaction summary nodes (the summary DAG), keyed by summary id.
+    Summaries,
 }
 
 impl Collection {
@@ -85,6 +87,7 @@ impl Collection {
             Collection::SubjectAliases => b'A',
             Collection::Tombstones => b'X',
             Collection::State => b'Z',
+            Collection::Summaries => b'C',
         }
     }
 }
