@@ -369,3 +369,47 @@ fn a_changed_record_fails_expansion() {
         "summary_not_found"
     );
 }
+
+#[test]
+fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
+    use crate::assemble::seams::{NoRetrieval, TrustAll};
+    use crate::{AssembleRequest, ItemSource, Section};
+    let (_dir, ws) = open();
+    let gens: Vec<Gen> = (0..400)
+        .map(|i| Gen {
+            kind: (i % 3) as u8,
+            words: 30,
+            results: 1,
+        })
+        .collect();
+    append(&ws, "s", &gens);
+    let report = ws
+        .compact("s", &CompactOptions::new(2_000), &Extractive)
+        .expect("compact");
+    let block = ws
+        .assemble(&AssembleRequest::new("s", 3_000), &NoRetrieval, &TrustAll)
+        .expect("assemble");
+    assert!(block.tokens <= 3_000);
+    let summaries: Vec<&str> = block
+        .items
+        .iter()
+        .filter_map(|i| match &i.source {
+            ItemSource::Summary { id } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!summaries.is_empty(), "{}", block.text);
+    assert!(block.text.contains("## Earlier in this session (summaries)"));
+    assert!(block.text.contains("memory_expand sum-"));
+    // No compacted turn is in the tail.
+    assert!(block.items.iter().all(|i| match &i.source {
+        ItemSource::Turn { seq, .. } if i.section == Section::Tail => *seq >= report.tail_from,
+        _ => true,
+    }));
+    let traced = block
+        .trace
+        .iter()
+        .find(|t| t.rule == "compacted.summary")
+        .expect("trace");
+    assert!(traced.reason.contains("memory_expand"), "{}", traced.reason);
+}
