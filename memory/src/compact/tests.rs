@@ -372,7 +372,7 @@ fn a_changed_record_fails_expansion() {
 
 #[test]
 fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
-    use crate::assemble::seams::{NoRetrieval, TrustAll};
+    use crate::assemble::{NoRetrieval, TrustAll};
     use crate::{AssembleRequest, ItemSource, Section};
     let (_dir, ws) = open();
     let gens: Vec<Gen> = (0..400)
@@ -399,7 +399,11 @@ fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
         })
         .collect();
     assert!(!summaries.is_empty(), "{}", block.text);
-    assert!(block.text.contains("## Earlier in this session (summaries)"));
+    assert!(
+        block
+            .text
+            .contains("## Earlier in this session (summaries)")
+    );
     assert!(block.text.contains("memory_expand sum-"));
     // No compacted turn is in the tail.
     assert!(block.items.iter().all(|i| match &i.source {
