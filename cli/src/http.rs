@@ -13,11 +13,11 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use cairn::search::IndexStats;
 use cairn::{
     Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
-    CompactReport, CompactionHookReport, DecisionQuery, Destination, Entry, EntryFilter,
-    EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget, GatewayStartReport,
-    GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode, SearchRequest,
-    SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone, Transcript, Turn,
-    TurnInput, parse_world,
+    CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination, Entry,
+    EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
+    GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode,
+    SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone,
+    Transcript, Turn, TurnInput, parse_world,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
@@ -619,6 +619,18 @@ async fn memory_get(
     blocking(move || Ok(cairn.memory_get(&ws, &id, q.session.as_deref())?)).await
 }
 
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/compaction", params(ToolQuery),
+    responses((status = 200, body = CompactionView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn compaction_view(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<CompactionView> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.compaction_view(&ws, &sid, q.session.as_deref())?)).await
+}
+
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/summaries/{id}", params(ToolQuery),
     responses((status = 200, body = Expansion), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -780,6 +792,7 @@ async fn generation_counts(
         before_reset,
         before_compaction,
         compact,
+        compaction_view,
         memory_expand,
         expand_all,
         capture,
@@ -883,6 +896,10 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                         web::post().to(before_compaction),
                     )
                     .route("/sessions/{session}/compaction", web::post().to(compact))
+                    .route(
+                        "/sessions/{session}/compaction",
+                        web::get().to(compaction_view),
+                    )
                     .route("/summaries/{id}", web::get().to(memory_expand))
                     .route("/summaries/{id}/turns", web::get().to(expand_all))
                     .route("/capture", web::post().to(capture))

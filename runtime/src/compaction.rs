@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use cairn_actors::CaptureReport;
 use cairn_memory::compact::{
-    CompactOptions, CompactReport, Cover, Expanded, Expansion, Extractive, Summariser,
-    SummariserError, SummaryRequest,
+    CompactOptions, CompactReport, CompactionView, Cover, Expanded, Expansion, Extractive,
+    Summariser, SummariserError, SummaryRequest,
 };
 use cairn_memory::{Turn, Workspace};
 use serde::{Deserialize, Serialize};
@@ -380,6 +380,24 @@ impl Cairn {
         let options = self.compact_options(Some(threshold / 2));
         let summariser = self.summariser();
         Ok(Some(ws.compact(session, &options, summariser.as_ref())?))
+    }
+
+    /// A session's compaction view (its summaries and raw ranges, the first
+    /// turn it does not cover); empty before the first pass. An `asking`
+    /// sub-agent session reads only its lineage.
+    pub fn compaction_view(
+        &self,
+        workspace: &str,
+        session: &str,
+        asking: Option<&str>,
+    ) -> Result<CompactionView> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        self.check_lineage_for(&ws, asking, session)?;
+        ws.session(session)?;
+        Ok(ws.compaction_view(session)?.unwrap_or(CompactionView {
+            session: session.to_owned(),
+            ..CompactionView::default()
+        }))
     }
 
     /// Tool `memory_expand`: one level of a summary (its raw turns and
