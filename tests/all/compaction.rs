@@ -154,7 +154,10 @@ fn http_compaction_hook_view_and_expand() -> Result<()> {
     ensure!(hook["capture"]["trigger"] == "pre_compaction", "{hook}");
     // The whole session fits the configured 8,000 tokens: the tail keeps it.
     ensure!(hook["compaction"]["changed"] == false, "{hook}");
-    ensure!(hook["compaction"]["tokens_after"].as_u64() <= Some(8000), "{hook}");
+    ensure!(
+        hook["compaction"]["tokens_after"].as_u64() <= Some(8000),
+        "{hook}"
+    );
     let (s, report) = server.post(
         "/v1/workspaces/acme/sessions/s1/compaction",
         &json!({"budget": 600}),
