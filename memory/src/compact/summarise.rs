@@ -322,13 +322,14 @@ fn extractive(request: &SummaryRequest<'_>, counter: &TokenCounter) -> String {
             .collect()
         })
         .unwrap_or_default();
+    // Stable: within a kind, turn order; a sentence is said once, under
+    // its most important kind.
+    points.sort_by_key(|p| p.kind);
     let mut seen = HashSet::new();
     points.retain(|p| {
         let key = normalise(&p.text);
-        !prior.contains(&key) && seen.insert((p.kind, key))
+        !prior.contains(&key) && seen.insert(key)
     });
-    // Stable: within a kind, turn order.
-    points.sort_by_key(|p| p.kind);
     let mut text = format!("turns {}-{}:", first.from, last.to);
     let cap = if request.aggressive {
         request.max_tokens / 2
