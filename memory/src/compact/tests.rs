@@ -134,6 +134,23 @@ fn check_invariants(
     // The tail keeps at least m turns (or everything there is).
     let tail = after.len() - view.covered_to as usize;
     assert!(tail >= options.min_tail_turns.min(after.len()));
+    // The assembled view fits its budget, and its summaries are the view's.
+    let budget = 1_500;
+    match ws.assemble(
+        &crate::AssembleRequest::new(session, budget),
+        &crate::assemble::NoRetrieval,
+        &crate::assemble::TrustAll,
+    ) {
+        Ok(block) => {
+            assert!(block.tokens <= budget, "{} > {budget}", block.tokens);
+            for item in &block.items {
+                if let crate::ItemSource::Summary { id } = &item.source {
+                    assert!(view.summary_ids().any(|v| v == id), "{id} not in the view");
+                }
+            }
+        }
+        Err(e) => assert_eq!(e.code(), "invariants_exceed_budget", "{e}"),
+    }
     // Progress: a pass never grows the view.
     assert!(report.tokens_after <= report.tokens_before);
     if report.changed {
