@@ -385,3 +385,35 @@ fn model_summariser_is_used_and_falls_back_on_garbage_timeouts_and_growth() -> R
     ensure!(methods.iter().all(|m| *m != SummaryMethod::Model));
     Ok(())
 }
+
+#[test]
+fn after_turn_compacts_once_the_view_passes_its_share_of_the_window() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut config = CairnConfig {
+        data_dir: dir.path().to_owned(),
+        ..CairnConfig::default()
+    };
+    config.compaction.window_tokens = 2_000;
+    config.compaction.trigger_fraction = 0.5;
+    let cairn = Cairn::open(config)?;
+    let mut compacted_at = None;
+    for i in 0..200u64 {
+        cairn.ingest(
+            "acme",
+            &[TurnInput::new(
+                "s1",
+                Role::User,
+                &format!("Turn {i}: we decided to keep the retry budget at {i} for the queue."),
+            )],
+        )?;
+        cairn.after_turn("acme", "s1")?;
+        let view = cairn.compaction_view("acme", "s1", None)?;
+        if compacted_at.is_none() && view.covered_to > 0 {
+            compacted_at = Some(i);
+        }
+    }
+    let at = compacted_at.context("after_turn never compacted")?;
+    // ~20 tokens a turn: 1,000 tokens are passed around turn 50, not before.
+    ensure!((30..80).contains(&at), "compacted at turn {at}");
+    Ok(())
+}
