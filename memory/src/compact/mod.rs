@@ -1,6 +1,6 @@
 //! Lossless compaction: a summary DAG over a session's transcript.
 //!
-//! A long session outgrows any context window. [`Workspace::compact`]
+//! A long session outgrows any context window. [`Workspace::compact`](crate::Workspace::compact)
 //! replaces the session's *view* of its older history with summaries while
 //! the raw record stays exactly as it was (docs/DESIGN.md, *Compaction*;
 //! seed 002 §3–§11):
@@ -26,7 +26,7 @@
 //!    atomic write batch, then an fsync: a crash leaves the old view or the
 //!    new one.
 //!
-//! [`Workspace::expand`] follows one level of the DAG; [`Workspace::expand_all`]
+//! [`Workspace::expand`](crate::Workspace::expand) follows one level of the DAG; [`Workspace::expand_all`](crate::Workspace::expand_all)
 //! returns the exact source turns, checked against the node's source hash.
 //!
 //! ```
