@@ -1267,6 +1267,8 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         _temp = dir;
     }
     let ws_id = config.workspace.clone();
+    // The sample sessions are short: keep 2 raw turns so compaction shows.
+    config.compaction.min_tail_turns = 2;
     let out = &mut std::io::stdout().lock();
     writeln!(
         out,
@@ -1354,6 +1356,45 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     cairn.catch_up_search()?;
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
+    demo_compaction(out, &cairn, &ws_id)?;
+    Ok(())
+}
+
+/// The demo's last part: the first session compacted (a small budget, so
+/// the 8-turn sample has something to compact), and a summary expanded back.
+fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    let session = "s-0412";
+    let report = cairn.compact(ws_id, session, Some(60))?;
+    writeln!(
+        out,
+        "\n== compaction of {session} to 60 tokens: {} -> {} tokens, kept tail from turn {} (the record is unchanged)",
+        report.tokens_before, report.tokens_after, report.tail_from
+    )?;
+    let mut first = None;
+    for cover in &report.view.items {
+        match cover {
+            cairn::Cover::Summary { id } => {
+                let e = cairn.memory_expand(ws_id, id, None)?;
+                writeln!(
+                    out,
+                    "  {id} (level {}, {}, turns {}-{}):\n{}",
+                    e.node.level,
+                    e.node.method.as_str(),
+                    e.node.from_seq,
+                    e.node.to_seq,
+                    e.node.text
+                )?;
+                first.get_or_insert(id.clone());
+            }
+            cairn::Cover::Turns { from, to } => writeln!(out, "  turns {from}-{to} (kept raw)")?,
+        }
+    }
+    if let Some(id) = first {
+        writeln!(out, "\n== cairn expand {id} --all: the exact originals")?;
+        for t in cairn.expand_all(ws_id, &id, 0, None)?.turns {
+            writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
+        }
+    }
     Ok(())
 }
 
