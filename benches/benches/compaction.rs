@@ -27,8 +27,21 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 mod common;
 use common::Rng;
 
-const TURNS: usize = 10_000;
 const BUDGET: usize = 1_500;
+
+/// `cargo bench` passes `--bench`; a test run (`cargo test --all-targets`,
+/// nextest listing) does not and gets a small fixture.
+fn full_run() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+fn turns() -> usize {
+    if full_run() { 10_000 } else { 300 }
+}
+
+fn samples() -> usize {
+    if full_run() { 1_000 } else { 3 }
+}
 
 fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
@@ -37,10 +50,11 @@ fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 fn session(ws: &Workspace) {
+    let total = turns();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut batch = Vec::new();
     let mut i = 0;
-    while i < TURNS {
+    while i < total {
         let text = format!("Turn {i}: {}.", rng.words(30));
         match i % 6 {
             0 => batch.push(TurnInput::new(
@@ -111,7 +125,8 @@ fn compaction(c: &mut Criterion) {
         .compact("s", &options, &Extractive)
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
-        "compaction of {TURNS} turns: {} -> {} tokens ({:.1}x), {} nodes, {} declined, view of {} items",
+        "compaction of {} turns: {} -> {} tokens ({:.1}x), {} nodes, {} declined, view of {} items",
+        turns(),
         report.tokens_before,
         report.tokens_after,
         report.tokens_before as f64 / report.tokens_after.max(1) as f64,
@@ -122,7 +137,7 @@ fn compaction(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("compaction");
     group.sample_size(10);
-    group.throughput(Throughput::Elements(TURNS as u64));
+    group.throughput(Throughput::Elements(turns() as u64));
     group.bench_function("pass_10k_turns", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -143,13 +158,13 @@ fn compaction(c: &mut Criterion) {
 
     let id = deepest(&ws);
     let node = ws.summary(&id).unwrap_or_else(|e| panic!("{e}"));
-    let mut samples = Vec::with_capacity(1000);
-    for _ in 0..1000 {
+    let mut times = Vec::new();
+    for _ in 0..samples() {
         let start = Instant::now();
         black_box(ws.expand_all(&id).unwrap_or_else(|e| panic!("{e}")));
-        samples.push(start.elapsed().as_secs_f64() * 1e3);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    let (p50, p99) = percentiles(samples);
+    let (p50, p99) = percentiles(times);
     eprintln!(
         "expand_all of level-{} summary {id} ({} turns): p50 {p50:.3} ms, p99 {p99:.3} ms",
         node.level,
@@ -178,16 +193,16 @@ fn compaction(c: &mut Criterion) {
             .filter(|i| matches!(i.source, cairn_memory::ItemSource::Summary { .. }))
             .count()
     );
-    let mut samples = Vec::with_capacity(300);
-    for _ in 0..300 {
+    let mut times = Vec::new();
+    for _ in 0..samples().min(300) {
         let start = Instant::now();
         black_box(
             ws.assemble(&request, &NoRetrieval, &TrustAll)
                 .unwrap_or_else(|e| panic!("{e}")),
         );
-        samples.push(start.elapsed().as_secs_f64() * 1e3);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    let (p50, p99) = percentiles(samples);
+    let (p50, p99) = percentiles(times);
     eprintln!("assemble_compacted: p50 {p50:.3} ms, p99 {p99:.3} ms");
     let mut group = c.benchmark_group("assemble");
     group.bench_function("assemble_compacted", |b| {

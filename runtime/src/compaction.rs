@@ -106,7 +106,7 @@ pub struct CompactionHookReport {
 /// assert!(s.is_ok());
 /// assert!(OpenAiSummariser::new(&ModelConfig { url: "https://x".into(), ..ModelConfig::default() }).is_err());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OpenAiSummariser {
     host: String,
     authority: String,
@@ -114,6 +114,19 @@ pub struct OpenAiSummariser {
     model: String,
     api_key: Option<String>,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for OpenAiSummariser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret: never in logs.
+        f.debug_struct("OpenAiSummariser")
+            .field("host", &self.host)
+            .field("path", &self.path)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// Largest answer read from the endpoint.
