@@ -365,6 +365,10 @@ fn entry_id(parts: &[&str]) -> String {
     format!("cap-{}", &hex.as_str()[..26])
 }
 
+/// Cap of a `session_summary_ref`'s text, in tokens (under the resume
+/// card's 120).
+const SUMMARY_MAX_TOKENS: usize = 100;
+
 fn build_entries(
     ws: &Workspace,
     work_context: &str,
@@ -377,17 +381,17 @@ fn build_entries(
     let range = format!("{}-{}", span.from_seq, span.to_seq);
     let base = [ws.id(), work_context, span.session.as_str(), range.as_str()];
     let first_subject = extraction.mentioned.iter().next().cloned();
-    // The session summary reference (docs/DESIGN.md, *Capture*): what this span covered.
+    // The session summary reference (docs/DESIGN.md, *Capture*): what this
+    // span decided, asked, did and left open, with turn references — the
+    // compaction summariser's text for the span, within the resume card's cap.
     let mut summary = format!(
-        "Session {} turns {}–{}: {} user turn(s)",
-        span.session, span.from_seq, span.to_seq, extraction.user_turns
+        "Session {} {}",
+        span.session,
+        cairn_memory::compact::summarise_turns(turns, SUMMARY_MAX_TOKENS, ws.tokens())
     );
-    if !extraction.tools.is_empty() {
-        summary.push_str(&format!(", {} tool call(s)", extraction.tools.len()));
-    }
     if !extraction.mentioned.is_empty() {
         let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
-        summary.push_str(&format!(", subjects: {}", names.join(", ")));
+        summary.push_str(&format!("\n- subjects: {}", names.join(", ")));
     }
     let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
         .in_context(work_context)

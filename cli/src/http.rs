@@ -16,10 +16,11 @@ use actix_web::{App, HttpMessage, HttpRequest, HttpResponse, HttpServer, Respons
 use cairn::search::IndexStats;
 use cairn::{
     Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
-    DecisionQuery, Destination, Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind,
-    ForgetTarget, GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport,
-    RetrievalMode, SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind,
-    Tombstone, Transcript, Turn, TurnInput, parse_world,
+    CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination, Entry,
+    EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
+    GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode,
+    SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone,
+    Transcript, Turn, TurnInput, parse_world,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
@@ -449,14 +450,37 @@ async fn capture(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/compact",
-    responses((status = 200, body = CaptureReport), (status = 404, body = ErrorBody),
+    responses((status = 200, body = CompactionHookReport), (status = 404, body = ErrorBody),
               (status = 503, body = ErrorBody)))]
 async fn before_compaction(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,
-) -> ApiResult<CaptureReport> {
+) -> ApiResult<CompactionHookReport> {
     let (ws, sid) = path.into_inner();
     blocking(move || Ok(cairn.before_compaction(&ws, &sid)?)).await
+}
+
+/// Body of a compaction pass without the hook's capture.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionRequest {
+    /// Tokens the session's view should fit in (default: the configuration's).
+    #[serde(default)]
+    pub budget: Option<usize>,
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/compaction",
+    request_body = CompactionRequest,
+    responses((status = 200, body = CompactReport), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+async fn compact(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<CompactionRequest>,
+) -> ApiResult<CompactReport> {
+    let (ws, sid) = path.into_inner();
+    let budget = body.into_inner().budget;
+    blocking(move || Ok(cairn.compact(&ws, &sid, budget)?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions/{session}/reset",
@@ -677,6 +701,42 @@ async fn memory_get(
     blocking(move || Ok(cairn.memory_get(&ws, &id, q.session.as_deref())?)).await
 }
 
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/compaction", params(ToolQuery),
+    responses((status = 200, body = CompactionView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn compaction_view(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<CompactionView> {
+    let (ws, sid) = path.into_inner();
+    blocking(move || Ok(cairn.compaction_view(&ws, &sid, q.session.as_deref())?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/summaries/{id}", params(ToolQuery),
+    responses((status = 200, body = Expansion), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn memory_expand(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<Expansion> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.memory_expand(&ws, &id, q.session.as_deref())?)).await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/summaries/{id}/turns", params(ToolQuery),
+    responses((status = 200, body = Transcript), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn expand_all(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<ToolQuery>,
+) -> ApiResult<Transcript> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.expand_all(&ws, &id, q.from, q.session.as_deref())?)).await
+}
+
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/read_transcript", params(ToolQuery),
     responses((status = 200, body = Transcript), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn read_transcript(
@@ -813,6 +873,10 @@ async fn generation_counts(
         session_end,
         before_reset,
         before_compaction,
+        compact,
+        compaction_view,
+        memory_expand,
+        expand_all,
         capture,
         transcript,
         ingest,
@@ -925,6 +989,13 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                         "/sessions/{session}/compact",
                         web::post().to(before_compaction),
                     )
+                    .route("/sessions/{session}/compaction", web::post().to(compact))
+                    .route(
+                        "/sessions/{session}/compaction",
+                        web::get().to(compaction_view),
+                    )
+                    .route("/summaries/{id}", web::get().to(memory_expand))
+                    .route("/summaries/{id}/turns", web::get().to(expand_all))
                     .route("/capture", web::post().to(capture))
                     .route("/sessions/{session}/transcript", web::get().to(transcript))
                     .route("/turns", web::post().to(ingest))

@@ -208,6 +208,34 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compact a session: summaries over the turns before its kept tail
+    /// (summaries of summaries while over the budget). The raw record is
+    /// never changed; `cairn expand` returns the originals.
+    Compact {
+        /// Session id.
+        session: String,
+        /// Tokens the session's view should fit in (default: the configuration's).
+        #[arg(long)]
+        budget: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Expand a compaction summary: its turns and lower summaries (one
+    /// level), or with --all every original turn, checked against its hash.
+    Expand {
+        /// Summary id (`sum-…`).
+        summary: String,
+        /// Every original turn (capped at 4,000 tokens; page with --from).
+        #[arg(long)]
+        all: bool,
+        /// With --all: from this turn on.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Search index statistics: indexed turns, vectors, backlog.
     Stats {
         /// Print JSON.
@@ -724,6 +752,100 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 }
             }
         }
+        Command::Compact {
+            session,
+            budget,
+            json,
+        } => {
+            let report = cairn.compact(ws_id, &session, budget)?;
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{}: {} -> {} tokens (budget {}), {} summar(y/ies) made, {} cluster(s) declined, tail from turn {}",
+                    report.session,
+                    report.tokens_before,
+                    report.tokens_after,
+                    report.budget_tokens,
+                    report.created.len(),
+                    report.declined,
+                    report.tail_from
+                )?;
+                for cover in &report.view.items {
+                    match cover {
+                        cairn::Cover::Summary { id } => writeln!(out, "  {id}")?,
+                        cairn::Cover::Turns { from, to } => {
+                            writeln!(out, "  turns {from}-{to} (raw)")?
+                        }
+                    }
+                }
+            }
+        }
+        Command::Expand {
+            summary,
+            all,
+            from,
+            json,
+        } => {
+            if all {
+                let t = cairn.expand_all(ws_id, &summary, from, asking)?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
+                } else {
+                    for turn in &t.turns {
+                        writeln!(
+                            out,
+                            "#{} {}: {}",
+                            turn.seq,
+                            turn.role.as_str(),
+                            turn.content
+                        )?;
+                    }
+                    if t.truncated {
+                        writeln!(out, "[truncated at {} tokens]", cairn::TRANSCRIPT_TOKEN_CAP)?;
+                    }
+                }
+            } else {
+                let e = cairn.memory_expand(ws_id, &summary, asking)?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} level {} turns {}-{} ({}, {} -> {} tokens)\n{}",
+                        e.node.id,
+                        e.node.level,
+                        e.node.from_seq,
+                        e.node.to_seq,
+                        e.node.method.as_str(),
+                        e.node.tokens_before,
+                        e.node.tokens_after,
+                        e.node.text
+                    )?;
+                    for child in &e.children {
+                        match child {
+                            cairn::Expanded::Turns { turns } => {
+                                for turn in turns {
+                                    writeln!(
+                                        out,
+                                        "#{} {}: {}",
+                                        turn.seq,
+                                        turn.role.as_str(),
+                                        turn.content
+                                    )?;
+                                }
+                            }
+                            cairn::Expanded::Summary { node } => writeln!(
+                                out,
+                                "{} level {} turns {}-{}",
+                                node.id, node.level, node.from_seq, node.to_seq
+                            )?,
+                        }
+                    }
+                }
+            }
+        }
         Command::Stats { json } => {
             // The backlog a fresh process finds, then the state after this
             // run's catch-up (which embeds only what was never embedded).
@@ -1158,6 +1280,8 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         _temp = dir;
     }
     let ws_id = config.workspace.clone();
+    // The sample sessions are short: keep 2 raw turns so compaction shows.
+    config.compaction.min_tail_turns = 2;
     let out = &mut std::io::stdout().lock();
     writeln!(
         out,
@@ -1245,6 +1369,45 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     cairn.catch_up_search()?;
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
+    demo_compaction(out, &cairn, &ws_id)?;
+    Ok(())
+}
+
+/// The demo's last part: the first session compacted (a small budget, so
+/// the 8-turn sample has something to compact), and a summary expanded back.
+fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    let session = "s-0412";
+    let report = cairn.compact(ws_id, session, Some(60))?;
+    writeln!(
+        out,
+        "\n== compaction of {session} to 60 tokens: {} -> {} tokens, kept tail from turn {} (the record is unchanged)",
+        report.tokens_before, report.tokens_after, report.tail_from
+    )?;
+    let mut first = None;
+    for cover in &report.view.items {
+        match cover {
+            cairn::Cover::Summary { id } => {
+                let e = cairn.memory_expand(ws_id, id, None)?;
+                writeln!(
+                    out,
+                    "  {id} (level {}, {}, turns {}-{}):\n{}",
+                    e.node.level,
+                    e.node.method.as_str(),
+                    e.node.from_seq,
+                    e.node.to_seq,
+                    e.node.text
+                )?;
+                first.get_or_insert(id.clone());
+            }
+            cairn::Cover::Turns { from, to } => writeln!(out, "  turns {from}-{to} (kept raw)")?,
+        }
+    }
+    if let Some(id) = first {
+        writeln!(out, "\n== cairn expand {id} --all: the exact originals")?;
+        for t in cairn.expand_all(ws_id, &id, 0, None)?.turns {
+            writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
+        }
+    }
     Ok(())
 }
 

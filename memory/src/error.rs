@@ -235,6 +235,21 @@ pub enum MemoryError {
         /// What failed.
         message: String,
     },
+    /// No compaction summary has this id.
+    #[error("summary {id:?} not found")]
+    SummaryNotFound {
+        /// The id.
+        id: String,
+    },
+    /// A summary's expansion does not match the hash of the turns it was
+    /// made from (the record under it changed or is gone).
+    #[error("summary {id:?} does not expand to its sources: {reason}")]
+    SummaryMismatch {
+        /// The summary.
+        id: String,
+        /// What differs.
+        reason: String,
+    },
     /// The configured tokenizer is unknown or failed to load.
     #[error("tokenizer {name:?}: {reason}")]
     Tokenizer {
@@ -296,6 +311,8 @@ impl MemoryError {
             MemoryError::BudgetTooSmall { .. } => "budget_too_small",
             MemoryError::InvariantsExceedBudget { .. } => "invariants_exceed_budget",
             MemoryError::AssemblySeam { .. } => "assembly_seam",
+            MemoryError::SummaryNotFound { .. } => "summary_not_found",
+            MemoryError::SummaryMismatch { .. } => "summary_mismatch",
             MemoryError::Tokenizer { .. } => "tokenizer",
             MemoryError::Corrupt { .. } => "corrupt",
             MemoryError::Store(_) => "storage",
@@ -319,7 +336,8 @@ impl MemoryError {
             | MemoryError::EntryNotFound { .. }
             | MemoryError::SubjectNotFound { .. }
             | MemoryError::TopicNotFound { .. }
-            | MemoryError::ProposalNotFound { .. } => ErrorKind::NotFound,
+            | MemoryError::ProposalNotFound { .. }
+            | MemoryError::SummaryNotFound { .. } => ErrorKind::NotFound,
             MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,
             MemoryError::SubjectExists { .. }
             | MemoryError::TopicExists { .. }
@@ -340,6 +358,7 @@ impl MemoryError {
             | MemoryError::BudgetTooSmall { .. }
             | MemoryError::InvariantsExceedBudget { .. } => ErrorKind::Invalid,
             MemoryError::AssemblySeam { .. }
+            | MemoryError::SummaryMismatch { .. }
             | MemoryError::Tokenizer { .. }
             | MemoryError::Corrupt { .. }
             | MemoryError::Store(_) => ErrorKind::Internal,

@@ -111,6 +111,20 @@ impl Workspace {
                     work_context_key(&session.work_context, id),
                 );
                 removed.sessions = 1;
+                // Summaries hold the session's text: they go with it.
+                for (key, value) in self.store.scan_prefix(Collection::Summaries, b"")? {
+                    let node: crate::compact::SummaryNode = decode("summary", &key, &value)?;
+                    if &node.session == id {
+                        batch.delete(Collection::Summaries, key);
+                    }
+                }
+                batch.delete(
+                    Collection::State,
+                    crate::store::StateKey::CompactionView {
+                        session: id.clone(),
+                    }
+                    .encode(),
+                );
                 for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
                     let entry: Entry = decode("entry", &key, &value)?;
                     if entry.provenance.as_ref().is_some_and(|p| &p.session == id) {

@@ -36,6 +36,7 @@
 
 pub mod assemble;
 pub mod clock;
+pub mod compact;
 pub mod config;
 pub mod error;
 pub mod extract;

@@ -126,6 +126,8 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             ItemSource::Entry { id, .. } | ItemSource::Missing { id } => {
                 (ObjectKind::Entry, id.clone())
             }
+            // A summary is made of the session's turns: judged as one.
+            ItemSource::Summary { id } => (ObjectKind::Turn, id.clone()),
         };
         let mut request = PolicyRequest::new(
             ContentReference {

@@ -215,6 +215,8 @@ pub struct CairnConfig {
     pub search: SearchConfig,
     /// The policy plugins and the decision log.
     pub policies: PolicyConfig,
+    /// Compaction: budget, tail, the `after_turn` trigger, the model summariser.
+    pub compaction: crate::compaction::CompactionConfig,
 }
 
 impl Default for CairnConfig {
@@ -230,6 +232,7 @@ impl Default for CairnConfig {
             embedding: EmbeddingConfig::default(),
             search: SearchConfig::default(),
             policies: PolicyConfig::default(),
+            compaction: crate::compaction::CompactionConfig::default(),
         }
     }
 }

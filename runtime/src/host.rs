@@ -162,6 +162,15 @@ impl Cairn {
         &self.actors
     }
 
+    /// The capture the `compact` hook runs first (see `compaction.rs`).
+    pub(crate) fn capture_before_compaction(
+        &self,
+        workspace: &str,
+        session: &str,
+    ) -> Result<CaptureReport> {
+        Ok(self.actors.before_compaction(workspace, session)?)
+    }
+
     /// Hook `ingest`: appends turns through the session's actor;
     /// acknowledged only once durable.
     ///
@@ -250,12 +259,6 @@ impl Cairn {
         &self.limiter
     }
 
-    /// Hook `compact`: the host is about to compact the session. Captures its
-    /// work context first (mandatory, even when nothing is dirty).
-    pub fn before_compaction(&self, workspace: &str, session: &str) -> Result<CaptureReport> {
-        Ok(self.actors.before_compaction(workspace, session)?)
-    }
-
     /// Manual capture: one work context, or every work context of the
     /// workspace when `work_context` is `None`.
     ///
@@ -305,8 +308,14 @@ impl Cairn {
     /// [`Cairn::ingest`], where the session's actor marks its work context
     /// dirty and the significance gate judges them; the capture triggers
     /// (idle, defocus, nightly) fire on the actors' ticks.
+    ///
+    /// With `compaction.window_tokens` set, it compacts the session once its
+    /// view passes `compaction.trigger_fraction` of that window.
     pub fn after_turn(&self, workspace: &str, session: &str) -> Result<Session> {
-        Ok(self.workspace(workspace)?.session(session)?)
+        let ws = self.workspace(workspace)?;
+        let state = ws.session(session)?;
+        self.compact_if_due(&ws, session)?;
+        Ok(state)
     }
 
     /// Hook `session_end`: marks the session ended (idempotent, durable).

@@ -35,6 +35,7 @@
 //! ```
 
 pub mod assembly;
+mod compaction;
 mod config;
 mod decision_log;
 mod error;
@@ -51,12 +52,16 @@ pub use cairn_memory::assemble::{
     ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
     RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
+pub use cairn_memory::compact::{
+    CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod, SummaryNode,
+};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
     MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec, SessionState,
     Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput,
 };
+pub use compaction::{CompactionConfig, CompactionHookReport, ModelConfig, OpenAiSummariser};
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
     WorkspaceToken, default_data_dir,

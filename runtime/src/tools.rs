@@ -299,6 +299,28 @@ pub(crate) fn lineage(sessions: &[Session], of: &str) -> HashSet<String> {
     }
 }
 
+impl Cairn {
+    /// Lineage check of `memory_get` for a session's derived data (summaries).
+    pub(crate) fn check_lineage_for(
+        &self,
+        ws: &Workspace,
+        asking: Option<&str>,
+        session: &str,
+    ) -> Result<()> {
+        self.check_lineage(ws, asking, false, session)
+    }
+
+    /// Redaction and the transcript cap of `memory_get`.
+    pub(crate) fn cap_transcript(
+        &self,
+        ws: &Workspace,
+        session: &str,
+        turns: Vec<Turn>,
+    ) -> Transcript {
+        cap_turns(ws, session, turns)
+    }
+}
+
 fn cap_turns(ws: &Workspace, session: &str, mut turns: Vec<Turn>) -> Transcript {
     let mut tokens = 0;
     let mut kept = Vec::new();

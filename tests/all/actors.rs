@@ -528,9 +528,9 @@ fn pre_compaction_is_mandatory_and_nightly_sweeps_dirty_contexts() -> Result<()>
     let dir = tempfile::tempdir()?;
     let (cairn, clock) = open(dir.path(), ActorConfig::default())?;
     cairn.ingest("w", &[turn("s", "wc", Role::User, "Hello.")])?;
-    let report = cairn.before_compaction("w", "s")?;
+    let report = cairn.before_compaction("w", "s")?.capture;
     ensure!(report.trigger.as_str() == "pre_compaction" && report.spans.len() == 1);
-    let again = cairn.before_compaction("w", "s")?;
+    let again = cairn.before_compaction("w", "s")?.capture;
     ensure!(again.spans.is_empty() && again.entries.is_empty());
 
     cairn.ingest(

@@ -5,6 +5,7 @@
 mod actors;
 mod assembly;
 mod cli;
+mod compaction;
 mod durability;
 mod http_api;
 mod loadgen;

@@ -28,6 +28,7 @@ use super::{
     PolicyNote, RetrievalMode, RetrievalReport, ScopeRelation, Section, TierReport, TraceItem,
     Warrant,
 };
+use crate::compact::SummaryNode;
 use crate::error::{MemoryError, Result};
 use crate::log::EntryView;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
@@ -117,6 +118,7 @@ fn section_key(section: Section) -> &'static str {
         Section::Resume => "sec:resume",
         Section::RecentActivity => "sec:recent_activity",
         Section::Retrieved => "sec:retrieved",
+        Section::Compacted => "sec:compacted",
         Section::Tail => "sec:tail",
     }
 }
@@ -158,6 +160,7 @@ impl<'a> Ctx<'a> {
                 "resume" => Section::Resume,
                 "recent_activity" => Section::RecentActivity,
                 "retrieved" => Section::Retrieved,
+                "compacted" => Section::Compacted,
                 _ => Section::Tail,
             };
             return self.count(&render::section_open(section, &self.resume_attrs))
@@ -440,6 +443,9 @@ struct Inputs<'r> {
     /// The pinned entries as they stand now (a pin follows its entry's
     /// corrections; a forgotten entry drops out), without repeats.
     pinned: Vec<EntryView>,
+    /// The summaries standing for the session's compacted turns, oldest
+    /// first (empty for a session never compacted).
+    summaries: Vec<SummaryNode>,
 }
 
 /// Checks the request and reads everything the steps need.
@@ -490,7 +496,18 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
     let now = ws.clock().now();
     let live = ws.live_entries()?;
     let subjects = ws.subjects()?;
-    let tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
+    let view = ws.compaction_view(&session.id)?;
+    let covered_to = view.as_ref().map_or(0, |v| v.covered_to);
+    let summaries = match &view {
+        Some(v) => v
+            .summary_ids()
+            .map(|id| ws.summary(id))
+            .collect::<Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+    // Compacted turns are in the view as summaries, not in the tail.
+    let mut tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
+    tail_turns.retain(|t| t.seq >= covered_to);
     let query: String = request.query.clone().unwrap_or_else(|| {
         tail_turns
             .iter()
@@ -526,6 +543,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         tail_turns,
         query,
         pinned,
+        summaries,
     })
 }
 
@@ -621,6 +639,7 @@ pub(super) fn assemble(
     let mut tier_reports = Vec::new();
     let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
     let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
+    compacted(&mut cx, &inputs)?;
     let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
     let t1_tokens = tier1(&mut cx, &inputs, &resume, tiers_left, &mut tier_reports)?;
     let resume_wc = resume.as_ref().ok().map(|r| r.work_context.as_str());
@@ -820,6 +839,63 @@ fn extend_tail(
             seq: t.seq,
         })
         .collect())
+}
+
+/// Step 4b, the compacted history: for a compacted session, the summaries
+/// standing for the turns before the tail, newest first while they fit;
+/// the trace names each one and how to expand it.
+fn compacted(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
+    let wc = &inputs.session.work_context;
+    let mut closed = false;
+    for node in inputs.summaries.iter().rev() {
+        let support = node.expand_hint();
+        let raw = Raw {
+            source: ItemSource::Summary {
+                id: node.id.clone(),
+            },
+            section: Section::Compacted,
+            text: &node.text,
+            role: "summary".to_owned(),
+            warrant: Warrant::Recorded,
+            support: support.clone(),
+            at: Some(node.latest),
+            work_context: Some(wc.clone()),
+            session: Some(node.session.clone()),
+            low_trust: false,
+            prefix: String::new(),
+            score: None,
+        };
+        if closed {
+            let trace = cx.push_trace(&raw, "compacted.closed", String::new());
+            cx.mark_out(
+                trace,
+                "compacted.closed",
+                format!("an earlier summary did not fit; {support} returns its turns"),
+            );
+            continue;
+        }
+        let free = cx.remaining();
+        if let Offer::TooBig { trace, .. } = cx.offer(
+            raw,
+            free,
+            "compacted.summary",
+            &format!(
+                "summary of turns {}-{} of this session; {support} returns them",
+                node.from_seq, node.to_seq
+            ),
+        )? {
+            closed = true;
+            cx.mark_out(
+                trace,
+                "compacted.closed",
+                format!(
+                    "the budget has {} tokens left; {support} returns its turns",
+                    cx.remaining()
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Step 5, tier 1, the resume card, within what the tiers have left. Returns the
@@ -1265,6 +1341,8 @@ fn finish(
     for (section, pieces) in cx.sections.0.iter_mut() {
         match section {
             Section::Tail => pieces.sort_by(|a, b| a.item.source.cmp(&b.item.source)),
+            // Offered newest first; read oldest first.
+            Section::Compacted => pieces.reverse(),
             Section::Resume => pieces.sort_by_key(|p| resume_rank(&p.line)),
             _ => {}
         }
@@ -1305,28 +1383,33 @@ fn finish(
         // BPE merges across lines made the sum of parts an underestimate:
         // trim in reverse precedence (projection, tier 2, tier 1, the tail
         // extension), never the invariants.
-        let victim = [Section::Retrieved, Section::RecentActivity, Section::Resume]
-            .into_iter()
-            .find_map(|s| {
-                cx.sections
-                    .0
-                    .iter()
-                    .position(|(sec, ps)| *sec == s && !ps.is_empty())
-                    .map(|at| (at, cx.sections.0[at].1.len() - 1))
-            })
-            .or_else(|| {
-                cx.sections
-                    .0
-                    .iter()
-                    .position(|(sec, ps)| *sec == Section::Tail && ps.len() > 1)
-                    .and_then(|at| {
-                        let t = cx.sections.0[at]
-                            .1
-                            .iter()
-                            .position(|p| cx.trace[p.trace].rule == "tail.extend")?;
-                        Some((at, t))
-                    })
-            });
+        let victim = [
+            Section::Retrieved,
+            Section::RecentActivity,
+            Section::Resume,
+            Section::Compacted,
+        ]
+        .into_iter()
+        .find_map(|s| {
+            cx.sections
+                .0
+                .iter()
+                .position(|(sec, ps)| *sec == s && !ps.is_empty())
+                .map(|at| (at, cx.sections.0[at].1.len() - 1))
+        })
+        .or_else(|| {
+            cx.sections
+                .0
+                .iter()
+                .position(|(sec, ps)| *sec == Section::Tail && ps.len() > 1)
+                .and_then(|at| {
+                    let t = cx.sections.0[at]
+                        .1
+                        .iter()
+                        .position(|p| cx.trace[p.trace].rule == "tail.extend")?;
+                    Some((at, t))
+                })
+        });
         match victim {
             Some((at, idx)) => {
                 let piece = cx.sections.0[at].1.remove(idx);

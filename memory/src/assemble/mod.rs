@@ -354,6 +354,12 @@ pub enum ItemSource {
         /// Entry id.
         id: String,
     },
+    /// A compaction summary of older turns of the session (expand it with
+    /// `memory_expand`).
+    Summary {
+        /// Summary id.
+        id: String,
+    },
 }
 
 impl std::fmt::Display for ItemSource {
@@ -363,6 +369,7 @@ impl std::fmt::Display for ItemSource {
             ItemSource::Turn { session, seq } => write!(f, "turn {session}:{seq}"),
             ItemSource::Entry { id, kind } => write!(f, "{kind} {id}"),
             ItemSource::Missing { id } => write!(f, "entry {id}"),
+            ItemSource::Summary { id } => write!(f, "summary {id}"),
         }
     }
 }
@@ -384,6 +391,8 @@ pub enum Section {
     RecentActivity,
     /// Retrieved over the rest of memory.
     Retrieved,
+    /// Summaries of the session's compacted history.
+    Compacted,
     /// The raw recent tail of the session.
     Tail,
 }
@@ -408,6 +417,7 @@ impl Section {
             Section::Resume => "resume",
             Section::RecentActivity => "recent_activity",
             Section::Retrieved => "retrieved",
+            Section::Compacted => "compacted",
             Section::Tail => "tail",
         }
     }

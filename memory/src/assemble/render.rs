@@ -19,7 +19,7 @@ pub(super) const CLOSE: &str = "</cairn-memory>\n";
 
 /// The rule lines, in the order they are printed; each is printed only when
 /// an item it speaks about is in the block.
-pub(super) const RULES: [(&str, &str); 9] = [
+pub(super) const RULES: [(&str, &str); 10] = [
     (
         "standing",
         "- directive / pinned: standing instructions and settled points; follow them.\n",
@@ -39,6 +39,10 @@ pub(super) const RULES: [(&str, &str); 9] = [
     (
         "retrieved",
         "- retrieved items are search results for this turn: relevant, not authoritative.\n",
+    ),
+    (
+        "compacted",
+        "- Earlier-session summaries stand for older turns of this session; `memory_expand <id>` returns the exact turns.\n",
     ),
     (
         "tail",
@@ -70,6 +74,7 @@ pub(super) fn rule_keys(
         Section::LivingMemory => keys.push("living"),
         Section::Resume | Section::RecentActivity => keys.push("orientation"),
         Section::Retrieved => keys.push("retrieved"),
+        Section::Compacted => keys.push("compacted"),
         Section::Tail => keys.push("tail"),
     }
     match warrant {
@@ -96,6 +101,7 @@ pub(super) fn section_open(section: Section, resume_attrs: &str) -> String {
             "<card tier=\"2\" tag=\"recent_activity\" note=\"other work, last days\">\n".to_owned()
         }
         Section::Retrieved => "## Retrieved for this turn\n".to_owned(),
+        Section::Compacted => "## Earlier in this session (summaries)\n".to_owned(),
         Section::Tail => "## Recent turns (verbatim)\n".to_owned(),
     }
 }

@@ -74,6 +74,8 @@ pub enum Collection {
     /// Topics: definitions, memberships, proposals and the gate log, keyed
     /// by [`TopicKey`].
     Topics,
+    /// Compaction summary nodes (the summary DAG), keyed by summary id.
+    Summaries,
 }
 
 impl Collection {
@@ -91,6 +93,7 @@ impl Collection {
             Collection::Tombstones => b'X',
             Collection::State => b'Z',
             Collection::Topics => b'O',
+            Collection::Summaries => b'C',
         }
     }
 }

@@ -42,6 +42,12 @@ pub enum StateKey {
         /// The entry id.
         entry: String,
     },
+    /// A session's compaction view (which summaries and raw ranges stand
+    /// for its compacted history), kept by compaction.
+    CompactionView {
+        /// The session.
+        session: String,
+    },
 }
 
 /// A kind of [`StateKey`]: what a prefix scan walks.
@@ -57,15 +63,18 @@ pub enum StateFamily {
     EntryVector,
     /// [`StateKey::Pin`].
     Pin,
+    /// [`StateKey::CompactionView`].
+    CompactionView,
 }
 
 impl StateFamily {
-    const ALL: [StateFamily; 5] = [
+    const ALL: [StateFamily; 6] = [
         StateFamily::CaptureMark,
         StateFamily::Extraction,
         StateFamily::TurnVector,
         StateFamily::EntryVector,
         StateFamily::Pin,
+        StateFamily::CompactionView,
     ];
 
     /// The bytes every key of this family starts with (no family's prefix
@@ -77,6 +86,7 @@ impl StateFamily {
             StateFamily::TurnVector => b"search/v/",
             StateFamily::EntryVector => b"search/e/",
             StateFamily::Pin => b"assemble/pin/",
+            StateFamily::CompactionView => b"compact/view/",
         }
     }
 }
@@ -90,6 +100,7 @@ impl StateKey {
             StateKey::TurnVector { .. } => StateFamily::TurnVector,
             StateKey::EntryVector { .. } => StateFamily::EntryVector,
             StateKey::Pin { .. } => StateFamily::Pin,
+            StateKey::CompactionView { .. } => StateFamily::CompactionView,
         }
     }
 
@@ -108,7 +119,8 @@ impl StateKey {
             StateKey::CaptureMark { work_context: id }
             | StateKey::Extraction { session: id }
             | StateKey::EntryVector { entry: id }
-            | StateKey::Pin { entry: id } => out.extend_from_slice(id.as_bytes()),
+            | StateKey::Pin { entry: id }
+            | StateKey::CompactionView { session: id } => out.extend_from_slice(id.as_bytes()),
             StateKey::TurnVector { session, seq } => {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
             }
@@ -127,6 +139,7 @@ impl StateKey {
             StateFamily::Extraction => StateKey::Extraction { session: rest },
             StateFamily::EntryVector => StateKey::EntryVector { entry: rest },
             StateFamily::Pin => StateKey::Pin { entry: rest },
+            StateFamily::CompactionView => StateKey::CompactionView { session: rest },
             StateFamily::TurnVector => {
                 let (session, seq) = rest.rsplit_once('/')?;
                 StateKey::TurnVector {
@@ -194,6 +207,11 @@ mod tests {
         };
         assert_eq!(pin.encode(), b"assemble/pin/01JABCDEF");
         assert_eq!(StateKey::decode(b"assemble/pin/01JABCDEF"), Some(pin));
+        let view = StateKey::CompactionView {
+            session: "s-1".into(),
+        };
+        assert_eq!(view.encode(), b"compact/view/s-1");
+        assert_eq!(StateKey::decode(b"compact/view/s-1"), Some(view));
     }
 
     #[test]

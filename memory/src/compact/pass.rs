@@ -1,0 +1,612 @@
+//! The compaction pass and expansion, as `impl Workspace` blocks: tail
+//! selection, bundle-safe clusters, the summariser ladder, level-up merges,
+//! the one atomic write; reads of the view and the DAG.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::summarise::{self, SourceItem, Summariser, SummaryRequest};
+use super::{
+    CompactOptions, CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod,
+    SummaryNode,
+};
+use crate::error::{MemoryError, Result};
+use crate::ids::validate_id;
+use crate::memory::{Workspace, decode, encode};
+use crate::record::{Role, Session, Turn, content_hash};
+use crate::store::{Collection, StateKey, WriteBatch};
+use crate::tokens::TokenCounter;
+
+/// blake3 over `seq:content_hash` lines of the turns, hex.
+pub(crate) fn source_hash<'t>(turns: impl IntoIterator<Item = &'t Turn>) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for t in turns {
+        hasher.update(format!("{}:{}\n", t.seq, t.content_hash).as_bytes());
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
+/// `allowed[p]` is true when a boundary before position `p` splits no
+/// bundle (a tool call and any of its results).
+pub(crate) fn boundaries(turns: &[Turn]) -> Vec<bool> {
+    let n = turns.len();
+    let mut depth = vec![0i64; n + 2];
+    let mut calls: HashMap<&str, usize> = HashMap::new();
+    for (j, t) in turns.iter().enumerate() {
+        let Some(id) = t.tool_call_id.as_deref() else {
+            continue;
+        };
+        if t.role == Role::Tool {
+            if let Some(&c) = calls.get(id) {
+                // Forbid boundaries at c+1..=j.
+                depth[c + 1] += 1;
+                depth[j + 1] -= 1;
+            }
+        } else {
+            calls.insert(id, j);
+        }
+    }
+    let mut allowed = Vec::with_capacity(n + 1);
+    let mut open = 0i64;
+    for d in depth.iter().take(n + 1) {
+        open += d;
+        allowed.push(open == 0);
+    }
+    allowed
+}
+
+/// The kept tail's first index in `turns` (seed 002 §3): the last `m`
+/// turns, extended backward within the tail target, moved backward off any
+/// bundle.
+pub(crate) fn tail_start(
+    tokens: &[usize],
+    allowed: &[bool],
+    min_tail: usize,
+    tail_target: usize,
+) -> usize {
+    let n = tokens.len();
+    let mut start = n.saturating_sub(min_tail);
+    let mut sum: usize = tokens[start..].iter().sum();
+    while start > 0 && sum + tokens[start - 1] <= tail_target {
+        start -= 1;
+        sum += tokens[start];
+    }
+    while start > 0 && !allowed[start] {
+        start -= 1;
+    }
+    start
+}
+
+/// One item of the view while a pass works on it.
+#[derive(Debug, Clone)]
+struct Item {
+    cover: Cover,
+    level: u32,
+    tokens: usize,
+    from: u64,
+    to: u64,
+}
+
+struct Pass<'a> {
+    ws: &'a Workspace,
+    session: &'a Session,
+    turns: &'a [Turn],
+    turn_tokens: &'a [usize],
+    counter: &'a TokenCounter,
+    options: &'a CompactOptions,
+    summariser: &'a dyn Summariser,
+    nodes: HashMap<String, SummaryNode>,
+    created: Vec<String>,
+    declined: usize,
+}
+
+impl Pass<'_> {
+    fn range_tokens(&self, from: u64, to: u64) -> usize {
+        self.turn_tokens[from as usize..=to as usize].iter().sum()
+    }
+
+    fn item_of(&self, cover: &Cover) -> Result<Item> {
+        match cover {
+            Cover::Turns { from, to } => {
+                if *to as usize >= self.turns.len() || from > to {
+                    return Err(MemoryError::Corrupt {
+                        what: "compaction view",
+                        key: self.session.id.clone(),
+                        reason: format!("range {from}-{to} is outside the transcript"),
+                    });
+                }
+                Ok(Item {
+                    cover: cover.clone(),
+                    level: 0,
+                    tokens: self.range_tokens(*from, *to),
+                    from: *from,
+                    to: *to,
+                })
+            }
+            Cover::Summary { id } => {
+                let node = self.node(id)?;
+                Ok(Item {
+                    cover: cover.clone(),
+                    level: node.level,
+                    tokens: node.tokens_after,
+                    from: node.from_seq,
+                    to: node.to_seq,
+                })
+            }
+        }
+    }
+
+    fn node(&self, id: &str) -> Result<&SummaryNode> {
+        self.nodes
+            .get(id)
+            .ok_or_else(|| MemoryError::SummaryNotFound { id: id.to_owned() })
+    }
+
+    fn sources(&self, items: &[Item]) -> Result<Vec<SourceItem>> {
+        let mut out = Vec::new();
+        for item in items {
+            match &item.cover {
+                Cover::Turns { from, to } => out.extend(summarise::turn_items(
+                    &self.turns[*from as usize..=*to as usize],
+                )),
+                Cover::Summary { id } => out.push(SourceItem {
+                    from: item.from,
+                    to: item.to,
+                    role: None,
+                    tool_call_id: None,
+                    text: self.node(id)?.text.clone(),
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The ladder (seed 002 §6): the configured model (normal, aggressive),
+    /// the extractive summary (normal, tight), the bounded fallback. The first
+    /// sanitised answer strictly smaller than the sources wins.
+    fn summarise(
+        &self,
+        sources: &[SourceItem],
+        prior: Option<&str>,
+        before: usize,
+    ) -> Option<(String, SummaryMethod, usize)> {
+        let max = self
+            .options
+            .summary_max_tokens
+            .min(before.saturating_sub(1));
+        if max == 0 {
+            return None;
+        }
+        let request = |aggressive| SummaryRequest {
+            items: sources,
+            prior,
+            max_tokens: if aggressive { (max / 2).max(1) } else { max },
+            aggressive,
+        };
+        let accept = |text: String| -> Option<(String, usize)> {
+            let text = summarise::sanitise(&text);
+            let tokens = self.counter.count(&text);
+            (!text.trim().is_empty() && tokens < before && tokens <= max).then_some((text, tokens))
+        };
+        if self.summariser.is_model() {
+            for (aggressive, method) in [
+                (false, SummaryMethod::Model),
+                (true, SummaryMethod::ModelAggressive),
+            ] {
+                match self.summariser.summarise(&request(aggressive)) {
+                    Ok(text) => {
+                        if let Some((text, tokens)) = accept(text) {
+                            return Some((text, method, tokens));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "summariser failed; falling back");
+                        break;
+                    }
+                }
+            }
+        }
+        for (aggressive, method) in [
+            (false, SummaryMethod::Extractive),
+            (true, SummaryMethod::ExtractiveTight),
+        ] {
+            let text = summarise::extractive_with(&request(aggressive), self.counter);
+            if let Some((text, tokens)) = accept(text) {
+                return Some((text, method, tokens));
+            }
+        }
+        let text = summarise::fallback(sources, max, self.counter);
+        accept(text).map(|(text, tokens)| (text, SummaryMethod::Fallback, tokens))
+    }
+
+    /// Summarises `items` (consecutive) into one node, or `None` when no
+    /// answer is smaller (declined).
+    fn make_node(&mut self, items: &[Item], prior: Option<&str>) -> Result<Option<Item>> {
+        let (Some(first), Some(last)) = (items.first(), items.last()) else {
+            return Ok(None);
+        };
+        let before: usize = items.iter().map(|i| i.tokens).sum();
+        let sources = self.sources(items)?;
+        let prior = prior.map(|p| self.counter.truncate(p, self.options.prior_max_tokens));
+        let Some((text, method, tokens)) = self.summarise(&sources, prior, before) else {
+            self.declined += 1;
+            return Ok(None);
+        };
+        let (from, to) = (first.from, last.to);
+        let leaves = &self.turns[from as usize..=to as usize];
+        let hash = source_hash(leaves);
+        let covers: Vec<Cover> = items.iter().map(|i| i.cover.clone()).collect();
+        let level = if items.iter().all(|i| matches!(i.cover, Cover::Turns { .. })) {
+            0
+        } else {
+            items.iter().map(|i| i.level).max().unwrap_or(0) + 1
+        };
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(self.session.id.as_bytes());
+        hasher.update(format!("\0{level}\0{from}\0{to}\0{hash}").as_bytes());
+        for c in &covers {
+            if let Cover::Summary { id } = c {
+                hasher.update(b"\0");
+                hasher.update(id.as_bytes());
+            }
+        }
+        let id = format!("sum-{}", &hasher.finalize().to_hex().as_str()[..26]);
+        let node = SummaryNode {
+            id: id.clone(),
+            session: self.session.id.clone(),
+            work_context: self.session.work_context.clone(),
+            level,
+            from_seq: from,
+            to_seq: to,
+            covers,
+            text,
+            method,
+            tokens_before: before,
+            tokens_after: tokens,
+            source_hash: hash,
+            earliest: leaves.first().map_or(self.ws.now(), |t| t.timestamp),
+            latest: leaves.last().map_or(self.ws.now(), |t| t.timestamp),
+            created_at: self.ws.now(),
+        };
+        self.nodes.insert(id.clone(), node);
+        self.created.push(id.clone());
+        Ok(Some(Item {
+            cover: Cover::Summary { id },
+            level,
+            tokens,
+            from,
+            to,
+        }))
+    }
+
+    fn prior_text(&self, items: &[Item]) -> Option<String> {
+        items.iter().rev().find_map(|i| match &i.cover {
+            Cover::Summary { id } => self.nodes.get(id).map(|n| n.text.clone()),
+            Cover::Turns { .. } => None,
+        })
+    }
+
+    /// Level 0: clusters of the raw turns `from..to` (indices), bundle-safe.
+    fn clusters(&mut self, items: &mut Vec<Item>, from: usize, to: usize) -> Result<()> {
+        let allowed = boundaries(self.turns);
+        let mut p = from;
+        while p < to {
+            let mut end = p;
+            let mut tokens = 0;
+            while end < to
+                && end - p < self.options.cluster_turns
+                && (end == p || tokens + self.turn_tokens[end] <= self.options.cluster_tokens)
+            {
+                tokens += self.turn_tokens[end];
+                end += 1;
+            }
+            while end < to && !allowed[end] {
+                end += 1;
+            }
+            let raw = Item {
+                cover: Cover::Turns {
+                    from: p as u64,
+                    to: (end - 1) as u64,
+                },
+                level: 0,
+                tokens: self.range_tokens(p as u64, (end - 1) as u64),
+                from: p as u64,
+                to: (end - 1) as u64,
+            };
+            let prior = self.prior_text(items);
+            match self.make_node(std::slice::from_ref(&raw), prior.as_deref())? {
+                Some(node) => items.push(node),
+                None => push_raw(items, raw),
+            }
+            p = end;
+        }
+        Ok(())
+    }
+
+    /// Higher levels: while over the budget, the oldest run of same-level
+    /// items (lowest level first) becomes one node.
+    fn level_up(&mut self, items: &mut Vec<Item>, tail_tokens: usize) -> Result<()> {
+        loop {
+            let total: usize = items.iter().map(|i| i.tokens).sum::<usize>() + tail_tokens;
+            if total <= self.options.budget_tokens {
+                return Ok(());
+            }
+            let Some((start, end)) = pick_run(items, self.options.fanout) else {
+                return Ok(());
+            };
+            let prior = self.prior_text(&items[..start]);
+            match self.make_node(&items[start..end], prior.as_deref())? {
+                Some(node) => {
+                    items.splice(start..end, [node]);
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+fn push_raw(items: &mut Vec<Item>, raw: Item) {
+    if let Some(Item {
+        cover: Cover::Turns { to, .. },
+        tokens,
+        to: last,
+        ..
+    }) = items.last_mut()
+        && *to + 1 == raw.from
+    {
+        *to = raw.to;
+        *last = raw.to;
+        *tokens += raw.tokens;
+        return;
+    }
+    items.push(raw);
+}
+
+/// The oldest run (2..=fanout items) of one level, at the lowest level
+/// that has one.
+fn pick_run(items: &[Item], fanout: usize) -> Option<(usize, usize)> {
+    let levels: BTreeSet<u32> = items.iter().map(|i| i.level).collect();
+    for level in levels {
+        let mut i = 0;
+        while i < items.len() {
+            if items[i].level != level {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < items.len() && items[j].level == level && j - i < fanout {
+                j += 1;
+            }
+            if j - i >= 2 {
+                return Some((i, j));
+            }
+            i = j.max(i + 1);
+        }
+    }
+    None
+}
+
+// Compaction on a workspace: the pass, the view, the DAG, expansion.
+impl Workspace {
+    /// Compacts a session's older history into summaries (see the
+    /// [module docs](crate::compact)); durable when it returns. A pass that
+    /// finds nothing to compact returns a report with `changed: false`.
+    pub fn compact(
+        &self,
+        session: &str,
+        options: &CompactOptions,
+        summariser: &dyn Summariser,
+    ) -> Result<CompactReport> {
+        validate_id("session id", session)?;
+        options.validate()?;
+        let stripe = self
+            .shared
+            .stripe(&self.id, &format!("\0compact/{session}"));
+        let guard = self.shared.lock_stripes(BTreeSet::from([stripe]));
+        let meta = self.session(session)?;
+        let old = self.compaction_view(session)?.unwrap_or(CompactionView {
+            session: session.to_owned(),
+            ..CompactionView::default()
+        });
+        let turns = self.transcript(session, 0, None)?;
+        if let Some((i, t)) = turns.iter().enumerate().find(|(i, t)| t.seq != *i as u64) {
+            return Err(MemoryError::Corrupt {
+                what: "transcript",
+                key: session.to_owned(),
+                reason: format!("turn at position {i} has seq {}", t.seq),
+            });
+        }
+        let counter = self.tokens();
+        let turn_tokens: Vec<usize> = turns.iter().map(|t| counter.count(&t.content)).collect();
+        let mut pass = Pass {
+            ws: self,
+            session: &meta,
+            turns: &turns,
+            turn_tokens: &turn_tokens,
+            counter,
+            options,
+            summariser,
+            nodes: HashMap::new(),
+            created: Vec::new(),
+            declined: 0,
+        };
+        for id in old.summary_ids() {
+            let node = self.summary(id)?;
+            pass.nodes.insert(id.to_owned(), node);
+        }
+        let mut items = old
+            .items
+            .iter()
+            .map(|c| pass.item_of(c))
+            .collect::<Result<Vec<Item>>>()?;
+        let covered = old.covered_to as usize;
+        if covered > turns.len() {
+            return Err(MemoryError::Corrupt {
+                what: "compaction view",
+                key: session.to_owned(),
+                reason: format!("covers {covered} turns of {}", turns.len()),
+            });
+        }
+        let raw_tokens: usize = turn_tokens[covered..].iter().sum();
+        let tokens_before = items.iter().map(|i| i.tokens).sum::<usize>() + raw_tokens;
+        let rest = &turns[covered..];
+        let tail = covered
+            + tail_start(
+                &turn_tokens[covered..],
+                &boundaries(rest),
+                options.min_tail_turns,
+                options.tail_target(),
+            );
+        pass.clusters(&mut items, covered, tail)?;
+        let tail_tokens: usize = turn_tokens[tail..].iter().sum();
+        pass.level_up(&mut items, tail_tokens)?;
+        let tokens_after = items.iter().map(|i| i.tokens).sum::<usize>() + tail_tokens;
+        let view = CompactionView {
+            session: session.to_owned(),
+            items: items.iter().map(|i| i.cover.clone()).collect(),
+            covered_to: tail as u64,
+            passes: old.passes + u64::from(!pass.created.is_empty()),
+        };
+        let changed = !pass.created.is_empty();
+        if changed {
+            let mut batch = WriteBatch::default();
+            for id in &pass.created {
+                let node = pass.node(id)?;
+                batch.put(Collection::Summaries, id.as_bytes().to_vec(), encode(node)?);
+            }
+            let key = StateKey::CompactionView {
+                session: session.to_owned(),
+            };
+            batch.put(Collection::State, key.encode(), encode(&view)?);
+            self.apply(batch)?;
+        }
+        drop(guard);
+        if changed {
+            self.shared.store.sync()?;
+        }
+        Ok(CompactReport {
+            session: session.to_owned(),
+            changed,
+            created: pass.created,
+            declined: pass.declined,
+            tokens_before,
+            tokens_after: if changed { tokens_after } else { tokens_before },
+            budget_tokens: options.budget_tokens,
+            tail_from: if changed { tail as u64 } else { old.covered_to },
+            view: if changed { view } else { old },
+        })
+    }
+
+    /// The session's compaction view; `None` before its first pass.
+    pub fn compaction_view(&self, session: &str) -> Result<Option<CompactionView>> {
+        validate_id("session id", session)?;
+        let key = StateKey::CompactionView {
+            session: session.to_owned(),
+        };
+        match self.store.get(Collection::State, &key.encode())? {
+            Some(raw) => Ok(Some(decode("compaction view", &key.encode(), &raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// One summary node.
+    pub fn summary(&self, id: &str) -> Result<SummaryNode> {
+        validate_id("summary id", id)?;
+        match self.store.get(Collection::Summaries, id.as_bytes())? {
+            Some(raw) => decode("summary", id.as_bytes(), &raw),
+            None => Err(MemoryError::SummaryNotFound { id: id.to_owned() }),
+        }
+    }
+
+    /// The summaries standing in a session's view, oldest first.
+    pub fn view_summaries(&self, session: &str) -> Result<Vec<SummaryNode>> {
+        let Some(view) = self.compaction_view(session)? else {
+            return Ok(Vec::new());
+        };
+        view.summary_ids().map(|id| self.summary(id)).collect()
+    }
+
+    /// One level of a summary: its raw turns and lower summaries, in order.
+    pub fn expand(&self, id: &str) -> Result<Expansion> {
+        let node = self.summary(id)?;
+        let mut children = Vec::with_capacity(node.covers.len());
+        for cover in &node.covers {
+            children.push(match cover {
+                Cover::Turns { from, to } => Expanded::Turns {
+                    turns: self.source_turns(&node, *from, *to)?,
+                },
+                Cover::Summary { id } => Expanded::Summary {
+                    node: self.summary(id)?,
+                },
+            });
+        }
+        Ok(Expansion { node, children })
+    }
+
+    /// The exact turns a summary stands for, following the DAG down through
+    /// summaries of summaries; checked against the node's source hash
+    /// (byte-identical or [`MemoryError::SummaryMismatch`]).
+    pub fn expand_all(&self, id: &str) -> Result<Vec<Turn>> {
+        let node = self.summary(id)?;
+        let mut turns = Vec::new();
+        self.collect_leaves(&node, &mut turns, 0)?;
+        let mismatch = |reason: String| MemoryError::SummaryMismatch {
+            id: id.to_owned(),
+            reason,
+        };
+        let expected = node.to_seq - node.from_seq + 1;
+        if turns.len() as u64 != expected
+            || turns
+                .iter()
+                .enumerate()
+                .any(|(i, t)| t.seq != node.from_seq + i as u64)
+        {
+            return Err(mismatch(format!(
+                "expected turns {}-{}, found {} turn(s)",
+                node.from_seq,
+                node.to_seq,
+                turns.len()
+            )));
+        }
+        if let Some(t) = turns
+            .iter()
+            .find(|t| content_hash(&t.content) != t.content_hash)
+        {
+            return Err(mismatch(format!("turn {} does not match its hash", t.seq)));
+        }
+        if source_hash(&turns) != node.source_hash {
+            return Err(mismatch("the source hash differs".to_owned()));
+        }
+        Ok(turns)
+    }
+
+    fn collect_leaves(&self, node: &SummaryNode, out: &mut Vec<Turn>, depth: usize) -> Result<()> {
+        if depth > 64 {
+            return Err(MemoryError::SummaryMismatch {
+                id: node.id.clone(),
+                reason: "the DAG is deeper than 64 levels (a cycle?)".to_owned(),
+            });
+        }
+        for cover in &node.covers {
+            match cover {
+                Cover::Turns { from, to } => out.extend(self.source_turns(node, *from, *to)?),
+                Cover::Summary { id } => {
+                    let child = self.summary(id)?;
+                    self.collect_leaves(&child, out, depth + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn source_turns(&self, node: &SummaryNode, from: u64, to: u64) -> Result<Vec<Turn>> {
+        let len = usize::try_from(to.saturating_sub(from) + 1).unwrap_or(usize::MAX);
+        let turns = self.transcript(&node.session, from, Some(len))?;
+        if turns.len() != len {
+            return Err(MemoryError::SummaryMismatch {
+                id: node.id.clone(),
+                reason: format!("turns {from}-{to} are not all in the record"),
+            });
+        }
+        Ok(turns)
+    }
+}
