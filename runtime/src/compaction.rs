@@ -60,7 +60,7 @@ impl Default for CompactionConfig {
 
 /// An OpenAI-compatible chat-completions endpoint, `[compaction.model]`.
 /// Off by default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     /// Ask the model first.
@@ -73,6 +73,19 @@ pub struct ModelConfig {
     pub api_key: Option<String>,
     /// Connect, write and read timeout, in milliseconds.
     pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for ModelConfig {
+    /// The key is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelConfig")
+            .field("enabled", &self.enabled)
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
 }
 
 impl Default for ModelConfig {
