@@ -54,6 +54,15 @@ pub enum ActorError {
     /// A blocking storage task failed to run (its thread panicked).
     #[error("storage task failed: {0}")]
     Task(String),
+    /// The topic gate behind a watcher failed on a turn (the turn is
+    /// stored; the decision was not written).
+    #[error("topic gate of {topic} failed: {reason}")]
+    TopicGate {
+        /// The topic.
+        topic: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl ActorError {
@@ -66,6 +75,7 @@ impl ActorError {
             ActorError::Timeout { .. } => "actor_timeout",
             ActorError::Unavailable(_) => "unavailable",
             ActorError::Task(_) => "task_failed",
+            ActorError::TopicGate { .. } => "topic_gate_failed",
         }
     }
 
@@ -84,7 +94,7 @@ impl ActorError {
             | ActorError::Timeout { .. }
             | ActorError::Unavailable(_) => ErrorKind::Unavailable,
             // A storage task that died: a bug or a broken store.
-            ActorError::Task(_) => ErrorKind::Internal,
+            ActorError::Task(_) | ActorError::TopicGate { .. } => ErrorKind::Internal,
         }
     }
 

@@ -33,6 +33,14 @@ pub enum Fault {
         /// Work context.
         work_context: String,
     },
+    /// The topic watcher panics while it judges a turn (once; the retry
+    /// after the restart goes through).
+    PanicTopicWatcher {
+        /// Workspace.
+        workspace: String,
+        /// Topic name.
+        topic: String,
+    },
     /// A session-level extraction fails with an error.
     FailExtraction {
         /// Workspace.

@@ -12,6 +12,8 @@
 //!   (docs/DESIGN.md, *Dirty*; judged by a [`CaptureGate`]) and runs captures
 //!   when a [`Trigger`] fires: idle, debounced defocus, pre-compaction,
 //!   nightly, manual, and the session hooks.
+//! - A `TopicWatcherActor` per live topic judges, off the caller's thread,
+//!   the turns tier 1 of the [`TopicJudge`] named it a candidate for.
 //! - A capture ([`CaptureReport`]) turns new turns into log entries with
 //!   provenance, exactly once per turn (a durable high-water mark per work
 //!   context and deterministic entry ids).
@@ -49,6 +51,7 @@ mod fault;
 mod gate;
 mod runtime;
 mod session;
+mod topic;
 
 pub use capture::{
     CaptureReport, CaptureSummary, CapturedEntry, EXTRACTION_ATTEMPTS, ExtractionOutcome, Trigger,
@@ -59,6 +62,7 @@ pub use error::{ActorError, Result};
 pub use fault::Fault;
 pub use gate::{CaptureGate, GateInput, HeuristicGate, Significance};
 pub use runtime::{ActorRuntime, RuntimeStats, SessionExtraction};
+pub use topic::{NoTopics, TopicJudge, TopicTurn};
 
 #[allow(dead_code)]
 fn _assert_send_sync() {

@@ -53,7 +53,8 @@ use crate::context::{
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
 use crate::gate::{CaptureGate, HeuristicGate};
-use crate::session::{HopBurst, Ingest, SessionActor};
+use crate::session::{HopBurst, Ingest, SessionActor, SettleSession};
+use crate::topic::{NoTopics, SettleTopic, TopicJudge, TopicWatcherActor};
 
 /// Where an actor sends its answer.
 pub(crate) type Reply<T> = SyncSender<Result<T>>;
@@ -104,6 +105,8 @@ pub struct RuntimeStats {
     pub sessions: usize,
     /// Live work-context actors.
     pub contexts: usize,
+    /// Live topic watchers.
+    pub watchers: usize,
     /// Actor restarts after a failure since start.
     pub restarts: u64,
     /// Actors passivated since start.
@@ -126,12 +129,14 @@ pub(crate) struct Inner {
     pub(crate) memory: Memory,
     pub(crate) config: ActorConfig,
     pub(crate) gate: Arc<dyn CaptureGate>,
+    pub(crate) topics: Arc<dyn TopicJudge>,
     pub(crate) locks: CaptureLocks,
     pub(crate) faults: Faults,
     pub(crate) stats: Counters,
     arbiters: Vec<ArbiterHandle>,
     sessions: Mutex<HashMap<Key, Slot<SessionActor>>>,
     contexts: Mutex<HashMap<Key, Slot<WorkContextActor>>>,
+    watchers: Mutex<HashMap<Key, Slot<TopicWatcherActor>>>,
     focus: Mutex<HashMap<String, Focus>>,
     last_tick: Mutex<Option<DateTime<Utc>>>,
     tick_lock: Mutex<()>,
@@ -181,6 +186,46 @@ impl Inner {
             },
         ));
         contexts.insert(
+            key,
+            Slot {
+                addr: addr.clone(),
+                last_used: now,
+            },
+        );
+        addr
+    }
+
+    /// The topic's watcher, started on first use.
+    pub(crate) fn watcher_addr(
+        self: &Arc<Self>,
+        ws: &Workspace,
+        topic: &str,
+    ) -> Arc<Addr<TopicWatcherActor>> {
+        let key = (ws.id().to_owned(), topic.to_owned());
+        let now = self.now();
+        let mut watchers = self.watchers.lock();
+        if let Some(slot) = watchers.get_mut(&key) {
+            if slot.addr.connected() {
+                slot.last_used = now;
+                return slot.addr.clone();
+            }
+        }
+        let inner = self.clone();
+        let ws = ws.clone();
+        let name = topic.to_owned();
+        let capacity = self.config.mailbox_capacity;
+        let addr = Arc::new(Supervisor::start_in_arbiter(
+            self.arbiter(&key),
+            move |ctx| {
+                ctx.set_mailbox_capacity(capacity);
+                TopicWatcherActor {
+                    inner,
+                    ws,
+                    topic: name,
+                }
+            },
+        ));
+        watchers.insert(
             key,
             Slot {
                 addr: addr.clone(),
@@ -369,7 +414,8 @@ impl Drop for Guard {
 }
 
 /// The supervised actor runtime: one `SessionActor` per live session, one
-/// `WorkContextActor` per live work context. Cheap to clone; the last clone
+/// `WorkContextActor` per live work context, one `TopicWatcherActor` per
+/// live topic. Cheap to clone; the last clone
 /// dropped shuts it down.
 ///
 /// ```
@@ -413,6 +459,32 @@ impl ActorRuntime {
         config: ActorConfig,
         gate: Arc<dyn CaptureGate>,
     ) -> Result<Self> {
+        ActorRuntime::start_with_topics(memory, config, gate, Arc::new(NoTopics))
+    }
+
+    /// Starts the runtime with a significance gate and a topic judge of the
+    /// caller's: every acknowledged turn goes through the judge's tier 1,
+    /// and each candidate topic's `TopicWatcherActor` runs tiers 2–3.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_actors::{ActorConfig, ActorRuntime, HeuristicGate, NoTopics};
+    /// use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let config = ActorConfig { tick_interval_secs: 0, ..Default::default() };
+    /// let runtime = ActorRuntime::start_with_topics(memory, config, Arc::new(HeuristicGate), Arc::new(NoTopics))?;
+    /// runtime.ingest("acme", &[TurnInput::new("s1", Role::User, "hello")])?;
+    /// runtime.settle()?;
+    /// assert_eq!(runtime.stats().watchers, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_with_topics(
+        memory: Memory,
+        config: ActorConfig,
+        gate: Arc<dyn CaptureGate>,
+        topics: Arc<dyn TopicJudge>,
+    ) -> Result<Self> {
         config.validate().map_err(ActorError::Unavailable)?;
         let arbiters = config.arbiters;
         let (tx, rx) = mpsc::sync_channel(1);
@@ -442,12 +514,14 @@ impl ActorRuntime {
             memory,
             config,
             gate,
+            topics,
             locks: CaptureLocks::default(),
             faults: Faults::default(),
             stats: Counters::default(),
             arbiters: handles,
             sessions: Mutex::new(HashMap::new()),
             contexts: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(HashMap::new()),
             focus: Mutex::new(HashMap::new()),
             last_tick: Mutex::new(None),
             tick_lock: Mutex::new(()),
@@ -524,12 +598,59 @@ impl ActorRuntime {
         Ok(acks)
     }
 
-    /// Waits until every live work-context actor has handled what it was
-    /// sent before the call: the turns acknowledged so far have been judged
-    /// by the gate and noted as dirty. A short process (a CLI command) calls
-    /// it before exiting; a stopped actor is skipped (its next incarnation
-    /// rebuilds from the store).
+    /// Waits until every live actor has handled what it was sent before the
+    /// call: the turns acknowledged so far have been judged by the
+    /// significance gate and noted as dirty, and judged by every candidate
+    /// topic's watcher (decisions written). A short process (a CLI command)
+    /// calls it before exiting, tests before reading topic decisions; a
+    /// stopped actor is skipped (its next incarnation rebuilds from the
+    /// store).
+    ///
+    /// Order matters: sessions first (a session hands its turns to the
+    /// topic watchers after its reply, in the same task, so once it answers
+    /// a settle the watchers have them), then work contexts, then watchers.
     pub fn settle(&self) -> Result<()> {
+        let sessions: Vec<(Key, Arc<Addr<SessionActor>>)> = self
+            .inner
+            .sessions
+            .lock()
+            .iter()
+            .map(|(k, slot)| (k.clone(), slot.addr.clone()))
+            .collect();
+        for ((ws, id), addr) in sessions {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let actor = format!("session {ws}/{id}");
+            match self
+                .inner
+                .call(&actor, &addr, SettleSession { reply: tx }, rx)
+            {
+                Ok(()) | Err(ActorError::Unavailable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.settle_contexts()?;
+        let watchers: Vec<(Key, Arc<Addr<TopicWatcherActor>>)> = self
+            .inner
+            .watchers
+            .lock()
+            .iter()
+            .map(|(k, slot)| (k.clone(), slot.addr.clone()))
+            .collect();
+        for ((ws, topic), addr) in watchers {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let actor = format!("topic {ws}/{topic}");
+            match self
+                .inner
+                .call(&actor, &addr, SettleTopic { reply: tx }, rx)
+            {
+                Ok(()) | Err(ActorError::Unavailable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn settle_contexts(&self) -> Result<()> {
         let addrs: Vec<(Key, Arc<Addr<WorkContextActor>>)> = self
             .inner
             .contexts
@@ -574,6 +695,10 @@ impl ActorRuntime {
             .retain(|(w, _), _| w != workspace);
         self.inner
             .contexts
+            .lock()
+            .retain(|(w, _), _| w != workspace);
+        self.inner
+            .watchers
             .lock()
             .retain(|(w, _), _| w != workspace);
         self.inner.focus.lock().remove(workspace);
@@ -759,13 +884,25 @@ impl ActorRuntime {
                 Err(error) => tracing::warn!(%actor, %error, "tick failed; retried next tick"),
             }
         }
-        let mut sessions = inner.sessions.lock();
-        let before = sessions.len();
-        sessions.retain(|_, slot| now - slot.last_used < idle);
+        // Sessions and watchers hold nothing the store does not: an idle one
+        // is dropped from the registry and stops once its mailbox is empty.
+        let mut dropped = 0;
+        {
+            let mut sessions = inner.sessions.lock();
+            let before = sessions.len();
+            sessions.retain(|_, slot| now - slot.last_used < idle);
+            dropped += before - sessions.len();
+        }
+        {
+            let mut watchers = inner.watchers.lock();
+            let before = watchers.len();
+            watchers.retain(|_, slot| now - slot.last_used < idle);
+            dropped += before - watchers.len();
+        }
         inner
             .stats
             .passivated
-            .fetch_add((before - sessions.len()) as u64, Ordering::Relaxed);
+            .fetch_add(dropped as u64, Ordering::Relaxed);
         Ok(reports)
     }
 
@@ -774,6 +911,7 @@ impl ActorRuntime {
         RuntimeStats {
             sessions: self.inner.sessions.lock().len(),
             contexts: self.inner.contexts.lock().len(),
+            watchers: self.inner.watchers.lock().len(),
             restarts: self.inner.stats.restarts.load(Ordering::Relaxed),
             passivated: self.inner.stats.passivated.load(Ordering::Relaxed),
         }

@@ -27,10 +27,11 @@ use actix::prelude::*;
 use cairn_memory::{Ack, Role, Session, TurnInput, Workspace};
 use futures_util::FutureExt;
 
-use crate::context::{Hop, HopCount, Observe, ObservedTurn, WorkContextActor};
+use crate::context::{Hop, HopCount, Observe, ObservedTurn};
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
 use crate::runtime::{Inner, Reply, blocking};
+use crate::topic::{Judge, TopicTurn};
 
 pub(crate) struct SessionActor {
     pub(crate) inner: Arc<Inner>,
@@ -142,7 +143,21 @@ impl Handler<Ingest> for SessionActor {
                 };
                 forward(&addr, observe);
             }
+            let fresh: Vec<TopicTurn> = turns
+                .iter()
+                .zip(&acks)
+                .filter(|(_, ack)| !ack.duplicate)
+                .map(|(turn, ack)| TopicTurn {
+                    session: turn.session.clone(),
+                    seq: ack.seq,
+                    content: turn.content.clone(),
+                })
+                .collect();
             let _ = reply.send(Ok((acks, records)));
+            // After the acknowledgement, still in this task (so this
+            // actor's mailbox stays parked and a later settle waits for it):
+            // tier 1, then each candidate topic's watcher gets the turn.
+            dispatch_topics(&inner, &ws, fresh);
             Ok(())
         });
         let guarded = AssertUnwindSafe(task).catch_unwind();
@@ -157,11 +172,36 @@ impl Handler<Ingest> for SessionActor {
     }
 }
 
-/// Puts `observe` in the context's mailbox, waiting (on this blocking-pool
+/// Tier 1 over acknowledged turns, then each candidate topic's watcher gets
+/// its turns. A failure is logged: the turns are durable either way.
+fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTurn>) {
+    if fresh.is_empty() {
+        return;
+    }
+    let candidates = match inner.topics.candidates(ws, &fresh) {
+        Ok(c) => c,
+        Err(error) => {
+            tracing::warn!(workspace = ws.id(), %error, "topic tier 1 failed; the turns are stored");
+            return;
+        }
+    };
+    for (turn, topics) in fresh.into_iter().zip(candidates) {
+        for topic in topics {
+            let addr = inner.watcher_addr(ws, &topic);
+            forward(&addr, Judge { turn: turn.clone() });
+        }
+    }
+}
+
+/// Puts `msg` in the actor's mailbox, waiting (on this blocking-pool
 /// thread) while it is full. The wait is what propagates backpressure: this
 /// session's mailbox fills meanwhile and the host is refused.
-fn forward(addr: &Addr<WorkContextActor>, observe: Observe) {
-    let mut observe = observe;
+fn forward<A, M>(addr: &Addr<A>, msg: M)
+where
+    A: Actor<Context = Context<A>> + Handler<M>,
+    M: Message<Result = ()> + Send + 'static,
+{
+    let mut observe = msg;
     let mut pause = std::time::Duration::from_micros(50);
     loop {
         match addr.try_send(observe) {
@@ -175,6 +215,24 @@ fn forward(addr: &Addr<WorkContextActor>, observe: Observe) {
             // rebuilds these turns from the store.
             Err(SendError::Closed(_)) => return,
         }
+    }
+}
+
+/// Answers once everything sent before it was handled (the ingest task,
+/// topic dispatch included, holds the mailbox until it ends).
+pub(crate) struct SettleSession {
+    pub(crate) reply: Reply<()>,
+}
+
+impl Message for SettleSession {
+    type Result = ();
+}
+
+impl Handler<SettleSession> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SettleSession, _ctx: &mut Self::Context) {
+        let _ = msg.reply.send(Ok(()));
     }
 }
 

@@ -104,10 +104,15 @@ impl Cairn {
         let memory = Memory::open_sled(&config.data_dir, config.memory.clone(), clock)?;
         // The installed significance gate decides what the actors capture.
         let policies = Policies::open(&memory, &config.data_dir, &config.policies)?;
-        let actors = ActorRuntime::start_with_gate(
+        let topic_gate = Arc::new(crate::topics::TopicGate::default());
+        let actors = ActorRuntime::start_with_topics(
             memory.clone(),
             config.actors.clone(),
             Arc::new(policies.gate()),
+            Arc::new(crate::topics::LiveTopics {
+                gate: topic_gate.clone(),
+                policies: policies.clone(),
+            }),
         )?;
         tracing::info!(data_dir = %config.data_dir.display(), "cairn opened");
         Ok(Cairn {
@@ -117,7 +122,7 @@ impl Cairn {
             config: Arc::new(config),
             search: Arc::new(std::sync::OnceLock::new()),
             limiter: Arc::new(RateLimiter::default()),
-            topic_gate: Arc::default(),
+            topic_gate,
         })
     }
 
@@ -177,15 +182,10 @@ impl Cairn {
     /// A full mailbox is refused with code `backpressure` (or waited for, by
     /// configuration); nothing of a refused call is written.
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        // The topic gate runs behind the acknowledgement, in the actors
+        // (tier 1 in the session's task, tiers 2–3 in the topic watchers).
         let acks = self.actors.ingest(workspace, turns)?;
         self.nudge_search();
-        let fresh: Vec<(String, u64, &str)> = turns
-            .iter()
-            .zip(&acks)
-            .filter(|(_, ack)| !ack.duplicate)
-            .map(|(turn, ack)| (turn.session.clone(), ack.seq, turn.content.as_str()))
-            .collect();
-        self.gate_topics(workspace, &fresh);
         Ok(acks)
     }
 

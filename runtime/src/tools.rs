@@ -67,6 +67,9 @@ pub struct SearchRequest {
     pub include_replaced: bool,
     /// Also return entries past their time-to-live.
     pub include_expired: bool,
+    /// Only turns this topic collected (its members); entries are left
+    /// out. An unknown topic is `topic_not_found`.
+    pub topic: Option<String>,
 }
 
 impl SearchRequest {
@@ -446,7 +449,18 @@ impl Cairn {
             limits.rate_per_day,
         )?;
         let k = request.k.unwrap_or(10).clamp(1, 100);
-        let mut options = SearchOptions::new(k)
+        // A topic filter keeps the members among the hits, so it asks the
+        // index for the most it serves and keeps the first `k` members.
+        let members: Option<HashSet<(String, u64)>> = match &request.topic {
+            Some(name) => Some(
+                ws.memberships(name, usize::MAX)?
+                    .into_iter()
+                    .map(|m| (m.turn.session, m.turn.seq))
+                    .collect(),
+            ),
+            None => None,
+        };
+        let mut options = SearchOptions::new(if members.is_some() { 100 } else { k })
             .mode(request.mode.unwrap_or(SearchMode::Hybrid))
             .filters(filters_of(request)?);
         let lineage = self.allowed_sessions(&ws, request.session.as_deref(), request.grant_all)?;
@@ -478,6 +492,18 @@ impl Cairn {
         };
         let mut items = Vec::with_capacity(result.hits.len());
         for hit in &result.hits {
+            if items.len() == k {
+                break;
+            }
+            if let Some(members) = &members {
+                let member = match &hit.item {
+                    ItemRef::Turn { session, seq } => members.contains(&(session.clone(), *seq)),
+                    ItemRef::Entry { .. } => false,
+                };
+                if !member {
+                    continue;
+                }
+            }
             // The text comes from the record (forgotten meanwhile: skipped).
             let (text, seq) = match &hit.item {
                 ItemRef::Turn { session, seq } => {

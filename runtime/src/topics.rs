@@ -20,11 +20,16 @@
 //!    or a proposal for a `gated` topic) in one atomic batch.
 //!
 //! The gate runs after the ingest is acknowledged (the turns are durable
-//! first); a failure of the gate is logged and never fails the ingest.
+//! first), off the caller's thread: [`LiveTopics`] is the actors'
+//! `TopicJudge`; the session actor runs tier 1 after its reply and each
+//! candidate topic's `TopicWatcherActor` runs tiers 2–4. A failure of the
+//! gate is logged and never fails the ingest. `Cairn::flush` waits for the
+//! watchers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cairn_actors::{ActorError, TopicJudge, TopicTurn};
 use cairn_memory::topics::gate::{self, Effect, Route};
 pub use cairn_memory::topics::gate::{
     GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TurnRef, Via,
@@ -210,45 +215,61 @@ impl TopicGate {
         self.compiled.lock().remove(workspace);
     }
 
-    /// Runs the gate over freshly ingested turns of one workspace.
-    pub(crate) fn on_ingest(
+    /// Tier 1: per turn, the names of the live topics whose patterns match.
+    fn candidates(&self, ws: &Workspace, turns: &[TopicTurn]) -> Result<Vec<Vec<String>>> {
+        let compiled = self.compiled(ws)?;
+        Ok(turns
+            .iter()
+            .map(|turn| {
+                if compiled.topics.is_empty() {
+                    return Vec::new();
+                }
+                compiled
+                    .matcher
+                    .matches(&turn.content)
+                    .into_iter()
+                    .filter_map(|idx| compiled.topics.get(idx).map(|t| t.spec.name.clone()))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Tiers 2–3 for one live topic and one acknowledged turn. A topic
+    /// deleted or paused since tier 1 judges nothing.
+    fn judge(
         &self,
         ws: &Workspace,
         policies: &Policies,
-        turns: &[(String, u64, &str)],
+        topic: &str,
+        turn: &TopicTurn,
     ) -> Result<()> {
         let compiled = self.compiled(ws)?;
-        if compiled.topics.is_empty() {
+        let Some(idx) = compiled.topics.iter().position(|t| t.spec.name == topic) else {
             return Ok(());
-        }
-        for (session, seq, content) in turns {
-            let candidates = compiled.matcher.matches(content);
-            if candidates.is_empty() {
-                continue;
-            }
-            let Some(turn) = ws.transcript(session, *seq, Some(1))?.into_iter().next() else {
-                continue;
-            };
-            let kind = ws.session(session)?.kind;
-            let turn_vec = TermVector::new([turn.content.as_str()]);
-            for idx in candidates {
-                let (Some(topic), Some(profile)) =
-                    (compiled.topics.get(idx), compiled.profiles.get(idx))
-                else {
-                    continue;
-                };
-                self.decide(
-                    ws,
-                    policies,
-                    topic,
-                    profile,
-                    &turn,
-                    kind,
-                    &turn_vec,
-                    Mode::Live,
-                )?;
-            }
-        }
+        };
+        let (Some(topic), Some(profile)) = (compiled.topics.get(idx), compiled.profiles.get(idx))
+        else {
+            return Ok(());
+        };
+        let Some(stored) = ws
+            .transcript(&turn.session, turn.seq, Some(1))?
+            .into_iter()
+            .next()
+        else {
+            return Ok(());
+        };
+        let kind = ws.session(&turn.session)?.kind;
+        let turn_vec = TermVector::new([stored.content.as_str()]);
+        self.decide(
+            ws,
+            policies,
+            topic,
+            profile,
+            &stored,
+            kind,
+            &turn_vec,
+            Mode::Live,
+        )?;
         Ok(())
     }
 
@@ -598,15 +619,51 @@ impl Cairn {
         self.topics_changed(workspace);
         Ok(report)
     }
+}
 
-    /// Runs the live gate over acknowledged turns (called by `ingest`).
-    pub(crate) fn gate_topics(&self, workspace: &str, turns: &[(String, u64, &str)]) {
-        let run = || -> Result<()> {
-            let ws = self.workspace(workspace)?;
-            self.topic_gate().on_ingest(&ws, self.policies(), turns)
-        };
-        if let Err(err) = run() {
-            tracing::warn!(workspace, error = %err, "topic gate failed; the turns are stored");
-        }
+/// The runtime's [`TopicJudge`]: the actors' `TopicWatcherActor`s run the
+/// tiered gate through it (tier 1 in the session's task after the
+/// acknowledgement, tiers 2–3 in each candidate topic's watcher).
+#[derive(Debug, Clone)]
+pub(crate) struct LiveTopics {
+    pub(crate) gate: Arc<TopicGate>,
+    pub(crate) policies: Policies,
+}
+
+fn gate_error(topic: &str, error: crate::error::CairnError) -> ActorError {
+    match error {
+        crate::error::CairnError::Memory(e) => ActorError::Memory(e),
+        crate::error::CairnError::Actor(e) => e,
+        other => ActorError::TopicGate {
+            topic: topic.to_owned(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+impl TopicJudge for LiveTopics {
+    fn candidates(
+        &self,
+        ws: &Workspace,
+        turns: &[TopicTurn],
+    ) -> std::result::Result<Vec<Vec<String>>, ActorError> {
+        self.gate
+            .candidates(ws, turns)
+            .map_err(|e| gate_error("(tier 1)", e))
+    }
+
+    fn judge(
+        &self,
+        ws: &Workspace,
+        topic: &str,
+        turn: &TopicTurn,
+    ) -> std::result::Result<(), ActorError> {
+        self.gate
+            .judge(ws, &self.policies, topic, turn)
+            .map_err(|e| gate_error(topic, e))
+    }
+
+    fn restarted(&self, workspace: &str) {
+        self.gate.invalidate(workspace);
     }
 }

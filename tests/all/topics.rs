@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use anyhow::{Result, ensure};
+use cairn::testing::Fault;
 use cairn::topics::{
     Activation, Outcome, Priority, Scope, Subscription, Tier, TopicSpec, Trigger, TurnRef,
 };
@@ -31,9 +32,55 @@ fn topic(name: &str, word: &str, activation: Activation, priority: Priority) -> 
     .priority(priority)
 }
 
+/// Ingests one turn and waits for the topic watchers' decisions on it.
 fn say(cairn: &Cairn, session: &str, role: Role, text: &str) -> Result<TurnRef> {
     let ack = cairn.ingest("acme", &[TurnInput::new(session, role, text)])?;
+    cairn.flush()?;
     Ok(TurnRef::new(session, ack[0].seq))
+}
+
+#[test]
+fn topic_watcher_panic_is_contained_and_loses_nothing() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.create_topic(
+        "acme",
+        &topic("crit", "outage", Activation::Auto, Priority::Critical),
+    )?;
+    cairn.create_topic(
+        "acme",
+        &topic("other", "lunch", Activation::Auto, Priority::Critical),
+    )?;
+    let before = cairn.actors().stats();
+    // The watcher of `crit` panics while it judges this turn.
+    cairn.actors().inject(Fault::PanicTopicWatcher {
+        workspace: "acme".into(),
+        topic: "crit".into(),
+    });
+    let first = say(&cairn, "s1", Role::User, "an outage at lunch")?;
+    let stats = cairn.actors().stats();
+    ensure!(stats.restarts == before.restarts + 1, "{stats:?}");
+    // The turn it panicked on was still judged, and so was the other topic's.
+    for name in ["crit", "other"] {
+        let why = cairn.why("acme", name, &first)?;
+        ensure!(
+            why.len() == 1 && why[0].outcome == Outcome::Collected,
+            "{name}: {why:?}"
+        );
+    }
+    // Later turns reach the restarted watcher and are judged.
+    let later: Vec<TurnRef> = (0..5)
+        .map(|i| say(&cairn, "s1", Role::User, &format!("outage number {i}")))
+        .collect::<Result<_>>()?;
+    let details = cairn.topic("acme", "crit", 100)?;
+    ensure!(details.members.len() == 6, "{:?}", details.members);
+    for t in later.iter().chain([&first]) {
+        ensure!(details.members.iter().any(|m| &m.turn == t), "{t:?} lost");
+    }
+    // The other topic judged its one turn, once.
+    ensure!(cairn.topic("acme", "other", 100)?.members.len() == 1);
+    ensure!(cairn.actors().stats().watchers == 2);
+    Ok(())
 }
 
 #[test]
@@ -280,5 +327,31 @@ fn http_topic_crud() -> Result<()> {
         &serde_json::json!({}),
     )?;
     ensure!(status == 200, "{status}");
+    Ok(())
+}
+
+#[test]
+fn memory_search_filters_by_topic() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.create_topic(
+        "acme",
+        &topic("billing", "invoice", Activation::Auto, Priority::Critical),
+    )?;
+    let member = say(&cairn, "s1", Role::User, "the invoice refund is late")?;
+    say(&cairn, "s1", Role::User, "a refund for the lunch order")?;
+    cairn.catch_up_search()?;
+    let request = |topic: Option<&str>| cairn::SearchRequest {
+        mode: Some(cairn::search::SearchMode::Bm25),
+        topic: topic.map(str::to_owned),
+        ..cairn::SearchRequest::new("refund")
+    };
+    let all = cairn.memory_search("acme", &request(None))?;
+    ensure!(all.items.len() == 2, "{:?}", all.items);
+    let only = cairn.memory_search("acme", &request(Some("billing")))?;
+    ensure!(only.items.len() == 1, "{:?}", only.items);
+    ensure!(only.items[0].seq == Some(member.seq), "{:?}", only.items);
+    let unknown = cairn.memory_search("acme", &request(Some("nope")));
+    ensure!(unknown.is_err(), "{unknown:?}");
     Ok(())
 }
