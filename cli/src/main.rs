@@ -735,20 +735,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                             entry.entry.id, entry.entry.kind, entry.entry.content
                         )?;
                     }
-                    cairn::MemoryItem::Turns(t) => {
-                        for turn in &t.turns {
-                            writeln!(
-                                out,
-                                "#{} {}: {}",
-                                turn.seq,
-                                turn.role.as_str(),
-                                turn.content
-                            )?;
-                        }
-                        if t.truncated {
-                            writeln!(out, "[truncated at {} tokens]", cairn::TRANSCRIPT_TOKEN_CAP)?;
-                        }
-                    }
+                    cairn::MemoryItem::Turns(t) => print_turns(out, &t)?,
                 }
             }
         }
@@ -793,18 +780,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 if json {
                     writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
                 } else {
-                    for turn in &t.turns {
-                        writeln!(
-                            out,
-                            "#{} {}: {}",
-                            turn.seq,
-                            turn.role.as_str(),
-                            turn.content
-                        )?;
-                    }
-                    if t.truncated {
-                        writeln!(out, "[truncated at {} tokens]", cairn::TRANSCRIPT_TOKEN_CAP)?;
-                    }
+                    print_turns(out, &t)?;
                 }
             } else {
                 let e = cairn.memory_expand(ws_id, &summary, asking)?;
@@ -827,13 +803,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                         match child {
                             cairn::Expanded::Turns { turns } => {
                                 for turn in turns {
-                                    writeln!(
-                                        out,
-                                        "#{} {}: {}",
-                                        turn.seq,
-                                        turn.role.as_str(),
-                                        turn.content
-                                    )?;
+                                    print_turn(out, turn)?;
                                 }
                             }
                             cairn::Expanded::Summary { node } => writeln!(
@@ -1085,6 +1055,29 @@ fn log_command(
                 print_entry(out, &view)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// One turn on one line: `#seq role: content`.
+fn print_turn(out: &mut impl Write, turn: &cairn::Turn) -> Result<()> {
+    writeln!(
+        out,
+        "#{} {}: {}",
+        turn.seq,
+        turn.role.as_str(),
+        turn.content
+    )?;
+    Ok(())
+}
+
+/// A capped transcript piece, one turn a line, and whether the cap cut it.
+fn print_turns(out: &mut impl Write, t: &cairn::Transcript) -> Result<()> {
+    for turn in &t.turns {
+        print_turn(out, turn)?;
+    }
+    if t.truncated {
+        writeln!(out, "[truncated at {} tokens]", cairn::TRANSCRIPT_TOKEN_CAP)?;
     }
     Ok(())
 }
