@@ -20,7 +20,7 @@
 //!    or a proposal for a `gated` topic) in one atomic batch.
 //!
 //! The gate runs after the ingest is acknowledged (the turns are durable
-//! first), off the caller's thread: [`LiveTopics`] is the actors'
+//! first), off the caller's thread: `LiveTopics` is the actors'
 //! `TopicJudge`; the session actor runs tier 1 after its reply and each
 //! candidate topic's `TopicWatcherActor` runs tiers 2–4. A failure of the
 //! gate is logged and never fails the ingest. `Cairn::flush` waits for the
