@@ -93,6 +93,8 @@ pub(crate) struct LogSnapshot {
     pub(crate) entries: Vec<Entry>,
     pub(crate) replacements: HashMap<String, String>,
     pub(crate) aliases: HashMap<String, String>,
+    /// What maintenance decayed, archived and restored.
+    pub(crate) lifecycle: crate::maintain::Lifecycle,
     /// The live entries as of `at`, once asked for.
     pub(crate) live: Mutex<Option<LiveEntries>>,
 }
@@ -122,6 +124,7 @@ fn touches_log(batch: &WriteBatch) -> bool {
                 | Collection::Replacements
                 | Collection::SubjectAliases
                 | Collection::Subjects
+                | Collection::Maintenance
         )
     })
 }
@@ -336,6 +339,7 @@ impl Workspace {
             entries,
             replacements: self.replacement_map()?,
             aliases: self.alias_map()?,
+            lifecycle: self.lifecycle()?,
             live: Mutex::new(None),
         });
         let mut slot = cache.snapshot.lock();

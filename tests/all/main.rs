@@ -9,6 +9,7 @@ mod compaction;
 mod durability;
 mod http_api;
 mod loadgen;
+mod maintain;
 mod plugins;
 mod search;
 mod support;
