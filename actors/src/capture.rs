@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::reconstruct::{DerivedStore, Findings};
 use cairn_memory::store::StateKey;
 use cairn_memory::{
     EntryFilter, EntryInput, EntryKind, Provenance, Role, Session, Subject, Turn, Workspace,
@@ -618,4 +619,83 @@ pub(crate) fn extract_session(
             })
         }
     }
+}
+
+/// Reconstruct's check of the capture marks (see `cairn_memory::reconstruct`):
+/// each capture span writes a session summary reference (`cap-…`) whose
+/// provenance covers the span, so the log gives every session a lower bound
+/// for its high-water mark (a capture that wrote nothing leaves no trace, so
+/// a mark above the bound is fine). A mark below its bound (those turns
+/// would be captured again under new ids), past the end of the session's
+/// transcript, or a record that does not decode is a difference; `repair`
+/// raises or clamps the marks (a record that does not decode is rebuilt
+/// from the bounds), each work context under its capture lock.
+pub(crate) fn reconstruct_marks(
+    ws: &Workspace,
+    locks: &CaptureLocks,
+    repair: bool,
+) -> Result<Findings> {
+    let mut f = Findings::new(DerivedStore::CaptureMarks);
+    let mut bounds: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let summaries = EntryFilter {
+        kind: Some(EntryKind::SessionSummaryRef),
+        all: true,
+        ..EntryFilter::default()
+    };
+    for view in ws.entries(&summaries)? {
+        let e = view.entry;
+        let Some(p) = e.provenance.filter(|_| e.id.starts_with("cap-")) else {
+            continue;
+        };
+        let bound = bounds.entry((e.work_context, p.session)).or_insert(0);
+        *bound = (*bound).max(p.to_seq + 1);
+    }
+    for wc in ws.work_contexts()? {
+        let _guard = locks.lock(ws.id(), &wc);
+        let key = context_key(&wc);
+        let mut changed = false;
+        let mut record = match ws.state_get(&key)? {
+            None => ContextRecord::default(),
+            Some(raw) => match serde_json::from_slice::<ContextRecord>(&raw) {
+                Ok(record) => record,
+                Err(error) => {
+                    f.differ(
+                        format!("{wc} (record)"),
+                        format!("does not decode: {error}"),
+                        "a capture record",
+                    );
+                    changed = true;
+                    ContextRecord::default()
+                }
+            },
+        };
+        for listed in ws.sessions(Some(&wc))? {
+            let s = ws.session(&listed.id)?;
+            f.compared(1);
+            let bound = bounds
+                .get(&(wc.clone(), s.id.clone()))
+                .copied()
+                .unwrap_or(0);
+            let stored = record.high_water.get(&s.id).copied();
+            let mark = stored.unwrap_or(0);
+            let name = format!("{wc}/{}", s.id);
+            let shown = stored.map_or_else(|| "absent".to_owned(), |m| m.to_string());
+            if mark < bound {
+                f.differ(&name, shown, format!("at least {bound} (captured entries cover the turns before)"));
+            } else if mark > s.next_seq {
+                f.differ(&name, shown, format!("at most {} (the transcript's end)", s.next_seq));
+            } else {
+                continue;
+            }
+            record
+                .high_water
+                .insert(s.id.clone(), mark.max(bound).min(s.next_seq));
+            changed = true;
+        }
+        if repair && changed {
+            put_json(ws, &key, &record)?;
+            f.repaired(1);
+        }
+    }
+    Ok(f)
 }

@@ -954,6 +954,17 @@ impl ActorRuntime {
         }
     }
 
+    /// Checks (with `repair`, fixes) the capture high-water marks of a
+    /// workspace against the captured entries (see `cairn_memory::reconstruct`).
+    pub fn reconstruct_marks(
+        &self,
+        workspace: &str,
+        repair: bool,
+    ) -> Result<cairn_memory::reconstruct::Findings> {
+        let ws = self.inner.memory.existing_workspace(workspace)?;
+        crate::capture::reconstruct_marks(&ws, &self.inner.locks, repair)
+    }
+
     /// Past captures of a work context (from its durable record, oldest first).
     pub fn captures(
         &self,

@@ -272,6 +272,11 @@ enum Command {
     /// change recorded under a run id. Also --dry-run, --undo RUN,
     /// --restore ENTRY, --runs.
     Maintain(maintain::MaintainArgs),
+    /// Rebuild every derived store (log views, search index, stored vectors,
+    /// capture marks, maintenance marks) from the raw record and the log and
+    /// compare it with the live one; --verify only reports (non-zero exit on
+    /// a difference), without it the derived state is replaced.
+    Reconstruct(maintain::ReconstructArgs),
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -971,6 +976,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             }
         }
         Command::Maintain(args) => maintain::maintain(cairn, ws_id, args, out)?,
+        Command::Reconstruct(args) => maintain::reconstruct(cairn, ws_id, args, out)?,
         Command::Tombstones { json } => {
             let all = cairn.tombstones(ws_id)?;
             if json {

@@ -147,3 +147,79 @@ fn print_run(out: &mut impl Write, run: &MaintenanceRun, json: bool, prefix: &st
     }
     Ok(())
 }
+
+/// `cairn reconstruct` flags.
+#[derive(Debug, Args)]
+pub(crate) struct ReconstructArgs {
+    /// Only compare; write nothing (exits non-zero on any difference).
+    #[arg(long)]
+    verify: bool,
+    /// Every workspace, not only `--workspace`'s.
+    #[arg(long)]
+    all_workspaces: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn reconstruct(
+    cairn: &Cairn,
+    ws_id: &str,
+    args: ReconstructArgs,
+    out: &mut impl Write,
+) -> Result<()> {
+    let reports = if args.all_workspaces {
+        cairn.reconstruct_all(args.verify)?
+    } else {
+        vec![cairn.reconstruct(ws_id, args.verify)?]
+    };
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
+    } else {
+        for r in &reports {
+            let what = if r.verify { "verify" } else { "rebuild" };
+            writeln!(out, "workspace {} ({what}):", r.workspace)?;
+            for s in &r.stores {
+                let repaired = if s.repaired > 0 {
+                    format!(", {} repaired", s.repaired)
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    out,
+                    "  {:<22} {:>7} record(s)  {} difference(s){repaired}",
+                    s.store.as_str(),
+                    s.records,
+                    s.differences
+                )?;
+            }
+            for d in &r.differences {
+                writeln!(
+                    out,
+                    "  - {} {}: live {}; rebuilt {}",
+                    d.store.as_str(),
+                    d.key,
+                    d.live,
+                    d.rebuilt
+                )?;
+            }
+        }
+    }
+    let differences: usize = reports.iter().map(|r| r.differences.len()).sum();
+    if args.verify && differences > 0 {
+        anyhow::bail!(
+            "{differences} difference(s) between the live derived state and its rebuild; \
+             `cairn reconstruct` (without --verify) replaces the derived state"
+        );
+    }
+    if !args.json {
+        if args.verify {
+            writeln!(out, "consistent: the derived state equals its rebuild")?;
+        } else if differences == 0 {
+            writeln!(out, "nothing to repair")?;
+        } else {
+            writeln!(out, "{differences} difference(s) repaired")?;
+        }
+    }
+    Ok(())
+}

@@ -45,6 +45,7 @@ pub mod ids;
 pub mod log;
 pub mod maintain;
 mod memory;
+pub mod reconstruct;
 pub mod record;
 pub mod redact;
 pub mod search;

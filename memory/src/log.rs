@@ -769,7 +769,7 @@ impl Workspace {
         Ok(views)
     }
 
-    fn entries_in(
+    pub(crate) fn entries_in(
         &self,
         log: &LogSnapshot,
         filter: &EntryFilter,

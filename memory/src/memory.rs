@@ -412,6 +412,24 @@ impl Workspace {
         Ok(self.shared.store.sync()?)
     }
 
+    /// Writes (or deletes, with `None`) one raw record of any collection,
+    /// skipping every rule: for tests that corrupt a store on purpose.
+    #[doc(hidden)]
+    pub fn raw_write_for_tests(
+        &self,
+        collection: Collection,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        match value {
+            Some(v) => batch.put(collection, key.to_vec(), v.to_vec()),
+            None => batch.delete(collection, key.to_vec()),
+        }
+        self.apply(batch)?;
+        Ok(self.shared.store.sync()?)
+    }
+
     /// Writes and deletes several state records in one atomic, durable batch.
     #[doc(hidden)]
     pub fn state_apply(&self, puts: &[(StateKey, Vec<u8>)], deletes: &[StateKey]) -> Result<()> {

@@ -43,6 +43,7 @@ mod host;
 mod maintenance;
 mod manage;
 mod policy;
+mod reconstruct;
 mod tools;
 pub mod topics;
 
@@ -110,6 +111,11 @@ pub mod maintain {
     };
 }
 
+/// Reconstruct: what `Cairn::reconstruct` reports, store by store.
+pub mod rebuild {
+    pub use cairn_memory::reconstruct::{DerivedStore, Difference, ReconstructReport, StoreCheck};
+}
+
 /// Internal handles for cairn's own tests and benchmarks (feature
 /// `testing`): fault injection and actor statistics. Nothing here applies
 /// the facade's rules; embedders do not need it.
@@ -117,6 +123,7 @@ pub mod maintain {
 #[doc(hidden)]
 pub mod testing {
     pub use cairn_actors::{ActorRuntime, Fault, RuntimeStats};
+    pub use cairn_memory::store::{Collection, MaintKey, StateKey};
 }
 
 #[allow(dead_code)]

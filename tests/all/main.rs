@@ -11,6 +11,7 @@ mod http_api;
 mod loadgen;
 mod maintain;
 mod plugins;
+mod reconstruct;
 mod search;
 mod support;
 mod topics;

@@ -29,7 +29,8 @@ use super::{
     DocAttrs, DocSource, Embedder, SearchDoc, SearchFilters, SearchIndex, SearchOptions,
     SearchResult,
 };
-use crate::store::StateKey;
+use crate::reconstruct::{DerivedStore, Findings};
+use crate::store::{StateFamily, StateKey};
 use crate::{
     DecayConfig, Entry, ForgetTarget, Memory, MemoryError, Provenance, Role, SessionKind, Turn,
     Workspace,
@@ -408,6 +409,11 @@ impl Inner {
 
     fn catch_up(&self) -> Res<()> {
         let _pass = self.pass.lock();
+        self.catch_up_locked()
+    }
+
+    /// One indexing pass; the caller holds `pass`.
+    fn catch_up_locked(&self) -> Res<()> {
         let live: HashSet<String> = self.memory.workspaces()?.into_iter().collect();
         // A forgotten workspace takes its index with it.
         self.indexes.write().retain(|id, _| live.contains(id));
@@ -663,4 +669,254 @@ fn resolve_subject(ws: &Workspace, filters: &mut SearchFilters) -> Res<()> {
     filters.subject_aliases.extend(also);
     filters.subject = Some(canonical);
     Ok(())
+}
+
+/// Smallest cosine between a stored vector and the same text embedded
+/// again (or between the live index's copy and the stored one) that counts
+/// as the same vector.
+const SAME_VECTOR: f32 = 0.999;
+
+fn cosine_of(a: &[f32], b: &[f32]) -> f32 {
+    super::vector::cosine(a, b)
+}
+
+/// What a stored vector should be: the item's document, if it still exists.
+fn doc_for_key(
+    ws: &Workspace,
+    key: &StateKey,
+    main: &HashMap<String, bool>,
+) -> Res<Option<SearchDoc>> {
+    Ok(match key {
+        StateKey::TurnVector { session, seq } => match ws.turn(session, *seq) {
+            Ok(Some(t)) => Some(turn_doc(&t, !main.get(session).copied().unwrap_or(true))),
+            Ok(None) | Err(MemoryError::SessionNotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        },
+        StateKey::EntryVector { entry } => ws
+            .stored_entry(entry)?
+            .map(|e| entry_doc(&e, &ws.config().decay, false)),
+        _ => None,
+    })
+}
+
+// Reconstruct (see `crate::reconstruct`): the search index and the stored
+// vectors rebuilt from the record and compared with the live ones.
+impl SearchService {
+    /// Checks the stored vectors (orphans, malformed, and with a model:
+    /// each embedded again and compared) and the live index of `workspace`
+    /// against a scratch index built from the record; with `repair`, deletes
+    /// the bad vectors (one batch), drops the live index and rebuilds it
+    /// from the record (re-embedding only what has no stored vector).
+    ///
+    /// The live index is first brought up to the record by one indexing
+    /// pass (what any search sees); items written during the check are not
+    /// compared.
+    pub fn reconstruct(&self, workspace: &str, repair: bool) -> Res<Vec<Findings>> {
+        let ws = self.inner.memory.existing_workspace(workspace)?;
+        let main: HashMap<String, bool> = ws
+            .sessions(None)?
+            .into_iter()
+            .map(|s| (s.id.clone(), s.kind == SessionKind::Main))
+            .collect();
+        let mut vectors = Findings::new(DerivedStore::StoredVectors);
+        let mut bad: Vec<StateKey> = Vec::new();
+        let expected = self.inner.embedder.as_ref().map(|e| e.dimension());
+        let mut stored: Vec<(StateKey, Vec<u8>)> = ws.state_scan(StateFamily::TurnVector)?;
+        stored.extend(ws.state_scan(StateFamily::EntryVector)?);
+        vectors.compared(stored.len());
+        let mut to_embed: Vec<(StateKey, SearchDoc, Vec<f32>)> = Vec::new();
+        for (key, raw) in stored {
+            let Some(doc) = doc_for_key(&ws, &key, &main)? else {
+                vectors.differ(key.to_string(), format!("{} bytes", raw.len()), "absent (no such item)");
+                bad.push(key);
+                continue;
+            };
+            let v = decode(&raw);
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let dims_ok = raw.len() % 4 == 0 && expected.is_none_or(|d| d == v.len());
+            if !dims_ok || v.is_empty() || !norm.is_finite() || (norm - 1.0).abs() > 1e-3 {
+                vectors.differ(
+                    key.to_string(),
+                    format!("{} bytes, norm {norm}", raw.len()),
+                    format!(
+                        "a unit vector of {} dimensions",
+                        expected.map_or("the model's".to_owned(), |d| d.to_string())
+                    ),
+                );
+                bad.push(key);
+                continue;
+            }
+            if self.inner.embedder.is_some() {
+                to_embed.push((key, doc, v));
+            }
+        }
+        if let Some(embedder) = &self.inner.embedder {
+            for chunk in to_embed.chunks(BATCH) {
+                let texts: Vec<String> = chunk.iter().map(|(_, d, _)| d.dense_text()).collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let fresh = embedder.embed(&refs)?;
+                for ((key, _, old), new) in chunk.iter().zip(&fresh) {
+                    let c = cosine_of(old, new);
+                    if c < SAME_VECTOR {
+                        vectors.differ(
+                            key.to_string(),
+                            format!("a vector at cosine {c:.4} from the text's"),
+                            "the text embedded again",
+                        );
+                        bad.push(key.clone());
+                    }
+                }
+            }
+        }
+        if repair && !bad.is_empty() {
+            ws.state_apply(&[], &bad)?;
+            vectors.repaired(bad.len());
+            // The live index may hold the bad vectors: rebuild it.
+            self.inner.indexes.write().remove(workspace);
+        }
+
+        let mut index_findings = Findings::new(DerivedStore::SearchIndex);
+        let _pass = self.inner.pass.lock();
+        let entry_ids = ws.entry_ids()?;
+        if let Err(error) = self.inner.catch_up_locked() {
+            index_findings.differ("indexing pass", format!("fails: {error}"), "succeeds");
+            return Ok(vec![vectors, index_findings]);
+        }
+        let index = self.inner.index_of(workspace)?;
+        self.compare_index(&ws, &index, &entry_ids, &main, &mut index_findings)?;
+        if repair && !index_findings.is_clean() {
+            drop(_pass);
+            self.inner.indexes.write().remove(workspace);
+            self.inner.catch_up()?;
+            index_findings.repaired(1);
+        }
+        Ok(vec![vectors, index_findings])
+    }
+
+    /// Compares the live index with one built from the record.
+    fn compare_index(
+        &self,
+        ws: &Workspace,
+        index: &RwLock<WsIndex>,
+        entry_ids: &[String],
+        main: &HashMap<String, bool>,
+        f: &mut Findings,
+    ) -> Res<()> {
+        let live = index.read();
+        let mut scratch = SearchIndex::new(self.inner.embedder.clone())?;
+        let mut with: (Vec<SearchDoc>, Vec<Vec<f32>>) = (Vec::new(), Vec::new());
+        let mut without: Vec<SearchDoc> = Vec::new();
+        let mut add = |doc: SearchDoc, key: StateKey| -> Res<()> {
+            match (&self.inner.embedder, ws.state_get(&key)?) {
+                (Some(_), Some(raw)) => {
+                    with.0.push(doc);
+                    with.1.push(decode(&raw));
+                }
+                _ => without.push(doc),
+            }
+            Ok(())
+        };
+        for (session, upto) in &live.indexed {
+            let low_trust = !main.get(session).copied().unwrap_or(true);
+            for t in ws.transcript(session, 0, None)? {
+                if t.seq >= *upto {
+                    break;
+                }
+                add(turn_doc(&t, low_trust), vector_key(&t.session, t.seq))?;
+            }
+        }
+        let decay = &ws.config().decay;
+        for id in entry_ids {
+            let Some(e) = ws.stored_entry(id)? else {
+                continue;
+            };
+            let low_trust = e
+                .provenance
+                .as_ref()
+                .is_some_and(|p| main.get(&p.session).is_some_and(|m| !*m));
+            add(entry_doc(&e, decay, low_trust), entry_vector_key(&e.id))?;
+        }
+        scratch.add_with_vectors(&with.0, &with.1)?;
+        scratch.add_with_vectors(&without, &[])?;
+        for source in [DocSource::Turn, DocSource::Entry] {
+            let a: std::collections::BTreeSet<String> = live.index.ids(source).into_iter().collect();
+            let b: std::collections::BTreeSet<String> = scratch.ids(source).into_iter().collect();
+            f.compared(a.union(&b).count());
+            for id in a.difference(&b) {
+                // An entry written after the pass started is not compared.
+                if source == DocSource::Entry && ws.stored_entry(id)?.is_some() {
+                    continue;
+                }
+                f.differ(format!("{} {id}", source.as_str()), "indexed", "absent");
+            }
+            for id in b.difference(&a) {
+                f.differ(format!("{} {id}", source.as_str()), "absent", "indexed");
+            }
+            for id in a.intersection(&b) {
+                if live.index.attrs(id) != scratch.attrs(id) {
+                    f.differ(
+                        format!("{} {id}", source.as_str()),
+                        format!("attributes {:?}", live.index.attrs(id)),
+                        format!("attributes {:?}", scratch.attrs(id)),
+                    );
+                    continue;
+                }
+                let (Some((da, va)), Some((db, vb))) =
+                    (live.index.fingerprint(id), scratch.fingerprint(id))
+                else {
+                    continue;
+                };
+                if da != db {
+                    f.differ(format!("{} {id}", source.as_str()), "other indexed text", "the record's text");
+                }
+                match (va, vb) {
+                    (Some(x), Some(y)) if cosine_of(x, y) < SAME_VECTOR => f.differ(
+                        format!("{} {id}", source.as_str()),
+                        "another vector",
+                        "the stored vector",
+                    ),
+                    (Some(_), None) => f.differ(format!("{} {id}", source.as_str()), "a vector", "no stored vector"),
+                    (None, Some(_)) => f.differ(format!("{} {id}", source.as_str()), "no vector", "the stored vector"),
+                    _ => {}
+                }
+            }
+        }
+        // Replacement and archive sets, as the log says.
+        let indexed: std::collections::HashSet<String> =
+            live.index.ids(DocSource::Entry).into_iter().collect();
+        let replaced: std::collections::BTreeSet<String> = ws
+            .replacements()?
+            .into_keys()
+            .filter(|id| indexed.contains(id))
+            .collect();
+        let live_replaced: std::collections::BTreeSet<String> = live
+            .index
+            .replaced_ids()
+            .iter()
+            .filter(|id| indexed.contains(*id))
+            .cloned()
+            .collect();
+        if replaced != live_replaced {
+            f.differ("replaced set", format!("{live_replaced:?}"), format!("{replaced:?}"));
+        }
+        let lifecycle = ws.archived()?;
+        let archived: std::collections::BTreeSet<String> =
+            lifecycle.archived_entries.keys().cloned().collect();
+        let sessions: BTreeMap<String, u64> = lifecycle
+            .archived_sessions
+            .iter()
+            .map(|(s, m)| (s.clone(), m.through_seq))
+            .collect();
+        let (le, ls) = live.index.archived();
+        let live_archived: std::collections::BTreeSet<String> = le.iter().cloned().collect();
+        let live_sessions: BTreeMap<String, u64> = ls.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        if archived != live_archived || sessions != live_sessions {
+            f.differ(
+                "archived set",
+                format!("{live_archived:?} {live_sessions:?}"),
+                format!("{archived:?} {sessions:?}"),
+            );
+        }
+        Ok(())
+    }
 }
