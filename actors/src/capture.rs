@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::extractor::{ExtractionRequest, ModelExtractor, ModelItem, dedup};
 use cairn_memory::reconstruct::{DerivedStore, Findings};
 use cairn_memory::store::StateKey;
 use cairn_memory::{
@@ -135,6 +136,14 @@ pub struct CaptureReport {
     pub spans: Vec<Provenance>,
     /// Entries written (already-stored ones from an interrupted attempt are not repeated).
     pub entries: Vec<CapturedEntry>,
+    /// Who extracted: `heuristic`, or the model (`model <name>`) when one
+    /// is configured and answered.
+    #[serde(default)]
+    pub extractor: String,
+    /// Why the configured model's answer was not used (the heuristic
+    /// extractor's items were written instead), per span.
+    #[serde(default)]
+    pub extractor_error: Option<String>,
 }
 
 /// A past capture, as kept in the context's durable record.
@@ -148,6 +157,9 @@ pub struct CaptureSummary {
     pub spans: Vec<Provenance>,
     /// Entries written.
     pub entries: usize,
+    /// Why the configured model's answer was not used, if it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extractor_error: Option<String>,
 }
 
 /// How many past captures a context record keeps.
@@ -230,6 +242,8 @@ pub(crate) struct CaptureEnv<'a> {
     pub(crate) locks: &'a CaptureLocks,
     pub(crate) faults: &'a Faults,
     pub(crate) extract_all_sessions: bool,
+    /// The optional model extraction pass (`None`: heuristic only).
+    pub(crate) extractor: Option<&'a dyn ModelExtractor>,
 }
 
 pub(crate) fn extractable(session: &Session, extract_all: bool) -> bool {
@@ -260,6 +274,8 @@ pub(crate) fn capture(
     let mut inputs: Vec<EntryInput> = Vec::new();
     let mut spans = Vec::new();
     let mut new_marks = Vec::new();
+    let mut model_errors: Vec<String> = Vec::new();
+    let mut model_used = false;
     for session in &sessions {
         let from = record.high_water.get(&session.id).copied().unwrap_or(0);
         if session.next_seq <= from {
@@ -268,13 +284,23 @@ pub(crate) fn capture(
         let turns = ws.transcript(&session.id, from, None)?;
         let Some(last) = turns.last() else { continue };
         let to = last.seq;
-        let extraction = extract(&turns, &subjects, phase.as_deref());
+        let mut extraction = extract(&turns, &subjects, phase.as_deref());
         phase = extraction.phase.clone();
         let span = Provenance {
             session: session.id.clone(),
             from_seq: from,
             to_seq: to,
         };
+        let model = ask_model(
+            ws,
+            env,
+            work_context,
+            &turns,
+            &subjects,
+            &mut extraction,
+            &mut model_errors,
+        )?;
+        model_used |= model.is_some();
         build_entries(
             ws,
             work_context,
@@ -282,6 +308,10 @@ pub(crate) fn capture(
             &span,
             &turns,
             &extraction,
+            model
+                .as_ref()
+                .zip(env.extractor)
+                .map(|(items, m)| (m, items.as_slice())),
             &mut inputs,
         )?;
         cross_updates(ws, work_context, &span, &extraction, &subjects, &mut inputs)?;
@@ -291,6 +321,11 @@ pub(crate) fn capture(
     if spans.is_empty() && !trigger.is_mandatory() {
         return Ok(None);
     }
+    let extractor = match env.extractor {
+        Some(m) if model_used => m.name(),
+        _ => "heuristic".to_owned(),
+    };
+    let extractor_error = (!model_errors.is_empty()).then(|| model_errors.join("; "));
 
     // Step 5: only what an interrupted earlier attempt did not store yet.
     let mut fresh = Vec::with_capacity(inputs.len());
@@ -337,6 +372,7 @@ pub(crate) fn capture(
         at: now,
         spans: spans.clone(),
         entries: entries.len(),
+        extractor_error: extractor_error.clone(),
     });
     if record.captures.len() > KEPT_CAPTURES {
         let excess = record.captures.len() - KEPT_CAPTURES;
@@ -353,7 +389,59 @@ pub(crate) fn capture(
         at: now,
         spans,
         entries,
+        extractor,
+        extractor_error,
     }))
+}
+
+/// The optional model pass over one span: the model's items (checked
+/// whole, then deduplicated against the context's live entries), which
+/// replace the heuristic ones but for the work-phase changes; or, when no
+/// model is configured, `None`; or, when it fails (unreachable, too slow,
+/// a refusal, a reply that is not exactly the JSON asked for), `None` with
+/// the error logged and noted, so the heuristic items are written instead.
+fn ask_model(
+    ws: &Workspace,
+    env: CaptureEnv<'_>,
+    work_context: &str,
+    turns: &[Turn],
+    subjects: &[Subject],
+    extraction: &mut Extraction,
+    errors: &mut Vec<String>,
+) -> Result<Option<Vec<ModelItem>>> {
+    let Some(model) = env.extractor else {
+        return Ok(None);
+    };
+    let request = ExtractionRequest {
+        work_context,
+        turns,
+        subjects,
+    };
+    match model.extract(&request) {
+        Ok(items) => {
+            let live = ws.live_entries()?;
+            let (kept, dropped) = dedup(items, &live, work_context);
+            if dropped > 0 {
+                tracing::debug!(workspace = %ws.id(), work_context, dropped, "model items already in the log");
+            }
+            extraction
+                .items
+                .retain(|i| i.kind == EntryKind::WorkPhaseChange);
+            Ok(Some(kept))
+        }
+        Err(error) => {
+            let session = turns
+                .first()
+                .map(|t| t.session.as_str())
+                .unwrap_or_default();
+            tracing::warn!(
+                workspace = %ws.id(), work_context, session, extractor = %model.name(), %error,
+                "model extraction failed; the heuristic extraction is used"
+            );
+            errors.push(format!("{} (session {session}): {error}", model.name()));
+            Ok(None)
+        }
+    }
 }
 
 fn entry_id(parts: &[&str]) -> String {
@@ -370,6 +458,7 @@ fn entry_id(parts: &[&str]) -> String {
 /// card's 120).
 const SUMMARY_MAX_TOKENS: usize = 100;
 
+#[allow(clippy::too_many_arguments)] // one call site; the capture's inputs, by name
 fn build_entries(
     ws: &Workspace,
     work_context: &str,
@@ -377,6 +466,7 @@ fn build_entries(
     span: &Provenance,
     turns: &[Turn],
     extraction: &Extraction,
+    model: Option<(&dyn ModelExtractor, &[ModelItem])>,
     out: &mut Vec<EntryInput>,
 ) -> Result<()> {
     let range = format!("{}-{}", span.from_seq, span.to_seq);
@@ -420,6 +510,27 @@ fn build_entries(
         input.id = Some(entry_id(&[&base[..], &["item", &index]].concat()));
         input.subject = item.subject.clone();
         out.push(input);
+    }
+    if let Some((model, items)) = model {
+        let method = format!("{} extraction, trigger {trigger}", model.name());
+        for item in items {
+            has_handoff |= item.kind == EntryKind::Handoff;
+            let mut input = EntryInput::new(item.kind, &item.content)
+                .in_context(work_context)
+                .from_turns(&span.session, item.from_seq, item.to_seq);
+            input.detail = Some(match &item.detail {
+                Some(d) => format!("{d}\n({method})"),
+                None => method.clone(),
+            });
+            input.subject = item.subject.clone();
+            input.status = item.status;
+            // From the item itself: a retried capture that gets the same
+            // answer writes nothing twice.
+            input.id = Some(entry_id(
+                &[&base[..], &["model", item.kind.as_str(), &item.content]].concat(),
+            ));
+            out.push(input);
+        }
     }
     if trigger.is_session_hook() && !has_handoff {
         if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
@@ -589,6 +700,8 @@ pub(crate) fn extract_session(
                 at: now,
                 spans: Vec::new(),
                 entries: Vec::new(),
+                extractor: "heuristic".to_owned(),
+                extractor_error: None,
             });
             let record = ExtractionRecord {
                 done: true,
@@ -681,9 +794,17 @@ pub(crate) fn reconstruct_marks(
             let name = format!("{wc}/{}", s.id);
             let shown = stored.map_or_else(|| "absent".to_owned(), |m| m.to_string());
             if mark < bound {
-                f.differ(&name, shown, format!("at least {bound} (captured entries cover the turns before)"));
+                f.differ(
+                    &name,
+                    shown,
+                    format!("at least {bound} (captured entries cover the turns before)"),
+                );
             } else if mark > s.next_seq {
-                f.differ(&name, shown, format!("at most {} (the transcript's end)", s.next_seq));
+                f.differ(
+                    &name,
+                    shown,
+                    format!("at most {} (the transcript's end)", s.next_seq),
+                );
             } else {
                 continue;
             }

@@ -233,10 +233,12 @@ impl WorkContextActor {
         let inner = self.inner.clone();
         let name = self.name();
         let task = blocking(move || {
+            let extractor = inner.extractor.read().clone();
             let env = CaptureEnv {
                 locks: &inner.locks,
                 faults: &inner.faults,
                 extract_all_sessions: inner.config.triggers.extract_all_sessions,
+                extractor: extractor.as_deref(),
             };
             job(&ws, env)
         });

@@ -38,6 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration as StdDuration, Instant};
 
 use actix::prelude::*;
+use cairn_memory::extractor::ModelExtractor;
 use cairn_memory::{Ack, MaintainOptions, MaintainTrigger, Memory, Session, TurnInput, Workspace};
 use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
@@ -132,6 +133,9 @@ pub(crate) struct Inner {
     pub(crate) topics: Arc<dyn TopicJudge>,
     pub(crate) locks: CaptureLocks,
     pub(crate) faults: Faults,
+    /// The optional model extraction pass, set once after start
+    /// ([`ActorRuntime::set_extractor`]); read (cloned) per capture.
+    pub(crate) extractor: parking_lot::RwLock<Option<Arc<dyn ModelExtractor>>>,
     pub(crate) stats: Counters,
     arbiters: Vec<ArbiterHandle>,
     sessions: Mutex<HashMap<Key, Slot<SessionActor>>>,
@@ -517,6 +521,7 @@ impl ActorRuntime {
             topics,
             locks: CaptureLocks::default(),
             faults: Faults::default(),
+            extractor: parking_lot::RwLock::new(None),
             stats: Counters::default(),
             arbiters: handles,
             sessions: Mutex::new(HashMap::new()),
@@ -755,7 +760,16 @@ impl ActorRuntime {
             at: self.inner.now(),
             spans: Vec::new(),
             entries: Vec::new(),
+            extractor: "heuristic".to_owned(),
+            extractor_error: None,
         }))
+    }
+
+    /// Sets (or, with `None`, clears) the model extraction pass captures
+    /// ask before falling back to the heuristic extractor (see
+    /// `cairn_memory::extractor`). Applies to the captures that start after.
+    pub fn set_extractor(&self, extractor: Option<Arc<dyn ModelExtractor>>) {
+        *self.inner.extractor.write() = extractor;
     }
 
     /// Session-level extraction for hook `session_end` or `before_reset`:

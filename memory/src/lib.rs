@@ -40,6 +40,7 @@ pub mod compact;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod extractor;
 pub mod forget;
 pub mod ids;
 pub mod log;

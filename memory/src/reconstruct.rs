@@ -144,7 +144,12 @@ impl Findings {
     }
 
     /// A difference.
-    pub fn differ(&mut self, key: impl Into<String>, live: impl Into<String>, rebuilt: impl Into<String>) {
+    pub fn differ(
+        &mut self,
+        key: impl Into<String>,
+        live: impl Into<String>,
+        rebuilt: impl Into<String>,
+    ) {
         self.differences.push(Difference {
             store: self.store,
             key: key.into(),
@@ -318,7 +323,11 @@ impl Workspace {
         if let Err(error) = self.compare_view(entries, &mut f) {
             // A derived record that does not decode (a mark) breaks reads:
             // a rebuild replaces it.
-            f.differ("snapshot", format!("cannot be read: {error}"), "a readable log");
+            f.differ(
+                "snapshot",
+                format!("cannot be read: {error}"),
+                "a readable log",
+            );
         }
         if repair && !f.is_clean() {
             self.shared.log_cache(&self.id).bump();
@@ -340,7 +349,8 @@ impl Workspace {
         };
         let now = self.now();
         let cached = self.log_snapshot()?;
-        let ids = |s: &LogSnapshot| -> Vec<String> { s.entries.iter().map(|e| e.id.clone()).collect() };
+        let ids =
+            |s: &LogSnapshot| -> Vec<String> { s.entries.iter().map(|e| e.id.clone()).collect() };
         f.compared(fresh.entries.len());
         if ids(&cached) != ids(&fresh)
             || cached.replacements != fresh.replacements
@@ -385,7 +395,15 @@ mod tests {
         findings
             .iter()
             .flat_map(|f| &f.differences)
-            .map(|d| format!("{} {}: {} -> {}", d.store.as_str(), d.key, d.live, d.rebuilt))
+            .map(|d| {
+                format!(
+                    "{} {}: {} -> {}",
+                    d.store.as_str(),
+                    d.key,
+                    d.live,
+                    d.rebuilt
+                )
+            })
             .collect()
     }
 
@@ -394,7 +412,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
         let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
+            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
+                .unwrap();
         let ws = memory.workspace("acme").unwrap();
         ws.append_turn(&TurnInput::new("s1", Role::User, "hello").in_context("wc"))
             .unwrap();
@@ -412,7 +431,8 @@ mod tests {
         clock.advance(Duration::days(8));
         ws.maintain(&MaintainOptions::default()).unwrap();
         // Forgetting a correction keeps its link (by design): not a difference.
-        ws.forget(&ForgetTarget::Entry(c.id.clone()), "test").unwrap();
+        ws.forget(&ForgetTarget::Entry(c.id.clone()), "test")
+            .unwrap();
         assert!(stores(&ws.reconstruct_log(false).unwrap()).is_empty());
 
         // Corrupt three derived stores.
@@ -420,7 +440,10 @@ mod tests {
             .unwrap();
         ws.raw_write_for_tests(Collection::WorkContextSessions, b"wc\0s1", None)
             .unwrap();
-        let mark = MaintKey::ArchivedEntry { entry: b.id.clone() }.encode();
+        let mark = MaintKey::ArchivedEntry {
+            entry: b.id.clone(),
+        }
+        .encode();
         ws.raw_write_for_tests(
             Collection::Maintenance,
             &mark,
@@ -437,14 +460,20 @@ mod tests {
         let repaired = ws.reconstruct_log(true).unwrap();
         assert_eq!(repaired.iter().map(|f| f.repaired).sum::<usize>(), 3);
         assert!(stores(&ws.reconstruct_log(false).unwrap()).is_empty());
-        assert_eq!(ws.entry(&a.id).unwrap().status, EntryStatus::Replaced { by: b.id.clone() });
+        assert_eq!(
+            ws.entry(&a.id).unwrap().status,
+            EntryStatus::Replaced { by: b.id.clone() }
+        );
         assert_eq!(ws.sessions(Some("wc")).unwrap().len(), 1);
         // A mark that does not decode breaks reads; the rebuild fixes it.
         ws.raw_write_for_tests(Collection::Maintenance, &mark, Some(b"{}"))
             .unwrap();
         assert!(ws.entries(&EntryFilter::default()).is_err());
         let found = stores(&ws.reconstruct_log(false).unwrap());
-        assert!(found.iter().any(|d| d.starts_with("log_view snapshot")), "{found:#?}");
+        assert!(
+            found.iter().any(|d| d.starts_with("log_view snapshot")),
+            "{found:#?}"
+        );
         ws.reconstruct_log(true).unwrap();
         assert!(stores(&ws.reconstruct_log(false).unwrap()).is_empty());
         assert!(ws.entries(&EntryFilter::default()).is_ok());

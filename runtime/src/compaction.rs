@@ -6,15 +6,11 @@
 //!
 //! The summariser is the deterministic extractive one unless
 //! `[compaction.model]` is enabled: then an OpenAI-compatible
-//! chat-completions endpoint is asked first (std-only HTTP/1.1 over
-//! `TcpStream`, `http://` URLs, bounded by a timeout), and anything it
+//! chat-completions endpoint is asked first (the shared client of
+//! `crate::model`, bounded by a timeout), and anything it
 //! answers that is not strictly smaller than its sources, or no answer at
 //! all, falls back to the deterministic summariser (see
 //! `cairn_memory::compact`).
-
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
 
 use cairn_actors::CaptureReport;
 use cairn_memory::compact::{
@@ -26,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::host::Cairn;
+use crate::model::{ChatClient, ModelConfig};
 use crate::tools::{Transcript, redact};
 
 /// Settings of compaction, `[compaction]`.
@@ -58,48 +55,6 @@ impl Default for CompactionConfig {
     }
 }
 
-/// An OpenAI-compatible chat-completions endpoint, `[compaction.model]`.
-/// Off by default.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ModelConfig {
-    /// Ask the model first.
-    pub enabled: bool,
-    /// Base URL, `http://host:port/v1` (`/chat/completions` is appended).
-    pub url: String,
-    /// Model name.
-    pub model: String,
-    /// Bearer key, if the endpoint wants one.
-    pub api_key: Option<String>,
-    /// Connect, write and read timeout, in milliseconds.
-    pub timeout_ms: u64,
-}
-
-impl std::fmt::Debug for ModelConfig {
-    /// The key is never printed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelConfig")
-            .field("enabled", &self.enabled)
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
-            .field("timeout_ms", &self.timeout_ms)
-            .finish()
-    }
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig {
-            enabled: false,
-            url: "http://127.0.0.1:8080/v1".to_owned(),
-            model: "local".to_owned(),
-            api_key: None,
-            timeout_ms: 10_000,
-        }
-    }
-}
-
 /// What the `compact` hook did: the mandatory capture, then the pass.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompactionHookReport {
@@ -110,8 +65,9 @@ pub struct CompactionHookReport {
 }
 
 /// The model summariser: an OpenAI-compatible chat-completions endpoint
-/// over plain HTTP/1.1 (std only). Every failure is a [`SummariserError`],
-/// which the pass answers with the deterministic fallback.
+/// (the shared client of `crate::model`). Every failure is a
+/// [`SummariserError`], which the pass answers with the deterministic
+/// fallback.
 ///
 /// ```
 /// use cairn::{ModelConfig, OpenAiSummariser};
@@ -119,61 +75,16 @@ pub struct CompactionHookReport {
 /// assert!(s.is_ok());
 /// assert!(OpenAiSummariser::new(&ModelConfig { url: "https://x".into(), ..ModelConfig::default() }).is_err());
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct OpenAiSummariser {
-    host: String,
-    authority: String,
-    path: String,
-    model: String,
-    api_key: Option<String>,
-    timeout: Duration,
+    client: ChatClient,
 }
-
-impl std::fmt::Debug for OpenAiSummariser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The key is a secret: never in logs.
-        f.debug_struct("OpenAiSummariser")
-            .field("host", &self.host)
-            .field("path", &self.path)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
-
-/// Largest answer read from the endpoint.
-const MAX_RESPONSE_BYTES: u64 = 1 << 20;
 
 impl OpenAiSummariser {
     /// A client for `config.url`; only `http://` URLs are supported.
     pub fn new(config: &ModelConfig) -> std::result::Result<Self, SummariserError> {
-        let rest = config.url.strip_prefix("http://").ok_or_else(|| {
-            SummariserError(format!(
-                "{:?}: only http:// endpoints are supported",
-                config.url
-            ))
-        })?;
-        let (authority, base) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(SummariserError(format!("{:?}: no host", config.url)));
-        }
-        let host = if authority.contains(':') {
-            authority.to_owned()
-        } else {
-            format!("{authority}:80")
-        };
-        Ok(OpenAiSummariser {
-            host,
-            authority: authority.to_owned(),
-            path: format!("{base}/chat/completions"),
-            model: config.model.clone(),
-            api_key: config.api_key.clone(),
-            timeout: Duration::from_millis(config.timeout_ms.max(1)),
-        })
+        let client = ChatClient::new(config).map_err(|e| SummariserError(e.to_string()))?;
+        Ok(OpenAiSummariser { client })
     }
 
     fn prompt(request: &SummaryRequest<'_>) -> String {
@@ -199,71 +110,6 @@ impl OpenAiSummariser {
         }
         prompt
     }
-
-    fn post(&self, body: &[u8]) -> std::io::Result<Vec<u8>> {
-        let addr = self
-            .host
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| std::io::Error::other("no address"))?;
-        let mut stream = TcpStream::connect_timeout(&addr, self.timeout)?;
-        stream.set_read_timeout(Some(self.timeout))?;
-        stream.set_write_timeout(Some(self.timeout))?;
-        let auth = self
-            .api_key
-            .as_ref()
-            .map(|k| format!("Authorization: Bearer {k}\r\n"))
-            .unwrap_or_default();
-        let head = format!(
-            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-            self.path,
-            self.authority,
-            body.len()
-        );
-        stream.write_all(head.as_bytes())?;
-        stream.write_all(body)?;
-        stream.flush()?;
-        let mut out = Vec::new();
-        stream.take(MAX_RESPONSE_BYTES).read_to_end(&mut out)?;
-        Ok(out)
-    }
-}
-
-/// The body of an HTTP/1.1 response: status 200 required; chunked or not.
-fn response_body(raw: &[u8]) -> std::result::Result<Vec<u8>, SummariserError> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| SummariserError("no HTTP header".to_owned()))?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-    let body = &raw[split + 4..];
-    let status = head.split_whitespace().nth(1).unwrap_or_default();
-    if status != "200" {
-        return Err(SummariserError(format!("HTTP status {status:?}")));
-    }
-    if !head.contains("transfer-encoding: chunked") {
-        return Ok(body.to_vec());
-    }
-    let mut out = Vec::new();
-    let mut rest = body;
-    loop {
-        let line_end = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or_else(|| SummariserError("bad chunk".to_owned()))?;
-        let size_text = String::from_utf8_lossy(&rest[..line_end]);
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| SummariserError("bad chunk size".to_owned()))?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        let chunk = rest
-            .get(..size)
-            .ok_or_else(|| SummariserError("short chunk".to_owned()))?;
-        out.extend_from_slice(chunk);
-        rest = rest.get(size + 2..).unwrap_or_default();
-    }
 }
 
 impl Summariser for OpenAiSummariser {
@@ -275,24 +121,9 @@ impl Summariser for OpenAiSummariser {
         &self,
         request: &SummaryRequest<'_>,
     ) -> std::result::Result<String, SummariserError> {
-        let body = serde_json::json!({
-            "model": self.model,
-            "temperature": 0,
-            "max_tokens": request.max_tokens,
-            "messages": [{"role": "user", "content": Self::prompt(request)}],
-        });
-        let body = serde_json::to_vec(&body).map_err(|e| SummariserError(e.to_string()))?;
-        let raw = self
-            .post(&body)
-            .map_err(|e| SummariserError(format!("{}: {e}", self.host)))?;
-        let body = response_body(&raw)?;
-        let value: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| SummariserError(format!("not JSON: {e}")))?;
-        value
-            .pointer("/choices/0/message/content")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| SummariserError("no choices[0].message.content".to_owned()))
+        self.client
+            .complete(&Self::prompt(request), request.max_tokens)
+            .map_err(|e| SummariserError(e.to_string()))
     }
 }
 

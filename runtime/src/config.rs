@@ -217,6 +217,8 @@ pub struct CairnConfig {
     pub policies: PolicyConfig,
     /// Compaction: budget, tail, the `after_turn` trigger, the model summariser.
     pub compaction: crate::compaction::CompactionConfig,
+    /// The optional model extraction pass (off: heuristic extraction only).
+    pub extraction: crate::extraction::ExtractionConfig,
 }
 
 impl Default for CairnConfig {
@@ -233,6 +235,7 @@ impl Default for CairnConfig {
             search: SearchConfig::default(),
             policies: PolicyConfig::default(),
             compaction: crate::compaction::CompactionConfig::default(),
+            extraction: crate::extraction::ExtractionConfig::default(),
         }
     }
 }

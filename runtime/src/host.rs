@@ -114,6 +114,7 @@ impl Cairn {
                 policies: policies.clone(),
             }),
         )?;
+        actors.set_extractor(model_extractor(&config));
         tracing::info!(data_dir = %config.data_dir.display(), "cairn opened");
         Ok(Cairn {
             memory,
@@ -377,6 +378,24 @@ impl Cairn {
             open_sessions,
             extracted,
         })
+    }
+}
+
+/// The configured model extraction pass, if enabled and usable (a bad URL
+/// is a warning: captures then extract heuristically).
+fn model_extractor(
+    config: &CairnConfig,
+) -> Option<Arc<dyn cairn_memory::extractor::ModelExtractor>> {
+    let e = &config.extraction;
+    if !e.model.enabled {
+        return None;
+    }
+    match crate::extraction::OpenAiExtractor::new(&e.model, e.max_tokens) {
+        Ok(x) => Some(Arc::new(x)),
+        Err(error) => {
+            tracing::warn!(%error, "model extraction off: heuristic extraction only");
+            None
+        }
     }
 }
 

@@ -39,9 +39,11 @@ mod compaction;
 mod config;
 mod decision_log;
 mod error;
+mod extraction;
 mod host;
 mod maintenance;
 mod manage;
+mod model;
 mod policy;
 mod reconstruct;
 mod tools;
@@ -63,7 +65,7 @@ pub use cairn_memory::{
     MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec, SessionState,
     Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput,
 };
-pub use compaction::{CompactionConfig, CompactionHookReport, ModelConfig, OpenAiSummariser};
+pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
     WorkspaceToken, default_data_dir,
@@ -73,7 +75,9 @@ pub use decision_log::{
     GenerationCounts, MAX_QUERY_LIMIT,
 };
 pub use error::{BoxError, CairnError, Result};
+pub use extraction::{ExtractionConfig, OpenAiExtractor};
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
+pub use model::ModelConfig;
 pub use policy::{
     InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
     PolicyConfig, parse_world,

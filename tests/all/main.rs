@@ -7,6 +7,7 @@ mod assembly;
 mod cli;
 mod compaction;
 mod durability;
+mod extraction;
 mod http_api;
 mod loadgen;
 mod maintain;

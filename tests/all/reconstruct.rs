@@ -11,9 +11,7 @@ use anyhow::{Context, Result, ensure};
 use cairn::maintain::MaintainOptions;
 use cairn::rebuild::{DerivedStore, ReconstructReport};
 use cairn::testing::{Collection, StateKey};
-use cairn::{
-    Cairn, CairnConfig, EmbeddingConfig, EntryInput, ManualClock, TurnInput,
-};
+use cairn::{Cairn, CairnConfig, EmbeddingConfig, EntryInput, ManualClock, TurnInput};
 use chrono::{Duration, TimeZone, Utc};
 
 use crate::support::cairn_bin;
@@ -134,7 +132,12 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
         .encode(),
         Some(br#"{"high_water":{"s-0412":1},"last_capture_at":null,"phase":null,"captures":[]}"#),
     )?;
-    cairn.raw_write(ws, Collection::WorkContextSessions, b"launch-plan\0s-0416", Some(b""))?;
+    cairn.raw_write(
+        ws,
+        Collection::WorkContextSessions,
+        b"launch-plan\0s-0416",
+        Some(b""),
+    )?;
     let broken = cairn.reconstruct(ws, true)?;
     let found = differences(&broken);
     for store in [
@@ -143,12 +146,18 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
         "capture_marks launch-plan/s-0412",
         "work_context_sessions launch-plan",
     ] {
-        ensure!(found.iter().any(|d| d.starts_with(store)), "{store}: {found:#?}");
+        ensure!(
+            found.iter().any(|d| d.starts_with(store)),
+            "{store}: {found:#?}"
+        );
     }
     // The verify wrote nothing: the same differences again.
     ensure!(differences(&cairn.reconstruct(ws, true)?) == found);
     let repaired = cairn.reconstruct(ws, false)?;
-    ensure!(repaired.stores.iter().map(|s| s.repaired).sum::<usize>() >= 4, "{repaired:?}");
+    ensure!(
+        repaired.stores.iter().map(|s| s.repaired).sum::<usize>() >= 4,
+        "{repaired:?}"
+    );
     let clean = cairn.reconstruct(ws, true)?;
     ensure!(clean.is_consistent(), "{:#?}", differences(&clean));
     ensure!(matches!(
@@ -188,7 +197,11 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .env_remove("CAIRN_EMBEDDING__ORT_DYLIB")
         .output()?;
-    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let verify = cli(&data, &["reconstruct", "--verify", "--all-workspaces"])?;
     let text = String::from_utf8_lossy(&verify.stdout);
@@ -197,7 +210,10 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
         "{text}{}",
         String::from_utf8_lossy(&verify.stderr)
     );
-    ensure!(text.contains("search_index") && text.contains("capture_marks"), "{text}");
+    ensure!(
+        text.contains("search_index") && text.contains("capture_marks"),
+        "{text}"
+    );
 
     // A stray session listed under a work context it is not in.
     let workspace = {
@@ -205,8 +221,17 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
             data_dir: data.clone(),
             ..CairnConfig::default()
         })?;
-        let ws = cairn.workspaces()?.into_iter().next().context("a workspace")?;
-        cairn.raw_write(&ws, Collection::WorkContextSessions, b"nowhere\0ghost", Some(b""))?;
+        let ws = cairn
+            .workspaces()?
+            .into_iter()
+            .next()
+            .context("a workspace")?;
+        cairn.raw_write(
+            &ws,
+            Collection::WorkContextSessions,
+            b"nowhere\0ghost",
+            Some(b""),
+        )?;
         ws
     };
     let verify = cli(&data, &["reconstruct", "--verify", "--all-workspaces"])?;
@@ -219,7 +244,10 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
     );
     let rebuild = cli(&data, &["--workspace", &workspace, "reconstruct"])?;
     let text = String::from_utf8_lossy(&rebuild.stdout);
-    ensure!(rebuild.status.success() && text.contains("1 difference(s) repaired"), "{text}");
+    ensure!(
+        rebuild.status.success() && text.contains("1 difference(s) repaired"),
+        "{text}"
+    );
     let verify = cli(&data, &["reconstruct", "--verify", "--all-workspaces"])?;
     ensure!(verify.status.success(), "{verify:?}");
     Ok(())

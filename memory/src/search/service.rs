@@ -727,7 +727,11 @@ impl SearchService {
         let mut to_embed: Vec<(StateKey, SearchDoc, Vec<f32>)> = Vec::new();
         for (key, raw) in stored {
             let Some(doc) = doc_for_key(&ws, &key, &main)? else {
-                vectors.differ(key.to_string(), format!("{} bytes", raw.len()), "absent (no such item)");
+                vectors.differ(
+                    key.to_string(),
+                    format!("{} bytes", raw.len()),
+                    "absent (no such item)",
+                );
                 bad.push(key);
                 continue;
             };
@@ -839,7 +843,8 @@ impl SearchService {
         scratch.add_with_vectors(&with.0, &with.1)?;
         scratch.add_with_vectors(&without, &[])?;
         for source in [DocSource::Turn, DocSource::Entry] {
-            let a: std::collections::BTreeSet<String> = live.index.ids(source).into_iter().collect();
+            let a: std::collections::BTreeSet<String> =
+                live.index.ids(source).into_iter().collect();
             let b: std::collections::BTreeSet<String> = scratch.ids(source).into_iter().collect();
             f.compared(a.union(&b).count());
             for id in a.difference(&b) {
@@ -867,7 +872,11 @@ impl SearchService {
                     continue;
                 };
                 if da != db {
-                    f.differ(format!("{} {id}", source.as_str()), "other indexed text", "the record's text");
+                    f.differ(
+                        format!("{} {id}", source.as_str()),
+                        "other indexed text",
+                        "the record's text",
+                    );
                 }
                 match (va, vb) {
                     (Some(x), Some(y)) if cosine_of(x, y) < SAME_VECTOR => f.differ(
@@ -875,8 +884,16 @@ impl SearchService {
                         "another vector",
                         "the stored vector",
                     ),
-                    (Some(_), None) => f.differ(format!("{} {id}", source.as_str()), "a vector", "no stored vector"),
-                    (None, Some(_)) => f.differ(format!("{} {id}", source.as_str()), "no vector", "the stored vector"),
+                    (Some(_), None) => f.differ(
+                        format!("{} {id}", source.as_str()),
+                        "a vector",
+                        "no stored vector",
+                    ),
+                    (None, Some(_)) => f.differ(
+                        format!("{} {id}", source.as_str()),
+                        "no vector",
+                        "the stored vector",
+                    ),
                     _ => {}
                 }
             }
@@ -897,7 +914,11 @@ impl SearchService {
             .cloned()
             .collect();
         if replaced != live_replaced {
-            f.differ("replaced set", format!("{live_replaced:?}"), format!("{replaced:?}"));
+            f.differ(
+                "replaced set",
+                format!("{live_replaced:?}"),
+                format!("{replaced:?}"),
+            );
         }
         let lifecycle = ws.archived()?;
         let archived: std::collections::BTreeSet<String> =
@@ -909,7 +930,8 @@ impl SearchService {
             .collect();
         let (le, ls) = live.index.archived();
         let live_archived: std::collections::BTreeSet<String> = le.iter().cloned().collect();
-        let live_sessions: BTreeMap<String, u64> = ls.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let live_sessions: BTreeMap<String, u64> =
+            ls.iter().map(|(k, v)| (k.clone(), *v)).collect();
         if archived != live_archived || sessions != live_sessions {
             f.differ(
                 "archived set",

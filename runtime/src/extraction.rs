@@ -1,0 +1,79 @@
+//! The optional model extraction pass on the facade: `[extraction.model]`
+//! (an OpenAI-compatible chat-completions endpoint, off by default) and
+//! [`OpenAiExtractor`], the actors' `ModelExtractor` over the shared client
+//! of `crate::model`. The prompt, the strict parse of the reply and the
+//! dedup are the memory core's (`cairn_memory::extractor`); a capture that
+//! gets no usable reply writes the heuristic extractor's items and records
+//! why in its report.
+
+use cairn_memory::extractor::{
+    ExtractionRequest, ExtractorError, ModelExtractor, ModelItem, parse_reply, prompt,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ChatClient, ModelConfig};
+
+/// Settings of the model extraction pass, `[extraction]`.
+///
+/// ```
+/// let c = cairn::ExtractionConfig::default();
+/// assert!(!c.model.enabled);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExtractionConfig {
+    /// The endpoint; off by default (heuristic extraction only).
+    pub model: ModelConfig,
+    /// Most tokens the model may answer with.
+    pub max_tokens: usize,
+}
+
+impl Default for ExtractionConfig {
+    fn default() -> Self {
+        ExtractionConfig {
+            model: ModelConfig::default(),
+            max_tokens: 2_000,
+        }
+    }
+}
+
+/// Extraction by an OpenAI-compatible chat-completions endpoint.
+///
+/// ```
+/// use cairn::{ModelConfig, OpenAiExtractor};
+/// assert!(OpenAiExtractor::new(&ModelConfig::default(), 1000).is_ok());
+/// assert!(OpenAiExtractor::new(&ModelConfig { url: "https://x".into(), ..ModelConfig::default() }, 1000).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct OpenAiExtractor {
+    client: ChatClient,
+    max_tokens: usize,
+}
+
+impl OpenAiExtractor {
+    /// A client for `config.url`; only `http://` URLs are supported.
+    pub fn new(config: &ModelConfig, max_tokens: usize) -> Result<Self, ExtractorError> {
+        let client = ChatClient::new(config).map_err(|e| ExtractorError(e.to_string()))?;
+        Ok(OpenAiExtractor {
+            client,
+            max_tokens: max_tokens.max(1),
+        })
+    }
+}
+
+impl ModelExtractor for OpenAiExtractor {
+    fn name(&self) -> String {
+        format!("model {}", self.client.model())
+    }
+
+    fn extract(&self, request: &ExtractionRequest<'_>) -> Result<Vec<ModelItem>, ExtractorError> {
+        let (Some(first), Some(last)) = (request.turns.first(), request.turns.last()) else {
+            return Ok(Vec::new());
+        };
+        let reply = self
+            .client
+            .complete(&prompt(request), self.max_tokens)
+            .map_err(|e| ExtractorError(e.to_string()))?;
+        parse_reply(&reply, first.seq, last.seq)
+    }
+}

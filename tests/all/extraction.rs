@@ -1,0 +1,266 @@
+//! The optional model extraction pass against local stub endpoints: a good
+//! reply is used (typed, deduplicated against the log, provenance to the
+//! source turns); garbage, a reply that breaks the format anywhere, a
+//! timeout, a server error, a refusal and a closed port each fall back to
+//! the heuristic extractor with a clear error, never a partial write.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use cairn::{
+    ActorConfig, Cairn, CairnConfig, CaptureReport, EntryFilter, EntryInput, EntryKind,
+    ModelConfig, Role, TaskStatus, TurnInput,
+};
+use serde_json::json;
+
+/// A stub chat-completions endpoint: answers every request with `status`
+/// and, for 200, a completion whose content is `content` (after `delay`).
+/// Returns its URL and the request bodies it received.
+fn stub(
+    status: u16,
+    content: &'static str,
+    delay: Duration,
+) -> Result<(String, Arc<Mutex<Vec<String>>>)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = vec![0u8; 1 << 16];
+                let mut got = Vec::new();
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                if let Ok(mut l) = log.lock() {
+                    l.push(String::from_utf8_lossy(&got).into_owned());
+                }
+                std::thread::sleep(delay);
+                let body = if status == 200 {
+                    json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
+                        .to_string()
+                } else {
+                    json!({"error": {"message": content}}).to_string()
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    Ok((format!("http://{addr}/v1"), seen))
+}
+
+/// A workspace with one known fact, four turns in `launch`, then a manual
+/// capture with the model at `url` (or none).
+fn capture_with(url: Option<String>) -> Result<(CaptureReport, Cairn, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let mut config = CairnConfig {
+        data_dir: dir.path().to_owned(),
+        actors: ActorConfig {
+            tick_interval_secs: 0,
+            ..ActorConfig::default()
+        },
+        ..CairnConfig::default()
+    };
+    if let Some(url) = url {
+        config.extraction.model = ModelConfig {
+            enabled: true,
+            url,
+            model: "stub".to_owned(),
+            api_key: Some("k".to_owned()),
+            timeout_ms: 300,
+        };
+    }
+    let cairn = Cairn::open(config)?;
+    cairn.append_entry(
+        "acme",
+        &EntryInput::new(EntryKind::Fact, "The beta has 1,284 sign-ups").in_context("launch"),
+    )?;
+    let turns = [
+        (
+            Role::User,
+            "We need to pick a launch date for the Orion beta.",
+        ),
+        (
+            Role::Assistant,
+            "March 18 with sync off, or April 1 with sync on.",
+        ),
+        (Role::User, "Let's go with April 1 and sync on."),
+        (Role::User, "I need to email Dana about the waitlist."),
+    ]
+    .map(|(role, text)| TurnInput::new("s1", role, text).in_context("launch"));
+    cairn.ingest("acme", &turns)?;
+    let mut reports = cairn.capture("acme", Some("launch"))?;
+    let report = reports.pop().context("one capture")?;
+    Ok((report, cairn, dir))
+}
+
+/// The captured items (not the summary reference), as `kind: content`.
+fn items(report: &CaptureReport) -> Vec<String> {
+    report
+        .entries
+        .iter()
+        .filter(|e| e.kind != EntryKind::SessionSummaryRef)
+        .map(|e| format!("{}: {}", e.kind, e.content))
+        .collect()
+}
+
+const GOOD: &str = r#"{"entries":[
+  {"type":"decision","content":"Launch the Orion beta on April 1 with sync on","detail":"Sync needs two more weeks","subject":"orion-beta","turns":[0,2]},
+  {"type":"task","content":"Email Dana about the waitlist","status":"open","turns":[3,3]},
+  {"type":"fact","content":"The beta has 1,284 sign-ups.","turns":[1,1]}
+]}"#;
+
+#[test]
+fn a_good_reply_is_used_deduplicated_with_provenance() -> Result<()> {
+    let (url, seen) = stub(200, GOOD, Duration::ZERO)?;
+    let (report, cairn, _dir) = capture_with(Some(url))?;
+    ensure!(report.extractor == "model stub", "{report:?}");
+    ensure!(report.extractor_error.is_none(), "{report:?}");
+    ensure!(
+        items(&report)
+            == [
+                "key_decision: Launch the Orion beta on April 1 with sync on",
+                "task: Email Dana about the waitlist",
+            ],
+        "{:?}",
+        items(&report)
+    );
+    let decision = report
+        .entries
+        .iter()
+        .find(|e| e.kind == EntryKind::KeyDecision)
+        .context("decision")?;
+    let p = decision.provenance.as_ref().context("provenance")?;
+    ensure!(
+        (p.session.as_str(), p.from_seq, p.to_seq) == ("s1", 0, 2),
+        "{p:?}"
+    );
+    let view = cairn.entry("acme", &decision.id, None)?;
+    ensure!(view.subject.as_deref() == Some("orion-beta"));
+    let detail = view.entry.detail.unwrap_or_default();
+    ensure!(
+        detail.contains("Sync needs two more weeks") && detail.contains("model stub extraction"),
+        "{detail}"
+    );
+    ensure!(
+        cairn
+            .subjects("acme")?
+            .iter()
+            .any(|s| s.slug == "orion-beta")
+    );
+    let tasks = cairn.entries(
+        "acme",
+        &EntryFilter {
+            kind: Some(EntryKind::Task),
+            ..EntryFilter::default()
+        },
+        None,
+    )?;
+    ensure!(tasks.len() == 1 && tasks[0].entry.status == Some(TaskStatus::Open));
+    // The known fact was not written again.
+    let facts = cairn.entries(
+        "acme",
+        &EntryFilter {
+            kind: Some(EntryKind::Fact),
+            ..EntryFilter::default()
+        },
+        None,
+    )?;
+    ensure!(facts.len() == 1, "{facts:?}");
+    // The prompt: the seed's instructions, the transcript with turn numbers.
+    let requests = seen
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    ensure!(requests.len() == 1, "{}", requests.len());
+    let request = &requests[0];
+    ensure!(request.contains("Authorization: Bearer k"), "{request}");
+    ensure!(request.contains("memory extraction agent"), "{request}");
+    ensure!(
+        request.contains("[t2] user: Let's go with April 1 and sync on."),
+        "{request}"
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_slow_or_refused_replies_fall_back_to_the_heuristic_extractor() -> Result<()> {
+    let (heuristic, _, _dir) = capture_with(None)?;
+    ensure!(heuristic.extractor == "heuristic" && heuristic.extractor_error.is_none());
+    let expected = items(&heuristic);
+    ensure!(!expected.is_empty(), "{heuristic:?}");
+    // The first item is fine, the second breaks the format: nothing of the
+    // reply is written.
+    let half = r#"{"entries":[{"type":"task","content":"Written from a half-good reply","turns":[3,3]},{"type":"opinion","content":"x","turns":[0,0]}]}"#;
+    let cases: Vec<(u16, &'static str, Duration, &str)> = vec![
+        (
+            200,
+            "Sure! Here are the entries you asked for.",
+            Duration::ZERO,
+            "not the JSON asked for",
+        ),
+        (200, half, Duration::ZERO, "unknown variant `opinion`"),
+        (
+            200,
+            GOOD,
+            Duration::from_millis(1500),
+            "no answer within 300 ms",
+        ),
+        (500, "overloaded", Duration::ZERO, "HTTP status 500"),
+        (401, "bad key", Duration::ZERO, "HTTP status 401"),
+    ];
+    for (status, content, delay, error) in cases {
+        let (url, _) = stub(status, content, delay)?;
+        let (report, cairn, _dir) = capture_with(Some(url))?;
+        ensure!(report.extractor == "heuristic", "{status}: {report:?}");
+        let got = report.extractor_error.clone().unwrap_or_default();
+        ensure!(
+            got.contains(error) && got.contains("model stub"),
+            "{status}: {got}"
+        );
+        ensure!(items(&report) == expected, "{status}: {:?}", items(&report));
+        let all = cairn.entries(
+            "acme",
+            &EntryFilter {
+                all: true,
+                ..EntryFilter::default()
+            },
+            None,
+        )?;
+        ensure!(
+            !all.iter().any(|v| v.entry.content.contains("half-good")),
+            "a partial write"
+        );
+    }
+    // Nobody listening: the same.
+    let closed = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let (report, _, _dir) = capture_with(Some(format!("http://{closed}/v1")))?;
+    ensure!(report.extractor == "heuristic" && report.extractor_error.is_some());
+    ensure!(items(&report) == expected);
+    Ok(())
+}
