@@ -191,13 +191,16 @@ fn text(bytes: &[u8]) -> String {
     }
 }
 
+/// The writes that turn a live store into its rebuild: puts, then deletes.
+type Writes = (Vec<(Vec<u8>, Vec<u8>)>, Vec<Vec<u8>>);
+
 /// Compares two key → value maps; returns the keys to put and delete to
 /// turn `live` into `rebuilt`.
 fn compare(
     findings: &mut Findings,
     live: &BTreeMap<Vec<u8>, Vec<u8>>,
     rebuilt: &BTreeMap<Vec<u8>, Vec<u8>>,
-) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<Vec<u8>>) {
+) -> Writes {
     let keys: BTreeSet<&Vec<u8>> = live.keys().chain(rebuilt.keys()).collect();
     findings.compared(keys.len());
     let (mut puts, mut deletes) = (Vec::new(), Vec::new());

@@ -492,8 +492,9 @@ fn undo_reverses_exactly_one_run() {
     let strip = |d: Vec<(Collection, Vec<u8>, Vec<u8>)>| -> Vec<(Collection, Vec<u8>, Vec<u8>)> {
         d.into_iter()
             .filter(|(c, k, _)| {
-                !matches!(c, Collection::Maintenance | Collection::Tombstones)
-                    && !(*c == Collection::Entries && k.as_slice() == b"c2")
+                let bookkeeping = matches!(c, Collection::Maintenance | Collection::Tombstones);
+                let c2 = *c == Collection::Entries && k.as_slice() == b"c2";
+                !bookkeeping && !c2
             })
             .collect()
     };
