@@ -132,6 +132,11 @@ impl Workspace {
                         removed.entries += 1;
                     }
                 }
+                // Topic memberships, proposals and gate records quote or
+                // name the session's turns: they go with it.
+                for key in self.topic_records_of(id)? {
+                    batch.delete(Collection::Topics, key);
+                }
             }
             ForgetTarget::Entry(id) => {
                 validate_id("entry id", id)?;
@@ -206,6 +211,37 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode("tombstone", &k, &v))
             .collect()
+    }
+
+    /// The keys of every topic record about one session's turns.
+    fn topic_records_of(&self, session: &str) -> Result<Vec<Vec<u8>>> {
+        use crate::store::TopicKey;
+        use crate::topics::gate::{GateRecord, Membership};
+        let mut out = Vec::new();
+        for (key, value) in self.store.scan_prefix(Collection::Topics, b"")? {
+            let about = match TopicKey::decode(&key) {
+                Some(
+                    TopicKey::Member { session: s, .. } | TopicKey::Proposal { session: s, .. },
+                ) => s == session,
+                Some(TopicKey::Recent { .. }) => {
+                    decode::<Membership>("membership", &key, &value)?
+                        .turn
+                        .session
+                        == session
+                }
+                Some(TopicKey::GateLog { .. }) => {
+                    decode::<GateRecord>("gate record", &key, &value)?
+                        .turn
+                        .session
+                        == session
+                }
+                Some(TopicKey::Definition { .. }) | None => false,
+            };
+            if about {
+                out.push(key);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -361,6 +361,8 @@ impl TopicGate {
                 Mode::Requested => Via::Backfill,
             },
             snippet: gate::snippet(&turn.content),
+            work_context: Some(turn.work_context.clone()),
+            low_trust: turn.role == Role::Tool,
             collected_at: record.decided_at,
         };
         let effect = if !collect {

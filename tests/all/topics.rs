@@ -355,3 +355,77 @@ fn memory_search_filters_by_topic() -> Result<()> {
     ensure!(unknown.is_err(), "{unknown:?}");
     Ok(())
 }
+
+#[test]
+fn a_topics_collection_is_an_assembly_candidate_and_forget_takes_it() -> Result<()> {
+    use cairn::{AssembleRequest, ForgetTarget, ItemSource, Section};
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.create_topic(
+        "acme",
+        &topic("billing", "invoice", Activation::Auto, Priority::Critical),
+    )?;
+    let member = say(
+        &cairn,
+        "old",
+        Role::User,
+        "the invoice for March was paid twice",
+    )?;
+    // Another session in the same work context, long enough that the
+    // collected turn is not in its tail.
+    for i in 0..6 {
+        say(
+            &cairn,
+            "new",
+            Role::User,
+            &format!("planning step {i} for the launch"),
+        )?;
+    }
+    let mut request = AssembleRequest::new("new", 2_000);
+    request.retrieval = cairn::RetrievalMode::Off;
+    let block = cairn.assemble("acme", &request)?;
+    let item = block
+        .items
+        .iter()
+        .find(|i| i.section == Section::Topics)
+        .ok_or_else(|| anyhow::anyhow!("no topic item in {}", block.text))?;
+    ensure!(
+        item.source
+            == ItemSource::Topic {
+                topic: "billing".into(),
+                session: member.session.clone(),
+                seq: member.seq,
+            },
+        "{item:?}"
+    );
+    ensure!(
+        block
+            .text
+            .contains("via topic billing; now; this_context) the invoice for March"),
+        "{}",
+        block.text
+    );
+    ensure!(
+        block
+            .trace
+            .iter()
+            .any(|t| t.rule == "topics.collection" && t.included),
+        "{:?}",
+        block.trace
+    );
+    // Turned off by the settings.
+    let mut off = request.clone();
+    off.settings = Some(cairn::AssembleSettings {
+        topic_items: 0,
+        ..Default::default()
+    });
+    let without = cairn.assemble("acme", &off)?;
+    ensure!(!without.items.iter().any(|i| i.section == Section::Topics));
+    // Forgetting the session takes its memberships and gate records too.
+    cairn.forget("acme", &ForgetTarget::Session("old".into()), "test")?;
+    ensure!(cairn.topic("acme", "billing", 10)?.members.is_empty());
+    ensure!(cairn.gate_log("acme", "billing", 10)?.is_empty());
+    let after = cairn.assemble("acme", &request)?;
+    ensure!(!after.text.contains("invoice for March"), "{}", after.text);
+    Ok(())
+}

@@ -35,6 +35,8 @@ use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
 use crate::record::{Role, Session, Turn};
 use crate::subjects::Subject;
 use crate::tokens::TokenCounter;
+use crate::topics::Topic;
+use crate::topics::gate::Membership;
 
 /// Turns read for the tail at most (the rest of the session is reachable
 /// through the projection).
@@ -117,6 +119,7 @@ fn section_key(section: Section) -> &'static str {
         Section::LivingMemory => "sec:living_memory",
         Section::Resume => "sec:resume",
         Section::RecentActivity => "sec:recent_activity",
+        Section::Topics => "sec:topics",
         Section::Retrieved => "sec:retrieved",
         Section::Compacted => "sec:compacted",
         Section::Tail => "sec:tail",
@@ -160,6 +163,7 @@ impl<'a> Ctx<'a> {
                 "resume" => Section::Resume,
                 "recent_activity" => Section::RecentActivity,
                 "retrieved" => Section::Retrieved,
+                "topics" => Section::Topics,
                 "compacted" => Section::Compacted,
                 _ => Section::Tail,
             };
@@ -446,6 +450,9 @@ struct Inputs<'r> {
     /// The summaries standing for the session's compacted turns, oldest
     /// first (empty for a session never compacted).
     summaries: Vec<SummaryNode>,
+    /// What the topics following the session collected lately: per topic
+    /// (highest priority first), its newest memberships.
+    topics: Vec<(String, Vec<Membership>)>,
 }
 
 /// Checks the request and reads everything the steps need.
@@ -516,6 +523,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
             .map(|t| t.content.clone())
             .unwrap_or_default()
     });
+    let topics = topic_candidates(ws, &session, &settings)?;
     let mut pinned: Vec<EntryView> = Vec::new();
     for id in ws.pinned()? {
         let current = match live.iter().find(|v| v.entry.id == id) {
@@ -544,7 +552,42 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         query,
         pinned,
         summaries,
+        topics,
     })
+}
+
+/// The most topics whose collections an assembly offers.
+const MAX_TOPIC_CANDIDATES: usize = 16;
+
+/// The live topics following `session` (highest priority first, then by
+/// name; at most [`MAX_TOPIC_CANDIDATES`]) with their newest memberships.
+fn topic_candidates(
+    ws: &Workspace,
+    session: &Session,
+    settings: &AssembleSettings,
+) -> Result<Vec<(String, Vec<Membership>)>> {
+    if settings.topic_items == 0 || settings.topics_max_tokens == 0 {
+        return Ok(Vec::new());
+    }
+    let all = ws.topic_list()?;
+    let mut following: Vec<&Topic> = all
+        .iter()
+        .filter(|t| !t.spec.paused && t.spec.listens_to(&session.id, &session.work_context))
+        .collect();
+    following.sort_by(|a, b| {
+        b.spec
+            .priority
+            .cmp(&a.spec.priority)
+            .then_with(|| a.spec.name.cmp(&b.spec.name))
+    });
+    let mut out = Vec::new();
+    for topic in following.into_iter().take(MAX_TOPIC_CANDIDATES) {
+        let members = ws.recent_memberships(&topic.spec.name, settings.topic_items)?;
+        if !members.is_empty() {
+            out.push((topic.spec.name.clone(), members));
+        }
+    }
+    Ok(out)
 }
 
 pub(super) fn assemble(
@@ -651,6 +694,7 @@ pub(super) fn assemble(
         &mut tier_reports,
     )?;
     tier_reports.sort_by_key(|t| t.tier);
+    topic_collections(&mut cx, &inputs)?;
     let retrieval = projection(&mut cx, ws, &inputs, retriever, &tail_sources)?;
     finish(cx, open, request, tier_reports, activity, retrieval)
 }
@@ -1079,6 +1123,60 @@ fn tier2(
             )
         },
     });
+    Ok(())
+}
+
+/// Step 6b, topics: the newest turns each topic following this session
+/// collected, within the topics cap; a turn already in the block is not
+/// repeated.
+fn topic_collections(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
+    let cap = inputs.settings.topics_max_tokens;
+    for (topic, members) in &inputs.topics {
+        for m in members {
+            let turn = ItemSource::Turn {
+                session: m.turn.session.clone(),
+                seq: m.turn.seq,
+            };
+            if cx.in_block.contains(&turn) {
+                continue;
+            }
+            let raw = Raw {
+                source: ItemSource::Topic {
+                    topic: topic.clone(),
+                    session: m.turn.session.clone(),
+                    seq: m.turn.seq,
+                },
+                section: Section::Topics,
+                text: &m.snippet,
+                role: "turn".to_owned(),
+                warrant: if m.low_trust {
+                    Warrant::LowTrust
+                } else {
+                    Warrant::Verbatim
+                },
+                support: format!("{}:{} via topic {topic}", m.turn.session, m.turn.seq),
+                at: Some(m.collected_at),
+                work_context: m.work_context.clone(),
+                session: Some(m.turn.session.clone()),
+                low_trust: m.low_trust,
+                prefix: String::new(),
+                score: Some(m.score),
+            };
+            let free = cap.saturating_sub(section_total(cx, Section::Topics));
+            if let Offer::TooBig { trace, .. } = cx.offer(
+                raw,
+                free,
+                "topics.collection",
+                &format!("collected by topic {topic} (tier {})", m.tier.number()),
+            )? {
+                cx.mark_out(
+                    trace,
+                    "topics.cap",
+                    format!("over the topics cap ({cap} tokens)"),
+                );
+            }
+        }
+    }
     Ok(())
 }
 

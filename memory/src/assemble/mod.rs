@@ -187,6 +187,12 @@ pub struct AssembleSettings {
     pub retrieval_k: usize,
     /// Token encoding (`o200k_base`, `cl100k_base`); the workspace's when absent.
     pub encoding: Option<String>,
+    /// The topics section's cap: what the topics following this session
+    /// collected most recently.
+    pub topics_max_tokens: usize,
+    /// Collected turns offered per topic (newest first); 0 turns the
+    /// section off.
+    pub topic_items: usize,
 }
 
 impl Default for AssembleSettings {
@@ -203,6 +209,8 @@ impl Default for AssembleSettings {
             recent_activity_max_age_days: 7,
             retrieval_k: 40,
             encoding: None,
+            topics_max_tokens: 160,
+            topic_items: 2,
         }
     }
 }
@@ -227,7 +235,7 @@ impl AssembleSettings {
     /// assert!(s.validate().unwrap_err().to_string().contains("retrieval_k"));
     /// ```
     pub fn validate(&self) -> crate::Result<()> {
-        let checks: [(&'static str, u64, u64); 7] = [
+        let checks: [(&'static str, u64, u64); 9] = [
             (
                 "retrieval_k",
                 self.retrieval_k as u64,
@@ -262,6 +270,12 @@ impl AssembleSettings {
                     .max(self.living_memory_max_tokens) as u64,
                 MAX_BUDGET_TOKENS as u64,
             ),
+            (
+                "topics_max_tokens",
+                self.topics_max_tokens as u64,
+                MAX_BUDGET_TOKENS as u64,
+            ),
+            ("topic_items", self.topic_items as u64, 32),
         ];
         for (what, value, max) in checks {
             if value > max {
@@ -360,6 +374,15 @@ pub enum ItemSource {
         /// Summary id.
         id: String,
     },
+    /// A turn a topic following this session collected.
+    Topic {
+        /// The topic.
+        topic: String,
+        /// The turn's session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
 }
 
 impl std::fmt::Display for ItemSource {
@@ -370,6 +393,11 @@ impl std::fmt::Display for ItemSource {
             ItemSource::Entry { id, kind } => write!(f, "{kind} {id}"),
             ItemSource::Missing { id } => write!(f, "entry {id}"),
             ItemSource::Summary { id } => write!(f, "summary {id}"),
+            ItemSource::Topic {
+                topic,
+                session,
+                seq,
+            } => write!(f, "topic {topic} turn {session}:{seq}"),
         }
     }
 }
@@ -389,6 +417,8 @@ pub enum Section {
     Resume,
     /// Tier 2, `recent_activity`.
     RecentActivity,
+    /// What the topics following this session collected lately.
+    Topics,
     /// Retrieved over the rest of memory.
     Retrieved,
     /// Summaries of the session's compacted history.
@@ -416,6 +446,7 @@ impl Section {
             Section::LivingMemory => "living_memory",
             Section::Resume => "resume",
             Section::RecentActivity => "recent_activity",
+            Section::Topics => "topics",
             Section::Retrieved => "retrieved",
             Section::Compacted => "compacted",
             Section::Tail => "tail",

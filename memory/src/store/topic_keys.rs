@@ -40,6 +40,14 @@ pub enum TopicKey {
         /// The decision's id (a ULID: keys sort by time).
         id: String,
     },
+    /// A collection, in time order: the membership again, so the newest
+    /// ones are a bounded reverse scan (assembly asks on every call).
+    Recent {
+        /// The topic.
+        topic: String,
+        /// A ULID taken when the turn was collected.
+        id: String,
+    },
 }
 
 /// A kind of [`TopicKey`]: what a prefix scan walks.
@@ -53,6 +61,8 @@ pub enum TopicFamily {
     Proposal,
     /// [`TopicKey::GateLog`].
     GateLog,
+    /// [`TopicKey::Recent`].
+    Recent,
 }
 
 impl TopicFamily {
@@ -63,6 +73,7 @@ impl TopicFamily {
             TopicFamily::Member => b"m/",
             TopicFamily::Proposal => b"p/",
             TopicFamily::GateLog => b"g/",
+            TopicFamily::Recent => b"r/",
         }
     }
 
@@ -91,6 +102,7 @@ impl TopicKey {
             TopicKey::Member { .. } => TopicFamily::Member,
             TopicKey::Proposal { .. } => TopicFamily::Proposal,
             TopicKey::GateLog { .. } => TopicFamily::GateLog,
+            TopicKey::Recent { .. } => TopicFamily::Recent,
         }
     }
 
@@ -119,8 +131,8 @@ impl TopicKey {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
                 out
             }
-            TopicKey::GateLog { topic, id } => {
-                let mut out = TopicFamily::GateLog.topic_prefix(topic);
+            TopicKey::GateLog { topic, id } | TopicKey::Recent { topic, id } => {
+                let mut out = self.family().topic_prefix(topic);
                 out.extend_from_slice(id.as_bytes());
                 out
             }
@@ -157,6 +169,10 @@ impl TopicKey {
                 topic,
                 id: rest.to_owned(),
             }),
+            "r" => Some(TopicKey::Recent {
+                topic,
+                id: rest.to_owned(),
+            }),
             _ => None,
         }
     }
@@ -169,7 +185,7 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(TopicKey, &[u8]); 4] = [
+        let cases: [(TopicKey, &[u8]); 5] = [
             (
                 TopicKey::Definition {
                     topic: "billing".into(),
@@ -198,6 +214,13 @@ mod tests {
                     id: "01JABC".into(),
                 },
                 b"g/billing/01JABC",
+            ),
+            (
+                TopicKey::Recent {
+                    topic: "billing".into(),
+                    id: "01JABD".into(),
+                },
+                b"r/billing/01JABD",
             ),
         ];
         for (key, bytes) in cases {

@@ -245,6 +245,13 @@ pub struct Membership {
     pub via: Via,
     /// The start of the turn's text.
     pub snippet: String,
+    /// The turn's work context (absent in records written before it was
+    /// kept).
+    #[serde(default)]
+    pub work_context: Option<String>,
+    /// Tool output or text fed through a webhook: data, never instructions.
+    #[serde(default)]
+    pub low_trust: bool,
     /// When it was collected.
     pub collected_at: DateTime<Utc>,
 }
@@ -303,6 +310,26 @@ fn member_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
     .encode()
 }
 
+/// A membership and its entry in the topic's recent list.
+fn put_member(batch: &mut WriteBatch, member: &Membership, id: &str) -> Result<()> {
+    let bytes = encode(member)?;
+    batch.put(
+        Collection::Topics,
+        TopicKey::Recent {
+            topic: member.topic.clone(),
+            id: id.to_owned(),
+        }
+        .encode(),
+        bytes.clone(),
+    );
+    batch.put(
+        Collection::Topics,
+        member_key(&member.topic, &member.turn),
+        bytes,
+    );
+    Ok(())
+}
+
 fn proposal_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
     TopicKey::Proposal {
         topic: topic.to_owned(),
@@ -329,11 +356,7 @@ impl Workspace {
         );
         match effect {
             Effect::None => {}
-            Effect::Collect(member) => batch.put(
-                Collection::Topics,
-                member_key(&member.topic, &member.turn),
-                encode(member)?,
-            ),
+            Effect::Collect(member) => put_member(&mut batch, member, &record.id)?,
             Effect::Propose(member) => batch.put(
                 Collection::Topics,
                 proposal_key(&member.topic, &member.turn),
@@ -387,6 +410,20 @@ impl Workspace {
         out.sort_by_key(|m| std::cmp::Reverse(m.collected_at));
         out.truncate(limit);
         Ok(out)
+    }
+
+    /// What a topic collected most recently, newest first: a bounded
+    /// reverse scan, whatever the topic's size (what assembly asks).
+    pub fn recent_memberships(&self, topic: &str, limit: usize) -> Result<Vec<Membership>> {
+        self.store
+            .scan_prefix_rev(
+                Collection::Topics,
+                &TopicFamily::Recent.topic_prefix(topic),
+                limit,
+            )?
+            .into_iter()
+            .map(|(k, v)| decode::<Membership>("membership", &k, &v))
+            .collect()
     }
 
     /// Whether a turn is a member of a topic.
@@ -445,11 +482,7 @@ impl Workspace {
             let mut member = proposal.membership.clone();
             member.via = Via::Approved;
             member.collected_at = now;
-            batch.put(
-                Collection::Topics,
-                member_key(topic, turn),
-                encode(&member)?,
-            );
+            put_member(&mut batch, &member, &ulid::Ulid::new().to_string())?;
         }
         self.apply(batch)?;
         self.shared.store.sync()?;

@@ -529,6 +529,7 @@ impl Workspace {
             TopicFamily::Member,
             TopicFamily::Proposal,
             TopicFamily::GateLog,
+            TopicFamily::Recent,
         ] {
             for (key, _) in self
                 .store
@@ -637,6 +638,8 @@ mod tests {
             gate_record: "01".into(),
             via: Via::Live,
             snippet: "the invoice".into(),
+            work_context: None,
+            low_trust: false,
             collected_at: ws.now(),
         };
         let record = GateRecord {
@@ -659,8 +662,10 @@ mod tests {
         ws.record_gate(&record, &Effect::Propose(member)).unwrap();
         assert_eq!(ws.proposals("billing", false).unwrap().len(), 1);
         assert!(!ws.is_member("billing", &turn).unwrap());
+        assert!(ws.recent_memberships("billing", 5).unwrap().is_empty());
         ws.decide_proposal("billing", &turn, true).unwrap();
         assert!(ws.is_member("billing", &turn).unwrap());
+        assert_eq!(ws.recent_memberships("billing", 5).unwrap()[0].turn, turn);
         assert_eq!(
             ws.decide_proposal("billing", &turn, false)
                 .unwrap_err()
@@ -672,6 +677,7 @@ mod tests {
         assert_eq!(ws.topic("billing").unwrap_err().code(), "topic_not_found");
         ws.create_topic(&billing()).unwrap();
         assert!(ws.memberships("billing", 10).unwrap().is_empty());
+        assert!(ws.recent_memberships("billing", 10).unwrap().is_empty());
         assert!(ws.gate_log("billing", None, 10).unwrap().is_empty());
     }
 }
