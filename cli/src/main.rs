@@ -183,6 +183,9 @@ enum Command {
         /// Only turns with this role (user, assistant, system, tool).
         #[arg(long)]
         role: Option<String>,
+        /// Only turns this topic collected.
+        #[arg(long)]
+        topic: Option<String>,
         /// Only items at or after this time (RFC 3339).
         #[arg(long)]
         since: Option<chrono::DateTime<chrono::Utc>>,
@@ -650,6 +653,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             kind,
             subject,
             role,
+            topic,
             since,
             until,
             include_replaced,
@@ -686,6 +690,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 kind,
                 subject,
                 role,
+                topic,
                 since,
                 until,
                 include_replaced,

@@ -296,6 +296,21 @@ fn cli_defines_a_topic_collects_and_explains() -> Result<()> {
         text.contains("collected") && text.contains("tier 1"),
         "{text}"
     );
+    // `cairn search --topic` keeps only what the topic collected.
+    let search = |topic: &str| {
+        run(
+            dir.path(),
+            &[
+                "-w", "acme", "search", "bounced", "--mode", "bm25", "--topic", topic,
+            ],
+        )
+    };
+    let found = search("billing")?;
+    let text = String::from_utf8_lossy(&found.stdout);
+    ensure!(found.status.success() && text.contains("session:s1:0-0"), "{text}");
+    let unknown = search("nope")?;
+    ensure!(!unknown.status.success(), "{unknown:?}");
+    ensure!(String::from_utf8_lossy(&unknown.stderr).contains("nope"));
     Ok(())
 }
 
