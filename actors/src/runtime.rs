@@ -903,6 +903,14 @@ impl ActorRuntime {
             .stats
             .passivated
             .fetch_add(dropped as u64, Ordering::Relaxed);
+        // Scheduled topic collections, per workspace; one failing does not
+        // stop the others (the next tick retries it).
+        for id in inner.memory.workspaces()? {
+            let ws = inner.memory.workspace(&id)?;
+            if let Err(error) = inner.topics.scheduled(&ws) {
+                tracing::warn!(workspace = %id, %error, "topic schedules failed; retried next tick");
+            }
+        }
         Ok(reports)
     }
 

@@ -235,7 +235,7 @@ impl Workspace {
                         .session
                         == session
                 }
-                Some(TopicKey::Definition { .. }) | None => false,
+                Some(TopicKey::Definition { .. } | TopicKey::Schedule { .. }) | None => false,
             };
             if about {
                 out.push(key);

@@ -40,6 +40,11 @@ pub enum TopicKey {
         /// The decision's id (a ULID: keys sort by time).
         id: String,
     },
+    /// When the topic's schedule last ran (`s/<topic>/last`).
+    Schedule {
+        /// The topic.
+        topic: String,
+    },
     /// A collection, in time order: the membership again, so the newest
     /// ones are a bounded reverse scan (assembly asks on every call).
     Recent {
@@ -63,6 +68,8 @@ pub enum TopicFamily {
     GateLog,
     /// [`TopicKey::Recent`].
     Recent,
+    /// [`TopicKey::Schedule`].
+    Schedule,
 }
 
 impl TopicFamily {
@@ -74,6 +81,7 @@ impl TopicFamily {
             TopicFamily::Proposal => b"p/",
             TopicFamily::GateLog => b"g/",
             TopicFamily::Recent => b"r/",
+            TopicFamily::Schedule => b"s/",
         }
     }
 
@@ -103,6 +111,7 @@ impl TopicKey {
             TopicKey::Proposal { .. } => TopicFamily::Proposal,
             TopicKey::GateLog { .. } => TopicFamily::GateLog,
             TopicKey::Recent { .. } => TopicFamily::Recent,
+            TopicKey::Schedule { .. } => TopicFamily::Schedule,
         }
     }
 
@@ -129,6 +138,11 @@ impl TopicKey {
             } => {
                 let mut out = self.family().topic_prefix(topic);
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
+                out
+            }
+            TopicKey::Schedule { topic } => {
+                let mut out = TopicFamily::Schedule.topic_prefix(topic);
+                out.extend_from_slice(b"last");
                 out
             }
             TopicKey::GateLog { topic, id } | TopicKey::Recent { topic, id } => {
@@ -169,6 +183,7 @@ impl TopicKey {
                 topic,
                 id: rest.to_owned(),
             }),
+            "s" if rest == "last" => Some(TopicKey::Schedule { topic }),
             "r" => Some(TopicKey::Recent {
                 topic,
                 id: rest.to_owned(),
@@ -185,7 +200,7 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(TopicKey, &[u8]); 5] = [
+        let cases: [(TopicKey, &[u8]); 6] = [
             (
                 TopicKey::Definition {
                     topic: "billing".into(),
@@ -221,6 +236,12 @@ mod tests {
                     id: "01JABD".into(),
                 },
                 b"r/billing/01JABD",
+            ),
+            (
+                TopicKey::Schedule {
+                    topic: "billing".into(),
+                },
+                b"s/billing/last",
             ),
         ];
         for (key, bytes) in cases {

@@ -221,6 +221,8 @@ pub enum Via {
     Approved,
     /// A requested collection (`collect`) over the existing record.
     Backfill,
+    /// Text fed to the topic's webhook.
+    Webhook,
 }
 
 /// A turn a topic collected, with its provenance.
@@ -424,6 +426,34 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode::<Membership>("membership", &k, &v))
             .collect()
+    }
+
+    /// When the topic's schedule last ran (`None`: never).
+    pub fn schedule_mark(&self, topic: &str) -> Result<Option<DateTime<Utc>>> {
+        let key = TopicKey::Schedule {
+            topic: topic.to_owned(),
+        }
+        .encode();
+        match self.store.get(Collection::Topics, &key)? {
+            Some(raw) => Ok(Some(decode("schedule mark", &key, &raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records that the topic's schedule ran at `at` (durable).
+    pub fn set_schedule_mark(&self, topic: &str, at: DateTime<Utc>) -> Result<()> {
+        self.topic(topic)?;
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::Topics,
+            TopicKey::Schedule {
+                topic: topic.to_owned(),
+            }
+            .encode(),
+            encode(&at)?,
+        );
+        self.apply(batch)?;
+        Ok(self.shared.store.sync()?)
     }
 
     /// Whether a turn is a member of a topic.
