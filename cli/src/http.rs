@@ -28,7 +28,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
 mod topic_routes;
-pub use topic_routes::{CollectBody, DecideBody};
+pub use topic_routes::{CollectBody, DecideBody, FeedBody};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -910,6 +910,7 @@ async fn generation_counts(
         topic_routes::proposals,
         topic_routes::decide_proposal,
         topic_routes::collect,
+        topic_routes::feed,
         topic_routes::gate_log,
         topic_routes::why
     )

@@ -340,6 +340,29 @@ fn http_topic_crud() -> Result<()> {
         status == 200 && body.to_string().contains("billing"),
         "{body}"
     );
+    // The webhook: refused for a topic without the trigger, then fed.
+    let feed = serde_json::json!({"text": "invoice 42 bounced"});
+    let (status, body) = server.post("/v1/workspaces/acme/topics/billing/webhook", &feed)?;
+    ensure!(
+        status == 400 && body.to_string().contains("webhook"),
+        "{status} {body}"
+    );
+    let hooked = serde_json::json!({
+        "name": "alerts", "description": "Alerts", "activation": "auto",
+        "priority": "critical", "triggers": [{"kind": "webhook"}]
+    });
+    let (status, body) = server.post("/v1/workspaces/acme/topics", &hooked)?;
+    ensure!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = server.post("/v1/workspaces/acme/topics/alerts/webhook", &feed)?;
+    ensure!(
+        status == 200 && body["outcome"] == "collected",
+        "{status} {body}"
+    );
+    let (status, body) = server.get("/openapi.json")?;
+    ensure!(
+        status == 200 && body.to_string().contains("/topics/{name}/webhook"),
+        "{status}"
+    );
     let (status, _) = server.post(
         "/v1/workspaces/acme/topics/billing/pause",
         &serde_json::json!({}),
