@@ -108,6 +108,9 @@ pub struct ScheduledRun {
 #[derive(Debug)]
 struct Compiled {
     topics: Vec<Topic>,
+    /// Index in `topics` by name: a watcher finds its topic in O(1),
+    /// whatever the number of topics.
+    by_name: HashMap<String, usize>,
     matcher: TopicMatcher,
     profiles: Vec<TermVector>,
 }
@@ -167,8 +170,14 @@ fn compile(ws: &Workspace) -> Result<Compiled> {
         .iter()
         .map(|t| profile(ws, t))
         .collect::<Result<Vec<_>>>()?;
+    let by_name = topics
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.spec.name.clone(), i))
+        .collect();
     Ok(Compiled {
         topics,
+        by_name,
         matcher,
         profiles,
     })
@@ -267,7 +276,7 @@ impl TopicGate {
         turn: &TopicTurn,
     ) -> Result<()> {
         let compiled = self.compiled(ws)?;
-        let Some(idx) = compiled.topics.iter().position(|t| t.spec.name == topic) else {
+        let Some(&idx) = compiled.by_name.get(topic) else {
             return Ok(());
         };
         let (Some(topic), Some(profile)) = (compiled.topics.get(idx), compiled.profiles.get(idx))
