@@ -1299,6 +1299,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         .enumerate()
         .map(|(i, t)| t.with_idempotency_key(&format!("demo-{i}")))
         .collect();
+    demo_define_topic(out, &cairn, &ws_id)?;
     let acks = cairn.ingest(&ws_id, &turns)?;
     let fresh = acks.iter().filter(|a| !a.duplicate).count();
     writeln!(
@@ -1338,6 +1339,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     for view in cairn.entries(&ws_id, &all, None)? {
         print_entry(out, &view)?;
     }
+    demo_topic_collection(out, &cairn, &ws_id)?;
     writeln!(out, "\n== subjects")?;
     for s in cairn.subjects(&ws_id)? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
@@ -1368,6 +1370,68 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     demo_compaction(out, &cairn, &ws_id)?;
+    Ok(())
+}
+
+/// The demo's topic, defined before the conversation arrives so its watcher
+/// sees every turn live (kept when the demo reruns on the same data).
+const DEMO_TOPIC: &str = "support-load";
+
+fn demo_define_topic(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    use cairn::topics::{Activation, Priority, TopicSpec, Trigger};
+    if cairn.topics(ws_id)?.iter().all(|t| t.spec.name != DEMO_TOPIC) {
+        let spec = TopicSpec::new(
+            DEMO_TOPIC,
+            "How much load support can take around the launch: waitlist waves, support capacity",
+        )
+        .trigger(Trigger::Keyword("waitlist".into()))
+        .trigger(Trigger::Keyword("support".into()))
+        .activation(Activation::Auto)
+        .priority(Priority::High);
+        cairn.create_topic(ws_id, &spec)?;
+    }
+    writeln!(
+        out,
+        "\n== topic {DEMO_TOPIC} defined (keywords waitlist, support; high priority, auto): its watcher judges every turn"
+    )?;
+    Ok(())
+}
+
+/// What the demo topic collected, and why one turn was collected.
+fn demo_topic_collection(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    cairn.flush()?;
+    let details = cairn.topic(ws_id, DEMO_TOPIC, 20)?;
+    writeln!(
+        out,
+        "\n== topic {DEMO_TOPIC} collected {} turn(s) (`cairn topics show {DEMO_TOPIC}`)",
+        details.members.len()
+    )?;
+    let mut members = details.members.clone();
+    members.sort_by(|a, b| a.turn.cmp(&b.turn));
+    for m in &members {
+        writeln!(
+            out,
+            "  {} (tier {}, score {:.2}): {}",
+            m.turn,
+            m.tier.number(),
+            m.score,
+            m.snippet
+        )?;
+    }
+    if let Some(m) = members.first() {
+        writeln!(out, "\n== cairn topics why {DEMO_TOPIC} {}", m.turn)?;
+        for r in cairn.why(ws_id, DEMO_TOPIC, &m.turn)? {
+            writeln!(
+                out,
+                "  {:?} at tier {} (score {:.2}, threshold {:.2}); reasons: {}",
+                r.outcome,
+                r.tier.number(),
+                r.score,
+                r.threshold,
+                r.reasons.join(", ")
+            )?;
+        }
+    }
     Ok(())
 }
 
