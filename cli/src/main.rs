@@ -1379,7 +1379,11 @@ const DEMO_TOPIC: &str = "support-load";
 
 fn demo_define_topic(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
     use cairn::topics::{Activation, Priority, TopicSpec, Trigger};
-    if cairn.topics(ws_id)?.iter().all(|t| t.spec.name != DEMO_TOPIC) {
+    if cairn
+        .topics(ws_id)?
+        .iter()
+        .all(|t| t.spec.name != DEMO_TOPIC)
+    {
         let spec = TopicSpec::new(
             DEMO_TOPIC,
             "How much load support can take around the launch: waitlist waves, support capacity",

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use cairn_actors::{ActorError, TopicJudge, TopicTurn};
 use cairn_memory::topics::gate::{self, Effect, Route};
 pub use cairn_memory::topics::gate::{
-    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TurnRef, Via,
+    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TopicCounts, TurnRef, Via,
 };
 pub use cairn_memory::topics::lexical::DEFAULT_THRESHOLD;
 use cairn_memory::topics::lexical::TermVector;
@@ -696,6 +696,16 @@ impl Cairn {
             turn: TurnRef::new(&session, seq),
             outcome,
         })
+    }
+
+    /// How much a workspace's topics hold: definitions, gate decisions,
+    /// collected turns, proposals. Counts what the watchers have decided
+    /// so far (call [`Cairn::flush`] first to wait for them).
+    pub fn topic_counts(&self, workspace: &str) -> Result<TopicCounts> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .topic_counts()?)
     }
 
     /// Runs the schedules of a workspace's topics that are due at the

@@ -109,6 +109,20 @@ pub fn route(activation: Activation, priority: Priority, score: f32, threshold: 
     }
 }
 
+/// How much the topics of a workspace hold ([`Workspace::topic_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TopicCounts {
+    /// Topic definitions.
+    pub topics: u64,
+    /// Gate decisions logged.
+    pub decisions: u64,
+    /// Turns collected (memberships).
+    pub collected: u64,
+    /// Proposals of gated topics (any status).
+    pub proposals: u64,
+}
+
 /// A turn, by session and sequence number; written `session/seq`.
 ///
 /// ```
@@ -426,6 +440,24 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode::<Membership>("membership", &k, &v))
             .collect()
+    }
+
+    /// Counts over every topic of the workspace: definitions, gate
+    /// decisions, memberships and pending-or-decided proposals (key scans,
+    /// nothing decoded).
+    pub fn topic_counts(&self) -> Result<TopicCounts> {
+        let count = |family: TopicFamily| -> Result<u64> {
+            Ok(self
+                .store
+                .scan_prefix(Collection::Topics, family.prefix())?
+                .len() as u64)
+        };
+        Ok(TopicCounts {
+            topics: count(TopicFamily::Definition)?,
+            decisions: count(TopicFamily::GateLog)?,
+            collected: count(TopicFamily::Member)?,
+            proposals: count(TopicFamily::Proposal)?,
+        })
     }
 
     /// When the topic's schedule last ran (`None`: never).
