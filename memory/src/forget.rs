@@ -14,7 +14,7 @@ use crate::ids::{validate_id, validate_slug};
 use crate::log::Entry;
 use crate::memory::{Memory, Workspace, check_size, decode, encode};
 use crate::record::{session_prefix, work_context_key};
-use crate::store::{Collection, WriteBatch};
+use crate::store::{Collection, StateFamily, StateKey, WriteBatch, WriteOp};
 
 /// Where the tombstones of erased workspaces live in the store-wide space.
 const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
@@ -120,7 +120,7 @@ impl Workspace {
                 }
                 batch.delete(
                     Collection::State,
-                    crate::store::StateKey::CompactionView {
+                    StateKey::CompactionView {
                         session: id.clone(),
                     }
                     .encode(),
@@ -137,6 +137,20 @@ impl Workspace {
                 for key in self.topic_records_of(id)? {
                     batch.delete(Collection::Topics, key);
                 }
+                // The stored embeddings of its turns (written even when no
+                // search service runs now) and its extraction record.
+                let mut vectors = StateFamily::TurnVector.prefix().to_vec();
+                vectors.extend_from_slice(format!("{id}/").as_bytes());
+                for (key, _) in self.store.scan_prefix(Collection::State, &vectors)? {
+                    batch.delete(Collection::State, key);
+                }
+                batch.delete(
+                    Collection::State,
+                    StateKey::Extraction {
+                        session: id.clone(),
+                    }
+                    .encode(),
+                );
             }
             ForgetTarget::Entry(id) => {
                 validate_id("entry id", id)?;
@@ -182,6 +196,21 @@ impl Workspace {
                     reason: "erase a workspace through Memory::forget_workspace".to_owned(),
                 });
             }
+        }
+        // Every erased entry's stored embedding goes in the same batch.
+        let erased: Vec<String> = batch
+            .ops()
+            .iter()
+            .filter_map(|op| match op {
+                WriteOp::Delete {
+                    collection: Collection::Entries,
+                    key,
+                } => String::from_utf8(key.clone()).ok(),
+                _ => None,
+            })
+            .collect();
+        for entry in erased {
+            batch.delete(Collection::State, StateKey::EntryVector { entry }.encode());
         }
         let tombstone = Tombstone {
             id: ulid::Ulid::new().to_string(),
