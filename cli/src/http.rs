@@ -80,6 +80,11 @@ impl From<Refusal> for ApiError {
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why)
             }
             Refusal::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", why),
+            Refusal::RateLimited { per_minute } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("over {per_minute} requests a minute (server.requests_per_minute)"),
+            ),
         }
     }
 }
@@ -97,7 +102,13 @@ async fn guard_requests(
             header(actix_web::http::header::AUTHORIZATION),
             req.path(),
         );
-        match decided {
+        // Counted under its token; a server without tokens is a local one
+        // (it refuses a public address) and is not limited.
+        let admitted = decided.and_then(|principal| match principal.rate_key() {
+            Some(key) => guard.admit(&key).map(|()| principal),
+            None => Ok(principal),
+        });
+        match admitted {
             Ok(principal) => {
                 req.extensions_mut().insert(principal);
             }
@@ -682,11 +693,22 @@ pub struct ToolQuery {
     responses((status = 200, body = SearchResponse), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
 async fn memory_search(
+    req: HttpRequest,
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
     body: web::Json<SearchRequest>,
 ) -> ApiResult<SearchResponse> {
-    blocking(move || Ok(cairn.memory_search(&ws, &body)?)).await
+    let mut request = body.into_inner();
+    // With tokens, the search rate limit counts the token, not the name the
+    // client puts in `caller`.
+    if let Some(key) = req
+        .extensions()
+        .get::<Principal>()
+        .and_then(Principal::rate_key)
+    {
+        request.caller = Some(key);
+    }
+    blocking(move || Ok(cairn.memory_search(&ws, &request)?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/items/{id}", params(ToolQuery),

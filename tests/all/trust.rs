@@ -142,3 +142,43 @@ fn a_public_address_needs_tokens() -> Result<()> {
     ensure!(err.contains("without authentication"), "{err}");
     Ok(())
 }
+
+#[test]
+fn requests_are_limited_per_token_not_per_claimed_name() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nrequests_per_minute = 20\nadmin_token = \"{ADMIN}\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
+        ),
+    )?;
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let get = |token: &str| {
+        let auth = format!("Bearer {token}");
+        server.raw(
+            "GET",
+            "/v1/workspaces/acme/sessions",
+            &[("host", host.as_str()), ("authorization", auth.as_str())],
+            "",
+        )
+    };
+    let mut limited = 0;
+    for _ in 0..30 {
+        let (s, body) = get(ACME)?;
+        if s == 429 {
+            ensure!(body["code"] == "rate_limited", "{body}");
+            limited += 1;
+        } else {
+            // Admitted (the workspace does not exist yet: 404).
+            ensure!(s == 404, "{s} {body}");
+        }
+    }
+    ensure!(limited >= 5, "only {limited} of 30 requests were limited");
+    // Another token has its own budget.
+    let (s, body) = get(ADMIN)?;
+    ensure!(s == 404, "{s} {body}");
+    Ok(())
+}
