@@ -215,6 +215,8 @@ impl Cairn {
     /// decision log writes in batches). A process calls it before it exits.
     pub fn flush(&self) -> Result<()> {
         self.actors.settle()?;
+        // The topic gate's records are written without their own fsync.
+        self.memory().sync()?;
         self.policies().flush()
     }
 }
