@@ -68,6 +68,18 @@ fn append(ws: &Workspace, session: &str, gens: &[Gen]) -> Vec<TurnInput> {
     inputs
 }
 
+/// `count` turns cycling through the first `kinds` kinds, `words` words
+/// each, one result per tool call.
+fn cycle(count: usize, kinds: u8, words: usize) -> Vec<Gen> {
+    (0..count)
+        .map(|i| Gen {
+            kind: (i % usize::from(kinds)) as u8,
+            words,
+            results: 1,
+        })
+        .collect()
+}
+
 fn gens() -> impl Strategy<Value = Vec<Gen>> {
     prop::collection::vec(
         (0u8..3, 1usize..40, 1usize..3).prop_map(|(kind, words, results)| Gen {
@@ -179,13 +191,7 @@ proptest! {
 #[test]
 fn a_second_pass_without_new_turns_changes_nothing() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..60)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 20,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(60, 3, 20);
     append(&ws, "s", &gens);
     let options = loose();
     let first = ws.compact("s", &options, &Extractive).expect("compact");
@@ -198,13 +204,7 @@ fn a_second_pass_without_new_turns_changes_nothing() {
 #[test]
 fn a_tight_budget_builds_levels_and_fits() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..600)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 30,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(600, 3, 30);
     append(&ws, "s", &gens);
     let options = CompactOptions::new(1_500);
     let report = ws.compact("s", &options, &Extractive).expect("compact");
@@ -326,13 +326,7 @@ fn a_failing_or_growing_summariser_falls_back_to_the_extractive_one() {
 #[test]
 fn model_output_is_sanitised() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..40)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(40, 2, 25);
     append(&ws, "s", &gens);
     let report = ws
         .compact("s", &loose(), &Hostile("inject"))
@@ -361,13 +355,7 @@ fn tiny_turns_are_declined_not_grown() {
 #[test]
 fn a_changed_record_fails_expansion() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..40)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(40, 2, 25);
     append(&ws, "s", &gens);
     let report = ws.compact("s", &loose(), &Extractive).expect("compact");
     let mut node = ws.summary(&report.created[0]).expect("node");
@@ -390,13 +378,7 @@ fn a_changed_record_fails_expansion() {
 #[test]
 fn a_call_waiting_for_its_result_is_not_compacted_away_from_it() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..60)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(60, 2, 25);
     append(&ws, "s", &gens);
     let call = ws
         .append_turn(
@@ -446,13 +428,7 @@ fn overwrite(ws: &Workspace, node: &SummaryNode) {
 #[test]
 fn every_level_of_the_dag_is_checked_not_only_the_top() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..600)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 30,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(600, 3, 30);
     append(&ws, "s", &gens);
     ws.compact("s", &CompactOptions::new(1_500), &Extractive)
         .expect("compact");
@@ -505,13 +481,7 @@ fn every_level_of_the_dag_is_checked_not_only_the_top() {
 #[test]
 fn a_changed_turn_fails_a_one_level_expand() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..40)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(40, 2, 25);
     append(&ws, "s", &gens);
     let report = ws.compact("s", &loose(), &Extractive).expect("compact");
     let node = ws.summary(&report.created[0]).expect("node");
@@ -539,13 +509,7 @@ fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
     use crate::assemble::{NoRetrieval, TrustAll};
     use crate::{AssembleRequest, ItemSource, Section};
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..400)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 30,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(400, 3, 30);
     append(&ws, "s", &gens);
     let report = ws
         .compact("s", &CompactOptions::new(2_000), &Extractive)
