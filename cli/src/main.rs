@@ -139,6 +139,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The briefing: active subjects (14 days), decisions (7 days), pending
+    /// tasks, open questions, stale subjects (30 days) and contradictions,
+    /// at most 80 lines, each line with its entry reference.
+    Brief {
+        /// Only this work context (default: the whole workspace).
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Write it into this MEMORY.md, between the markers
+        /// `<!-- cairn:briefing:start -->` and `<!-- cairn:briefing:end -->`:
+        /// every other byte of the file is kept; the file is created when
+        /// absent; a file with broken markers is refused and left untouched.
+        #[arg(long, value_name = "PATH")]
+        write: Option<PathBuf>,
+        /// Print JSON (text and sections).
+        #[arg(long)]
+        json: bool,
+    },
     /// Capture now: turn the new turns of a work context (or of all of them)
     /// into memory-log entries with provenance. Never processes a turn twice.
     Capture {
@@ -458,7 +475,11 @@ fn main() {
             eprintln!("error: {err:#}");
             let caller = err
                 .downcast_ref::<cairn::CairnError>()
-                .is_some_and(|e| e.kind().is_caller_error());
+                .is_some_and(|e| e.kind().is_caller_error())
+                || matches!(
+                    err.downcast_ref::<cairn_cli::brief::WriteError>(),
+                    Some(cairn_cli::brief::WriteError::Markers { .. })
+                );
             std::process::exit(if caller { 2 } else { 1 });
         }
     }
@@ -957,6 +978,31 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 for report in &reports {
                     print_capture(out, report)?;
                 }
+            }
+        }
+        Command::Brief {
+            work_context,
+            write,
+            json,
+        } => {
+            let briefing = cairn.briefing(ws_id, work_context.as_deref())?;
+            match write {
+                Some(path) => {
+                    let done = cairn_cli::brief::write_briefing(&path, &briefing.text)?;
+                    let what = match done {
+                        cairn_cli::brief::Written::Created => "created",
+                        cairn_cli::brief::Written::Updated => "updated",
+                        cairn_cli::brief::Written::Unchanged => "unchanged",
+                    };
+                    writeln!(
+                        out,
+                        "{what} {} ({} lines between the markers)",
+                        path.display(),
+                        briefing.lines
+                    )?;
+                }
+                None if json => writeln!(out, "{}", serde_json::to_string_pretty(&briefing)?)?,
+                None => write!(out, "{}", briefing.text)?,
             }
         }
         Command::Tombstones { json } => {

@@ -35,9 +35,11 @@
 //! ```
 
 pub mod assemble;
+pub mod brief;
 pub mod clock;
 pub mod compact;
 pub mod config;
+pub mod contradict;
 pub mod error;
 pub mod extract;
 pub mod forget;
@@ -49,6 +51,7 @@ pub mod redact;
 pub mod search;
 pub mod store;
 pub mod subjects;
+mod text;
 pub mod tokens;
 pub mod topics;
 

@@ -35,6 +35,7 @@
 //! ```
 
 pub mod assembly;
+mod briefing;
 mod compaction;
 mod config;
 mod decision_log;
@@ -52,9 +53,13 @@ pub use cairn_memory::assemble::{
     ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
     RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
+pub use cairn_memory::brief::{
+    BriefItem, BriefScope, BriefSection, BriefSectionKind, BriefSettings, Briefing,
+};
 pub use cairn_memory::compact::{
     CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod, SummaryNode,
 };
+pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
