@@ -1181,6 +1181,20 @@ fn print_capture(out: &mut impl Write, report: &cairn::CaptureReport) -> Result<
         };
         writeln!(out, "  [{}] {}{elsewhere}{prov}", e.kind, e.content)?;
     }
+    for m in &report.merged {
+        writeln!(
+            out,
+            "  merged: [{}] {} <- {}:{} (restates {})",
+            m.kind, m.content, m.provenance.session, m.provenance.from_seq, m.into
+        )?;
+    }
+    for s in &report.settled {
+        writeln!(
+            out,
+            "  closed: {} by {} ({}) <- {}:{}",
+            s.entry, s.by, s.rule, s.provenance.session, s.provenance.from_seq
+        )?;
+    }
     Ok(())
 }
 

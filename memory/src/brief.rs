@@ -397,7 +397,9 @@ fn render_scoped(
                 })
                 .copied()
                 .unwrap_or(recent[0]);
-            let done = if quoted.entry.status == Some(TaskStatus::Done) {
+            let done = if quoted.entry.status == Some(TaskStatus::Done)
+                && !quoted.entry.content.to_lowercase().starts_with("done")
+            {
                 "done: "
             } else {
                 ""

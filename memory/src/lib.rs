@@ -49,6 +49,7 @@ mod memory;
 pub mod record;
 pub mod redact;
 pub mod search;
+pub mod settle;
 pub mod store;
 pub mod subjects;
 mod text;

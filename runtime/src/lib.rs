@@ -47,7 +47,8 @@ mod tools;
 pub mod topics;
 
 pub use cairn_actors::{
-    ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
+    ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, MergedItem, SettledLoop,
+    Trigger, TriggerConfig,
 };
 pub use cairn_memory::assemble::{
     ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
