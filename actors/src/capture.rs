@@ -342,6 +342,26 @@ pub(crate) fn capture(
     if spans.is_empty() && !trigger.is_mandatory() {
         return Ok(None);
     }
+    // A session that ends with nothing left to capture still hands off
+    // (exactly one handoff per session: docs/DESIGN.md, *Session extraction*).
+    if trigger.is_session_hook()
+        && spans.is_empty()
+        && let [session] = sessions.as_slice()
+        && let Some(last_user) = ws
+            .recent_turns(&session.id, 64)?
+            .into_iter()
+            .rev()
+            .find(|t| t.role == Role::User)
+    {
+        let mut input = session_handoff(work_context, trigger, &session.id, &last_user);
+        input.id = Some(entry_id(&[
+            ws.id(),
+            work_context,
+            &session.id,
+            "handoff-at-end",
+        ]));
+        inputs.push(input);
+    }
     let (merged, settled) = keep_current(ws, work_context, trigger, &mut inputs, &statements)?;
     inputs.extend(updates);
 
@@ -746,28 +766,36 @@ fn build_entries(
     }
     if trigger.is_session_hook() && !has_handoff {
         if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
-            let said: String = last_user.content.chars().take(200).collect();
-            let ended = if trigger == Trigger::BeforeReset {
-                "was reset"
-            } else {
-                "ended"
-            };
-            let mut input = EntryInput::new(
-                EntryKind::Handoff,
-                &format!(
-                    "Session {} {ended}; last user message: \"{said}\"",
-                    span.session
-                ),
-            )
-            .in_context(work_context)
-            .from_turns(&span.session, last_user.seq, last_user.seq)
-            .with_detail(&format!("deterministic handoff, trigger {trigger}"));
+            let mut input = session_handoff(work_context, trigger, &span.session, last_user);
             input.id = Some(entry_id(&[&base[..], &["handoff"]].concat()));
             input.subject = extraction.mentioned.iter().next().cloned();
             out.push(input);
         }
     }
     Ok(())
+}
+
+/// The deterministic handoff of a session that ends (or is reset): where
+/// the user left it, with the last user turn as provenance.
+fn session_handoff(
+    work_context: &str,
+    trigger: Trigger,
+    session: &str,
+    last_user: &Turn,
+) -> EntryInput {
+    let said: String = last_user.content.chars().take(200).collect();
+    let ended = if trigger == Trigger::BeforeReset {
+        "was reset"
+    } else {
+        "ended"
+    };
+    EntryInput::new(
+        EntryKind::Handoff,
+        &format!("Session {session} {ended}; last user message: \"{said}\""),
+    )
+    .in_context(work_context)
+    .from_turns(session, last_user.seq, last_user.seq)
+    .with_detail(&format!("deterministic handoff, trigger {trigger}"))
 }
 
 /// Cross-conversation updates: for each subject this span mentions, every *other* work

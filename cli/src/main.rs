@@ -1397,6 +1397,29 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     for s in cairn.subjects(&ws_id)? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
     }
+    writeln!(
+        out,
+        "\n== the day's sessions end (hook session_end: each extracted once, with a handoff)"
+    )?;
+    for session in ["s-0412", "s-0415"] {
+        cairn.session_end(&ws_id, session)?;
+        clock.advance(chrono::Duration::minutes(1));
+    }
+    if let Some(handoff) = cairn
+        .entries(
+            &ws_id,
+            &EntryFilter {
+                kind: Some(EntryKind::Handoff),
+                work_context: Some("launch-plan".to_owned()),
+                limit: Some(1),
+                ..Default::default()
+            },
+            None,
+        )?
+        .first()
+    {
+        print_entry(out, handoff)?;
+    }
     clock.advance(chrono::Duration::hours(18));
     let session = "s-0416";
     cairn.ingest(
@@ -1423,6 +1446,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     demo_compaction(out, &cairn, &ws_id)?;
+    writeln!(
+        out,
+        "\n== briefing (`cairn brief`; `cairn brief --write MEMORY.md` puts it between markers)"
+    )?;
+    write!(out, "{}", cairn.briefing(&ws_id, None)?.text)?;
     Ok(())
 }
 

@@ -318,13 +318,12 @@ pub fn render(
     now: DateTime<Utc>,
     settings: &BriefSettings,
 ) -> Briefing {
-    let in_scope = scoped(entries, scope);
-    let contradictions = find_contradictions(&in_scope);
-    render_scoped(&in_scope, &contradictions, scope, now, settings)
+    render_with(entries, &find_contradictions(entries), scope, now, settings)
 }
 
 /// [`render`] with the contradictions among `entries` already found (a
-/// caller that caches them per log version).
+/// caller that caches them per log version); those with an entry outside
+/// the scope are left out.
 pub fn render_with(
     entries: &[EntryView],
     contradictions: &[Contradiction],
@@ -343,8 +342,8 @@ pub fn render_with(
     render_scoped(&in_scope, &contradictions, scope, now, settings)
 }
 
-fn scoped(entries: &[EntryView], scope: &BriefScope) -> Vec<EntryView> {
-    let mut live: Vec<EntryView> = entries
+fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView> {
+    let mut live: Vec<&EntryView> = entries
         .iter()
         .filter(|v| v.is_live())
         .filter(|v| {
@@ -353,15 +352,15 @@ fn scoped(entries: &[EntryView], scope: &BriefScope) -> Vec<EntryView> {
                 .as_ref()
                 .is_none_or(|wc| &v.entry.work_context == wc)
         })
-        .cloned()
         .collect();
-    // Newest first, ties by id: the order every section starts from.
+    // Newest first, ties by id: the order every section starts from (the
+    // live list is already in it, so this sort is a check, not a cost).
     live.sort_by(|a, b| (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id)));
     live
 }
 
 fn render_scoped(
-    live: &[EntryView],
+    live: &[&EntryView],
     contradictions: &[Contradiction],
     scope: &BriefScope,
     now: DateTime<Utc>,
@@ -374,7 +373,7 @@ fn render_scoped(
     // Threads: a subject, or a work context for entries without one.
     let mut threads: BTreeMap<Thread, Vec<&EntryView>> = BTreeMap::new();
     for v in live {
-        threads.entry(thread_of(v)).or_default().push(v);
+        threads.entry(thread_of(v)).or_default().push(*v);
     }
 
     let mut active: Vec<(DateTime<Utc>, BriefItem)> = Vec::new();
@@ -387,13 +386,16 @@ fn render_scoped(
                 .iter()
                 .filter(|v| v.entry.timestamp >= active_since)
                 .collect();
+            // The newest entry that says something about the subject
+            // itself: not a pointer to a summary, an update elsewhere, or
+            // a task already done.
             let quoted = recent
                 .iter()
                 .find(|v| {
                     !matches!(
                         v.entry.kind,
                         EntryKind::SessionSummaryRef | EntryKind::CrossConversationUpdate
-                    )
+                    ) && v.entry.status != Some(TaskStatus::Done)
                 })
                 .copied()
                 .unwrap_or(recent[0]);
@@ -495,7 +497,8 @@ fn render_scoped(
             )
         })
         .collect();
-    let by_id: BTreeMap<&str, &EntryView> = live.iter().map(|v| (v.entry.id.as_str(), v)).collect();
+    let by_id: BTreeMap<&str, &EntryView> =
+        live.iter().map(|v| (v.entry.id.as_str(), *v)).collect();
     let conflicts: Vec<BriefItem> = contradictions
         .iter()
         .filter(|c| c.newer_at >= active_since)

@@ -454,7 +454,12 @@ mod tests {
         );
         let choose = "We need to choose a database for the job queue.";
         assert_eq!(
-            settles(T, choose, &st("We'll use Postgres for the job queue."), None),
+            settles(
+                T,
+                choose,
+                &st("We'll use Postgres for the job queue."),
+                None
+            ),
             Some("answer.decision")
         );
         // A decision sharing the loop's terms settles it wherever it is.
