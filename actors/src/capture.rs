@@ -34,7 +34,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
-use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::extract::{Depth, Extraction, extract_with};
 use cairn_memory::settle::{Prepared, Restatement, Statement};
 use cairn_memory::store::StateKey;
 use cairn_memory::{
@@ -45,8 +45,10 @@ use chrono::{DateTime, Utc};
 use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
+use crate::context::Verdicts;
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
+use crate::gate::{CaptureGate, GateInput, Significance};
 
 /// Why a capture ran (docs/DESIGN.md, *Triggers* and *Session extraction*).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -271,6 +273,62 @@ pub(crate) struct CaptureEnv<'a> {
     pub(crate) locks: &'a CaptureLocks,
     pub(crate) faults: &'a Faults,
     pub(crate) extract_all_sessions: bool,
+    pub(crate) gate: GateView<'a>,
+}
+
+/// The significance gate's word on the turns a capture reads: the verdicts
+/// the context's actor holds (each turn judged once), the gate itself for
+/// a turn not judged yet, the generation that made the context dirty.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GateView<'a> {
+    pub(crate) gate: &'a dyn CaptureGate,
+    pub(crate) verdicts: &'a Verdicts,
+    pub(crate) dirtied_by: Option<&'a str>,
+    pub(crate) phase: Option<&'a str>,
+}
+
+impl GateView<'_> {
+    /// The verdicts on a session's turns, by seq.
+    fn judge(
+        &self,
+        session: &Session,
+        turns: &[Turn],
+        subjects: &[Subject],
+    ) -> HashMap<u64, Significance> {
+        turns
+            .iter()
+            .map(|t| {
+                let known = self.verdicts.get(&(session.id.clone(), t.seq)).cloned();
+                let verdict = known.unwrap_or_else(|| {
+                    self.gate.assess(&GateInput {
+                        session: &session.id,
+                        session_kind: session.kind,
+                        work_context: &session.work_context,
+                        seq: t.seq,
+                        role: t.role,
+                        content: &t.content,
+                        tool_use: t.tool_call_id.is_some() || t.role == Role::Tool,
+                        subjects,
+                        work_phase: self.phase,
+                    })
+                });
+                (t.seq, verdict)
+            })
+            .collect()
+    }
+}
+
+/// The generation an entry records: the one that made its context dirty,
+/// else the one that judged its own turn.
+fn generation_of(
+    env: &CaptureEnv<'_>,
+    verdicts: &HashMap<u64, Significance>,
+    seq: u64,
+) -> Option<String> {
+    env.gate
+        .dirtied_by
+        .map(str::to_owned)
+        .or_else(|| verdicts.get(&seq).and_then(|v| v.generation.clone()))
 }
 
 pub(crate) fn extractable(session: &Session, extract_all: bool) -> bool {
@@ -301,6 +359,7 @@ pub(crate) fn capture(
     let mut inputs: Vec<EntryInput> = Vec::new();
     let mut updates: Vec<EntryInput> = Vec::new();
     let mut statements: Vec<Statement> = Vec::new();
+    let mut statement_generations: HashMap<(String, u64), String> = HashMap::new();
     let mut spans = Vec::new();
     let mut new_marks = Vec::new();
     for session in &sessions {
@@ -308,26 +367,57 @@ pub(crate) fn capture(
         if session.next_seq <= from {
             continue;
         }
-        let turns = ws.transcript(&session.id, from, None)?;
-        let Some(last) = turns.last() else { continue };
+        let all_turns = ws.transcript(&session.id, from, None)?;
+        let Some(last) = all_turns.last() else {
+            continue;
+        };
         let to = last.seq;
-        let extraction = extract(&turns, &subjects, phase.as_deref());
-        phase = extraction.phase.clone();
-        statements.extend(extraction.statements.iter().cloned());
         let span = Provenance {
             session: session.id.clone(),
             from_seq: from,
             to_seq: to,
         };
+        spans.push(span.clone());
+        new_marks.push((session.id.clone(), to + 1));
+        // The gate's depth per turn; a do-not-collect turn is not read at all.
+        let verdicts = env.gate.judge(session, &all_turns, &subjects);
+        let depth = |seq: u64| verdicts.get(&seq).map_or(Depth::Standard, |v| v.depth);
+        let turns: Vec<Turn> = all_turns
+            .into_iter()
+            .filter(|t| depth(t.seq) != Depth::DoNotCollect)
+            .collect();
+        if turns.is_empty() {
+            continue;
+        }
+        let extraction = extract_with(&turns, &subjects, phase.as_deref(), |t| depth(t.seq));
+        phase = extraction.phase.clone();
+        statements.extend(extraction.statements.iter().cloned());
+        let first = inputs.len();
+        // The summary covers what the gate let be extracted (observe-only
+        // turns count as activity, nothing more).
+        let summarised: Vec<Turn> = turns
+            .iter()
+            .filter(|t| depth(t.seq) >= Depth::Shallow)
+            .cloned()
+            .collect();
         build_entries(
             ws,
             work_context,
             trigger,
             &span,
-            &turns,
+            (&turns, &summarised),
             &extraction,
             &mut inputs,
         )?;
+        for input in &mut inputs[first..] {
+            let seq = input.provenance.as_ref().map_or(span.to_seq, |p| p.to_seq);
+            input.gate_generation = generation_of(&env, &verdicts, seq);
+        }
+        for s in &extraction.statements {
+            if let Some(g) = generation_of(&env, &verdicts, s.seq) {
+                statement_generations.insert((s.session.clone(), s.seq), g);
+            }
+        }
         cross_updates(
             ws,
             work_context,
@@ -336,8 +426,6 @@ pub(crate) fn capture(
             &subjects,
             &mut updates,
         )?;
-        spans.push(span);
-        new_marks.push((session.id.clone(), to + 1));
     }
     if spans.is_empty() && !trigger.is_mandatory() {
         return Ok(None);
@@ -363,6 +451,16 @@ pub(crate) fn capture(
         inputs.push(input);
     }
     let (merged, settled) = keep_current(ws, work_context, trigger, &mut inputs, &statements)?;
+    for input in &mut inputs {
+        if input.gate_generation.is_none()
+            && let Some(p) = &input.provenance
+        {
+            input.gate_generation = statement_generations
+                .get(&(p.session.clone(), p.to_seq))
+                .cloned()
+                .or_else(|| env.gate.dirtied_by.map(str::to_owned));
+        }
+    }
     inputs.extend(updates);
 
     // Step 5: only what an interrupted earlier attempt did not store yet.
@@ -718,7 +816,7 @@ fn build_entries(
     work_context: &str,
     trigger: Trigger,
     span: &Provenance,
-    turns: &[Turn],
+    (turns, summarised): (&[Turn], &[Turn]),
     extraction: &Extraction,
     out: &mut Vec<EntryInput>,
 ) -> Result<()> {
@@ -728,22 +826,24 @@ fn build_entries(
     // The session summary reference (docs/DESIGN.md, *Capture*): what this
     // span decided, asked, did and left open, with turn references — the
     // compaction summariser's text for the span, within the resume card's cap.
-    let mut summary = format!(
-        "Session {} {}",
-        span.session,
-        cairn_memory::compact::summarise_turns(turns, SUMMARY_MAX_TOKENS, ws.tokens())
-    );
-    if !extraction.mentioned.is_empty() {
-        let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
-        summary.push_str(&format!("\n- subjects: {}", names.join(", ")));
+    if !summarised.is_empty() {
+        let mut summary = format!(
+            "Session {} {}",
+            span.session,
+            cairn_memory::compact::summarise_turns(summarised, SUMMARY_MAX_TOKENS, ws.tokens())
+        );
+        if !extraction.mentioned.is_empty() {
+            let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
+            summary.push_str(&format!("\n- subjects: {}", names.join(", ")));
+        }
+        let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
+            .in_context(work_context)
+            .from_turns(&span.session, span.from_seq, span.to_seq)
+            .with_detail(&format!("deterministic capture, trigger {trigger}"));
+        input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
+        input.subject = first_subject;
+        out.push(input);
     }
-    let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
-        .in_context(work_context)
-        .from_turns(&span.session, span.from_seq, span.to_seq)
-        .with_detail(&format!("deterministic capture, trigger {trigger}"));
-    input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
-    input.subject = first_subject;
-    out.push(input);
 
     let mut has_handoff = false;
     for (index, item) in extraction.items.iter().enumerate() {

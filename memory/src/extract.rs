@@ -89,10 +89,11 @@ pub enum Depth {
     /// `observe-only` (depth `none`): no entry comes from the turn; its
     /// sentences may still settle open loops and its mentions count.
     ObserveOnly,
-    /// Key decisions and open questions only.
+    /// The open loops and choices of the user's turns: decisions, open
+    /// questions and tasks.
     Shallow,
-    /// Every heuristic pattern in the user's turns: decisions, questions,
-    /// tasks, handoffs, work-phase changes (the default without a gate).
+    /// Every heuristic pattern in the user's turns: also handoffs and
+    /// work-phase changes (the default without a gate).
     #[default]
     Standard,
     /// Standard, plus decisions and tasks the assistant states.
@@ -113,7 +114,10 @@ impl Depth {
 
     /// Whether an item of `kind` from a turn of `role` is extracted at this depth.
     pub fn keeps(self, kind: EntryKind, role: Role) -> bool {
-        let shallow = matches!(kind, EntryKind::KeyDecision | EntryKind::OpenQuestion);
+        let shallow = matches!(
+            kind,
+            EntryKind::KeyDecision | EntryKind::OpenQuestion | EntryKind::Task
+        );
         match (self, role) {
             (Depth::DoNotCollect | Depth::ObserveOnly, _) => false,
             (Depth::Deep, Role::Assistant) => {
@@ -466,13 +470,17 @@ mod tests {
     }
 
     /// The gate's depth per turn decides what the turn gives: shallow keeps
-    /// decisions and open questions, observe-only keeps nothing but its
+    /// decisions, open questions and tasks (not handoffs or phase changes),
+    /// observe-only keeps nothing but its
     /// sentences (to settle open loops), do-not-collect is not read, deep
     /// also reads the assistant.
     #[test]
     fn depth_decides_what_a_turn_gives() {
         let text = [
-            (Role::User, "We decided to ship Friday. TODO: email Dana."),
+            (
+                Role::User,
+                "We decided to ship Friday. TODO: email Dana. Stopping here, start drafting.",
+            ),
             (Role::User, "We decided to ship Monday. TODO: email Sam."),
             (
                 Role::User,
@@ -516,6 +524,7 @@ mod tests {
             items,
             [
                 "key_decision@0 We decided to ship Friday.",
+                "task@0 TODO: email Dana.",
                 "key_decision@3 Decision: we'll use Postgres.",
                 "task@3 I need to check the backups.",
             ]
@@ -530,6 +539,7 @@ mod tests {
             [
                 (0, "We decided to ship Friday."),
                 (0, "TODO: email Dana."),
+                (0, "Stopping here, start drafting."),
                 (1, "We decided to ship Monday."),
                 (1, "TODO: email Sam."),
             ]

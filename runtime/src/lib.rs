@@ -80,7 +80,7 @@ pub use error::{BoxError, CairnError, Result};
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use policy::{
     InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
-    PolicyConfig, parse_world,
+    PolicyConfig, activity_type, parse_world,
 };
 pub use tools::{
     MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,

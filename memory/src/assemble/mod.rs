@@ -749,6 +749,25 @@ impl Workspace {
         )
     }
 
+    /// The active work phase of a work context (`research`, `drafting`,
+    /// `review`, `revision`, `waiting_for_external`, `completed`,
+    /// `paused`): what its newest live `work_phase_change` entry names.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// assert_eq!(ws.work_phase("launch")?, None);
+    /// ws.append_entry(&EntryInput::new(EntryKind::WorkPhaseChange, "Phase: drafting").in_context("launch"))?;
+    /// assert_eq!(ws.work_phase("launch")?, Some("drafting"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn work_phase(&self, work_context: &str) -> Result<Option<&'static str>> {
+        Ok(tiers::active_phase(&self.live_entries()?, work_context))
+    }
+
     /// The pinned entry ids, in id order.
     pub fn pinned(&self) -> Result<Vec<String>> {
         Ok(self
