@@ -755,6 +755,8 @@ impl ActorRuntime {
             at: self.inner.now(),
             spans: Vec::new(),
             entries: Vec::new(),
+            merged: Vec::new(),
+            settled: Vec::new(),
         }))
     }
 

@@ -15,9 +15,9 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{App, HttpMessage, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use cairn::search::IndexStats;
 use cairn::{
-    Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
-    CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination, Entry,
-    EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
+    Ack, AssembleRequest, AssembleSettings, AssembledContext, Briefing, Cairn, CairnError,
+    CaptureReport, CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination,
+    Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
     GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode,
     SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone,
     Transcript, Turn, TurnInput, parse_world,
@@ -644,6 +644,28 @@ async fn assemble(
     .await
 }
 
+/// Query of `GET .../briefing`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(default, deny_unknown_fields)]
+pub struct BriefingQuery {
+    /// Only this work context (default: the whole workspace).
+    pub work_context: Option<String>,
+}
+
+/// The briefing of the workspace (or one work context) at the server's
+/// time: the `MEMORY.md` block as text (at most 80 lines) and the same
+/// content as sections, each item with its entry references.
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/briefing", params(BriefingQuery),
+    responses((status = 200, body = Briefing), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn briefing(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    q: web::Query<BriefingQuery>,
+) -> ApiResult<Briefing> {
+    blocking(move || Ok(cairn.briefing(&ws, q.work_context.as_deref())?)).await
+}
+
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/forget", request_body = ForgetBody,
     responses((status = 200, body = Tombstone), (status = 404, body = ErrorBody)))]
 async fn forget(
@@ -911,6 +933,7 @@ async fn generation_counts(
         rename_subject,
         merge_subjects,
         assemble,
+        briefing,
         forget,
         tombstones,
         gateway_start,
@@ -1031,6 +1054,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/subjects/{slug}/rename", web::post().to(rename_subject))
                     .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
                     .route("/assemble", web::post().to(assemble))
+                    .route("/briefing", web::get().to(briefing))
                     .route("/forget", web::post().to(forget))
                     .route("/tombstones", web::get().to(tombstones))
                     .route("/search", web::post().to(memory_search))

@@ -139,6 +139,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The briefing: active subjects (14 days), decisions (7 days), pending
+    /// tasks, open questions, stale subjects (30 days) and contradictions,
+    /// at most 80 lines, each line with its entry reference.
+    Brief {
+        /// Only this work context (default: the whole workspace).
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Write it into this MEMORY.md, between the markers
+        /// `<!-- cairn:briefing:start -->` and `<!-- cairn:briefing:end -->`:
+        /// every other byte of the file is kept; the file is created when
+        /// absent; a file with broken markers is refused and left untouched.
+        #[arg(long, value_name = "PATH")]
+        write: Option<PathBuf>,
+        /// Print JSON (text and sections).
+        #[arg(long)]
+        json: bool,
+    },
     /// Capture now: turn the new turns of a work context (or of all of them)
     /// into memory-log entries with provenance. Never processes a turn twice.
     Capture {
@@ -461,7 +478,11 @@ fn main() {
             eprintln!("error: {err:#}");
             let caller = err
                 .downcast_ref::<cairn::CairnError>()
-                .is_some_and(|e| e.kind().is_caller_error());
+                .is_some_and(|e| e.kind().is_caller_error())
+                || matches!(
+                    err.downcast_ref::<cairn_cli::brief::WriteError>(),
+                    Some(cairn_cli::brief::WriteError::Markers { .. })
+                );
             std::process::exit(if caller { 2 } else { 1 });
         }
     }
@@ -964,6 +985,31 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 }
             }
         }
+        Command::Brief {
+            work_context,
+            write,
+            json,
+        } => {
+            let briefing = cairn.briefing(ws_id, work_context.as_deref())?;
+            match write {
+                Some(path) => {
+                    let done = cairn_cli::brief::write_briefing(&path, &briefing.text)?;
+                    let what = match done {
+                        cairn_cli::brief::Written::Created => "created",
+                        cairn_cli::brief::Written::Updated => "updated",
+                        cairn_cli::brief::Written::Unchanged => "unchanged",
+                    };
+                    writeln!(
+                        out,
+                        "{what} {} ({} lines between the markers)",
+                        path.display(),
+                        briefing.lines
+                    )?;
+                }
+                None if json => writeln!(out, "{}", serde_json::to_string_pretty(&briefing)?)?,
+                None => write!(out, "{}", briefing.text)?,
+            }
+        }
         Command::Tombstones { json } => {
             let all = cairn.tombstones(ws_id)?;
             if json {
@@ -1139,6 +1185,20 @@ fn print_capture(out: &mut impl Write, report: &cairn::CaptureReport) -> Result<
             format!(" (to {})", e.work_context)
         };
         writeln!(out, "  [{}] {}{elsewhere}{prov}", e.kind, e.content)?;
+    }
+    for m in &report.merged {
+        writeln!(
+            out,
+            "  merged: [{}] {} <- {}:{} (restates {})",
+            m.kind, m.content, m.provenance.session, m.provenance.from_seq, m.into
+        )?;
+    }
+    for s in &report.settled {
+        writeln!(
+            out,
+            "  closed: {} by {} ({}) <- {}:{}",
+            s.entry, s.by, s.rule, s.provenance.session, s.provenance.from_seq
+        )?;
     }
     Ok(())
 }
@@ -1344,6 +1404,29 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     for s in cairn.subjects(&ws_id)? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
     }
+    writeln!(
+        out,
+        "\n== the day's sessions end (hook session_end: each extracted once, with a handoff)"
+    )?;
+    for session in ["s-0412", "s-0415"] {
+        cairn.session_end(&ws_id, session)?;
+        clock.advance(chrono::Duration::minutes(1));
+    }
+    if let Some(handoff) = cairn
+        .entries(
+            &ws_id,
+            &EntryFilter {
+                kind: Some(EntryKind::Handoff),
+                work_context: Some("launch-plan".to_owned()),
+                limit: Some(1),
+                ..Default::default()
+            },
+            None,
+        )?
+        .first()
+    {
+        print_entry(out, handoff)?;
+    }
     clock.advance(chrono::Duration::hours(18));
     let session = "s-0416";
     cairn.ingest(
@@ -1370,6 +1453,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     demo_compaction(out, &cairn, &ws_id)?;
+    writeln!(
+        out,
+        "\n== briefing (`cairn brief`; `cairn brief --write MEMORY.md` puts it between markers)"
+    )?;
+    write!(out, "{}", cairn.briefing(&ws_id, None)?.text)?;
     Ok(())
 }
 

@@ -107,6 +107,18 @@ pub(crate) struct LiveEntries {
     /// The first decay time among them: the list is stale from then on.
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
+    /// What is derived from exactly these entries, computed on first use
+    /// and dropped with them (so it changes when the live log does).
+    pub(crate) derived: Arc<LiveDerived>,
+}
+
+/// Facts about a live list that depend on nothing else: kept beside it.
+#[derive(Debug, Default)]
+pub(crate) struct LiveDerived {
+    /// Contradictions among the live entries.
+    pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
+    /// Per work context, the newest live handoff (index into the views).
+    pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
 }
 
 impl LogCache {

@@ -313,3 +313,121 @@ fn ingest_checks_the_whole_file_before_writing() -> Result<()> {
     );
     Ok(())
 }
+
+/// `cairn brief` prints the briefing; `--write` keeps every byte of a
+/// MEMORY.md outside the markers, creates a missing file, and refuses
+/// (exit 2, file untouched) a file whose markers are broken.
+#[test]
+fn brief_writes_only_between_the_markers() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    for (kind, content) in [
+        ("decision", "Launch the beta on April 1"),
+        ("task", "Book the maintenance window"),
+    ] {
+        let add = cairn(
+            &data,
+            &[
+                "log",
+                "add",
+                "--kind",
+                kind,
+                "--content",
+                content,
+                "--subject",
+                "beta",
+                "--work-context",
+                "launch",
+            ],
+            None,
+        )?;
+        ensure!(
+            add.status.success(),
+            "{}",
+            String::from_utf8_lossy(&add.stderr)
+        );
+    }
+
+    let out = cairn(&data, &["brief", "--work-context", "launch"], None)?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = stdout(&out);
+    ensure!(
+        printed.starts_with("## Briefing: default / launch ("),
+        "{printed}"
+    );
+    ensure!(
+        printed.contains("### Pending\n- Book the maintenance window (beta; since "),
+        "{printed}"
+    );
+
+    // Created when absent.
+    let memory = dir.path().join("MEMORY.md");
+    let memory_arg = memory.to_str().context("path")?;
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(stdout(&out).starts_with("created "), "{}", stdout(&out));
+    // A person's text around the block, with odd bytes, is kept exactly.
+    let written = std::fs::read(&memory)?;
+    let start = b"<!-- cairn:briefing:start -->";
+    let at = written
+        .windows(start.len())
+        .position(|w| w == start)
+        .context("no start marker")?;
+    let mut manual = b"# Goals\r\n- ship the beta \xff\n\n".to_vec();
+    manual.extend_from_slice(&written[at..]);
+    manual.extend_from_slice(b"\n## Notes (mine)\nno trailing newline");
+    std::fs::write(&memory, &manual)?;
+    let add = cairn(
+        &data,
+        &[
+            "log",
+            "add",
+            "--kind",
+            "decision",
+            "--subject",
+            "beta",
+            "--content",
+            "Ship sync in the beta",
+        ],
+        None,
+    )?;
+    ensure!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(stdout(&out).starts_with("updated "), "{}", stdout(&out));
+    let after = std::fs::read(&memory)?;
+    ensure!(
+        after.starts_with(b"# Goals\r\n- ship the beta \xff\n\n<!-- cairn:briefing:start -->\n")
+    );
+    ensure!(
+        after.ends_with(b"<!-- cairn:briefing:end -->\n\n## Notes (mine)\nno trailing newline")
+    );
+    ensure!(String::from_utf8_lossy(&after).contains("beta: Ship sync in the beta"));
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(stdout(&out).starts_with("unchanged "), "{}", stdout(&out));
+
+    // Broken markers: a clear error, exit 2, not a byte written.
+    let broken = b"# Goals\n<!-- cairn:briefing:end -->\nx\n<!-- cairn:briefing:start -->\n";
+    std::fs::write(&memory, broken)?;
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(out.status.code() == Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("the end marker (line 2) comes before the start marker (line 4)")
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    ensure!(std::fs::read(&memory)? == broken);
+    Ok(())
+}

@@ -62,6 +62,8 @@ fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
         s == 200 && body[0]["content"] == "The acme launch is on April 1.",
         "{body}"
     );
+    let (s, body) = call("GET", "/v1/workspaces/acme/briefing", h(&acme), "")?;
+    ensure!(s == 200 && body["scope"]["workspace"] == "acme", "{body}");
     // The admin writes another workspace; the acme token cannot reach it.
     let (s, _) = call("POST", "/v1/workspaces/globex/turns", h(&admin), turn)?;
     ensure!(s == 200);
@@ -69,6 +71,7 @@ fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
         ("GET", "/v1/workspaces/globex/sessions/s1/transcript"),
         ("GET", "/v1/workspaces/globex/sessions"),
         ("GET", "/v1/workspaces/globex/entries"),
+        ("GET", "/v1/workspaces/globex/briefing"),
         ("POST", "/v1/workspaces/globex/search"),
         ("GET", "/v1/workspaces/globex/items/session:s1:0-0"),
         ("GET", "/v1/workspaces/%67lobex/sessions"),

@@ -116,10 +116,12 @@ fn section_key(section: Section) -> &'static str {
     match section {
         Section::Directive => "sec:directive",
         Section::Pinned => "sec:pinned",
+        Section::Handoff => "sec:handoff",
         Section::LivingMemory => "sec:living_memory",
         Section::Resume => "sec:resume",
         Section::RecentActivity => "sec:recent_activity",
         Section::Topics => "sec:topics",
+        Section::Briefing => "sec:briefing",
         Section::Retrieved => "sec:retrieved",
         Section::Compacted => "sec:compacted",
         Section::Tail => "sec:tail",
@@ -159,9 +161,11 @@ impl<'a> Ctx<'a> {
             let section = match section {
                 "directive" => Section::Directive,
                 "pinned" => Section::Pinned,
+                "handoff" => Section::Handoff,
                 "living_memory" => Section::LivingMemory,
                 "resume" => Section::Resume,
                 "recent_activity" => Section::RecentActivity,
+                "briefing" => Section::Briefing,
                 "retrieved" => Section::Retrieved,
                 "topics" => Section::Topics,
                 "compacted" => Section::Compacted,
@@ -283,7 +287,14 @@ impl<'a> Ctx<'a> {
                     )
                 }
             }
-            (_, Section::LivingMemory | Section::Resume | Section::RecentActivity) => {
+            (
+                _,
+                Section::LivingMemory
+                | Section::Resume
+                | Section::RecentActivity
+                | Section::Briefing
+                | Section::Handoff,
+            ) => {
                 let label = if fid.is_empty() && warrant != Warrant::LowTrust {
                     String::new()
                 } else {
@@ -679,6 +690,7 @@ pub(super) fn assemble(
             },
         });
     }
+    handoff(&mut cx, ws, &inputs)?;
     let mut tier_reports = Vec::new();
     let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
     let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
@@ -696,7 +708,126 @@ pub(super) fn assemble(
     tier_reports.sort_by_key(|t| t.tier);
     topic_collections(&mut cx, &inputs)?;
     let retrieval = projection(&mut cx, ws, &inputs, retriever, &tail_sources)?;
+    briefing(&mut cx, ws, &inputs)?;
     finish(cx, open, request, tier_reports, activity, retrieval)
+}
+
+/// Step 2b, the last-session handoff: the newest live handoff of the
+/// session's work context, when another session wrote it before this one
+/// started; within its cap and the budget, or traced out.
+fn handoff(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
+    let cap = inputs.settings.handoff_max_tokens;
+    if cap == 0 {
+        return Ok(());
+    }
+    let session = &inputs.session;
+    let Some(v) = ws.latest_handoff(&session.work_context)? else {
+        return Ok(());
+    };
+    let from = v.entry.provenance.as_ref().map(|p| p.session.as_str());
+    if from == Some(session.id.as_str()) || v.entry.timestamp > session.created_at {
+        // This session's own, or written after it started: not a handoff to it.
+        return Ok(());
+    }
+    let mut raw = entry_raw(&v, Section::Handoff, Some(Warrant::Orientation));
+    raw.prefix = format!(
+        "Last session, {} ago: ",
+        render::age(inputs.now, v.entry.timestamp)
+    );
+    let remaining = cx.remaining();
+    if let Offer::TooBig {
+        trace, over_cap, ..
+    } = cx.offer(
+        raw,
+        cap,
+        "handoff.injected",
+        "the last session's handoff of this work context, at the next session's start",
+    )? {
+        let why = if over_cap {
+            format!("longer than the handoff cap ({cap} tokens)")
+        } else {
+            format!("does not fit the {remaining} tokens left")
+        };
+        cx.mark_out(trace, "handoff.left_out", why);
+    }
+    Ok(())
+}
+
+/// Step 8, the briefing: the workspace's briefing, one line per entry not
+/// in the block yet (pending tasks and open questions first), within its
+/// cap and what the budget has left; dropped whole under budget pressure.
+fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
+    use crate::brief::BriefSectionKind as K;
+    let cap = inputs.settings.briefing_max_tokens;
+    if cap == 0 || cx.remaining() == 0 {
+        return Ok(());
+    }
+    let brief = ws.briefing(None)?;
+    let by_id: HashMap<&str, &EntryView> = inputs
+        .live
+        .iter()
+        .map(|v| (v.entry.id.as_str(), v))
+        .collect();
+    let order = [
+        (K::Pending, "Pending: "),
+        (K::OpenQuestions, "Open: "),
+        (K::Contradictions, "Conflict: "),
+        (K::Decisions, "Decision: "),
+        (K::Active, "Active: "),
+        (K::Stale, "Stale: "),
+    ];
+    let mut lines: Vec<(String, &EntryView, &'static str)> = Vec::new();
+    for (kind, prefix) in order {
+        for item in &brief.section(kind).items {
+            let Some(v) = item.entries.first().and_then(|id| by_id.get(id.as_str())) else {
+                continue;
+            };
+            lines.push((format!("{} {}", item.text, item.reference()), v, prefix));
+        }
+    }
+    let before = cx.used;
+    let mut added = Vec::new();
+    let mut over = Vec::new();
+    for (text, v, prefix) in &lines {
+        if cx.in_block.contains(&entry_source(v)) {
+            continue;
+        }
+        let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
+        raw.text = text;
+        raw.prefix = (*prefix).to_owned();
+        let free = cap.saturating_sub(section_total(cx, Section::Briefing));
+        match cx.offer(
+            raw,
+            free,
+            "briefing.line",
+            "the workspace briefing (MEMORY.md), with what the budget has left",
+        )? {
+            Offer::Added => added.push(cx.trace.len() - 1),
+            Offer::Blocked => {}
+            Offer::TooBig {
+                trace, over_cap, ..
+            } => over.push((trace, over_cap)),
+        }
+    }
+    if over.iter().any(|(_, cap_hit)| !cap_hit) {
+        undo(cx, &added, before);
+        for t in added.iter().chain(over.iter().map(|(t, _)| t)) {
+            cx.mark_out(
+                *t,
+                "briefing.dropped",
+                "the briefing goes whole when the budget is short".to_owned(),
+            );
+        }
+    } else {
+        for (t, _) in &over {
+            cx.mark_out(
+                *t,
+                "briefing.cap",
+                format!("over the briefing cap ({cap} tokens)"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Step 1, hard invariants: directives, pinned entries. Never trimmed. Returns
@@ -1482,9 +1613,11 @@ fn finish(
         // trim in reverse precedence (projection, tier 2, tier 1, the tail
         // extension), never the invariants.
         let victim = [
+            Section::Briefing,
             Section::Retrieved,
             Section::RecentActivity,
             Section::Resume,
+            Section::Handoff,
             Section::Compacted,
         ]
         .into_iter()

@@ -34,7 +34,7 @@ pub(super) const RULES: [(&str, &str); 11] = [
     ),
     (
         "orientation",
-        "- resume and recent_activity cards are orientation only, not evidence.\n",
+        "- resume, recent_activity and briefing cards and the last-session handoff are orientation only, not evidence.\n",
     ),
     (
         "retrieved",
@@ -76,7 +76,9 @@ pub(super) fn rule_keys(
     match section {
         Section::Directive | Section::Pinned => keys.push("standing"),
         Section::LivingMemory => keys.push("living"),
-        Section::Resume | Section::RecentActivity => keys.push("orientation"),
+        Section::Resume | Section::RecentActivity | Section::Briefing | Section::Handoff => {
+            keys.push("orientation")
+        }
         Section::Retrieved => keys.push("retrieved"),
         Section::Topics => keys.push("topics"),
         Section::Compacted => keys.push("compacted"),
@@ -100,6 +102,10 @@ pub(super) fn section_open(section: Section, resume_attrs: &str) -> String {
     match section {
         Section::Directive => "## Standing directives\n".to_owned(),
         Section::Pinned => "## Pinned\n".to_owned(),
+        Section::Handoff => "## Last session handoff\n".to_owned(),
+        Section::Briefing => {
+            "<card tag=\"briefing\" note=\"the workspace's MEMORY.md briefing\">\n".to_owned()
+        }
         Section::LivingMemory => "<card tier=\"3\" tag=\"living_memory\">\n".to_owned(),
         Section::Resume => format!("<card tier=\"1\" tag=\"resume\"{resume_attrs}>\n"),
         Section::RecentActivity => {
@@ -115,7 +121,9 @@ pub(super) fn section_open(section: Section, resume_attrs: &str) -> String {
 /// The closing of a section (empty for `##` sections).
 pub(super) fn section_close(section: Section) -> &'static str {
     match section {
-        Section::LivingMemory | Section::Resume | Section::RecentActivity => "</card>\n",
+        Section::LivingMemory | Section::Resume | Section::RecentActivity | Section::Briefing => {
+            "</card>\n"
+        }
         _ => "",
     }
 }
