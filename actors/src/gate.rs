@@ -231,6 +231,7 @@ mod tests {
                 "key_decision tell: Decision: we'll use the blue logo.",
                 "task I need to check the font.",
                 "task quick: TODO email Ana.",
+                "work_phase_change Work phase: drafting",
             ]
         );
         let live = ws.entries(&EntryFilter::default()).unwrap();

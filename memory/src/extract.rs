@@ -89,11 +89,11 @@ pub enum Depth {
     /// `observe-only` (depth `none`): no entry comes from the turn; its
     /// sentences may still settle open loops and its mentions count.
     ObserveOnly,
-    /// The open loops and choices of the user's turns: decisions, open
-    /// questions and tasks.
+    /// The state of the work in the user's turns: decisions, open
+    /// questions, tasks and work-phase changes.
     Shallow,
-    /// Every heuristic pattern in the user's turns: also handoffs and
-    /// work-phase changes (the default without a gate).
+    /// Every heuristic pattern in the user's turns: also handoffs (the
+    /// default without a gate).
     #[default]
     Standard,
     /// Standard, plus decisions and tasks the assistant states.
@@ -116,7 +116,10 @@ impl Depth {
     pub fn keeps(self, kind: EntryKind, role: Role) -> bool {
         let shallow = matches!(
             kind,
-            EntryKind::KeyDecision | EntryKind::OpenQuestion | EntryKind::Task
+            EntryKind::KeyDecision
+                | EntryKind::OpenQuestion
+                | EntryKind::Task
+                | EntryKind::WorkPhaseChange
         );
         match (self, role) {
             (Depth::DoNotCollect | Depth::ObserveOnly, _) => false,
@@ -470,7 +473,7 @@ mod tests {
     }
 
     /// The gate's depth per turn decides what the turn gives: shallow keeps
-    /// decisions, open questions and tasks (not handoffs or phase changes),
+    /// decisions, open questions, tasks and phase changes (not handoffs),
     /// observe-only keeps nothing but its
     /// sentences (to settle open loops), do-not-collect is not read, deep
     /// also reads the assistant.
@@ -525,6 +528,7 @@ mod tests {
             [
                 "key_decision@0 We decided to ship Friday.",
                 "task@0 TODO: email Dana.",
+                "work_phase_change@0 drafting",
                 "key_decision@3 Decision: we'll use Postgres.",
                 "task@3 I need to check the backups.",
             ]

@@ -719,8 +719,9 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 ///   dirty rules (three user turns, tool use, a known subject), but no
 ///   entry is extracted from it (its sentences may still settle an open
 ///   question or task);
-/// - `do-not-collect`: the turn is no activity at all and the capture does
-///   not read it; the raw record keeps it.
+/// - `do-not-collect`: the turn's words are no activity (not a user turn,
+///   no mention; a tool call in it still is: that is the host's fact) and
+///   the capture does not read it; the raw record keeps it.
 ///
 /// Every verdict carries the generation that decided; captured entries
 /// record the one that made their context dirty (`gate_generation`).
@@ -939,8 +940,11 @@ impl cairn_actors::CaptureGate for WasmGate {
             },
         };
         if depth == Depth::DoNotCollect {
-            // Raw record only: not even activity.
+            // Raw record only: its words are no activity (not a user turn,
+            // no mention). A tool call in it is the host's fact, not the
+            // turn's content: it still counts.
             return Significance {
+                tool_use: structural.tool_use,
                 depth,
                 generation,
                 ..Significance::default()

@@ -64,6 +64,45 @@ fn demo_prints_turns_and_a_block() -> Result<()> {
     ensure!(text.contains("activity: drafting, inherited"), "{text}");
     ensure!(text.contains("-- trace ("), "{text}");
     ensure!(text.contains("of 300 tokens"), "{text}");
+    // Memory stays current: the next morning's resume card has neither the
+    // waitlist question (answered: waitlist April 8) nor the bare "Let's go
+    // with April 1" beside the richer decision; the launch-date task is done.
+    let card: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("<card tier=\"1\""))
+        .take_while(|l| *l != "</card>")
+        .collect::<Vec<_>>()
+        .join("\n");
+    ensure!(!card.is_empty(), "{text}");
+    ensure!(!card.contains("waitlist in the first wave"), "{card}");
+    ensure!(!card.contains("Let's go with April 1"), "{card}");
+    ensure!(
+        text.contains("merged: [key_decision] Let's go with April 1 and sync on."),
+        "{text}"
+    );
+    ensure!(text.contains("(answer.report) <- s-0415:0"), "{text}");
+    ensure!(
+        text.contains("[task] Done: We need to pick a launch date for the Orion beta."),
+        "{text}"
+    );
+    // The next session opens with the last one's handoff; the demo ends
+    // with the briefing, each line with its reference.
+    ensure!(text.contains("## Last session handoff\n"), "{text}");
+    let briefing: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("## Briefing: "))
+        .collect();
+    ensure!(briefing.len() > 6 && briefing.len() <= 80, "{text}");
+    ensure!(
+        briefing.contains(&"### Open questions") && briefing.contains(&"- none"),
+        "{briefing:?}"
+    );
+    ensure!(
+        !briefing
+            .iter()
+            .any(|l| l.contains("pick a launch date") || l.contains("ask Dana")),
+        "{briefing:?}"
+    );
     // Rerunning on the same data dir is idempotent.
     let again = stdout(&cairn(dir.path(), &["demo"], None)?);
     ensure!(again.contains("(0 new"), "{again}");

@@ -114,7 +114,7 @@ fn later_turns_settle_earlier_loops() -> Result<()> {
         &[
             "Ana confirmed the pilot needs 40 seats.",
             "Ben says the beta testers go in the first wave.",
-            "We'll use Postgres for the job queue.",
+            "We decided to use Postgres for the job queue.",
             "Let's go with Postgres for the job queue.",
             "The weather is nice today.",
         ],
