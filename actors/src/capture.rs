@@ -555,6 +555,20 @@ impl OpenLoop {
     }
 }
 
+/// The kinds that restate or settle one another (the rest — summaries,
+/// handoffs, phase changes, updates — are records of their moment).
+fn comparable(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::KeyDecision
+            | EntryKind::Decision
+            | EntryKind::OpenQuestion
+            | EntryKind::Question
+            | EntryKind::Task
+            | EntryKind::Fact
+    )
+}
+
 fn is_open_loop(kind: EntryKind, status: Option<TaskStatus>) -> bool {
     match kind {
         EntryKind::Question | EntryKind::OpenQuestion => true,
@@ -587,6 +601,7 @@ fn keep_current(
         .live_entries()?
         .iter()
         .filter(|v| v.entry.work_context == work_context && !batch_ids.contains(&v.entry.id))
+        .filter(|v| comparable(v.entry.kind))
         .filter(|v| !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done)))
         .map(|v| (v.clone(), Prepared::new(v.entry.kind, &v.entry.content)))
         .collect();
@@ -597,16 +612,7 @@ fn keep_current(
     let mut kept: Vec<(EntryInput, Prepared)> = Vec::with_capacity(inputs.len());
     for mut input in inputs.drain(..) {
         let read = Prepared::new(input.kind, &input.content);
-        let comparable = matches!(
-            input.kind,
-            EntryKind::KeyDecision
-                | EntryKind::Decision
-                | EntryKind::OpenQuestion
-                | EntryKind::Question
-                | EntryKind::Task
-                | EntryKind::Fact
-        );
-        if !comparable {
+        if !comparable(input.kind) {
             kept.push((input, read));
             continue;
         }

@@ -376,14 +376,33 @@ fn render_scoped(
         threads.entry(thread_of(v)).or_default().push(*v);
     }
 
-    let mut active: Vec<(DateTime<Utc>, BriefItem)> = Vec::new();
-    let mut stale: Vec<((bool, DateTime<Utc>), BriefItem)> = Vec::new();
+    // Each section picks its entries first, then formats only the ones it
+    // shows (redaction is the costly part): `(total, items)`.
+    let cap = BriefSectionKind::max_items;
+    let mut active: Vec<(&Thread, &Vec<&EntryView>)> = Vec::new();
+    // (open loop?, newest), the thread and its entries.
+    type StaleThread<'t> = ((bool, DateTime<Utc>), &'t Thread, &'t Vec<&'t EntryView>);
+    let mut stale: Vec<StaleThread<'_>> = Vec::new();
     for (thread, views) in &threads {
         // `views` is newest first.
-        let newest = views[0];
-        if newest.entry.timestamp >= active_since {
-            let recent: Vec<&&EntryView> = views
+        let newest = views[0].entry.timestamp;
+        if newest >= active_since {
+            active.push((thread, views));
+        } else if newest < stale_before {
+            let open = views.iter().any(|v| is_open_loop(v));
+            stale.push(((open, newest), thread, views));
+        }
+    }
+    active.sort_by_key(|(_, views)| std::cmp::Reverse(views[0].entry.timestamp));
+    stale.sort_by_key(|(key, _, _)| std::cmp::Reverse(*key));
+    let active_items: Vec<BriefItem> = active
+        .iter()
+        .take(cap(BriefSectionKind::Active))
+        .map(|(thread, views)| {
+            let newest = views[0];
+            let recent: Vec<&EntryView> = views
                 .iter()
+                .copied()
                 .filter(|v| v.entry.timestamp >= active_since)
                 .collect();
             // The newest entry that says something about the subject
@@ -391,13 +410,13 @@ fn render_scoped(
             // a task already done.
             let quoted = recent
                 .iter()
+                .copied()
                 .find(|v| {
                     !matches!(
                         v.entry.kind,
                         EntryKind::SessionSummaryRef | EntryKind::CrossConversationUpdate
                     ) && v.entry.status != Some(TaskStatus::Done)
                 })
-                .copied()
                 .unwrap_or(recent[0]);
             let done = if quoted.entry.status == Some(TaskStatus::Done)
                 && !quoted.entry.content.to_lowercase().starts_with("done")
@@ -418,15 +437,21 @@ fn render_scoped(
                 ),
             );
             item.at = newest.entry.timestamp;
-            active.push((newest.entry.timestamp, item));
-        } else if newest.entry.timestamp < stale_before {
+            item
+        })
+        .collect();
+    let stale_items: Vec<BriefItem> = stale
+        .iter()
+        .take(cap(BriefSectionKind::Stale))
+        .map(|(_, thread, views)| {
+            let newest = views[0];
             let open = views.iter().filter(|v| is_open_loop(v)).count();
             let open_note = if open > 0 {
                 format!(", {open} open")
             } else {
                 String::new()
             };
-            let item = item_of(
+            item_of(
                 newest,
                 format!(
                     "{}: last touched {} ({} live entr{}{open_note})",
@@ -435,19 +460,24 @@ fn render_scoped(
                     views.len(),
                     if views.len() == 1 { "y" } else { "ies" },
                 ),
-            );
-            stale.push(((open > 0, newest.entry.timestamp), item));
-        }
-    }
-    active.sort_by(|a, b| b.0.cmp(&a.0));
-    stale.sort_by(|a, b| b.0.cmp(&a.0));
-
-    let decisions: Vec<BriefItem> = live
-        .iter()
-        .filter(|v| {
-            matches!(v.entry.kind, EntryKind::Decision | EntryKind::KeyDecision)
-                && v.entry.timestamp >= decisions_since
+            )
         })
+        .collect();
+
+    let pick = |keep: &dyn Fn(&EntryView) -> bool| -> Vec<&EntryView> {
+        live.iter().copied().filter(|v| keep(v)).collect()
+    };
+    let decisions = pick(&|v| {
+        matches!(v.entry.kind, EntryKind::Decision | EntryKind::KeyDecision)
+            && v.entry.timestamp >= decisions_since
+    });
+    let pending =
+        pick(&|v| v.entry.kind == EntryKind::Task && v.entry.status != Some(TaskStatus::Done));
+    let questions =
+        pick(&|v| matches!(v.entry.kind, EntryKind::Question | EntryKind::OpenQuestion));
+    let decision_items: Vec<BriefItem> = decisions
+        .iter()
+        .take(cap(BriefSectionKind::Decisions))
         .map(|v| {
             let about = v
                 .subject
@@ -463,45 +493,39 @@ fn render_scoped(
             )
         })
         .collect();
-    let pending: Vec<BriefItem> = live
+    let open_item = |v: &&EntryView| {
+        item_of(
+            v,
+            format!(
+                "{} ({}since {})",
+                shown(&v.entry.content),
+                v.subject
+                    .as_ref()
+                    .map_or(String::new(), |s| format!("{s}; ")),
+                day(v.entry.timestamp)
+            ),
+        )
+    };
+    let pending_items: Vec<BriefItem> = pending
         .iter()
-        .filter(|v| v.entry.kind == EntryKind::Task && v.entry.status != Some(TaskStatus::Done))
-        .map(|v| {
-            item_of(
-                v,
-                format!(
-                    "{} ({}since {})",
-                    shown(&v.entry.content),
-                    v.subject
-                        .as_ref()
-                        .map_or(String::new(), |s| format!("{s}; ")),
-                    day(v.entry.timestamp)
-                ),
-            )
-        })
+        .take(cap(BriefSectionKind::Pending))
+        .map(open_item)
         .collect();
-    let questions: Vec<BriefItem> = live
+    let question_items: Vec<BriefItem> = questions
         .iter()
-        .filter(|v| matches!(v.entry.kind, EntryKind::Question | EntryKind::OpenQuestion))
-        .map(|v| {
-            item_of(
-                v,
-                format!(
-                    "{} ({}since {})",
-                    shown(&v.entry.content),
-                    v.subject
-                        .as_ref()
-                        .map_or(String::new(), |s| format!("{s}; ")),
-                    day(v.entry.timestamp)
-                ),
-            )
-        })
+        .take(cap(BriefSectionKind::OpenQuestions))
+        .map(open_item)
         .collect();
     let by_id: BTreeMap<&str, &EntryView> =
         live.iter().map(|v| (v.entry.id.as_str(), *v)).collect();
-    let conflicts: Vec<BriefItem> = contradictions
+    let recent_conflicts: Vec<&Contradiction> = contradictions
         .iter()
         .filter(|c| c.newer_at >= active_since)
+        .filter(|c| by_id.contains_key(c.older.as_str()) && by_id.contains_key(c.newer.as_str()))
+        .collect();
+    let conflicts: Vec<BriefItem> = recent_conflicts
+        .iter()
+        .take(cap(BriefSectionKind::Contradictions))
         .filter_map(|c| {
             let (older, newer) = (by_id.get(c.older.as_str())?, by_id.get(c.newer.as_str())?);
             let about = c.subject.clone().unwrap_or_else(|| c.work_context.clone());
@@ -524,29 +548,29 @@ fn render_scoped(
         })
         .collect();
 
-    let lists: [(BriefSectionKind, Vec<BriefItem>); 6] = [
+    let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 6] = [
+        (BriefSectionKind::Active, active.len(), active_items),
+        (BriefSectionKind::Decisions, decisions.len(), decision_items),
+        (BriefSectionKind::Pending, pending.len(), pending_items),
         (
-            BriefSectionKind::Active,
-            active.into_iter().map(|(_, i)| i).collect(),
+            BriefSectionKind::OpenQuestions,
+            questions.len(),
+            question_items,
         ),
-        (BriefSectionKind::Decisions, decisions),
-        (BriefSectionKind::Pending, pending),
-        (BriefSectionKind::OpenQuestions, questions),
+        (BriefSectionKind::Stale, stale.len(), stale_items),
         (
-            BriefSectionKind::Stale,
-            stale.into_iter().map(|(_, i)| i).collect(),
+            BriefSectionKind::Contradictions,
+            recent_conflicts.len(),
+            conflicts,
         ),
-        (BriefSectionKind::Contradictions, conflicts),
     ];
     let mut sections = Vec::with_capacity(6);
     let mut text = match &scope.work_context {
         Some(wc) => format!("## Briefing: {} / {wc} ({})\n", scope.workspace, day(now)),
         None => format!("## Briefing: {} ({})\n", scope.workspace, day(now)),
     };
-    for (kind, mut items) in lists {
-        let cap = kind.max_items();
-        let omitted = items.len().saturating_sub(cap);
-        items.truncate(cap);
+    for (kind, total, items) in lists {
+        let omitted = total.saturating_sub(items.len());
         let heading = kind.heading(settings);
         text.push_str(&heading);
         text.push('\n');
