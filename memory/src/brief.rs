@@ -380,7 +380,7 @@ fn render_scoped(
     // shows (redaction is the costly part): `(total, items)`.
     let cap = BriefSectionKind::max_items;
     let mut active: Vec<(&Thread, &Vec<&EntryView>)> = Vec::new();
-    // (has open loops, newest time) sorts the stale threads.
+    // (open loop?, newest), the thread and its entries.
     type StaleThread<'t> = ((bool, DateTime<Utc>), &'t Thread, &'t Vec<&'t EntryView>);
     let mut stale: Vec<StaleThread<'_>> = Vec::new();
     for (thread, views) in &threads {
