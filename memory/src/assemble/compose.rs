@@ -1294,17 +1294,27 @@ fn topic_collections(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
                 score: Some(m.score),
             };
             let free = cap.saturating_sub(section_total(cx, Section::Topics));
-            if let Offer::TooBig { trace, .. } = cx.offer(
+            if let Offer::TooBig {
+                trace, over_cap, ..
+            } = cx.offer(
                 raw,
                 free,
                 "topics.collection",
                 &format!("collected by topic {topic} (tier {})", m.tier.number()),
             )? {
-                cx.mark_out(
-                    trace,
-                    "topics.cap",
-                    format!("over the topics cap ({cap} tokens)"),
-                );
+                if over_cap {
+                    cx.mark_out(
+                        trace,
+                        "topics.cap",
+                        format!("over the topics cap ({cap} tokens)"),
+                    );
+                } else {
+                    cx.mark_out(
+                        trace,
+                        "topics.budget",
+                        format!("the budget has {} tokens left", cx.remaining()),
+                    );
+                }
             }
         }
     }
