@@ -38,7 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration as StdDuration, Instant};
 
 use actix::prelude::*;
-use cairn_memory::{Ack, Memory, Session, TurnInput, Workspace};
+use cairn_memory::{Ack, MaintainOptions, MaintainTrigger, Memory, Session, TurnInput, Workspace};
 use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -913,7 +913,44 @@ impl ActorRuntime {
                 tracing::warn!(workspace = %id, %error, "topic schedules failed; retried next tick");
             }
         }
+        if nightly {
+            self.nightly_maintenance();
+        }
         Ok(reports)
+    }
+
+    /// The nightly maintenance, after the sweep's captures above have
+    /// finished: every workspace, when `memory.maintenance.nightly` is on
+    /// (see `cairn_memory::maintain`). It runs on the ticking thread (the
+    /// ticker's, never an arbiter). A failure is logged and the next night
+    /// tries again: nothing of a failed run is written.
+    fn nightly_maintenance(&self) {
+        let memory = &self.inner.memory;
+        if !memory.config().maintenance.nightly {
+            return;
+        }
+        let workspaces = match memory.workspaces() {
+            Ok(list) => list,
+            Err(error) => {
+                tracing::warn!(%error, "nightly maintenance: cannot list workspaces");
+                return;
+            }
+        };
+        let options = MaintainOptions {
+            dry_run: false,
+            trigger: MaintainTrigger::Nightly,
+        };
+        for id in workspaces {
+            match memory.workspace(&id).and_then(|ws| ws.maintain(&options)) {
+                Ok(report) => tracing::info!(
+                    workspace = %id, run = ?report.run, changes = report.changes.len(),
+                    "nightly maintenance"
+                ),
+                Err(error) => {
+                    tracing::warn!(workspace = %id, %error, "nightly maintenance failed")
+                }
+            }
+        }
     }
 
     /// Numbers about the live runtime.

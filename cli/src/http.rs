@@ -27,7 +27,9 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
+mod maintain_routes;
 mod topic_routes;
+pub use maintain_routes::MaintainBody;
 pub use topic_routes::{CollectBody, DecideBody, FeedBody};
 
 /// The error body of every failed request.
@@ -963,7 +965,12 @@ async fn generation_counts(
 pub struct ApiDoc;
 
 async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+    HttpResponse::Ok().json(api_doc())
+}
+
+/// The served description: [`ApiDoc`] with the route modules' paths merged in.
+pub fn api_doc() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi().merge_from(maintain_routes::MaintainApi::openapi())
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
@@ -1024,45 +1031,47 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             )
             .route("/v1/plugins/{world}", web::put().to(install_plugin))
             .service(
-                topic_routes::routes(web::scope("/v1/workspaces/{workspace}"))
-                    .route("/sessions", web::post().to(bootstrap))
-                    .route("/sessions", web::get().to(sessions))
-                    .route("/sessions/{session}", web::get().to(session))
-                    .route("/sessions/{session}/after_turn", web::post().to(after_turn))
-                    .route("/sessions/{session}/end", web::post().to(session_end))
-                    .route("/sessions/{session}/reset", web::post().to(before_reset))
-                    .route(
-                        "/sessions/{session}/compact",
-                        web::post().to(before_compaction),
-                    )
-                    .route("/sessions/{session}/compaction", web::post().to(compact))
-                    .route(
-                        "/sessions/{session}/compaction",
-                        web::get().to(compaction_view),
-                    )
-                    .route("/summaries/{id}", web::get().to(memory_expand))
-                    .route("/summaries/{id}/turns", web::get().to(expand_all))
-                    .route("/capture", web::post().to(capture))
-                    .route("/sessions/{session}/transcript", web::get().to(transcript))
-                    .route("/turns", web::post().to(ingest))
-                    .route("/entries", web::post().to(append_entries))
-                    .route("/entries", web::get().to(entries))
-                    .route("/entries/{id}", web::get().to(entry))
-                    .route("/entries/{id}/history", web::get().to(history))
-                    .route("/subjects", web::get().to(subjects))
-                    .route("/subjects", web::post().to(add_subject))
-                    .route("/subjects/{slug}/rename", web::post().to(rename_subject))
-                    .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
-                    .route("/assemble", web::post().to(assemble))
-                    .route("/briefing", web::get().to(briefing))
-                    .route("/forget", web::post().to(forget))
-                    .route("/tombstones", web::get().to(tombstones))
-                    .route("/search", web::post().to(memory_search))
-                    .route("/items/{id}", web::get().to(memory_get))
-                    .route(
-                        "/sessions/{session}/read_transcript",
-                        web::get().to(read_transcript),
-                    ),
+                maintain_routes::routes(topic_routes::routes(web::scope(
+                    "/v1/workspaces/{workspace}",
+                )))
+                .route("/sessions", web::post().to(bootstrap))
+                .route("/sessions", web::get().to(sessions))
+                .route("/sessions/{session}", web::get().to(session))
+                .route("/sessions/{session}/after_turn", web::post().to(after_turn))
+                .route("/sessions/{session}/end", web::post().to(session_end))
+                .route("/sessions/{session}/reset", web::post().to(before_reset))
+                .route(
+                    "/sessions/{session}/compact",
+                    web::post().to(before_compaction),
+                )
+                .route("/sessions/{session}/compaction", web::post().to(compact))
+                .route(
+                    "/sessions/{session}/compaction",
+                    web::get().to(compaction_view),
+                )
+                .route("/summaries/{id}", web::get().to(memory_expand))
+                .route("/summaries/{id}/turns", web::get().to(expand_all))
+                .route("/capture", web::post().to(capture))
+                .route("/sessions/{session}/transcript", web::get().to(transcript))
+                .route("/turns", web::post().to(ingest))
+                .route("/entries", web::post().to(append_entries))
+                .route("/entries", web::get().to(entries))
+                .route("/entries/{id}", web::get().to(entry))
+                .route("/entries/{id}/history", web::get().to(history))
+                .route("/subjects", web::get().to(subjects))
+                .route("/subjects", web::post().to(add_subject))
+                .route("/subjects/{slug}/rename", web::post().to(rename_subject))
+                .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
+                .route("/assemble", web::post().to(assemble))
+                .route("/briefing", web::get().to(briefing))
+                .route("/forget", web::post().to(forget))
+                .route("/tombstones", web::get().to(tombstones))
+                .route("/search", web::post().to(memory_search))
+                .route("/items/{id}", web::get().to(memory_get))
+                .route(
+                    "/sessions/{session}/read_transcript",
+                    web::get().to(read_transcript),
+                ),
             )
             .default_service(web::to(not_found));
     }

@@ -11,6 +11,7 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod maintain;
 mod plugins;
 mod topics;
 
@@ -215,6 +216,9 @@ enum Command {
         /// Also return entries past their time-to-live.
         #[arg(long)]
         include_expired: bool,
+        /// Also return what maintenance archived (old entries and turns).
+        #[arg(long)]
+        include_archived: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -284,6 +288,10 @@ enum Command {
     /// In process on a fresh temporary data dir unless --data-dir is given,
     /// or against a running `cairn serve` with --http.
     Loadgen(LoadgenArgs),
+    /// Maintenance: promote, decay, archive (listing contradictions); every
+    /// change recorded under a run id. Also --dry-run, --undo RUN,
+    /// --restore ENTRY, --runs.
+    Maintain(maintain::MaintainArgs),
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -679,6 +687,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             until,
             include_replaced,
             include_expired,
+            include_archived,
             json,
         } => {
             let role = match role {
@@ -716,6 +725,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 until,
                 include_replaced,
                 include_expired,
+                include_archived,
                 ..cairn::SearchRequest::default()
             };
             let r = cairn.memory_search(ws_id, &request)?;
@@ -734,7 +744,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                     };
                     writeln!(
                         out,
-                        "{:.3}  {}  {}  (lexical #{}, vector #{}){}{}{}\n       {}",
+                        "{:.3}  {}  {}  (lexical #{}, vector #{}){}{}{}{}\n       {}",
                         item.score,
                         item.id,
                         what,
@@ -743,6 +753,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                         if item.low_trust { " [low trust]" } else { "" },
                         if item.replaced { " [replaced]" } else { "" },
                         if item.expired { " [expired]" } else { "" },
+                        if item.archived { " [archived]" } else { "" },
                         item.snippet
                     )?;
                 }
@@ -1010,6 +1021,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 None => write!(out, "{}", briefing.text)?,
             }
         }
+        Command::Maintain(args) => maintain::maintain(cairn, ws_id, args, out)?,
         Command::Tombstones { json } => {
             let all = cairn.tombstones(ws_id)?;
             if json {
@@ -1139,6 +1151,9 @@ fn print_entry(out: &mut impl Write, view: &EntryView) -> Result<()> {
         cairn::EntryStatus::Live => "live".to_owned(),
         cairn::EntryStatus::Replaced { by } => format!("replaced by {by}"),
         cairn::EntryStatus::Expired { at } => format!("expired {}", at.format("%Y-%m-%d")),
+        cairn::EntryStatus::Archived { at, run } => {
+            format!("archived {} by {run}", at.format("%Y-%m-%d"))
+        }
     };
     let subject = view
         .subject

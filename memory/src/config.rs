@@ -49,6 +49,8 @@ pub struct MemoryConfig {
     pub cache_mb: u64,
     /// The briefing's time windows (`[memory.briefing]`).
     pub briefing: crate::brief::BriefSettings,
+    /// Maintenance: promotion, archiving, the nightly run (`[memory.maintenance]`).
+    pub maintenance: crate::maintain::MaintainSettings,
 }
 
 impl Default for MemoryConfig {
@@ -59,6 +61,7 @@ impl Default for MemoryConfig {
             tokenizer: "o200k_base".to_owned(),
             cache_mb: DEFAULT_CACHE_MB,
             briefing: crate::brief::BriefSettings::default(),
+            maintenance: crate::maintain::MaintainSettings::default(),
         }
     }
 }

@@ -250,6 +250,26 @@ pub enum MemoryError {
         /// What differs.
         reason: String,
     },
+    /// No maintenance run has this id in the workspace.
+    #[error("maintenance run {run:?} not found")]
+    RunNotFound {
+        /// The run id.
+        run: String,
+    },
+    /// A maintenance run cannot be undone now.
+    #[error("cannot undo maintenance {run}: {reason}")]
+    UndoConflict {
+        /// The run id.
+        run: String,
+        /// Why (names the later run or the replacing entry).
+        reason: String,
+    },
+    /// A restore named an item that is not archived.
+    #[error("{item} is not archived")]
+    NotArchived {
+        /// `entry <id>` or `session <id>`.
+        item: String,
+    },
     /// The configured tokenizer is unknown or failed to load.
     #[error("tokenizer {name:?}: {reason}")]
     Tokenizer {
@@ -313,6 +333,9 @@ impl MemoryError {
             MemoryError::AssemblySeam { .. } => "assembly_seam",
             MemoryError::SummaryNotFound { .. } => "summary_not_found",
             MemoryError::SummaryMismatch { .. } => "summary_mismatch",
+            MemoryError::RunNotFound { .. } => "run_not_found",
+            MemoryError::UndoConflict { .. } => "undo_conflict",
+            MemoryError::NotArchived { .. } => "not_archived",
             MemoryError::Tokenizer { .. } => "tokenizer",
             MemoryError::Corrupt { .. } => "corrupt",
             MemoryError::Store(_) => "storage",
@@ -337,13 +360,16 @@ impl MemoryError {
             | MemoryError::SubjectNotFound { .. }
             | MemoryError::TopicNotFound { .. }
             | MemoryError::ProposalNotFound { .. }
-            | MemoryError::SummaryNotFound { .. } => ErrorKind::NotFound,
+            | MemoryError::SummaryNotFound { .. }
+            | MemoryError::RunNotFound { .. } => ErrorKind::NotFound,
             MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,
             MemoryError::SubjectExists { .. }
             | MemoryError::TopicExists { .. }
             | MemoryError::AlreadyReplaced { .. }
             | MemoryError::DuplicateEntryId { .. }
-            | MemoryError::WorkContextMismatch { .. } => ErrorKind::Conflict,
+            | MemoryError::WorkContextMismatch { .. }
+            | MemoryError::UndoConflict { .. }
+            | MemoryError::NotArchived { .. } => ErrorKind::Conflict,
             MemoryError::InvalidId { .. }
             | MemoryError::Empty { .. }
             | MemoryError::Invalid { .. }

@@ -45,6 +45,7 @@ pub mod extract;
 pub mod forget;
 pub mod ids;
 pub mod log;
+pub mod maintain;
 mod memory;
 pub mod record;
 pub mod redact;
@@ -67,6 +68,10 @@ pub use forget::{ForgetTarget, Removed, Tombstone};
 pub use log::{
     DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,
     TaskStatus,
+};
+pub use maintain::{
+    ArchivedItem, MaintainOptions, MaintainSettings, MaintainTrigger, MaintenanceReport,
+    MaintenanceRun,
 };
 pub use memory::{DEFAULT_WORK_CONTEXT, Memory, Workspace};
 pub use record::{Ack, Role, Session, SessionKind, SessionSpec, SessionState, Turn, TurnInput};

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
 use crate::ids::{display_for_slug, validate_id, validate_slug};
+use crate::maintain::Lifecycle;
 use crate::memory::{
     DEFAULT_WORK_CONTEXT, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size, check_text,
     decode, encode, in_batch,
@@ -49,11 +50,17 @@ pub enum EntryKind {
     CrossConversationUpdate,
     /// The work moved to another phase (drafting, research, review…).
     WorkPhaseChange,
+    /// Something owed by a deadline: an open question maintenance promoted
+    /// after it stayed unresolved (does not decay).
+    Obligation,
+    /// A standing rule: a decision maintenance promoted after it held
+    /// across sessions (does not decay).
+    Directive,
 }
 
 impl EntryKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EntryKind; 10] = [
+    pub const ALL: [EntryKind; 12] = [
         EntryKind::Task,
         EntryKind::Fact,
         EntryKind::Decision,
@@ -64,6 +71,8 @@ impl EntryKind {
         EntryKind::KeyDecision,
         EntryKind::CrossConversationUpdate,
         EntryKind::WorkPhaseChange,
+        EntryKind::Obligation,
+        EntryKind::Directive,
     ];
 
     /// The `snake_case` name.
@@ -79,6 +88,8 @@ impl EntryKind {
             EntryKind::KeyDecision => "key_decision",
             EntryKind::CrossConversationUpdate => "cross_conversation_update",
             EntryKind::WorkPhaseChange => "work_phase_change",
+            EntryKind::Obligation => "obligation",
+            EntryKind::Directive => "directive",
         }
     }
 
@@ -266,6 +277,14 @@ pub enum EntryStatus {
         /// When it decayed.
         at: DateTime<Utc>,
     },
+    /// Maintenance moved it out of the live indexes (still readable, and
+    /// searchable when a search asks for archived items; restorable).
+    Archived {
+        /// When.
+        at: DateTime<Utc>,
+        /// The maintenance run that archived it.
+        run: String,
+    },
 }
 
 /// An entry with what reading resolved about it.
@@ -315,7 +334,8 @@ pub struct EntryFilter {
 /// session summary refs 30 days, open questions 60, key decisions 60,
 /// cross-conversation updates 7, work-phase changes 30. The general kinds
 /// (task, fact, decision, question, handoff) do not decay by default: they
-/// fade from the briefing's time windows and by replacement, not by expiry.
+/// fade from the briefing's time windows and by replacement, not by expiry;
+/// neither do the kinds promotion makes (obligation, directive).
 /// `ttl_days` overrides the default per kind; 0 means "never decays".
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -385,6 +405,25 @@ impl Workspace {
     /// the batch), are not already replaced, and form no cycle. Unknown
     /// subject slugs are registered.
     pub fn append_entries(&self, inputs: &[EntryInput]) -> Result<Vec<Entry>> {
+        let guard = self.lock_entries();
+        let mut batch = WriteBatch::default();
+        let out = self.stage_entries(inputs, &mut batch)?;
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        Ok(out)
+    }
+
+    /// Checks `inputs` as [`Workspace::append_entries`] does and adds their
+    /// writes (entries, replacement links, new subjects) to `batch`. The
+    /// caller holds the entries lock ([`Workspace::lock_entries`]) until it
+    /// has applied the batch, so the checks still hold when it lands (a
+    /// maintenance run stages its promotions into its own batch this way).
+    pub(crate) fn stage_entries(
+        &self,
+        inputs: &[EntryInput],
+        batch: &mut WriteBatch,
+    ) -> Result<Vec<Entry>> {
         let limits = &self.shared.config.limits;
         if inputs.len() > limits.max_batch {
             return Err(MemoryError::BatchTooLarge {
@@ -395,7 +434,6 @@ impl Workspace {
         for (index, input) in inputs.iter().enumerate() {
             in_batch(index, self.validate_entry(input))?;
         }
-        let guard = self.lock_entries();
         let now = self.now();
         let mut generator = ulid::Generator::new();
         let mut ids: Vec<String> = Vec::with_capacity(inputs.len());
@@ -426,7 +464,6 @@ impl Workspace {
         }
 
         let aliases = self.alias_map()?;
-        let mut batch = WriteBatch::default();
         let mut new_subjects: BTreeSet<String> = BTreeSet::new();
         let mut replaced_in_batch: HashMap<&str, &str> = HashMap::new();
         let mut out = Vec::with_capacity(inputs.len());
@@ -565,9 +602,6 @@ impl Workspace {
             batch.put(Collection::Entries, id.as_bytes().to_vec(), encode(&entry)?);
             out.push(entry);
         }
-        self.apply(batch)?;
-        drop(guard);
-        self.shared.store.sync()?;
         Ok(out)
     }
 
@@ -628,9 +662,10 @@ impl Workspace {
         entry: Entry,
         replacements: &HashMap<String, String>,
         aliases: &HashMap<String, String>,
+        lifecycle: &Lifecycle,
         now: DateTime<Utc>,
     ) -> EntryView {
-        let (subject, status, decay_at) = self.judge(&entry, replacements, aliases, now);
+        let (subject, status, decay_at) = self.judge(&entry, replacements, aliases, lifecycle, now);
         EntryView {
             entry,
             subject,
@@ -639,12 +674,15 @@ impl Workspace {
         }
     }
 
-    /// An entry's resolved subject, status and decay time.
+    /// An entry's resolved subject, status and decay time: replaced, else
+    /// archived or decayed by maintenance (see [`crate::maintain`]), else
+    /// expired on the clock, else live.
     fn judge(
         &self,
         entry: &Entry,
         replacements: &HashMap<String, String>,
         aliases: &HashMap<String, String>,
+        lifecycle: &Lifecycle,
         now: DateTime<Utc>,
     ) -> (Option<String>, EntryStatus, Option<DateTime<Utc>>) {
         let decay_at = self
@@ -652,10 +690,22 @@ impl Workspace {
             .config
             .decay
             .decay_at(entry.kind, entry.timestamp);
-        let status = match (replacements.get(&entry.id), decay_at) {
-            (Some(by), _) => EntryStatus::Replaced { by: by.clone() },
-            (None, Some(at)) if at <= now => EntryStatus::Expired { at },
-            _ => EntryStatus::Live,
+        let status = if let Some(by) = replacements.get(&entry.id) {
+            EntryStatus::Replaced { by: by.clone() }
+        } else if let Some(mark) = lifecycle.archived_entries.get(&entry.id) {
+            EntryStatus::Archived {
+                at: mark.at,
+                run: mark.run.clone(),
+            }
+        } else if let Some(mark) = lifecycle.decayed.get(&entry.id) {
+            EntryStatus::Expired {
+                at: decay_at.unwrap_or(mark.at),
+            }
+        } else {
+            match decay_at {
+                Some(at) if at <= now => EntryStatus::Expired { at },
+                _ => EntryStatus::Live,
+            }
         };
         let subject = entry
             .subject
@@ -681,6 +731,7 @@ impl Workspace {
             entry,
             &self.replacement_map()?,
             &self.alias_map()?,
+            &self.lifecycle()?,
             self.now(),
         ))
     }
@@ -768,7 +819,8 @@ impl Workspace {
             {
                 continue;
             }
-            let (resolved, status, decay_at) = self.judge(entry, replacements, aliases, now);
+            let (resolved, status, decay_at) =
+                self.judge(entry, replacements, aliases, &log.lifecycle, now);
             if subject.is_some() && resolved != subject {
                 continue;
             }
@@ -800,6 +852,7 @@ impl Workspace {
         let start = self.entry(id)?;
         let replacements = self.replacement_map()?;
         let aliases = self.alias_map()?;
+        let lifecycle = self.lifecycle()?;
         let now = self.now();
         // Walk back to the root.
         let mut root = start.entry.clone();
@@ -811,14 +864,14 @@ impl Workspace {
             }
         }
         // Walk forward through the replacement map.
-        let mut chain = vec![self.view(root.clone(), &replacements, &aliases, now)];
+        let mut chain = vec![self.view(root.clone(), &replacements, &aliases, &lifecycle, now)];
         let mut cursor = root.id;
         while let Some(next) = replacements.get(&cursor) {
             if !seen.insert(next.clone()) && chain.iter().any(|v| &v.entry.id == next) {
                 break;
             }
             if let Some(e) = self.load_entry(next)? {
-                chain.push(self.view(e, &replacements, &aliases, now));
+                chain.push(self.view(e, &replacements, &aliases, &lifecycle, now));
             }
             cursor = next.clone();
         }

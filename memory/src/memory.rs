@@ -97,6 +97,8 @@ pub(crate) struct LogSnapshot {
     pub(crate) entries: Vec<Entry>,
     pub(crate) replacements: HashMap<String, String>,
     pub(crate) aliases: HashMap<String, String>,
+    /// What maintenance decayed, archived and restored.
+    pub(crate) lifecycle: crate::maintain::Lifecycle,
     /// The live entries as of `at`, once asked for.
     pub(crate) live: Mutex<Option<LiveEntries>>,
 }
@@ -157,6 +159,7 @@ fn touches_log(batch: &WriteBatch) -> bool {
                 | Collection::Replacements
                 | Collection::SubjectAliases
                 | Collection::Subjects
+                | Collection::Maintenance
         )
     })
 }
@@ -392,6 +395,7 @@ impl Workspace {
             entries,
             replacements: self.replacement_map()?,
             aliases: self.alias_map()?,
+            lifecycle: self.lifecycle()?,
             live: Mutex::new(None),
         });
         let mut slot = cache.snapshot.lock();

@@ -41,6 +41,7 @@ mod config;
 mod decision_log;
 mod error;
 mod host;
+mod maintenance;
 mod manage;
 mod policy;
 mod tools;
@@ -102,6 +103,16 @@ pub mod search {
         DocAttrs, DocSource, EmbedConfig, Embedder, FastEmbedder, Fusion, IndexStats, ItemRef,
         RecipeParams, SearchDoc, SearchError, SearchFilters, SearchHit, SearchIndex, SearchMode,
         SearchOptions, SearchResult, ServiceError, UnitCosine,
+    };
+}
+
+/// Maintenance: the run's options and report, the rules, the changes they
+/// make and the stored runs ([`Cairn::maintain`], [`Cairn::undo_maintenance`],
+/// [`Cairn::restore`]).
+pub mod maintain {
+    pub use cairn_memory::maintain::{
+        Action, ArchivedItem, Change, Contradiction, MaintainOptions, MaintainSettings,
+        MaintainTrigger, MaintenanceReport, MaintenanceRun, Mark, Rule, SessionMark, Undone,
     };
 }
 

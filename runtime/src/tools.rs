@@ -67,6 +67,9 @@ pub struct SearchRequest {
     pub include_replaced: bool,
     /// Also return entries past their time-to-live.
     pub include_expired: bool,
+    /// Also return what maintenance archived (old entries, and the turns
+    /// of old sessions).
+    pub include_archived: bool,
     /// Only turns this topic collected (its members); entries are left
     /// out. An unknown topic is `topic_not_found`.
     pub topic: Option<String>,
@@ -126,6 +129,8 @@ pub struct SearchItem {
     pub replaced: bool,
     /// True for an entry past its time-to-live (only with `include_expired`).
     pub expired: bool,
+    /// True for an archived entry or turn (only with `include_archived`).
+    pub archived: bool,
 }
 
 /// A `memory_search` answer.
@@ -270,6 +275,7 @@ fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
         until: request.until,
         include_replaced: request.include_replaced,
         include_expired: request.include_expired,
+        include_archived: request.include_archived,
         ..SearchFilters::default()
     })
 }
@@ -543,6 +549,7 @@ impl Cairn {
                 low_trust: a.low_trust,
                 replaced: hit.replaced,
                 expired: a.decay_at.is_some_and(|at| at <= now),
+                archived: hit.archived,
             });
         }
         let mut notes = Vec::new();

@@ -10,6 +10,7 @@ mod current;
 mod durability;
 mod http_api;
 mod loadgen;
+mod maintain;
 mod plugins;
 mod search;
 mod support;

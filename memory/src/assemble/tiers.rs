@@ -29,8 +29,14 @@ impl ResumePart {
     fn of(kind: EntryKind) -> Option<ResumePart> {
         match kind {
             EntryKind::SessionSummaryRef | EntryKind::Handoff => Some(ResumePart::History),
-            EntryKind::OpenQuestion | EntryKind::Question => Some(ResumePart::Open),
-            EntryKind::KeyDecision | EntryKind::Decision => Some(ResumePart::Decision),
+            // An obligation is an open question maintenance promoted; a
+            // directive, a decision it promoted (see `crate::maintain`).
+            EntryKind::OpenQuestion | EntryKind::Question | EntryKind::Obligation => {
+                Some(ResumePart::Open)
+            }
+            EntryKind::KeyDecision | EntryKind::Decision | EntryKind::Directive => {
+                Some(ResumePart::Decision)
+            }
             EntryKind::CrossConversationUpdate => Some(ResumePart::Update),
             _ => None,
         }
@@ -258,6 +264,7 @@ pub(super) fn recent_activity<'a>(
                 | EntryKind::Handoff
                 | EntryKind::KeyDecision
                 | EntryKind::Decision
+                | EntryKind::Directive
                 | EntryKind::WorkPhaseChange
         );
         if !kind_fits || exclude.contains(&wc) || v.entry.timestamp < since {

@@ -158,6 +158,9 @@ pub struct SearchFilters {
     pub include_replaced: bool,
     /// Also return entries past their time-to-live.
     pub include_expired: bool,
+    /// Also return what maintenance archived (entries, and the turns of
+    /// archived sessions).
+    pub include_archived: bool,
 }
 
 impl SearchFilters {

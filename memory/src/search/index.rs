@@ -251,6 +251,9 @@ pub struct SearchHit {
     pub attrs: DocAttrs,
     /// True for an entry replaced by a later one (only returned when asked).
     pub replaced: bool,
+    /// True for an archived entry or turn (only returned when asked).
+    #[serde(default)]
+    pub archived: bool,
 }
 
 /// The answer of [`SearchIndex::search`].
@@ -281,6 +284,8 @@ struct DocMeta {
     pos: u64,
     speaker_key: Option<String>,
     attrs: DocAttrs,
+    /// A hash of the indexed text (for `reconstruct`'s comparison).
+    digest: [u8; 16],
 }
 
 /// One workspace's hybrid index. Not internally synchronised: wrap it in a
@@ -296,6 +301,8 @@ pub struct SearchIndex {
     speakers: HashMap<String, usize>,
     /// Ids of entries replaced by a later entry (set by the owner).
     replaced: HashSet<String>,
+    /// Archived entries, and sessions archived up to a turn (set by the owner).
+    archived: (HashSet<String>, HashMap<String, u64>),
     /// Live documents with a decay time.
     decaying: usize,
 }
@@ -329,6 +336,7 @@ impl SearchIndex {
             vector: VectorIndex::new(1024),
             speakers: HashMap::new(),
             replaced: HashSet::new(),
+            archived: (HashSet::new(), HashMap::new()),
             decaying: 0,
         })
     }
@@ -408,7 +416,10 @@ impl SearchIndex {
         let mut items = Vec::with_capacity(vectors.len());
         for (i, d) in docs.iter().enumerate() {
             let n = self.docs.len();
-            self.lexical.add(n as u64, &d.lexical_text())?;
+            let text = d.lexical_text();
+            self.lexical.add(n as u64, &text)?;
+            let mut digest = [0u8; 16];
+            digest.copy_from_slice(&blake3::hash(text.as_bytes()).as_bytes()[..16]);
             let speaker_key = d.speaker.as_deref().and_then(first_name);
             if let Some(s) = &speaker_key {
                 *self.speakers.entry(s.clone()).or_default() += 1;
@@ -422,6 +433,7 @@ impl SearchIndex {
                 pos: d.pos,
                 speaker_key,
                 attrs: d.attrs.clone(),
+                digest,
             }));
             self.by_id.insert(d.id.clone(), n);
             self.sessions
@@ -571,6 +583,7 @@ impl SearchIndex {
                     },
                     attrs: m.attrs.clone(),
                     replaced: self.replaced.contains(&m.id),
+                    archived: self.is_archived(m),
                 })
             })
             .collect();
@@ -599,6 +612,42 @@ impl SearchIndex {
         &self.replaced
     }
 
+    /// Marks what maintenance archived: entry ids, and sessions whose turns
+    /// up to a sequence number are archived (the owner reads both from the
+    /// log; archived items are left out unless a search asks for them).
+    /// Returns whether anything changed.
+    pub fn set_archived(
+        &mut self,
+        entries: HashSet<String>,
+        sessions: HashMap<String, u64>,
+    ) -> bool {
+        if entries == self.archived.0 && sessions == self.archived.1 {
+            return false;
+        }
+        self.archived = (entries, sessions);
+        true
+    }
+
+    /// The archived entry ids and sessions (with the last archived turn).
+    pub fn archived(&self) -> (&HashSet<String>, &HashMap<String, u64>) {
+        (&self.archived.0, &self.archived.1)
+    }
+
+    fn is_archived(&self, m: &DocMeta) -> bool {
+        match m.attrs.source {
+            DocSource::Entry => self.archived.0.contains(&m.id),
+            DocSource::Turn => self.archived.1.get(&m.session).is_some_and(|t| m.pos <= *t),
+        }
+    }
+
+    /// A document's indexed text digest and vector: what `reconstruct`
+    /// compares between the live index and one rebuilt from the record.
+    pub fn fingerprint(&self, id: &str) -> Option<([u8; 16], Option<&[f32]>)> {
+        let n = *self.by_id.get(id)?;
+        let m = self.meta(n)?;
+        Some((m.digest, self.vector.vector(n)))
+    }
+
     /// The attributes of an indexed document.
     pub fn attrs(&self, id: &str) -> Option<&DocAttrs> {
         let n = *self.by_id.get(id)?;
@@ -621,7 +670,10 @@ impl SearchIndex {
         let f = &o.filters;
         let drop_replaced = !f.include_replaced && !self.replaced.is_empty();
         let drop_expired = !f.include_expired && o.now.is_some() && self.decaying > 0;
-        if f.is_empty() && o.sessions.is_none() && !drop_replaced && !drop_expired {
+        let drop_archived =
+            !f.include_archived && (!self.archived.0.is_empty() || !self.archived.1.is_empty());
+        if f.is_empty() && o.sessions.is_none() && !drop_replaced && !drop_expired && !drop_archived
+        {
             return None;
         }
         let bitmap = self
@@ -630,6 +682,9 @@ impl SearchIndex {
             .map(|m| {
                 let Some(m) = m else { return false };
                 if drop_replaced && self.replaced.contains(&m.id) {
+                    return false;
+                }
+                if drop_archived && self.is_archived(m) {
                     return false;
                 }
                 if drop_expired {

@@ -325,6 +325,7 @@ impl SearchService {
         let index = self.inner.index_of(workspace)?;
         self.inner.apply_forgets(&ws, &index)?;
         self.inner.sync_replaced(&ws, &index)?;
+        self.inner.sync_archived(&ws, &index)?;
         let mut options = options.clone();
         if options.now.is_none() {
             options.now = Some(self.inner.memory.clock().now());
@@ -417,6 +418,7 @@ impl Inner {
             self.index_workspace(&ws, &index)?;
             self.index_entries(&ws, &index)?;
             self.sync_replaced(&ws, &index)?;
+            self.sync_archived(&ws, &index)?;
             index.write().warm = true;
         }
         Ok(())
@@ -435,6 +437,27 @@ impl Inner {
         };
         if changed {
             index.write().index.set_replaced(replaced);
+        }
+        Ok(())
+    }
+
+    /// Tells the index what maintenance archived (read from the log's
+    /// lifecycle marks, kept with the log snapshot).
+    fn sync_archived(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        let lifecycle = ws.archived()?;
+        let entries: HashSet<String> = lifecycle.archived_entries.into_keys().collect();
+        let sessions: HashMap<String, u64> = lifecycle
+            .archived_sessions
+            .into_iter()
+            .map(|(s, m)| (s, m.through_seq))
+            .collect();
+        let changed = {
+            let guard = index.read();
+            let (e, s) = guard.index.archived();
+            *e != entries || *s != sessions
+        };
+        if changed {
+            index.write().index.set_archived(entries, sessions);
         }
         Ok(())
     }

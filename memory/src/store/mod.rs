@@ -19,10 +19,12 @@
 //! only these two traits (a table keyed by `(workspace, collection, key)` with
 //! transactions for [`WorkspaceStore::apply`]); callers do not change.
 
+mod maint_keys;
 mod sled_store;
 mod state;
 mod topic_keys;
 
+pub use maint_keys::{MaintFamily, MaintKey};
 pub use sled_store::SledStore;
 pub use state::{StateFamily, StateKey};
 pub use topic_keys::{TopicFamily, TopicKey};
@@ -76,6 +78,10 @@ pub enum Collection {
     Topics,
     /// Compaction summary nodes (the summary DAG), keyed by summary id.
     Summaries,
+    /// Maintenance: the runs (each change with its rule and reason) and the
+    /// lifecycle marks they leave (decayed, archived, restored), keyed by
+    /// [`MaintKey`].
+    Maintenance,
 }
 
 impl Collection {
@@ -94,6 +100,7 @@ impl Collection {
             Collection::State => b'Z',
             Collection::Topics => b'O',
             Collection::Summaries => b'C',
+            Collection::Maintenance => b'M',
         }
     }
 }

@@ -1,0 +1,598 @@
+//! Maintenance rules, each driven by the virtual clock; run log, undo,
+//! restore, dry run and replay.
+
+use std::sync::Arc;
+
+use chrono::{Duration, TimeZone, Utc};
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::search::{SearchFilters, SearchOptions, SearchService};
+use crate::*;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    clock: ManualClock,
+    memory: Memory,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture::with(MemoryConfig::default())
+    }
+
+    fn with(config: MemoryConfig) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
+        let memory = Memory::open_sled(dir.path(), config, Arc::new(clock.clone())).unwrap();
+        Fixture {
+            _dir: dir,
+            clock,
+            memory,
+        }
+    }
+
+    fn ws(&self) -> Workspace {
+        self.memory.workspace("acme").unwrap()
+    }
+
+    fn days(&self, n: i64) {
+        self.clock.advance(Duration::days(n));
+    }
+}
+
+fn entry(id: &str, kind: EntryKind, content: &str) -> EntryInput {
+    let mut e = EntryInput::new(kind, content);
+    e.id = Some(id.to_owned());
+    e
+}
+
+fn run(ws: &Workspace) -> MaintenanceReport {
+    ws.maintain(&MaintainOptions::default()).unwrap()
+}
+
+fn dry(ws: &Workspace) -> MaintenanceReport {
+    ws.maintain(&MaintainOptions {
+        dry_run: true,
+        ..MaintainOptions::default()
+    })
+    .unwrap()
+}
+
+/// One line per change: rule, item, reason.
+fn check(report: &MaintenanceReport, expect: Expect) {
+    let mut text = format!(
+        "run={} dry={}\n",
+        report.run.as_deref().unwrap_or("-"),
+        report.dry_run
+    );
+    for c in &report.changes {
+        text.push_str(&format!("{} {}: {}\n", c.rule, c.action.item(), c.reason));
+    }
+    expect.assert_eq(&text);
+}
+
+/// The live entries, oldest first, as `id kind`.
+fn live(ws: &Workspace) -> Vec<String> {
+    let mut out: Vec<String> = ws
+        .entries(&EntryFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|v| format!("{} {}", v.entry.id, v.entry.kind))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every key and value of every collection of the workspace.
+fn dump(ws: &Workspace) -> Vec<(Collection, Vec<u8>, Vec<u8>)> {
+    let all = [
+        Collection::Sessions,
+        Collection::Turns,
+        Collection::Idempotency,
+        Collection::WorkContextSessions,
+        Collection::Entries,
+        Collection::Replacements,
+        Collection::Subjects,
+        Collection::SubjectAliases,
+        Collection::Tombstones,
+        Collection::State,
+        Collection::Topics,
+        Collection::Summaries,
+        Collection::Maintenance,
+    ];
+    let mut out = Vec::new();
+    for c in all {
+        for (k, v) in ws.store.scan_prefix(c, b"").unwrap() {
+            out.push((c, k, v));
+        }
+    }
+    out
+}
+
+#[test]
+fn decay_marks_entries_past_their_time_to_live_once() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&entry(
+        "ccu1",
+        EntryKind::CrossConversationUpdate,
+        "Billing changed in another conversation",
+    ))
+    .unwrap();
+    ws.append_entry(&entry("f1", EntryKind::Fact, "The API is v2"))
+        .unwrap();
+    fx.days(6);
+    check(
+        &run(&ws),
+        expect![[r#"
+        run=- dry=false
+    "#]],
+    );
+    fx.days(2);
+    check(
+        &run(&ws),
+        expect![[r#"
+        run=run-1 dry=false
+        decay entry:ccu1: cross_conversation_update ccu1 past its 7-day time-to-live (captured 2026-03-02, decayed 2026-03-09)
+    "#]],
+    );
+    assert_eq!(live(&ws), ["f1 fact"]);
+    assert!(matches!(
+        ws.entry("ccu1").unwrap().status,
+        EntryStatus::Expired { .. }
+    ));
+    assert!(ws.lifecycle().unwrap().decayed.contains_key("ccu1"));
+    // Decayed once: the next run has nothing to do.
+    fx.days(1);
+    assert!(run(&ws).changes.is_empty());
+    assert_eq!(ws.maintenance_runs().unwrap().len(), 1);
+}
+
+#[test]
+fn open_questions_with_a_deadline_become_obligations_after_14_days() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turn(&TurnInput::new(
+        "s1",
+        Role::User,
+        "Which vendor signs by March 20?",
+    ))
+    .unwrap();
+    ws.append_entry(
+        &entry(
+            "q1",
+            EntryKind::OpenQuestion,
+            "Which vendor signs by March 20?",
+        )
+        .about("vendor")
+        .from_turns("s1", 0, 0),
+    )
+    .unwrap();
+    // No deadline of its own, but a live entry on its subject names one.
+    ws.append_entry(&entry("q2", EntryKind::Question, "Who reviews the contract?").about("vendor"))
+        .unwrap();
+    ws.append_entry(&entry("t1", EntryKind::Task, "Contract review is due Friday").about("vendor"))
+        .unwrap();
+    // No deadline anywhere.
+    ws.append_entry(&entry(
+        "q3",
+        EntryKind::Question,
+        "Should we rename the repo?",
+    ))
+    .unwrap();
+    fx.days(13);
+    check(
+        &run(&ws),
+        expect![[r#"
+        run=- dry=false
+    "#]],
+    );
+    fx.days(1);
+    let report = run(&ws);
+    check(
+        &report,
+        expect![[r#"
+        run=run-1 dry=false
+        promote_obligation entry:q1: open_question q1 unresolved for 14 days (rule: 14 days) and linked to a deadline: its own text names a date or deadline
+        promote_obligation entry:q2: question q2 unresolved for 14 days (rule: 14 days) and linked to a deadline: entry t1 about vendor names a date or deadline
+    "#]],
+    );
+    let Action::Promote { into, kind, .. } = &report.changes[0].action else {
+        panic!("{report:?}")
+    };
+    assert_eq!(*kind, EntryKind::Obligation);
+    let obligation = ws.entry(into).unwrap();
+    assert!(obligation.is_live());
+    assert_eq!(obligation.entry.content, "Which vendor signs by March 20?");
+    assert_eq!(obligation.entry.replaces.as_deref(), Some("q1"));
+    assert_eq!(
+        obligation.entry.provenance,
+        Some(Provenance {
+            session: "s1".into(),
+            from_seq: 0,
+            to_seq: 0
+        })
+    );
+    assert_eq!(ws.history("q1").unwrap().len(), 2);
+    assert!(live(&ws).iter().any(|l| l.ends_with("q3 question")));
+    assert!(!live(&ws).iter().any(|l| l.starts_with("q1 ")));
+    // An obligation does not decay.
+    fx.days(400);
+    assert!(ws.entry(into).unwrap().decay_at.is_none());
+}
+
+#[test]
+fn decisions_stated_in_three_sessions_become_directives() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    for s in ["s1", "s2", "s3", "s4"] {
+        ws.append_turn(&TurnInput::new(s, Role::User, "ok"))
+            .unwrap();
+    }
+    ws.append_entry(
+        &entry(
+            "d1",
+            EntryKind::KeyDecision,
+            "Retries use a queue with backoff",
+        )
+        .about("auth")
+        .from_turns("s1", 0, 0),
+    )
+    .unwrap();
+    fx.days(1);
+    // A restatement in another session (a separate entry).
+    ws.append_entry(
+        &entry(
+            "d2",
+            EntryKind::Decision,
+            "Retries use a queue with exponential backoff",
+        )
+        .about("auth")
+        .from_turns("s2", 0, 0),
+    )
+    .unwrap();
+    // Something else about the same subject does not count.
+    ws.append_entry(
+        &entry("d3", EntryKind::Decision, "Tokens expire after one hour")
+            .about("auth")
+            .from_turns("s4", 0, 0),
+    )
+    .unwrap();
+    check(
+        &run(&ws),
+        expect![[r#"
+        run=- dry=false
+    "#]],
+    );
+    fx.days(1);
+    // The third session: a correction of d2 (its chain counts too).
+    ws.append_entry(
+        &entry(
+            "d2b",
+            EntryKind::Decision,
+            "Retries use a queue with exponential backoff, max 5",
+        )
+        .about("auth")
+        .from_turns("s3", 0, 0)
+        .replacing("d2"),
+    )
+    .unwrap();
+    let report = run(&ws);
+    check(
+        &report,
+        expect![[r#"
+        run=run-1 dry=false
+        promote_directive entry:d2b: decision d2b stated in 3 sessions (s1, s2, s3) (rule: 3 sessions)
+    "#]],
+    );
+    let live = live(&ws);
+    assert!(live.iter().any(|l| l.ends_with(" directive")), "{live:?}");
+    assert!(live.contains(&"d3 decision".to_owned()));
+    // Promoted once.
+    assert!(run(&ws).changes.is_empty());
+}
+
+#[test]
+fn old_material_is_archived_out_of_the_live_view_and_search_and_restored() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turn(
+        &TurnInput::new("s-old", Role::User, "the old migration plan").in_context("old"),
+    )
+    .unwrap();
+    ws.append_entry(&entry("t-old", EntryKind::Task, "Finish the old migration").in_context("old"))
+        .unwrap();
+    ws.append_entry(
+        &entry("f-old", EntryKind::Fact, "The old cluster runs Postgres 12").in_context("old"),
+    )
+    .unwrap();
+    ws.append_entry(
+        &entry("p-old", EntryKind::Task, "Keep the migration runbook").in_context("old"),
+    )
+    .unwrap();
+    ws.pin("p-old").unwrap();
+    ws.append_entry(&entry("v1", EntryKind::Fact, "Deploys happen on Tuesdays"))
+        .unwrap();
+    ws.append_entry(&entry("v2", EntryKind::Fact, "Deploys happen on Thursdays").replacing("v1"))
+        .unwrap();
+    fx.days(60);
+    // Still active: a recent task in another context.
+    ws.append_turn(
+        &TurnInput::new("s-new", Role::User, "the new migration plan").in_context("new"),
+    )
+    .unwrap();
+    ws.append_entry(&entry("t-new", EntryKind::Task, "Finish the new migration").in_context("new"))
+        .unwrap();
+    fx.days(31);
+    let report = run(&ws);
+    check(
+        &report,
+        expect![[r#"
+        run=run-1 dry=false
+        archive_session session:s-old: session s-old's last turn (0) is 91 days old (rule: 90 days)
+        archive_entry entry:t-old: task t-old is 91 days old (rule: 90 days), live, in work context old quiet since 2026-03-02
+        archive_entry entry:v1: fact v1 is 91 days old (rule: 90 days), replaced by v2
+    "#]],
+    );
+    assert_eq!(
+        live(&ws),
+        ["f-old fact", "p-old task", "t-new task", "v2 fact"]
+    );
+    assert!(matches!(
+        ws.entry("t-old").unwrap().status,
+        EntryStatus::Archived { .. }
+    ));
+
+    let search = SearchService::new(fx.memory.clone(), None);
+    search.catch_up().unwrap();
+    let ids = |filters: SearchFilters| -> Vec<String> {
+        let mut ids: Vec<String> = search
+            .search(
+                "acme",
+                "migration",
+                &SearchOptions::new(10).filters(filters),
+            )
+            .unwrap()
+            .hits
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(SearchFilters::default()), ["p-old", "s-new:0", "t-new"]);
+    let archived = SearchFilters {
+        include_archived: true,
+        ..SearchFilters::default()
+    };
+    assert_eq!(
+        ids(archived.clone()),
+        ["p-old", "s-new:0", "s-old:0", "t-new", "t-old"]
+    );
+
+    // Restore brings it back, and keeps it out of the next runs' archiving.
+    let restored = ws.restore(&ArchivedItem::Entry("t-old".into())).unwrap();
+    check(
+        &restored,
+        expect![[r#"
+        run=run-2 dry=false
+        restore entry:t-old: entry t-old restored on request (archived by run-1)
+    "#]],
+    );
+    assert!(ws.entry("t-old").unwrap().is_live());
+    assert!(ids(SearchFilters::default()).contains(&"t-old".to_owned()));
+    fx.days(1);
+    assert!(run(&ws).changes.is_empty());
+    // Undoing the restore archives it again.
+    ws.undo_maintenance("run-2").unwrap();
+    assert!(matches!(
+        ws.entry("t-old").unwrap().status,
+        EntryStatus::Archived { .. }
+    ));
+    let err = ws
+        .restore(&ArchivedItem::Entry("t-new".into()))
+        .unwrap_err();
+    assert_eq!(err.code(), "not_archived");
+    // A session that goes on is archived only up to its old turns.
+    ws.append_turn(
+        &TurnInput::new("s-old", Role::User, "the old migration is back").in_context("old"),
+    )
+    .unwrap();
+    search.catch_up().unwrap();
+    assert!(ids(SearchFilters::default()).contains(&"s-old:1".to_owned()));
+}
+
+#[test]
+fn dry_run_reports_the_same_changes_and_writes_nothing() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turn(&TurnInput::new("s1", Role::User, "due by Friday?"))
+        .unwrap();
+    ws.append_entry(&entry(
+        "q1",
+        EntryKind::OpenQuestion,
+        "Which vendor, due by Friday?",
+    ))
+    .unwrap();
+    ws.append_entry(&entry(
+        "c1",
+        EntryKind::CrossConversationUpdate,
+        "x changed",
+    ))
+    .unwrap();
+    fx.days(100);
+    let before = dump(&ws);
+    let preview = dry(&ws);
+    assert_eq!(dump(&ws), before, "a dry run wrote something");
+    assert!(preview.run.is_none() && preview.dry_run);
+    let real = run(&ws);
+    assert_eq!(preview.changes, real.changes);
+    assert_eq!(real.run.as_deref(), Some("run-1"));
+    assert_ne!(dump(&ws), before);
+}
+
+#[test]
+fn undo_reverses_exactly_one_run() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&entry("q1", EntryKind::OpenQuestion, "Sign by April 2?"))
+        .unwrap();
+    ws.append_entry(&entry(
+        "c1",
+        EntryKind::CrossConversationUpdate,
+        "x changed",
+    ))
+    .unwrap();
+    let start = dump(&ws);
+    fx.days(15);
+    let first = run(&ws);
+    assert_eq!(first.changes.len(), 2);
+    let after_first = dump(&ws);
+    ws.append_entry(&entry(
+        "c2",
+        EntryKind::CrossConversationUpdate,
+        "y changed",
+    ))
+    .unwrap();
+    fx.days(8);
+    let second = run(&ws);
+    check(
+        &second,
+        expect![[r#"
+        run=run-2 dry=false
+        decay entry:c2: cross_conversation_update c2 past its 7-day time-to-live (captured 2026-03-17, decayed 2026-03-24)
+    "#]],
+    );
+    let Action::Promote { into, .. } = first.changes[0].action.clone() else {
+        panic!("{first:?}")
+    };
+    // Undo run-1 only: the question is live again, the obligation erased
+    // (with a tombstone), c1's decay mark gone; run-2's mark stays.
+    let undone = ws.undo_maintenance("run-1").unwrap();
+    assert_eq!(undone.undone.as_ref().unwrap().tombstones.len(), 1);
+    assert!(ws.entry("q1").unwrap().is_live());
+    assert_eq!(ws.entry(&into).unwrap_err().code(), "entry_not_found");
+    let lc = ws.lifecycle().unwrap();
+    assert!(!lc.decayed.contains_key("c1") && lc.decayed.contains_key("c2"));
+    assert_eq!(ws.tombstones().unwrap().len(), 1);
+    // Twice is refused; so is an unknown run.
+    assert_eq!(
+        ws.undo_maintenance("run-1").unwrap_err().code(),
+        "undo_conflict"
+    );
+    assert_eq!(
+        ws.undo_maintenance("run-9").unwrap_err().code(),
+        "run_not_found"
+    );
+    assert_eq!(ws.undo_maintenance("nine").unwrap_err().code(), "invalid");
+    // Undoing run-2 as well leaves every collection as before run-1, but
+    // for the run records, c2, the tombstone and q1's subject-free log.
+    ws.undo_maintenance("run-2").unwrap();
+    let strip = |d: Vec<(Collection, Vec<u8>, Vec<u8>)>| -> Vec<(Collection, Vec<u8>, Vec<u8>)> {
+        d.into_iter()
+            .filter(|(c, k, _)| {
+                !(matches!(c, Collection::Maintenance | Collection::Tombstones)
+                    || (*c == Collection::Entries && k.as_slice() == b"c2"))
+            })
+            .collect()
+    };
+    assert_eq!(strip(dump(&ws)), strip(start));
+    assert_ne!(after_first, dump(&ws));
+}
+
+#[test]
+fn undo_is_refused_when_a_later_run_or_entry_builds_on_it() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&entry("q1", EntryKind::OpenQuestion, "Sign by April 2?"))
+        .unwrap();
+    ws.append_entry(&entry("t1", EntryKind::Task, "Old chore").in_context("old"))
+        .unwrap();
+    fx.days(15);
+    let first = run(&ws);
+    let Action::Promote { into, .. } = first.changes[0].action.clone() else {
+        panic!("{first:?}")
+    };
+    // The obligation is answered: its promotion cannot be undone.
+    ws.append_entry(&entry("a1", EntryKind::Decision, "Vendor A signs").replacing(&into))
+        .unwrap();
+    let err = ws.undo_maintenance("run-1").unwrap_err();
+    assert_eq!(err.code(), "undo_conflict");
+    assert!(err.to_string().contains("a1"), "{err}");
+    fx.days(80);
+    // run-2 archives t1.
+    let second = run(&ws);
+    assert!(second.changes.iter().any(|c| c.action.item() == "entry:t1"));
+    ws.restore(&ArchivedItem::Entry("t1".into())).unwrap();
+    let err = ws.undo_maintenance("run-2").unwrap_err();
+    assert_eq!(err.code(), "undo_conflict");
+    assert!(err.to_string().contains("run-3"), "{err}");
+}
+
+#[test]
+fn the_marks_are_a_replay_of_the_runs() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turn(&TurnInput::new("s1", Role::User, "hello"))
+        .unwrap();
+    ws.append_entry(&entry(
+        "c1",
+        EntryKind::CrossConversationUpdate,
+        "x changed",
+    ))
+    .unwrap();
+    ws.append_entry(&entry("t1", EntryKind::Task, "A chore"))
+        .unwrap();
+    fx.days(100);
+    run(&ws);
+    ws.restore(&ArchivedItem::Session("s1".into())).unwrap();
+    ws.restore(&ArchivedItem::Entry("t1".into())).unwrap();
+    ws.undo_maintenance("run-3").unwrap();
+    let runs = ws.maintenance_runs().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(Lifecycle::replay(&runs), ws.lifecycle().unwrap());
+    assert_eq!(ws.lifecycle().unwrap().restored_sessions.len(), 1);
+}
+
+#[test]
+fn settings_turn_rules_off() {
+    let mut config = MemoryConfig::default();
+    config.maintenance.obligation_after_days = 0;
+    config.maintenance.archive_after_days = 0;
+    let fx = Fixture::with(config);
+    let ws = fx.ws();
+    ws.append_entry(&entry("q1", EntryKind::OpenQuestion, "Sign by April 2?"))
+        .unwrap();
+    fx.days(100);
+    check(
+        &run(&ws),
+        expect![[r#"
+        run=run-1 dry=false
+        decay entry:q1: open_question q1 past its 60-day time-to-live (captured 2026-03-02, decayed 2026-05-01)
+    "#]],
+    );
+}
+
+#[test]
+fn deadlines_are_dates_or_deadline_words() {
+    for yes in [
+        "Sign by Friday?",
+        "due next week",
+        "What is the deadline",
+        "before the end of the quarter",
+        "launch on April 1",
+        "ship 2026-04-01",
+        "the 3rd of May",
+    ] {
+        assert!(names_deadline(yes), "{yes}");
+    }
+    for no in [
+        "Should we rename the repo?",
+        "by the way",
+        "march on",
+        "may we",
+    ] {
+        assert!(!names_deadline(no), "{no}");
+    }
+}
