@@ -596,3 +596,27 @@ fn deadlines_are_dates_or_deadline_words() {
         assert!(!names_deadline(no), "{no}");
     }
 }
+
+#[test]
+fn the_report_lists_contradictions_and_changes_nothing_for_them() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let older = ws
+        .append_entry(
+            &EntryInput::new(EntryKind::Decision, "The beta launches on April 1").about("beta"),
+        )
+        .unwrap();
+    fx.days(1);
+    let newer = ws
+        .append_entry(
+            &EntryInput::new(EntryKind::Decision, "The beta launches on April 8").about("beta"),
+        )
+        .unwrap();
+    let report = ws.maintain(&MaintainOptions::default()).unwrap();
+    assert_eq!(report.contradictions.len(), 1, "{report:?}");
+    assert_eq!(report.contradictions[0].older, older.id);
+    assert_eq!(report.contradictions[0].newer, newer.id);
+    // Listed only: both entries stay live.
+    assert!(ws.entry(&older.id).unwrap().is_live());
+    assert!(ws.entry(&newer.id).unwrap().is_live());
+}
