@@ -10,37 +10,47 @@
 //! 2. read each extractable session's turns from its high-water mark on;
 //! 3. extract ([`cairn_memory::extract`]) and build entries with
 //!    deterministic ids (a hash of context, session, turn range and item);
-//! 4. add `cross_conversation_update` entries for other contexts that track
+//! 4. keep memory current ([`cairn_memory::settle`]): an item that restates
+//!    a live entry of the context is not written again (or, when it says
+//!    more, replaces it); an open question or task that a later user
+//!    sentence settles is closed by a `replaces` entry with provenance to
+//!    that sentence's turn (a `fact` answering a question, a `done` task);
+//! 5. add `cross_conversation_update` entries for other contexts that track
 //!    a subject this material mentions (docs/DESIGN.md, *Cross-conversation updates*);
-//! 5. append the entries whose ids are not stored yet (one durable batch per
+//! 6. append the entries whose ids are not stored yet (one durable batch per
 //!    `max_batch`);
-//! 6. write the record with the new high-water marks (durable); unlock.
+//! 7. write the record with the new high-water marks (durable); unlock.
 //!
-//! A crash between 5 and 6 repeats steps 2–5 on the next capture; the
-//! deterministic ids make step 5 write nothing twice. The high-water mark
-//! makes a later capture skip processed turns.
+//! A crash between 6 and 7 repeats steps 2–6 on the next capture; the
+//! deterministic ids (a closing entry's id is derived from the loop it
+//! closes) make step 6 write nothing twice. The high-water mark makes a
+//! later capture skip processed turns.
 //!
 //! Session-level extraction (`session_end`, `before_reset`, `gateway_start`)
 //! is a capture restricted to one session plus a handoff entry, recorded in
 //! `actors/extraction/<session>` so that each session is extracted once, with
 //! one retry after a failure (docs/DESIGN.md, *Session extraction*).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
-use cairn_memory::extract::{Extraction, extract};
+use cairn_memory::extract::{Depth, Extraction, extract_with};
 use cairn_memory::extractor::{ExtractionRequest, ModelExtractor, ModelItem, dedup};
 use cairn_memory::reconstruct::{DerivedStore, Findings};
+use cairn_memory::settle::{Prepared, Restatement, Statement};
 use cairn_memory::store::StateKey;
 use cairn_memory::{
-    EntryFilter, EntryInput, EntryKind, Provenance, Role, Session, Subject, Turn, Workspace,
+    EntryFilter, EntryInput, EntryKind, EntryView, Provenance, Role, Session, Subject, TaskStatus,
+    Turn, Workspace,
 };
 use chrono::{DateTime, Utc};
 use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
+use crate::context::Verdicts;
 use crate::error::{ActorError, Result};
 use crate::fault::{Fault, Faults};
+use crate::gate::{CaptureGate, GateInput, Significance};
 
 /// Why a capture ran (docs/DESIGN.md, *Triggers* and *Session extraction*).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -136,6 +146,12 @@ pub struct CaptureReport {
     pub spans: Vec<Provenance>,
     /// Entries written (already-stored ones from an interrupted attempt are not repeated).
     pub entries: Vec<CapturedEntry>,
+    /// Items not written because a live entry already says them.
+    #[serde(default)]
+    pub merged: Vec<MergedItem>,
+    /// Open questions and tasks this capture closed.
+    #[serde(default)]
+    pub settled: Vec<SettledLoop>,
     /// Who extracted: `heuristic`, or the model (`model <name>`) when one
     /// is configured and answered.
     #[serde(default)]
@@ -144,6 +160,34 @@ pub struct CaptureReport {
     /// extractor's items were written instead), per span.
     #[serde(default)]
     pub extractor_error: Option<String>,
+}
+
+/// An extracted item a capture did not write: it restates a live entry.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MergedItem {
+    /// Its kind.
+    pub kind: EntryKind,
+    /// Its text.
+    pub content: String,
+    /// The turn it came from.
+    pub provenance: Provenance,
+    /// The entry that already says it.
+    pub into: String,
+}
+
+/// An open loop a capture closed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettledLoop {
+    /// The question or task closed.
+    pub entry: String,
+    /// The entry that closes it (it `replaces` the loop).
+    pub by: String,
+    /// The rule (`answer.report`, `answer.decision`, `task.done`).
+    pub rule: String,
+    /// The turn that settled it.
+    pub provenance: Provenance,
 }
 
 /// A past capture, as kept in the context's durable record.
@@ -242,8 +286,64 @@ pub(crate) struct CaptureEnv<'a> {
     pub(crate) locks: &'a CaptureLocks,
     pub(crate) faults: &'a Faults,
     pub(crate) extract_all_sessions: bool,
+    pub(crate) gate: GateView<'a>,
     /// The optional model extraction pass (`None`: heuristic only).
     pub(crate) extractor: Option<&'a dyn ModelExtractor>,
+}
+
+/// The significance gate's word on the turns a capture reads: the verdicts
+/// the context's actor holds (each turn judged once), the gate itself for
+/// a turn not judged yet, the generation that made the context dirty.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GateView<'a> {
+    pub(crate) gate: &'a dyn CaptureGate,
+    pub(crate) verdicts: &'a Verdicts,
+    pub(crate) dirtied_by: Option<&'a str>,
+    pub(crate) phase: Option<&'a str>,
+}
+
+impl GateView<'_> {
+    /// The verdicts on a session's turns, by seq.
+    fn judge(
+        &self,
+        session: &Session,
+        turns: &[Turn],
+        subjects: &[Subject],
+    ) -> HashMap<u64, Significance> {
+        turns
+            .iter()
+            .map(|t| {
+                let known = self.verdicts.get(&(session.id.clone(), t.seq)).cloned();
+                let verdict = known.unwrap_or_else(|| {
+                    self.gate.assess(&GateInput {
+                        session: &session.id,
+                        session_kind: session.kind,
+                        work_context: &session.work_context,
+                        seq: t.seq,
+                        role: t.role,
+                        content: &t.content,
+                        tool_use: t.tool_call_id.is_some() || t.role == Role::Tool,
+                        subjects,
+                        work_phase: self.phase,
+                    })
+                });
+                (t.seq, verdict)
+            })
+            .collect()
+    }
+}
+
+/// The generation an entry records: the one that made its context dirty,
+/// else the one that judged its own turn.
+fn generation_of(
+    env: &CaptureEnv<'_>,
+    verdicts: &HashMap<u64, Significance>,
+    seq: u64,
+) -> Option<String> {
+    env.gate
+        .dirtied_by
+        .map(str::to_owned)
+        .or_else(|| verdicts.get(&seq).and_then(|v| v.generation.clone()))
 }
 
 pub(crate) fn extractable(session: &Session, extract_all: bool) -> bool {
@@ -272,6 +372,9 @@ pub(crate) fn capture(
 
     let mut phase = record.phase.clone();
     let mut inputs: Vec<EntryInput> = Vec::new();
+    let mut updates: Vec<EntryInput> = Vec::new();
+    let mut statements: Vec<Statement> = Vec::new();
+    let mut statement_generations: HashMap<(String, u64), String> = HashMap::new();
     let mut spans = Vec::new();
     let mut new_marks = Vec::new();
     let mut model_errors: Vec<String> = Vec::new();
@@ -281,21 +384,45 @@ pub(crate) fn capture(
         if session.next_seq <= from {
             continue;
         }
-        let turns = ws.transcript(&session.id, from, None)?;
-        let Some(last) = turns.last() else { continue };
+        let all_turns = ws.transcript(&session.id, from, None)?;
+        let Some(last) = all_turns.last() else {
+            continue;
+        };
         let to = last.seq;
-        let mut extraction = extract(&turns, &subjects, phase.as_deref());
-        phase = extraction.phase.clone();
         let span = Provenance {
             session: session.id.clone(),
             from_seq: from,
             to_seq: to,
         };
+        spans.push(span.clone());
+        new_marks.push((session.id.clone(), to + 1));
+        // The gate's depth per turn; a do-not-collect turn is not read at all.
+        let verdicts = env.gate.judge(session, &all_turns, &subjects);
+        let depth = |seq: u64| verdicts.get(&seq).map_or(Depth::Standard, |v| v.depth);
+        let turns: Vec<Turn> = all_turns
+            .into_iter()
+            .filter(|t| depth(t.seq) != Depth::DoNotCollect)
+            .collect();
+        if turns.is_empty() {
+            continue;
+        }
+        let mut extraction = extract_with(&turns, &subjects, phase.as_deref(), |t| depth(t.seq));
+        phase = extraction.phase.clone();
+        statements.extend(extraction.statements.iter().cloned());
+        let first = inputs.len();
+        // The summary covers what the gate let be extracted (observe-only
+        // turns count as activity, nothing more).
+        let summarised: Vec<Turn> = turns
+            .iter()
+            .filter(|t| depth(t.seq) >= Depth::Shallow)
+            .cloned()
+            .collect();
+        // The optional model pass reads what the gate let be extracted.
         let model = ask_model(
             ws,
             env,
             work_context,
-            &turns,
+            &summarised,
             &subjects,
             &mut extraction,
             &mut model_errors,
@@ -306,7 +433,7 @@ pub(crate) fn capture(
             work_context,
             trigger,
             &span,
-            &turns,
+            (&turns, &summarised),
             &extraction,
             model
                 .as_ref()
@@ -314,9 +441,23 @@ pub(crate) fn capture(
                 .map(|(items, m)| (m, items.as_slice())),
             &mut inputs,
         )?;
-        cross_updates(ws, work_context, &span, &extraction, &subjects, &mut inputs)?;
-        spans.push(span);
-        new_marks.push((session.id.clone(), to + 1));
+        for input in &mut inputs[first..] {
+            let seq = input.provenance.as_ref().map_or(span.to_seq, |p| p.to_seq);
+            input.gate_generation = generation_of(&env, &verdicts, seq);
+        }
+        for s in &extraction.statements {
+            if let Some(g) = generation_of(&env, &verdicts, s.seq) {
+                statement_generations.insert((s.session.clone(), s.seq), g);
+            }
+        }
+        cross_updates(
+            ws,
+            work_context,
+            &span,
+            &extraction,
+            &subjects,
+            &mut updates,
+        )?;
     }
     if spans.is_empty() && !trigger.is_mandatory() {
         return Ok(None);
@@ -326,6 +467,38 @@ pub(crate) fn capture(
         _ => "heuristic".to_owned(),
     };
     let extractor_error = (!model_errors.is_empty()).then(|| model_errors.join("; "));
+    // A session that ends with nothing left to capture still hands off
+    // (exactly one handoff per session: docs/DESIGN.md, *Session extraction*).
+    if trigger.is_session_hook()
+        && spans.is_empty()
+        && let [session] = sessions.as_slice()
+        && let Some(last_user) = ws
+            .recent_turns(&session.id, 64)?
+            .into_iter()
+            .rev()
+            .find(|t| t.role == Role::User)
+    {
+        let mut input = session_handoff(work_context, trigger, &session.id, &last_user);
+        input.id = Some(entry_id(&[
+            ws.id(),
+            work_context,
+            &session.id,
+            "handoff-at-end",
+        ]));
+        inputs.push(input);
+    }
+    let (merged, settled) = keep_current(ws, work_context, trigger, &mut inputs, &statements)?;
+    for input in &mut inputs {
+        if input.gate_generation.is_none()
+            && let Some(p) = &input.provenance
+        {
+            input.gate_generation = statement_generations
+                .get(&(p.session.clone(), p.to_seq))
+                .cloned()
+                .or_else(|| env.gate.dirtied_by.map(str::to_owned));
+        }
+    }
+    inputs.extend(updates);
 
     // Step 5: only what an interrupted earlier attempt did not store yet.
     let mut fresh = Vec::with_capacity(inputs.len());
@@ -389,11 +562,12 @@ pub(crate) fn capture(
         at: now,
         spans,
         entries,
+        merged,
+        settled,
         extractor,
         extractor_error,
     }))
 }
-
 /// The optional model pass over one span: the model's items (checked
 /// whole, then deduplicated against the context's live entries), which
 /// replace the heuristic ones but for the work-phase changes; or, when no
@@ -444,6 +618,280 @@ fn ask_model(
     }
 }
 
+/// An open loop a capture may close, and where it was said.
+struct OpenLoop {
+    id: String,
+    kind: EntryKind,
+    content: String,
+    subject: Option<String>,
+    read: Prepared,
+    /// The turn it came from (session, seq), if known.
+    turn: Option<(String, u64)>,
+    /// When that turn was said (or the entry captured).
+    at: chrono::DateTime<Utc>,
+}
+
+impl OpenLoop {
+    /// Whether `s` was said after the loop: later in the loop's session,
+    /// or later in time in another one.
+    fn precedes(&self, s: &Statement) -> Option<Option<u64>> {
+        match &self.turn {
+            Some((session, seq)) if *session == s.session => {
+                (s.seq > *seq).then(|| Some(s.seq - seq))
+            }
+            _ => (s.at > self.at).then_some(None),
+        }
+    }
+}
+
+/// The kinds that restate or settle one another (the rest — summaries,
+/// handoffs, phase changes, updates — are records of their moment).
+fn comparable(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::KeyDecision
+            | EntryKind::Decision
+            | EntryKind::OpenQuestion
+            | EntryKind::Question
+            | EntryKind::Task
+            | EntryKind::Fact
+    )
+}
+
+fn is_open_loop(kind: EntryKind, status: Option<TaskStatus>) -> bool {
+    match kind {
+        EntryKind::Question | EntryKind::OpenQuestion => true,
+        EntryKind::Task => status != Some(TaskStatus::Done),
+        _ => false,
+    }
+}
+
+fn subjects_agree(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// Step 4: merges restatements and closes settled loops (see the module
+/// docs and [`cairn_memory::settle`]). `inputs` are this capture's items
+/// in the work context, in turn order; `statements` the user's sentences.
+fn keep_current(
+    ws: &Workspace,
+    work_context: &str,
+    trigger: Trigger,
+    inputs: &mut Vec<EntryInput>,
+    statements: &[Statement],
+) -> Result<(Vec<MergedItem>, Vec<SettledLoop>)> {
+    let batch_ids: HashSet<String> = inputs.iter().filter_map(|i| i.id.clone()).collect();
+    // Live entries of the context, except this capture's own (stored by an
+    // interrupted attempt): what new items are compared with.
+    let live: Vec<(EntryView, Prepared)> = ws
+        .live_entries()?
+        .iter()
+        .filter(|v| v.entry.work_context == work_context && !batch_ids.contains(&v.entry.id))
+        .filter(|v| comparable(v.entry.kind))
+        .filter(|v| !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done)))
+        .map(|v| (v.clone(), Prepared::new(v.entry.kind, &v.entry.content)))
+        .collect();
+    let mut replaced: HashSet<String> = HashSet::new();
+
+    // Restatements.
+    let mut merged = Vec::new();
+    let mut kept: Vec<(EntryInput, Prepared)> = Vec::with_capacity(inputs.len());
+    for mut input in inputs.drain(..) {
+        let read = Prepared::new(input.kind, &input.content);
+        if !comparable(input.kind) {
+            kept.push((input, read));
+            continue;
+        }
+        let subject = input.subject.as_deref();
+        let earlier = live
+            .iter()
+            .map(|(v, p)| (v.entry.id.as_str(), v.subject.as_deref(), p))
+            .chain(
+                kept.iter()
+                    .filter_map(|(k, p)| Some((k.id.as_deref()?, k.subject.as_deref(), p))),
+            );
+        let mut covered_by = None;
+        let mut extends = None;
+        for (id, other_subject, other) in earlier {
+            if !subjects_agree(subject, other_subject) || replaced.contains(id) {
+                continue;
+            }
+            match cairn_memory::settle::restatement_prepared(&read, other) {
+                Some(Restatement::Covered) => {
+                    covered_by = Some(id.to_owned());
+                    break;
+                }
+                Some(Restatement::Extends) if extends.is_none() => {
+                    extends = Some(id.to_owned());
+                }
+                _ => {}
+            }
+        }
+        if let Some(into) = covered_by {
+            if let Some(provenance) = input.provenance.clone() {
+                merged.push(MergedItem {
+                    kind: input.kind,
+                    content: input.content.clone(),
+                    provenance,
+                    into,
+                });
+            }
+            continue;
+        }
+        if let Some(old) = extends {
+            replaced.insert(old.clone());
+            let detail = input.detail.take().unwrap_or_default();
+            input.detail = Some(format!("{detail}; restates and extends {old}"));
+            input.replaces = Some(old);
+        }
+        kept.push((input, read));
+    }
+
+    // Open loops: live ones, then this capture's, oldest first.
+    let mut loops: Vec<OpenLoop> = Vec::new();
+    for (v, read) in &live {
+        if !is_open_loop(v.entry.kind, v.entry.status) || replaced.contains(&v.entry.id) {
+            continue;
+        }
+        let turn = v
+            .entry
+            .provenance
+            .as_ref()
+            .map(|p| (p.session.clone(), p.to_seq));
+        let said_at = match &turn {
+            Some((session, seq)) => ws.turn(session, *seq)?.map(|t| t.timestamp),
+            None => None,
+        };
+        loops.push(OpenLoop {
+            id: v.entry.id.clone(),
+            kind: v.entry.kind,
+            content: v.entry.content.clone(),
+            subject: v.subject.clone(),
+            read: read.clone(),
+            turn,
+            at: said_at.unwrap_or(v.entry.timestamp),
+        });
+    }
+    let said_at: HashMap<(&str, u64), chrono::DateTime<Utc>> = statements
+        .iter()
+        .map(|s| ((s.session.as_str(), s.seq), s.at))
+        .collect();
+    for (input, read) in &kept {
+        let (Some(id), Some(p)) = (&input.id, &input.provenance) else {
+            continue;
+        };
+        if !is_open_loop(input.kind, input.status) || replaced.contains(id) {
+            continue;
+        }
+        let Some(at) = said_at.get(&(p.session.as_str(), p.to_seq)).copied() else {
+            continue;
+        };
+        loops.push(OpenLoop {
+            id: id.clone(),
+            kind: input.kind,
+            content: input.content.clone(),
+            subject: input.subject.clone(),
+            read: read.clone(),
+            turn: Some((p.session.clone(), p.to_seq)),
+            at,
+        });
+    }
+    loops.sort_by(|a, b| (a.at, &a.turn, &a.id).cmp(&(b.at, &b.turn, &b.id)));
+    let mut ordered: Vec<&Statement> = statements.iter().collect();
+    ordered.sort_by(|a, b| (a.at, &a.session, a.seq).cmp(&(b.at, &b.session, b.seq)));
+
+    let mut settled = Vec::new();
+    let mut closing: Vec<EntryInput> = Vec::new();
+    for open in &loops {
+        let found = ordered.iter().find_map(|s| {
+            let gap = open.precedes(s)?;
+            cairn_memory::settle::settles_prepared(&open.read, s, gap).map(|rule| (*s, rule))
+        });
+        let Some((by, rule)) = found else { continue };
+        let provenance = Provenance {
+            session: by.session.clone(),
+            from_seq: by.seq,
+            to_seq: by.seq,
+        };
+        let is_question = matches!(open.kind, EntryKind::Question | EntryKind::OpenQuestion);
+        // A decision item from the settling sentence closes the question itself.
+        let decision_item = kept.iter_mut().find(|(k, _)| {
+            is_question
+                && matches!(k.kind, EntryKind::KeyDecision | EntryKind::Decision)
+                && k.replaces.is_none()
+                && k.content == by.text
+                && k.provenance.as_ref() == Some(&provenance)
+        });
+        let by_id = if let Some((item, _)) = decision_item {
+            item.replaces = Some(open.id.clone());
+            let detail = item.detail.take().unwrap_or_default();
+            item.detail = Some(format!(
+                "{detail}; answers {} {} ({rule})",
+                open.kind, open.id
+            ));
+            item.id.clone().unwrap_or_default()
+        } else {
+            let mut input = if is_question {
+                EntryInput::new(EntryKind::Fact, &by.text).with_detail(&format!(
+                    "answers {} {}: \"{}\" (rule {rule}, trigger {trigger})",
+                    open.kind,
+                    open.id,
+                    clip(&open.content, 120)
+                ))
+            } else {
+                let content = clip(&format!("Done: {}", open.content), MAX_CONTENT_CHARS);
+                let mut done = EntryInput::new(EntryKind::Task, &content).with_detail(&format!(
+                    "done: \"{}\" (rule {rule}, trigger {trigger})",
+                    clip(&by.text, 160)
+                ));
+                done.status = Some(TaskStatus::Done);
+                done
+            };
+            input = input
+                .in_context(work_context)
+                .from_turns(&by.session, by.seq, by.seq)
+                .replacing(&open.id);
+            input.subject = open.subject.clone();
+            let id = entry_id(&[ws.id(), work_context, "settle", &open.id]);
+            input.id = Some(id.clone());
+            closing.push(input);
+            id
+        };
+        replaced.insert(open.id.clone());
+        settled.push(SettledLoop {
+            entry: open.id.clone(),
+            by: by_id,
+            rule: rule.to_owned(),
+            provenance,
+        });
+    }
+    inputs.extend(kept.into_iter().map(|(i, _)| i));
+    inputs.extend(closing);
+    settled.sort_by(|a, b| {
+        (&a.provenance.session, a.provenance.from_seq, &a.entry).cmp(&(
+            &b.provenance.session,
+            b.provenance.from_seq,
+            &b.entry,
+        ))
+    });
+    Ok((merged, settled))
+}
+
+/// The longest content a closing entry gets, in characters.
+const MAX_CONTENT_CHARS: usize = 320;
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut s: String = text.chars().take(max - 1).collect();
+    s.push('…');
+    s
+}
+
 fn entry_id(parts: &[&str]) -> String {
     let mut hasher = blake3::Hasher::new();
     for part in parts {
@@ -464,7 +912,7 @@ fn build_entries(
     work_context: &str,
     trigger: Trigger,
     span: &Provenance,
-    turns: &[Turn],
+    (turns, summarised): (&[Turn], &[Turn]),
     extraction: &Extraction,
     model: Option<(&dyn ModelExtractor, &[ModelItem])>,
     out: &mut Vec<EntryInput>,
@@ -475,22 +923,24 @@ fn build_entries(
     // The session summary reference (docs/DESIGN.md, *Capture*): what this
     // span decided, asked, did and left open, with turn references — the
     // compaction summariser's text for the span, within the resume card's cap.
-    let mut summary = format!(
-        "Session {} {}",
-        span.session,
-        cairn_memory::compact::summarise_turns(turns, SUMMARY_MAX_TOKENS, ws.tokens())
-    );
-    if !extraction.mentioned.is_empty() {
-        let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
-        summary.push_str(&format!("\n- subjects: {}", names.join(", ")));
+    if !summarised.is_empty() {
+        let mut summary = format!(
+            "Session {} {}",
+            span.session,
+            cairn_memory::compact::summarise_turns(summarised, SUMMARY_MAX_TOKENS, ws.tokens())
+        );
+        if !extraction.mentioned.is_empty() {
+            let names: Vec<&str> = extraction.mentioned.iter().map(String::as_str).collect();
+            summary.push_str(&format!("\n- subjects: {}", names.join(", ")));
+        }
+        let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
+            .in_context(work_context)
+            .from_turns(&span.session, span.from_seq, span.to_seq)
+            .with_detail(&format!("deterministic capture, trigger {trigger}"));
+        input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
+        input.subject = first_subject;
+        out.push(input);
     }
-    let mut input = EntryInput::new(EntryKind::SessionSummaryRef, &summary)
-        .in_context(work_context)
-        .from_turns(&span.session, span.from_seq, span.to_seq)
-        .with_detail(&format!("deterministic capture, trigger {trigger}"));
-    input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
-    input.subject = first_subject;
-    out.push(input);
 
     let mut has_handoff = false;
     for (index, item) in extraction.items.iter().enumerate() {
@@ -534,28 +984,36 @@ fn build_entries(
     }
     if trigger.is_session_hook() && !has_handoff {
         if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
-            let said: String = last_user.content.chars().take(200).collect();
-            let ended = if trigger == Trigger::BeforeReset {
-                "was reset"
-            } else {
-                "ended"
-            };
-            let mut input = EntryInput::new(
-                EntryKind::Handoff,
-                &format!(
-                    "Session {} {ended}; last user message: \"{said}\"",
-                    span.session
-                ),
-            )
-            .in_context(work_context)
-            .from_turns(&span.session, last_user.seq, last_user.seq)
-            .with_detail(&format!("deterministic handoff, trigger {trigger}"));
+            let mut input = session_handoff(work_context, trigger, &span.session, last_user);
             input.id = Some(entry_id(&[&base[..], &["handoff"]].concat()));
             input.subject = extraction.mentioned.iter().next().cloned();
             out.push(input);
         }
     }
     Ok(())
+}
+
+/// The deterministic handoff of a session that ends (or is reset): where
+/// the user left it, with the last user turn as provenance.
+fn session_handoff(
+    work_context: &str,
+    trigger: Trigger,
+    session: &str,
+    last_user: &Turn,
+) -> EntryInput {
+    let said: String = last_user.content.chars().take(200).collect();
+    let ended = if trigger == Trigger::BeforeReset {
+        "was reset"
+    } else {
+        "ended"
+    };
+    EntryInput::new(
+        EntryKind::Handoff,
+        &format!("Session {session} {ended}; last user message: \"{said}\""),
+    )
+    .in_context(work_context)
+    .from_turns(session, last_user.seq, last_user.seq)
+    .with_detail(&format!("deterministic handoff, trigger {trigger}"))
 }
 
 /// Cross-conversation updates: for each subject this span mentions, every *other* work
@@ -700,6 +1158,8 @@ pub(crate) fn extract_session(
                 at: now,
                 spans: Vec::new(),
                 entries: Vec::new(),
+                merged: Vec::new(),
+                settled: Vec::new(),
                 extractor: "heuristic".to_owned(),
                 extractor_error: None,
             });

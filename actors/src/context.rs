@@ -33,8 +33,8 @@ use cairn_memory::{Role, Session, SessionKind, Subject, Workspace};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::capture::{
-    CaptureEnv, CaptureReport, ExtractionOutcome, Trigger, capture, extract_session, extractable,
-    load_record,
+    CaptureEnv, CaptureReport, ExtractionOutcome, GateView, Trigger, capture, extract_session,
+    extractable, load_record,
 };
 use crate::config::TriggerConfig;
 use crate::error::{ActorError, Result};
@@ -69,8 +69,13 @@ pub(crate) struct ContextState {
     last_capture_at: Option<DateTime<Utc>>,
     /// The gate's verdict on every uncaptured turn, by (session, seq): a
     /// reload after a capture or an extraction reuses them, so each turn is
-    /// judged (and its decision logged) once, not once per reload.
+    /// judged (and its decision logged) once, not once per reload; the
+    /// capture reads their depths.
     verdicts: Verdicts,
+    /// The work context's active phase (what the gate is told).
+    phase: Option<String>,
+    /// The policy generation of the verdict that made the context dirty.
+    dirtied_by: Option<String>,
 }
 
 /// Gate verdicts by (session, seq).
@@ -81,10 +86,12 @@ impl ContextState {
     fn note(
         &mut self,
         gate: &dyn CaptureGate,
+        triggers: &TriggerConfig,
         session: &str,
         turn: &ObservedTurn,
         known: &mut Verdicts,
     ) {
+        let was_dirty = self.is_dirty(triggers);
         let next = self.seen.entry(session.to_owned()).or_insert(0);
         if turn.seq < *next {
             return; // already accounted for (loaded from the store)
@@ -102,9 +109,10 @@ impl ContextState {
                 content: &turn.content,
                 tool_use: turn.tool_use,
                 subjects: &self.subjects,
+                work_phase: self.phase.as_deref(),
             }),
         };
-        self.verdicts.insert(key, significance.clone());
+        self.verdicts.insert(key.clone(), significance.clone());
         if significance.user_turn {
             self.user_turns += 1;
         }
@@ -113,6 +121,9 @@ impl ContextState {
         self.mentions.extend(significance.mentions);
         if self.first_uncaptured_at.is_none() {
             self.first_uncaptured_at = Some(turn.timestamp);
+        }
+        if !was_dirty && self.is_dirty(triggers) {
+            self.dirtied_by = self.verdicts.get(&key).and_then(|v| v.generation.clone());
         }
     }
 
@@ -151,13 +162,19 @@ pub(crate) fn load_state(
     ws: &Workspace,
     work_context: &str,
     gate: &dyn CaptureGate,
-    extract_all: bool,
+    triggers: &TriggerConfig,
     mut known: Verdicts,
 ) -> Result<ContextState> {
+    let extract_all = triggers.extract_all_sessions;
     let record = load_record(ws, work_context)?;
+    let phase = match ws.work_phase(work_context)? {
+        Some(phase) => Some(phase.to_owned()),
+        None => record.phase.clone(),
+    };
     let mut state = ContextState {
         subjects: ws.subjects()?,
         last_capture_at: record.last_capture_at,
+        phase,
         ..ContextState::default()
     };
     let sessions: Vec<Session> = ws.sessions(Some(work_context))?;
@@ -177,7 +194,7 @@ pub(crate) fn load_state(
                 content: turn.content,
                 timestamp: turn.timestamp,
             };
-            state.note(gate, &session.id, &observed, &mut known);
+            state.note(gate, triggers, &session.id, &observed, &mut known);
         }
     }
     Ok(state)
@@ -204,13 +221,7 @@ impl WorkContextActor {
         // Verdicts already made carry over (the mailbox waits for the load).
         let known = std::mem::take(&mut self.state.verdicts);
         let load = blocking(move || {
-            load_state(
-                &ws,
-                &wc,
-                inner.gate.as_ref(),
-                inner.config.triggers.extract_all_sessions,
-                known,
-            )
+            load_state(&ws, &wc, inner.gate.as_ref(), &inner.config.triggers, known)
         });
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
             Ok(state) => act.state = state,
@@ -232,6 +243,11 @@ impl WorkContextActor {
         let ws = self.ws.clone();
         let inner = self.inner.clone();
         let name = self.name();
+        // What the gate said about the uncaptured turns: the capture
+        // extracts each at its depth.
+        let verdicts = self.state.verdicts.clone();
+        let dirtied_by = self.state.dirtied_by.clone();
+        let phase = self.state.phase.clone();
         let task = blocking(move || {
             let extractor = inner.extractor.read().clone();
             let env = CaptureEnv {
@@ -239,6 +255,12 @@ impl WorkContextActor {
                 faults: &inner.faults,
                 extract_all_sessions: inner.config.triggers.extract_all_sessions,
                 extractor: extractor.as_deref(),
+                gate: GateView {
+                    gate: inner.gate.as_ref(),
+                    verdicts: &verdicts,
+                    dirtied_by: dirtied_by.as_deref(),
+                    phase: phase.as_deref(),
+                },
             };
             job(&ws, env)
         });
@@ -306,6 +328,7 @@ impl Handler<Observe> for WorkContextActor {
             for turn in &msg.turns {
                 state.note(
                     inner.gate.as_ref(),
+                    &inner.config.triggers,
                     &msg.session,
                     turn,
                     &mut Verdicts::new(),

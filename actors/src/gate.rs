@@ -10,7 +10,7 @@
 //! (and again when an actor rebuilds its state from the store), so it must
 //! be cheap, must not block and must not panic.
 
-use cairn_memory::extract::mentions;
+use cairn_memory::extract::{Depth, mentions};
 use cairn_memory::{Role, SessionKind, Subject};
 
 /// What a gate sees of one stored turn.
@@ -32,6 +32,8 @@ pub struct GateInput<'a> {
     pub tool_use: bool,
     /// The workspace's subject registry (known entities).
     pub subjects: &'a [Subject],
+    /// The work context's active phase (`drafting`, `research`…), if known.
+    pub work_phase: Option<&'a str>,
 }
 
 /// What a gate decided about one turn.
@@ -47,6 +49,14 @@ pub struct Significance {
     /// heuristic gate never sets it; the wasm gate sets it when the plugin
     /// asks for any extraction.
     pub significant: bool,
+    /// How deeply a capture extracts from the turn: the gate's
+    /// `extraction-depth`, or `do-not-collect` / `observe-only` (a
+    /// do-not-collect turn counts as no activity at all and is not read by
+    /// the capture). [`Depth::Standard`] without a policy.
+    pub depth: Depth,
+    /// The policy generation that decided (`name@hash#n`); `None` for the
+    /// heuristic gate.
+    pub generation: Option<String>,
 }
 
 impl Significance {
@@ -71,6 +81,7 @@ impl Significance {
 ///     content: "hi",
 ///     tool_use: false,
 ///     subjects: &[],
+///     work_phase: None,
 /// });
 /// assert!(s.user_turn && !s.is_immediately_dirty());
 /// ```
@@ -96,6 +107,191 @@ impl CaptureGate for HeuristicGate {
                 Vec::new()
             },
             significant: false,
+            depth: Depth::Standard,
+            generation: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn_memory::{
+        EntryFilter, EntryKind, ManualClock, Memory, MemoryConfig, TurnInput, Workspace,
+    };
+    use chrono::{Duration, TimeZone, Utc};
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::{ActorConfig, ActorRuntime, Trigger};
+
+    /// A gate that answers by the turn's first word: `secret` do-not-collect,
+    /// `aside` observe-only, `quick` shallow, `tell` deep, anything else
+    /// standard; and remembers the phases it was told.
+    #[derive(Debug, Default)]
+    struct Scripted {
+        phases: Mutex<Vec<Option<String>>>,
+    }
+
+    impl CaptureGate for Scripted {
+        fn assess(&self, input: &GateInput<'_>) -> Significance {
+            self.phases.lock().push(input.work_phase.map(str::to_owned));
+            let first = input.content.split(' ').next().unwrap_or_default();
+            let depth = match first {
+                "secret:" => Depth::DoNotCollect,
+                "aside:" => Depth::ObserveOnly,
+                "quick:" => Depth::Shallow,
+                "tell:" => Depth::Deep,
+                _ => Depth::Standard,
+            };
+            let mut s = HeuristicGate.assess(input);
+            if depth == Depth::DoNotCollect {
+                s = Significance::default();
+            }
+            s.depth = depth;
+            s.generation = Some("scripted@abc#7".to_owned());
+            s
+        }
+    }
+
+    fn start() -> (
+        tempfile::TempDir,
+        ActorRuntime,
+        ManualClock,
+        Arc<Scripted>,
+        Workspace,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
+        let memory =
+            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
+                .unwrap();
+        let gate = Arc::new(Scripted::default());
+        let runtime = ActorRuntime::start_with_gate(
+            memory.clone(),
+            ActorConfig {
+                tick_interval_secs: 0,
+                ..ActorConfig::default()
+            },
+            gate.clone(),
+        )
+        .unwrap();
+        let ws = memory.workspace("w").unwrap();
+        (dir, runtime, clock, gate, ws)
+    }
+
+    fn user(session: &str, wc: &str, text: &str) -> TurnInput {
+        TurnInput::new(session, Role::User, text).in_context(wc)
+    }
+
+    /// The gate's depth decides what a capture takes from each turn, and
+    /// every entry says which gate generation made its context dirty.
+    #[test]
+    fn the_gates_depth_is_honoured() {
+        let (_dir, runtime, _clock, _gate, ws) = start();
+        runtime
+            .ingest(
+                "w",
+                &[
+                    user("s1", "launch", "We decided to ship on Friday."),
+                    user(
+                        "s1",
+                        "launch",
+                        "secret: we decided to let Bob go. TODO: tell HR.",
+                    ),
+                    user("s1", "launch", "aside: TODO buy milk."),
+                    user(
+                        "s1",
+                        "launch",
+                        "quick: TODO email Ana. Stopping here, start drafting.",
+                    ),
+                    TurnInput::new(
+                        "s1",
+                        Role::Assistant,
+                        "tell: Decision: we'll use the blue logo. I need to check the font.",
+                    )
+                    .in_context("launch"),
+                ],
+            )
+            .unwrap();
+        runtime.settle().unwrap();
+        let report = runtime.capture("w", "launch").unwrap();
+        let mut got: Vec<String> = report
+            .entries
+            .iter()
+            .filter(|e| e.kind != EntryKind::SessionSummaryRef)
+            .map(|e| format!("{} {}", e.kind, e.content))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "key_decision We decided to ship on Friday.",
+                "key_decision tell: Decision: we'll use the blue logo.",
+                "task I need to check the font.",
+                "task quick: TODO email Ana.",
+                "work_phase_change Work phase: drafting",
+            ]
+        );
+        let live = ws.entries(&EntryFilter::default()).unwrap();
+        for v in &live {
+            assert!(!v.entry.content.contains("Bob"), "{v:?}");
+            assert!(!v.entry.content.contains("milk"), "{v:?}");
+            assert_eq!(
+                v.entry.gate_generation.as_deref(),
+                Some("scripted@abc#7"),
+                "{v:?}"
+            );
+        }
+    }
+
+    /// A context whose new turns are all do-not-collect never becomes
+    /// dirty, so no trigger captures it; its neighbour with ordinary turns
+    /// is captured. The gate is told the context's phase.
+    #[test]
+    fn do_not_collect_stops_a_capture_and_the_phase_reaches_the_gate() {
+        let (_dir, runtime, clock, gate, _ws) = start();
+        let private: Vec<TurnInput> = (0..4)
+            .map(|i| {
+                user(
+                    "p1",
+                    "private",
+                    &format!("secret: item {i} for the record."),
+                )
+            })
+            .collect();
+        runtime.ingest("w", &private).unwrap();
+        runtime
+            .ingest(
+                "w",
+                &[
+                    user("s1", "launch", "Time to start drafting the plan."),
+                    user("s1", "launch", "Sections one and two."),
+                    user("s1", "launch", "Then the budget."),
+                ],
+            )
+            .unwrap();
+        runtime.settle().unwrap();
+        clock.advance(Duration::hours(1));
+        let fired: Vec<(String, Trigger)> = runtime
+            .tick()
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.work_context, r.trigger))
+            .collect();
+        assert_eq!(fired, [("launch".to_owned(), Trigger::IdleTimeout)]);
+        // The capture recorded the drafting phase; the next turn's gate
+        // call is told so.
+        runtime
+            .ingest("w", &[user("s1", "launch", "Next, the intro.")])
+            .unwrap();
+        runtime.settle().unwrap();
+        let phases = gate.phases.lock();
+        assert_eq!(
+            phases.last().cloned().flatten().as_deref(),
+            Some("drafting")
+        );
+        assert_eq!(phases[0], None);
     }
 }

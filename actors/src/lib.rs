@@ -54,7 +54,8 @@ mod session;
 mod topic;
 
 pub use capture::{
-    CaptureReport, CaptureSummary, CapturedEntry, EXTRACTION_ATTEMPTS, ExtractionOutcome, Trigger,
+    CaptureReport, CaptureSummary, CapturedEntry, EXTRACTION_ATTEMPTS, ExtractionOutcome,
+    MergedItem, SettledLoop, Trigger,
 };
 pub use config::{ActorConfig, Backpressure, TriggerConfig};
 pub use error::{ActorError, Result};

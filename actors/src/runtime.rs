@@ -762,6 +762,8 @@ impl ActorRuntime {
             entries: Vec::new(),
             extractor: "heuristic".to_owned(),
             extractor_error: None,
+            merged: Vec::new(),
+            settled: Vec::new(),
         }))
     }
 
@@ -917,6 +919,14 @@ impl ActorRuntime {
             .stats
             .passivated
             .fetch_add(dropped as u64, Ordering::Relaxed);
+        // Scheduled topic collections, per workspace; one failing does not
+        // stop the others (the next tick retries it).
+        for id in inner.memory.workspaces()? {
+            let ws = inner.memory.workspace(&id)?;
+            if let Err(error) = inner.topics.scheduled(&ws) {
+                tracing::warn!(workspace = %id, %error, "topic schedules failed; retried next tick");
+            }
+        }
         if nightly {
             self.nightly_maintenance();
         }

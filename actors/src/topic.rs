@@ -71,6 +71,13 @@ pub trait TopicJudge: Send + Sync + std::fmt::Debug {
     fn restarted(&self, workspace: &str) {
         let _ = workspace;
     }
+
+    /// The ticker's turn: run what is due by the clock (scheduled topic
+    /// collections) for `ws`. A failure is logged; the next tick retries.
+    fn scheduled(&self, ws: &Workspace) -> Result<()> {
+        let _ = ws;
+        Ok(())
+    }
 }
 
 /// The judge of a runtime without topics: no turn is a candidate.

@@ -10,7 +10,9 @@
 //! - `expand_all_depth3`: every original turn under a level-3 summary,
 //!   checked against its hash (p50/p99 over 1,000 calls on stderr; target
 //!   p99 ≤ 1 ms for the DAG walk — see docs/BENCHMARKS.md for what it covers).
-//! - `expand_one_level`: one level of the same summary.
+//! - `expand_one_level`: one level of the same summary (p50/p99 on stderr).
+//! - `baseline_read_same_turns`: the same turns read from the record with
+//!   no DAG walk and no hash check, in the same run.
 //! - `assemble_compacted`: assembly (no retrieval, trust-all policy) of the
 //!   compacted 10,000-turn session in 8,000 tokens.
 
@@ -178,7 +180,26 @@ fn compaction(c: &mut Criterion) {
     group.bench_function("expand_one_level", |b| {
         b.iter(|| black_box(ws.expand(&id).unwrap_or_else(|e| panic!("{e}"))))
     });
+    // Baseline: the same turns read from the record with no DAG walk and
+    // no hash check.
+    let len = usize::try_from(node.to_seq - node.from_seq + 1).unwrap_or(usize::MAX);
+    group.bench_function("baseline_read_same_turns", |b| {
+        b.iter(|| {
+            black_box(
+                ws.transcript(&node.session, node.from_seq, Some(len))
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        })
+    });
     group.finish();
+    let mut times = Vec::new();
+    for _ in 0..samples() {
+        let start = Instant::now();
+        black_box(ws.expand(&id).unwrap_or_else(|e| panic!("{e}")));
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let (p50, p99) = percentiles(times);
+    eprintln!("expand (one level) of {id}: p50 {p50:.4} ms, p99 {p99:.4} ms");
 
     let request = AssembleRequest::new("s", 8_000);
     let block = ws

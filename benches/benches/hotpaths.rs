@@ -178,6 +178,7 @@ fn gate(c: &mut Criterion) {
                     content: &text,
                     tool_use: false,
                     subjects,
+                    work_phase: None,
                 })
                 .mentions
                 .len()

@@ -15,8 +15,14 @@ pub(crate) enum Principal {
     Open,
     /// The admin token: everything.
     Admin,
-    /// A workspace token: these workspaces' routes only.
-    Workspaces(Vec<String>),
+    /// A workspace token (its index in `server.tokens`): these
+    /// workspaces' routes only.
+    Workspaces {
+        /// Which token.
+        token: usize,
+        /// What it opens.
+        workspaces: Vec<String>,
+    },
 }
 
 impl Principal {
@@ -28,7 +34,17 @@ impl Principal {
     fn may_use(&self, workspace: &str) -> bool {
         match self {
             Principal::Open | Principal::Admin => true,
-            Principal::Workspaces(list) => list.iter().any(|w| w == workspace),
+            Principal::Workspaces { workspaces, .. } => workspaces.iter().any(|w| w == workspace),
+        }
+    }
+
+    /// The key rate limits count this caller's requests under: its token,
+    /// never a name the client picks (`None` on a server without tokens).
+    pub(crate) fn rate_key(&self) -> Option<String> {
+        match self {
+            Principal::Open => None,
+            Principal::Admin => Some("token:admin".to_owned()),
+            Principal::Workspaces { token, .. } => Some(format!("token:{token}")),
         }
     }
 }
@@ -42,7 +58,18 @@ pub(crate) enum Refusal {
     Unauthorized(&'static str),
     /// 403 `forbidden`: a token that does not open this route.
     Forbidden(String),
+    /// 429 `rate_limited`: the caller is over `server.requests_per_minute`.
+    RateLimited {
+        /// The limit.
+        per_minute: u32,
+    },
 }
+
+/// Requests per caller key, a token bucket per key (`governor`).
+type Limiter = governor::DefaultKeyedRateLimiter<String>;
+
+/// Keys the request limiter tracks before it drops idle ones.
+const MAX_LIMITER_KEYS: usize = 10_000;
 
 /// The decision rules of one server, built from its configuration.
 #[derive(Clone)]
@@ -51,6 +78,8 @@ pub(crate) struct Guard {
     tokens: Vec<(String, Vec<String>)>,
     /// `None`: any host.
     hosts: Option<Vec<String>>,
+    /// `None`: no request limit.
+    limiter: Option<(std::sync::Arc<Limiter>, u32)>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -109,7 +138,15 @@ impl Guard {
         } else {
             None
         };
+        let limiter = std::num::NonZeroU32::new(server.requests_per_minute).map(|n| {
+            let quota = governor::Quota::per_minute(n);
+            (
+                std::sync::Arc::new(Limiter::keyed(quota)),
+                server.requests_per_minute,
+            )
+        });
         Guard {
+            limiter,
             admin: server.admin_token.clone(),
             tokens: server
                 .tokens
@@ -118,6 +155,22 @@ impl Guard {
                 .collect(),
             hosts,
         }
+    }
+
+    /// Counts one request of `key` (a principal's token) against
+    /// `server.requests_per_minute`.
+    pub(crate) fn admit(&self, key: &str) -> Result<(), Refusal> {
+        let Some((limiter, per_minute)) = &self.limiter else {
+            return Ok(());
+        };
+        if limiter.len() > MAX_LIMITER_KEYS {
+            limiter.retain_recent();
+        }
+        limiter
+            .check_key(&key.to_owned())
+            .map_err(|_| Refusal::RateLimited {
+                per_minute: *per_minute,
+            })
     }
 
     fn auth_enabled(&self) -> bool {
@@ -161,12 +214,15 @@ impl Guard {
             // Every token is compared, so the time taken does not say which
             // one matched.
             let mut found = None;
-            for (secret, workspaces) in &self.tokens {
+            for (i, (secret, workspaces)) in self.tokens.iter().enumerate() {
                 if same_secret(secret, token) && found.is_none() {
-                    found = Some(workspaces.clone());
+                    found = Some(Principal::Workspaces {
+                        token: i,
+                        workspaces: workspaces.clone(),
+                    });
                 }
             }
-            Principal::Workspaces(found.ok_or(Refusal::Unauthorized("unknown token"))?)
+            found.ok_or(Refusal::Unauthorized("unknown token"))?
         };
         match path.strip_prefix("/v1/workspaces/") {
             Some(rest) => {
@@ -241,7 +297,7 @@ mod tests {
         ));
         assert!(matches!(
             g.check(host, acme, "/v1/workspaces/acme/turns"),
-            Ok(Principal::Workspaces(_))
+            Ok(Principal::Workspaces { token: 0, .. })
         ));
         assert!(matches!(
             g.check(host, acme, "/v1/workspaces/globex/turns"),

@@ -15,9 +15,9 @@ use actix_web::middleware::{Next, from_fn};
 use actix_web::{App, HttpMessage, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use cairn::search::IndexStats;
 use cairn::{
-    Ack, AssembleRequest, AssembleSettings, AssembledContext, Cairn, CairnError, CaptureReport,
-    CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination, Entry,
-    EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
+    Ack, AssembleRequest, AssembleSettings, AssembledContext, Briefing, Cairn, CairnError,
+    CaptureReport, CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination,
+    Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
     GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode,
     SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone,
     Transcript, Turn, TurnInput, parse_world,
@@ -30,7 +30,7 @@ use crate::guard::{Guard, Principal, Refusal, is_loopback};
 mod maintain_routes;
 mod topic_routes;
 pub use maintain_routes::MaintainBody;
-pub use topic_routes::{CollectBody, DecideBody};
+pub use topic_routes::{CollectBody, DecideBody, FeedBody};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -82,6 +82,11 @@ impl From<Refusal> for ApiError {
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why)
             }
             Refusal::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", why),
+            Refusal::RateLimited { per_minute } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("over {per_minute} requests a minute (server.requests_per_minute)"),
+            ),
         }
     }
 }
@@ -99,7 +104,13 @@ async fn guard_requests(
             header(actix_web::http::header::AUTHORIZATION),
             req.path(),
         );
-        match decided {
+        // Counted under its token; a server without tokens is a local one
+        // (it refuses a public address) and is not limited.
+        let admitted = decided.and_then(|principal| match principal.rate_key() {
+            Some(key) => guard.admit(&key).map(|()| principal),
+            None => Ok(principal),
+        });
+        match admitted {
             Ok(principal) => {
                 req.extensions_mut().insert(principal);
             }
@@ -635,6 +646,28 @@ async fn assemble(
     .await
 }
 
+/// Query of `GET .../briefing`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(default, deny_unknown_fields)]
+pub struct BriefingQuery {
+    /// Only this work context (default: the whole workspace).
+    pub work_context: Option<String>,
+}
+
+/// The briefing of the workspace (or one work context) at the server's
+/// time: the `MEMORY.md` block as text (at most 80 lines) and the same
+/// content as sections, each item with its entry references.
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/briefing", params(BriefingQuery),
+    responses((status = 200, body = Briefing), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn briefing(
+    cairn: web::Data<Cairn>,
+    ws: web::Path<String>,
+    q: web::Query<BriefingQuery>,
+) -> ApiResult<Briefing> {
+    blocking(move || Ok(cairn.briefing(&ws, q.work_context.as_deref())?)).await
+}
+
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/forget", request_body = ForgetBody,
     responses((status = 200, body = Tombstone), (status = 404, body = ErrorBody)))]
 async fn forget(
@@ -684,11 +717,22 @@ pub struct ToolQuery {
     responses((status = 200, body = SearchResponse), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
 async fn memory_search(
+    req: HttpRequest,
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
     body: web::Json<SearchRequest>,
 ) -> ApiResult<SearchResponse> {
-    blocking(move || Ok(cairn.memory_search(&ws, &body)?)).await
+    let mut request = body.into_inner();
+    // With tokens, the search rate limit counts the token, not the name the
+    // client puts in `caller`.
+    if let Some(key) = req
+        .extensions()
+        .get::<Principal>()
+        .and_then(Principal::rate_key)
+    {
+        request.caller = Some(key);
+    }
+    blocking(move || Ok(cairn.memory_search(&ws, &request)?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/items/{id}", params(ToolQuery),
@@ -891,6 +935,7 @@ async fn generation_counts(
         rename_subject,
         merge_subjects,
         assemble,
+        briefing,
         forget,
         tombstones,
         gateway_start,
@@ -912,6 +957,7 @@ async fn generation_counts(
         topic_routes::proposals,
         topic_routes::decide_proposal,
         topic_routes::collect,
+        topic_routes::feed,
         topic_routes::gate_log,
         topic_routes::why
     )
@@ -1017,6 +1063,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                 .route("/subjects/{slug}/rename", web::post().to(rename_subject))
                 .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
                 .route("/assemble", web::post().to(assemble))
+                .route("/briefing", web::get().to(briefing))
                 .route("/forget", web::post().to(forget))
                 .route("/tombstones", web::get().to(tombstones))
                 .route("/search", web::post().to(memory_search))

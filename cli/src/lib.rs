@@ -1,11 +1,13 @@
 //! The `cairn` command's library: the HTTP server ([`http`]), the load
-//! generator ([`loadgen`]) and the retrieval evaluation ([`eval`]).
+//! generator ([`loadgen`]), the retrieval evaluation ([`eval`]) and the
+//! `MEMORY.md` briefing writer ([`brief`]).
 //!
 //! Everything here reaches memory through the [`cairn::Cairn`] facade and
 //! nothing else: this package depends on `cairn`'s public API only, so the
 //! compiler keeps every surface behind the same rules (actors, the
 //! significance gate, the memory policy, lineage, redaction, limits).
 
+pub mod brief;
 pub mod eval;
 mod guard;
 pub mod http;

@@ -140,6 +140,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The briefing: active subjects (14 days), decisions (7 days), pending
+    /// tasks, open questions, stale subjects (30 days) and contradictions,
+    /// at most 80 lines, each line with its entry reference.
+    Brief {
+        /// Only this work context (default: the whole workspace).
+        #[arg(long)]
+        work_context: Option<String>,
+        /// Write it into this MEMORY.md, between the markers
+        /// `<!-- cairn:briefing:start -->` and `<!-- cairn:briefing:end -->`:
+        /// every other byte of the file is kept; the file is created when
+        /// absent; a file with broken markers is refused and left untouched.
+        #[arg(long, value_name = "PATH")]
+        write: Option<PathBuf>,
+        /// Print JSON (text and sections).
+        #[arg(long)]
+        json: bool,
+    },
     /// Capture now: turn the new turns of a work context (or of all of them)
     /// into memory-log entries with provenance. Never processes a turn twice.
     Capture {
@@ -184,6 +201,9 @@ enum Command {
         /// Only turns with this role (user, assistant, system, tool).
         #[arg(long)]
         role: Option<String>,
+        /// Only turns this topic collected.
+        #[arg(long)]
+        topic: Option<String>,
         /// Only items at or after this time (RFC 3339).
         #[arg(long)]
         since: Option<chrono::DateTime<chrono::Utc>>,
@@ -471,7 +491,11 @@ fn main() {
             eprintln!("error: {err:#}");
             let caller = err
                 .downcast_ref::<cairn::CairnError>()
-                .is_some_and(|e| e.kind().is_caller_error());
+                .is_some_and(|e| e.kind().is_caller_error())
+                || matches!(
+                    err.downcast_ref::<cairn_cli::brief::WriteError>(),
+                    Some(cairn_cli::brief::WriteError::Markers { .. })
+                );
             std::process::exit(if caller { 2 } else { 1 });
         }
     }
@@ -663,6 +687,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             kind,
             subject,
             role,
+            topic,
             since,
             until,
             include_replaced,
@@ -700,6 +725,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 kind,
                 subject,
                 role,
+                topic,
                 since,
                 until,
                 include_replaced,
@@ -975,6 +1001,31 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 }
             }
         }
+        Command::Brief {
+            work_context,
+            write,
+            json,
+        } => {
+            let briefing = cairn.briefing(ws_id, work_context.as_deref())?;
+            match write {
+                Some(path) => {
+                    let done = cairn_cli::brief::write_briefing(&path, &briefing.text)?;
+                    let what = match done {
+                        cairn_cli::brief::Written::Created => "created",
+                        cairn_cli::brief::Written::Updated => "updated",
+                        cairn_cli::brief::Written::Unchanged => "unchanged",
+                    };
+                    writeln!(
+                        out,
+                        "{what} {} ({} lines between the markers)",
+                        path.display(),
+                        briefing.lines
+                    )?;
+                }
+                None if json => writeln!(out, "{}", serde_json::to_string_pretty(&briefing)?)?,
+                None => write!(out, "{}", briefing.text)?,
+            }
+        }
         Command::Maintain(args) => maintain::maintain(cairn, ws_id, args, out)?,
         Command::Reconstruct(args) => maintain::reconstruct(cairn, ws_id, args, out)?,
         Command::Tombstones { json } => {
@@ -1156,6 +1207,20 @@ fn print_capture(out: &mut impl Write, report: &cairn::CaptureReport) -> Result<
         };
         writeln!(out, "  [{}] {}{elsewhere}{prov}", e.kind, e.content)?;
     }
+    for m in &report.merged {
+        writeln!(
+            out,
+            "  merged: [{}] {} <- {}:{} (restates {})",
+            m.kind, m.content, m.provenance.session, m.provenance.from_seq, m.into
+        )?;
+    }
+    for s in &report.settled {
+        writeln!(
+            out,
+            "  closed: {} by {} ({}) <- {}:{}",
+            s.entry, s.by, s.rule, s.provenance.session, s.provenance.from_seq
+        )?;
+    }
     Ok(())
 }
 
@@ -1315,6 +1380,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         .enumerate()
         .map(|(i, t)| t.with_idempotency_key(&format!("demo-{i}")))
         .collect();
+    demo_define_topic(out, &cairn, &ws_id)?;
     let acks = cairn.ingest(&ws_id, &turns)?;
     let fresh = acks.iter().filter(|a| !a.duplicate).count();
     writeln!(
@@ -1354,9 +1420,33 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     for view in cairn.entries(&ws_id, &all, None)? {
         print_entry(out, &view)?;
     }
+    demo_topic_collection(out, &cairn, &ws_id)?;
     writeln!(out, "\n== subjects")?;
     for s in cairn.subjects(&ws_id)? {
         writeln!(out, "  {} ({:?}) \"{}\"", s.slug, s.kind, s.display)?;
+    }
+    writeln!(
+        out,
+        "\n== the day's sessions end (hook session_end: each extracted once, with a handoff)"
+    )?;
+    for session in ["s-0412", "s-0415"] {
+        cairn.session_end(&ws_id, session)?;
+        clock.advance(chrono::Duration::minutes(1));
+    }
+    if let Some(handoff) = cairn
+        .entries(
+            &ws_id,
+            &EntryFilter {
+                kind: Some(EntryKind::Handoff),
+                work_context: Some("launch-plan".to_owned()),
+                limit: Some(1),
+                ..Default::default()
+            },
+            None,
+        )?
+        .first()
+    {
+        print_entry(out, handoff)?;
     }
     clock.advance(chrono::Duration::hours(18));
     let session = "s-0416";
@@ -1384,6 +1474,77 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
     let block = cairn.assemble(&ws_id, &request)?;
     print_block(out, &block, true)?;
     demo_compaction(out, &cairn, &ws_id)?;
+    writeln!(
+        out,
+        "\n== briefing (`cairn brief`; `cairn brief --write MEMORY.md` puts it between markers)"
+    )?;
+    write!(out, "{}", cairn.briefing(&ws_id, None)?.text)?;
+    Ok(())
+}
+
+/// The demo's topic, defined before the conversation arrives so its watcher
+/// sees every turn live (kept when the demo reruns on the same data).
+const DEMO_TOPIC: &str = "support-load";
+
+fn demo_define_topic(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    use cairn::topics::{Activation, Priority, TopicSpec, Trigger};
+    if cairn
+        .topics(ws_id)?
+        .iter()
+        .all(|t| t.spec.name != DEMO_TOPIC)
+    {
+        let spec = TopicSpec::new(
+            DEMO_TOPIC,
+            "How much load support can take around the launch: waitlist waves, support capacity",
+        )
+        .trigger(Trigger::Keyword("waitlist".into()))
+        .trigger(Trigger::Keyword("support".into()))
+        .activation(Activation::Auto)
+        .priority(Priority::High);
+        cairn.create_topic(ws_id, &spec)?;
+    }
+    writeln!(
+        out,
+        "\n== topic {DEMO_TOPIC} defined (keywords waitlist, support; high priority, auto): its watcher judges every turn"
+    )?;
+    Ok(())
+}
+
+/// What the demo topic collected, and why one turn was collected.
+fn demo_topic_collection(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
+    cairn.flush()?;
+    let details = cairn.topic(ws_id, DEMO_TOPIC, 20)?;
+    writeln!(
+        out,
+        "\n== topic {DEMO_TOPIC} collected {} turn(s) (`cairn topics show {DEMO_TOPIC}`)",
+        details.members.len()
+    )?;
+    let mut members = details.members.clone();
+    members.sort_by(|a, b| a.turn.cmp(&b.turn));
+    for m in &members {
+        writeln!(
+            out,
+            "  {} (tier {}, score {:.2}): {}",
+            m.turn,
+            m.tier.number(),
+            m.score,
+            m.snippet
+        )?;
+    }
+    if let Some(m) = members.first() {
+        writeln!(out, "\n== cairn topics why {DEMO_TOPIC} {}", m.turn)?;
+        for r in cairn.why(ws_id, DEMO_TOPIC, &m.turn)? {
+            writeln!(
+                out,
+                "  {:?} at tier {} (score {:.2}, threshold {:.2}); reasons: {}",
+                r.outcome,
+                r.tier.number(),
+                r.score,
+                r.threshold,
+                r.reasons.join(", ")
+            )?;
+        }
+    }
     Ok(())
 }
 

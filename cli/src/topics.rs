@@ -36,6 +36,11 @@ pub(crate) enum TopicsAction {
     Reject(TurnArgs),
     /// Collect on request over the existing record (a manual topic's only way).
     Collect(CollectArgs),
+    /// Feed text to a topic's webhook (`--text`, or standard input).
+    Feed(FeedArgs),
+    /// Run the topics' schedules that are due now (the server's ticker
+    /// does this by itself).
+    Schedules(JsonArg),
     /// Why a topic did or did not collect a turn (`session/seq`).
     Why(TurnArgs),
     /// A topic's gate log, newest first.
@@ -221,6 +226,18 @@ pub(crate) struct CollectArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct FeedArgs {
+    /// The topic (it needs a `webhook` trigger).
+    name: String,
+    /// The text; read from standard input when absent.
+    #[arg(long)]
+    text: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct LogArgs {
     /// The topic.
     name: String,
@@ -389,6 +406,44 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
                     report.proposed,
                     report.already
                 )?;
+            }
+        }
+        TopicsAction::Feed(args) => {
+            let text = match args.text {
+                Some(text) => text,
+                None => {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+                    text
+                }
+            };
+            let report = cairn.feed_topic(workspace, &args.name, &text)?;
+            if args.json {
+                print_json(out, &report)?;
+            } else {
+                let outcome = report
+                    .outcome
+                    .map_or("not judged".to_owned(), |o| format!("{o:?}").to_lowercase());
+                writeln!(out, "recorded as {}: {outcome}", report.turn)?;
+            }
+        }
+        TopicsAction::Schedules(args) => {
+            let runs = cairn.run_topic_schedules(workspace)?;
+            if args.json {
+                print_json(out, &runs)?;
+            } else if runs.is_empty() {
+                writeln!(out, "no topic schedule is due")?;
+            } else {
+                for run in &runs {
+                    writeln!(
+                        out,
+                        "{}: since {}, {} collected, {} proposed",
+                        run.topic,
+                        run.since.to_rfc3339(),
+                        run.report.collected,
+                        run.report.proposed
+                    )?;
+                }
             }
         }
         TopicsAction::Why(args) => {

@@ -47,6 +47,8 @@ pub struct MemoryConfig {
     /// Page cache of the embedded store, in MiB (sled's own default is
     /// 1 GiB, which a busy process fills: this bounds resident memory).
     pub cache_mb: u64,
+    /// The briefing's time windows (`[memory.briefing]`).
+    pub briefing: crate::brief::BriefSettings,
     /// Maintenance: promotion, archiving, the nightly run (`[memory.maintenance]`).
     pub maintenance: crate::maintain::MaintainSettings,
 }
@@ -58,6 +60,7 @@ impl Default for MemoryConfig {
             decay: DecayConfig::default(),
             tokenizer: "o200k_base".to_owned(),
             cache_mb: DEFAULT_CACHE_MB,
+            briefing: crate::brief::BriefSettings::default(),
             maintenance: crate::maintain::MaintainSettings::default(),
         }
     }

@@ -33,8 +33,11 @@
 
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::log::EntryKind;
 use crate::record::{Role, Turn};
+use crate::settle::Statement;
 use crate::subjects::Subject;
 
 /// Longest content an extracted item keeps, in characters.
@@ -68,6 +71,66 @@ pub struct Extraction {
     pub user_turns: usize,
     /// The work phase after the span (the last phase change, or the one given).
     pub phase: Option<String>,
+    /// The user's sentences, in order, for settling open loops
+    /// ([`crate::settle`]); a do-not-collect turn gives none.
+    pub statements: Vec<Statement>,
+}
+
+/// How deeply to extract from one turn: the significance gate's answer
+/// (docs/DESIGN.md, *Significance gate and capture depth*).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Depth {
+    /// `do-not-collect`: the turn is not read at all (the raw record keeps it).
+    DoNotCollect,
+    /// `observe-only` (depth `none`): no entry comes from the turn; its
+    /// sentences may still settle open loops and its mentions count.
+    ObserveOnly,
+    /// The state of the work in the user's turns: decisions, open
+    /// questions, tasks and work-phase changes.
+    Shallow,
+    /// Every heuristic pattern in the user's turns: also handoffs (the
+    /// default without a gate).
+    #[default]
+    Standard,
+    /// Standard, plus decisions and tasks the assistant states.
+    Deep,
+}
+
+impl Depth {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Depth::DoNotCollect => "do_not_collect",
+            Depth::ObserveOnly => "observe_only",
+            Depth::Shallow => "shallow",
+            Depth::Standard => "standard",
+            Depth::Deep => "deep",
+        }
+    }
+
+    /// Whether an item of `kind` from a turn of `role` is extracted at this depth.
+    pub fn keeps(self, kind: EntryKind, role: Role) -> bool {
+        let shallow = matches!(
+            kind,
+            EntryKind::KeyDecision
+                | EntryKind::OpenQuestion
+                | EntryKind::Task
+                | EntryKind::WorkPhaseChange
+        );
+        match (self, role) {
+            (Depth::DoNotCollect | Depth::ObserveOnly, _) => false,
+            (Depth::Deep, Role::Assistant) => {
+                matches!(kind, EntryKind::KeyDecision | EntryKind::Task)
+            }
+            (_, Role::Assistant) => false,
+            (Depth::Shallow, _) => shallow,
+            (Depth::Standard | Depth::Deep, _) => true,
+        }
+    }
 }
 
 /// Open loops whatever the punctuation.
@@ -109,6 +172,7 @@ const TASK_MARKERS: &[&str] = &[
     "i'll send",
     "i'll draft",
     "i'll write",
+    "remind me to",
 ];
 
 const HANDOFF_MARKERS: &[&str] = &[
@@ -160,13 +224,29 @@ const PHASES: &[(&str, &[&str])] = &[
 
 /// Finds entries in `turns` (user and assistant turns; tool results only
 /// count as tool use). `subjects` is the registry used for mentions;
-/// `phase` the work phase before the span.
+/// `phase` the work phase before the span. Every turn at
+/// [`Depth::Standard`]; [`extract_with`] takes a depth per turn.
 pub fn extract(turns: &[Turn], subjects: &[Subject], phase: Option<&str>) -> Extraction {
+    extract_with(turns, subjects, phase, |_| Depth::Standard)
+}
+
+/// [`extract`] with each turn read at the depth `depth_of` gives it (the
+/// significance gate's answer for that turn).
+pub fn extract_with(
+    turns: &[Turn],
+    subjects: &[Subject],
+    phase: Option<&str>,
+    depth_of: impl Fn(&Turn) -> Depth,
+) -> Extraction {
     let mut out = Extraction {
         phase: phase.map(str::to_owned),
         ..Extraction::default()
     };
     for turn in turns {
+        let depth = depth_of(turn);
+        if depth == Depth::DoNotCollect {
+            continue;
+        }
         if let Some(tool) = &turn.tool_call_id {
             out.tools.insert(tool.clone());
         }
@@ -178,36 +258,56 @@ pub fn extract(turns: &[Turn], subjects: &[Subject], phase: Option<&str>) -> Ext
         for subject in mentions(&turn.content, subjects) {
             out.mentioned.insert(subject);
         }
-        if turn.role != Role::User {
+        if turn.role != Role::User && depth != Depth::Deep {
             // Decisions and questions are the user's; the assistant's text is
-            // only searched for mentions.
+            // only searched for mentions (read deeply, its decisions and
+            // tasks too).
             continue;
         }
         for sentence in sentences(&turn.content) {
             let lower = sentence.to_lowercase();
             let subject = mentions(sentence, subjects).into_iter().next();
-            let mut push = |kind, rule| {
-                out.items.push(Extracted {
-                    kind,
-                    content: clip(sentence),
+            let decision = find(&lower, DECISION_MARKERS);
+            let question = lower.ends_with('?') || find(&lower, QUESTION_MARKERS).is_some();
+            let task = find(&lower, TASK_MARKERS);
+            if turn.role == Role::User {
+                out.statements.push(Statement {
+                    session: turn.session.clone(),
                     seq: turn.seq,
-                    subject: subject.clone(),
-                    rule,
-                })
+                    at: turn.timestamp,
+                    text: clip(sentence),
+                    decision: decision.is_some(),
+                    question,
+                    task: task.is_some(),
+                });
+            }
+            let mut push = |kind, rule| {
+                if depth.keeps(kind, turn.role) {
+                    out.items.push(Extracted {
+                        kind,
+                        content: clip(sentence),
+                        seq: turn.seq,
+                        subject: subject.clone(),
+                        rule,
+                    })
+                }
             };
-            if let Some(rule) = find(&lower, DECISION_MARKERS) {
+            if let Some(rule) = decision {
                 push(EntryKind::KeyDecision, rule);
-            } else if lower.ends_with('?') || find(&lower, QUESTION_MARKERS).is_some() {
+            } else if question {
                 if let Some(rule) = find(&lower, QUESTION_MARKERS) {
                     push(EntryKind::OpenQuestion, rule);
-                } else if let Some(rule) = find(&lower, TASK_MARKERS) {
+                } else if let Some(rule) = task {
                     // "do we need to ...?" — an open loop, not a task.
                     push(EntryKind::OpenQuestion, rule);
                 }
             } else if let Some(rule) = find(&lower, HANDOFF_MARKERS) {
                 push(EntryKind::Handoff, rule);
-            } else if let Some(rule) = find(&lower, TASK_MARKERS) {
+            } else if let Some(rule) = task {
                 push(EntryKind::Task, rule);
+            }
+            if !depth.keeps(EntryKind::WorkPhaseChange, turn.role) {
+                continue;
             }
             for (name, markers) in PHASES {
                 if let Some(rule) = find(&lower, markers) {
@@ -263,14 +363,15 @@ fn find(lower: &str, markers: &[&'static str]) -> Option<&'static str> {
     markers.iter().copied().find(|m| lower.contains(m))
 }
 
-/// Splits on sentence ends, keeping the terminator (so questions keep `?`).
+/// Splits on sentence ends, keeping the terminator (so questions keep `?`),
+/// and on semicolons, which part two statements (the `;` is dropped).
 fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, c) in text.char_indices() {
-        if matches!(c, '.' | '!' | '?' | '\n') {
+        if matches!(c, '.' | '!' | '?' | '\n' | ';') {
             let end = i + c.len_utf8();
-            let s = text[start..end].trim();
+            let s = text[start..end].trim().trim_end_matches(';').trim_end();
             if s.chars().any(char::is_alphanumeric) {
                 out.push(s);
             }
@@ -369,6 +470,86 @@ mod tests {
                 mentioned={"henderson"} tools={"call-3"} users=4 phase=Some("drafting")
             "#]],
         );
+    }
+
+    /// The gate's depth per turn decides what the turn gives: shallow keeps
+    /// decisions, open questions, tasks and phase changes (not handoffs),
+    /// observe-only keeps nothing but its
+    /// sentences (to settle open loops), do-not-collect is not read, deep
+    /// also reads the assistant.
+    #[test]
+    fn depth_decides_what_a_turn_gives() {
+        let text = [
+            (
+                Role::User,
+                "We decided to ship Friday. TODO: email Dana. Stopping here, start drafting.",
+            ),
+            (Role::User, "We decided to ship Monday. TODO: email Sam."),
+            (
+                Role::User,
+                "Let's go with the red logo. Remind me to call Ana.",
+            ),
+            (
+                Role::Assistant,
+                "Decision: we'll use Postgres. I need to check the backups.",
+            ),
+            (Role::Assistant, "Going with blue; I'll draft it."),
+        ];
+        let turns: Vec<Turn> = text
+            .iter()
+            .enumerate()
+            .map(|(i, (role, content))| Turn {
+                workspace: "w".into(),
+                session: "s".into(),
+                work_context: "wc".into(),
+                seq: i as u64,
+                role: *role,
+                content: (*content).into(),
+                tool_call_id: None,
+                timestamp: Utc::now(),
+                content_hash: String::new(),
+            })
+            .collect();
+        let depths = [
+            Depth::Shallow,
+            Depth::ObserveOnly,
+            Depth::DoNotCollect,
+            Depth::Deep,
+            Depth::Standard,
+        ];
+        let out = extract_with(&turns, &[], None, |t| depths[t.seq as usize]);
+        let items: Vec<String> = out
+            .items
+            .iter()
+            .map(|i| format!("{}@{} {}", i.kind, i.seq, i.content))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                "key_decision@0 We decided to ship Friday.",
+                "task@0 TODO: email Dana.",
+                "work_phase_change@0 drafting",
+                "key_decision@3 Decision: we'll use Postgres.",
+                "task@3 I need to check the backups.",
+            ]
+        );
+        let said: Vec<(u64, &str)> = out
+            .statements
+            .iter()
+            .map(|s| (s.seq, s.text.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                (0, "We decided to ship Friday."),
+                (0, "TODO: email Dana."),
+                (0, "Stopping here, start drafting."),
+                (1, "We decided to ship Monday."),
+                (1, "TODO: email Sam."),
+            ]
+        );
+        assert!(out.statements[0].decision && out.statements[1].task);
+        assert_eq!(out.user_turns, 2, "the do-not-collect turn is not counted");
     }
 
     #[test]

@@ -410,6 +410,7 @@ mod tests {
                 status: None,
                 timestamp: now,
                 recorded_at: now,
+                gate_generation: None,
             },
             subject: None,
             status: EntryStatus::Live,

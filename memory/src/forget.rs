@@ -14,7 +14,7 @@ use crate::ids::{validate_id, validate_slug};
 use crate::log::Entry;
 use crate::memory::{Memory, Workspace, check_size, decode, encode};
 use crate::record::{session_prefix, work_context_key};
-use crate::store::{Collection, WriteBatch};
+use crate::store::{Collection, StateFamily, StateKey, WriteBatch, WriteOp};
 
 /// Where the tombstones of erased workspaces live in the store-wide space.
 const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
@@ -120,7 +120,7 @@ impl Workspace {
                 }
                 batch.delete(
                     Collection::State,
-                    crate::store::StateKey::CompactionView {
+                    StateKey::CompactionView {
                         session: id.clone(),
                     }
                     .encode(),
@@ -132,6 +132,25 @@ impl Workspace {
                         removed.entries += 1;
                     }
                 }
+                // Topic memberships, proposals and gate records quote or
+                // name the session's turns: they go with it.
+                for key in self.topic_records_of(id)? {
+                    batch.delete(Collection::Topics, key);
+                }
+                // The stored embeddings of its turns (written even when no
+                // search service runs now) and its extraction record.
+                let mut vectors = StateFamily::TurnVector.prefix().to_vec();
+                vectors.extend_from_slice(format!("{id}/").as_bytes());
+                for (key, _) in self.store.scan_prefix(Collection::State, &vectors)? {
+                    batch.delete(Collection::State, key);
+                }
+                batch.delete(
+                    Collection::State,
+                    StateKey::Extraction {
+                        session: id.clone(),
+                    }
+                    .encode(),
+                );
             }
             ForgetTarget::Entry(id) => {
                 validate_id("entry id", id)?;
@@ -178,6 +197,21 @@ impl Workspace {
                 });
             }
         }
+        // Every erased entry's stored embedding goes in the same batch.
+        let erased: Vec<String> = batch
+            .ops()
+            .iter()
+            .filter_map(|op| match op {
+                WriteOp::Delete {
+                    collection: Collection::Entries,
+                    key,
+                } => String::from_utf8(key.clone()).ok(),
+                _ => None,
+            })
+            .collect();
+        for entry in erased {
+            batch.delete(Collection::State, StateKey::EntryVector { entry }.encode());
+        }
         let tombstone = Tombstone {
             id: ulid::Ulid::new().to_string(),
             workspace: self.id.clone(),
@@ -206,6 +240,37 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode("tombstone", &k, &v))
             .collect()
+    }
+
+    /// The keys of every topic record about one session's turns.
+    fn topic_records_of(&self, session: &str) -> Result<Vec<Vec<u8>>> {
+        use crate::store::TopicKey;
+        use crate::topics::gate::{GateRecord, Membership};
+        let mut out = Vec::new();
+        for (key, value) in self.store.scan_prefix(Collection::Topics, b"")? {
+            let about = match TopicKey::decode(&key) {
+                Some(
+                    TopicKey::Member { session: s, .. } | TopicKey::Proposal { session: s, .. },
+                ) => s == session,
+                Some(TopicKey::Recent { .. }) => {
+                    decode::<Membership>("membership", &key, &value)?
+                        .turn
+                        .session
+                        == session
+                }
+                Some(TopicKey::GateLog { .. }) => {
+                    decode::<GateRecord>("gate record", &key, &value)?
+                        .turn
+                        .session
+                        == session
+                }
+                Some(TopicKey::Definition { .. } | TopicKey::Schedule { .. }) | None => false,
+            };
+            if about {
+                out.push(key);
+            }
+        }
+        Ok(out)
     }
 }
 

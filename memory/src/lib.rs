@@ -35,9 +35,11 @@
 //! ```
 
 pub mod assemble;
+pub mod brief;
 pub mod clock;
 pub mod compact;
 pub mod config;
+pub mod contradict;
 pub mod error;
 pub mod extract;
 pub mod extractor;
@@ -50,8 +52,10 @@ pub mod reconstruct;
 pub mod record;
 pub mod redact;
 pub mod search;
+pub mod settle;
 pub mod store;
 pub mod subjects;
+mod text;
 pub mod tokens;
 pub mod topics;
 

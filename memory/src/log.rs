@@ -16,8 +16,8 @@ use crate::error::{MemoryError, Result};
 use crate::ids::{display_for_slug, validate_id, validate_slug};
 use crate::maintain::Lifecycle;
 use crate::memory::{
-    DEFAULT_WORK_CONTEXT, LiveEntries, LogSnapshot, Workspace, check_size, check_text, decode,
-    encode, in_batch,
+    DEFAULT_WORK_CONTEXT, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size, check_text,
+    decode, encode, in_batch,
 };
 use crate::store::{Collection, WriteBatch};
 use crate::subjects::{Subject, SubjectKind};
@@ -161,6 +161,11 @@ pub struct EntryInput {
     /// When it was captured; the clock's time when absent.
     #[serde(default)]
     pub timestamp: Option<DateTime<Utc>>,
+    /// For captured entries: the significance-gate generation that made
+    /// the work context dirty (`name@hash#n`), so the entry can say under
+    /// which policy it was collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_generation: Option<String>,
 }
 
 impl EntryInput {
@@ -184,6 +189,7 @@ impl EntryInput {
             replaces: None,
             status: None,
             timestamp: None,
+            gate_generation: None,
         }
     }
 
@@ -248,6 +254,10 @@ pub struct Entry {
     pub timestamp: DateTime<Utc>,
     /// When cairn recorded it.
     pub recorded_at: DateTime<Utc>,
+    /// For captured entries: the significance-gate generation that made
+    /// the work context dirty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_generation: Option<String>,
 }
 
 /// Whether an entry shows as live.
@@ -587,6 +597,7 @@ impl Workspace {
                 status,
                 timestamp: input.timestamp.unwrap_or(now),
                 recorded_at: now,
+                gate_generation: input.gate_generation.clone(),
             };
             batch.put(Collection::Entries, id.as_bytes().to_vec(), encode(&entry)?);
             out.push(entry);
@@ -614,6 +625,9 @@ impl Workspace {
         }
         if let Some(r) = &input.replaces {
             validate_id("replaces", r)?;
+        }
+        if let Some(g) = &input.gate_generation {
+            check_text("gate generation", g, 256)?;
         }
         if input.status.is_some() && input.kind != EntryKind::Task {
             return Err(MemoryError::Invalid {
@@ -749,24 +763,32 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn live_entries(&self) -> Result<Arc<Vec<EntryView>>> {
+        Ok(self.live_state()?.0)
+    }
+
+    /// The live entries with what is derived from them (kept as long as
+    /// they are).
+    pub(crate) fn live_state(&self) -> Result<(Arc<Vec<EntryView>>, Arc<LiveDerived>)> {
         let log = self.log_snapshot()?;
         let now = self.now();
         if let Some(live) = log.live.lock().as_ref()
             && live.at <= now
             && live.until.is_none_or(|until| now < until)
         {
-            return Ok(live.views.clone());
+            return Ok((live.views.clone(), live.derived.clone()));
         }
         let views = Arc::new(self.entries_in(&log, &EntryFilter::default(), now)?);
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
         let until = views.iter().filter_map(|v| v.decay_at).min();
+        let derived = Arc::new(LiveDerived::default());
         *log.live.lock() = Some(LiveEntries {
             at: now,
             until,
             views: views.clone(),
+            derived: derived.clone(),
         });
-        Ok(views)
+        Ok((views, derived))
     }
 
     pub(crate) fn entries_in(

@@ -313,39 +313,12 @@ pub struct MaintenanceRun {
     pub undone: Option<Undone>,
 }
 
-/// Placeholder for `contradict::Contradiction` (two live entries that
-/// cannot both hold), with the same fields so that the report's shape does
-/// not change: the contradiction detector is written on another branch, and
-/// at the merge this type gives way to a `pub use` of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Contradiction {
-    /// The canonical subject both are about.
-    pub subject: Option<String>,
-    /// The newer entry's work context.
-    pub work_context: String,
-    /// The older entry (the one to confirm or replace).
-    pub older: String,
-    /// The newer entry (presumed right).
-    pub newer: String,
-    /// When the older entry was captured.
-    pub older_at: DateTime<Utc>,
-    /// When the newer entry was captured.
-    pub newer_at: DateTime<Utc>,
-    /// The rule that matched.
-    pub rule: String,
-    /// What differs.
-    pub detail: String,
-}
+pub use crate::contradict::Contradiction;
 
-/// The contradictions a maintenance report lists: those among `live`.
-///
-/// Wired to `contradict::find_contradictions(live)` at the merge with the
-/// branch that writes the detector; until then it finds none. (The only
-/// placeholder of maintenance: every other rule is real.)
+/// The contradictions a maintenance report lists: those among `live`
+/// ([`crate::contradict::find_contradictions`]).
 pub fn contradictions_for_report(live: &[EntryView]) -> Vec<Contradiction> {
-    let _ = live;
-    Vec::new()
+    crate::contradict::find_contradictions(live)
 }
 
 /// What a maintenance call did (or, dry, would do).

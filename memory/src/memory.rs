@@ -86,6 +86,10 @@ pub(crate) struct Shared {
 pub(crate) struct LogCache {
     epoch: std::sync::atomic::AtomicU64,
     snapshot: Mutex<Option<(u64, Arc<LogSnapshot>)>>,
+    /// The topic definitions, on the same scheme with their own epoch
+    /// (bumped by a write to a definition).
+    topic_epoch: std::sync::atomic::AtomicU64,
+    topics: Mutex<Option<(u64, Arc<Vec<crate::topics::Topic>>)>>,
 }
 
 #[derive(Debug)]
@@ -105,13 +109,44 @@ pub(crate) struct LiveEntries {
     /// The first decay time among them: the list is stale from then on.
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
+    /// What is derived from exactly these entries, computed on first use
+    /// and dropped with them (so it changes when the live log does).
+    pub(crate) derived: Arc<LiveDerived>,
+}
+
+/// Facts about a live list that depend on nothing else: kept beside it.
+#[derive(Debug, Default)]
+pub(crate) struct LiveDerived {
+    /// Contradictions among the live entries.
+    pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
+    /// Per work context, the newest live handoff (index into the views).
+    pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
 }
 
 impl LogCache {
     pub(crate) fn bump(&self) {
         self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         *self.snapshot.lock() = None;
+        self.bump_topics();
     }
+
+    pub(crate) fn bump_topics(&self) {
+        self.topic_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        *self.topics.lock() = None;
+    }
+}
+
+/// Whether a write batch changes a topic definition.
+fn touches_topics(batch: &WriteBatch) -> bool {
+    let definitions = crate::store::TopicFamily::Definition.prefix();
+    batch.ops().iter().any(|op| {
+        let (WriteOp::Put {
+            collection, key, ..
+        }
+        | WriteOp::Delete { collection, key }) = op;
+        *collection == Collection::Topics && key.starts_with(definitions)
+    })
 }
 
 /// Whether a write batch changes what the log cache holds.
@@ -312,11 +347,32 @@ impl Workspace {
     /// cache sees every change to the log.
     pub(crate) fn apply(&self, batch: WriteBatch) -> Result<()> {
         let log = touches_log(&batch);
+        let topics = touches_topics(&batch);
         self.store.apply(batch)?;
         if log {
             self.shared.log_cache(&self.id).bump();
+        } else if topics {
+            self.shared.log_cache(&self.id).bump_topics();
         }
         Ok(())
+    }
+
+    /// The workspace's topic definitions, from the cache while no write
+    /// touched one since they were read (assembly asks on every call).
+    pub(crate) fn topic_list(&self) -> Result<Arc<Vec<crate::topics::Topic>>> {
+        let cache = self.shared.log_cache(&self.id);
+        let epoch = cache.topic_epoch.load(std::sync::atomic::Ordering::Acquire);
+        if let Some((at, topics)) = cache.topics.lock().as_ref()
+            && *at == epoch
+        {
+            return Ok(topics.clone());
+        }
+        let topics = Arc::new(self.topics()?);
+        let mut slot = cache.topics.lock();
+        if cache.topic_epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {
+            *slot = Some((epoch, topics.clone()));
+        }
+        Ok(topics)
     }
 
     /// The memory log as it stands: from the cache while no write touched

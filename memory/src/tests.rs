@@ -369,8 +369,31 @@ fn forget_erases_and_leaves_tombstones() {
     ws.append_turns(&[user("s1", "secret plan"), user("s1", "more")])
         .unwrap();
     ws.append_turn(&user("s2", "other")).unwrap();
-    ws.append_entry(&EntryInput::new(EntryKind::Decision, "from s1").from_turns("s1", 0, 1))
+    let from_s1 = ws
+        .append_entry(&EntryInput::new(EntryKind::Decision, "from s1").from_turns("s1", 0, 1))
         .unwrap();
+    // Derived records a search service or the actors would have written:
+    // the forget erases them with the session, whoever runs.
+    use crate::store::StateKey;
+    let derived = [
+        StateKey::TurnVector {
+            session: "s1".into(),
+            seq: 1,
+        },
+        StateKey::Extraction {
+            session: "s1".into(),
+        },
+        StateKey::EntryVector {
+            entry: from_s1.id.clone(),
+        },
+    ];
+    let other = StateKey::TurnVector {
+        session: "s2".into(),
+        seq: 0,
+    };
+    for key in derived.iter().chain([&other]) {
+        ws.state_put(key, b"derived").unwrap();
+    }
     let keep = ws
         .append_entry(&EntryInput::new(EntryKind::Fact, "about max").about("max"))
         .unwrap();
@@ -393,6 +416,10 @@ fn forget_erases_and_leaves_tombstones() {
         }
     );
     assert_eq!(ws.session("s1").unwrap_err().code(), "session_not_found");
+    for key in &derived {
+        assert!(ws.state_get(key).unwrap().is_none(), "{key:?} survived");
+    }
+    assert!(ws.state_get(&other).unwrap().is_some());
     assert_eq!(
         ws.entries(&EntryFilter {
             all: true,

@@ -128,6 +128,10 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             }
             // A summary is made of the session's turns: judged as one.
             ItemSource::Summary { id } => (ObjectKind::Turn, id.clone()),
+            // A topic's collection is a turn, judged as that turn.
+            ItemSource::Topic { session, seq, .. } => {
+                (ObjectKind::Turn, format!("{session}:{seq}"))
+            }
         };
         let mut request = PolicyRequest::new(
             ContentReference {

@@ -260,8 +260,9 @@ impl Cairn {
     /// Tool `memory_expand`: one level of a summary (its raw turns and
     /// lower summaries), with `memory_get`'s rules: an `asking` sub-agent
     /// session reads only its lineage; turn contents are redacted and
-    /// capped like a transcript page. A level-0 summary's turns are checked
-    /// against its source hash.
+    /// capped like a transcript page. The level is checked as
+    /// `Workspace::expand` checks it (turn hashes, contiguous children, a
+    /// level-0 node's source hash).
     pub fn memory_expand(
         &self,
         workspace: &str,
@@ -271,9 +272,6 @@ impl Cairn {
         let ws = self.memory().existing_workspace(workspace)?;
         let node = ws.summary(summary)?;
         self.check_lineage_for(&ws, asking, &node.session)?;
-        if node.level == 0 {
-            ws.expand_all(summary)?;
-        }
         let mut expansion = ws.expand(summary)?;
         expansion.node.text = redact(&expansion.node.text);
         for child in &mut expansion.children {

@@ -40,6 +40,11 @@ pub struct ServerConfig {
     /// the loopback names when listening on loopback (a defence against DNS
     /// rebinding), any host otherwise.
     pub allowed_hosts: Vec<String>,
+    /// Requests per minute one token (admin or workspace) may make on any
+    /// route, bursts up to that many; 0 turns the limit off. Over it: 429
+    /// `rate_limited`. A server without tokens (loopback only) is not
+    /// limited.
+    pub requests_per_minute: u32,
 }
 
 /// A bearer token and the workspaces it opens.
@@ -113,6 +118,7 @@ impl Default for ServerConfig {
             admin_token: None,
             tokens: Vec::new(),
             allowed_hosts: Vec::new(),
+            requests_per_minute: 6_000,
         }
     }
 }

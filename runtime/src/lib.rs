@@ -35,6 +35,7 @@
 //! ```
 
 pub mod assembly;
+mod briefing;
 mod compaction;
 mod config;
 mod decision_log;
@@ -50,15 +51,20 @@ mod tools;
 pub mod topics;
 
 pub use cairn_actors::{
-    ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, Trigger, TriggerConfig,
+    ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, MergedItem, SettledLoop,
+    Trigger, TriggerConfig,
 };
 pub use cairn_memory::assemble::{
     ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
     RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
+pub use cairn_memory::brief::{
+    BriefItem, BriefScope, BriefSection, BriefSectionKind, BriefSettings, Briefing,
+};
 pub use cairn_memory::compact::{
     CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod, SummaryNode,
 };
+pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
@@ -80,7 +86,7 @@ pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use model::ModelConfig;
 pub use policy::{
     InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
-    PolicyConfig, parse_world,
+    PolicyConfig, activity_type, parse_world,
 };
 pub use tools::{
     MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,

@@ -16,7 +16,8 @@ use crate::policy::{InstallReport, PluginsReport};
 
 impl Cairn {
     /// Appends memory-log entries atomically (all or none); returns them
-    /// as stored, with their ids.
+    /// as stored, with their ids. A caller's entry may not claim a
+    /// `gate_generation` (only captures record one): `invalid`.
     ///
     /// ```
     /// use cairn::{Cairn, CairnConfig, EntryInput, EntryKind};
@@ -24,9 +25,13 @@ impl Cairn {
     /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
     /// let stored = cairn.append_entries("acme", &[EntryInput::new(EntryKind::Decision, "Use Postgres 16")])?;
     /// assert_eq!(cairn.entry("acme", &stored[0].id, None)?.entry.content, "Use Postgres 16");
+    /// let mut forged = EntryInput::new(EntryKind::Fact, "x");
+    /// forged.gate_generation = Some("significance-default@0#1".into());
+    /// assert!(cairn.append_entries("acme", &[forged]).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn append_entries(&self, workspace: &str, entries: &[EntryInput]) -> Result<Vec<Entry>> {
+        caller_written(entries)?;
         let stored = self
             .memory()
             .workspace(workspace)?
@@ -37,6 +42,7 @@ impl Cairn {
 
     /// Appends one memory-log entry (see [`append_entries`](Self::append_entries)).
     pub fn append_entry(&self, workspace: &str, entry: &EntryInput) -> Result<Entry> {
+        caller_written(std::slice::from_ref(entry))?;
         let stored = self.memory().workspace(workspace)?.append_entry(entry)?;
         self.nudge_search();
         Ok(stored)
@@ -215,6 +221,26 @@ impl Cairn {
     /// decision log writes in batches). A process calls it before it exits.
     pub fn flush(&self) -> Result<()> {
         self.actors.settle()?;
+        // The topic gate's records are written without their own fsync.
+        self.memory().sync()?;
         self.policies().flush()
     }
+}
+
+/// A caller's entry cannot claim a significance-gate generation: only a
+/// capture records which gate made its context dirty.
+fn caller_written(entries: &[EntryInput]) -> Result<()> {
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.gate_generation.is_some() {
+            return Err(MemoryError::InBatch {
+                index,
+                source: Box::new(MemoryError::Invalid {
+                    what: "gate_generation",
+                    reason: "only a capture records the gate generation of an entry".to_owned(),
+                }),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }

@@ -35,13 +35,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn_actors::{GateInput, HeuristicGate, Significance};
+use cairn_memory::extract::Depth;
 use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
 use cairn_memory::{Memory, Role};
 use cairn_policies::{
-    ActivityType, BuiltinPlugin, Decided, GateContext, HostConfig, MemoryPolicy,
-    MemoryPolicyDecision, PolicyGenerationId, PolicyHost, PolicyRequest, PolicySlot,
-    PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput, SlotStatus, TopicDirective,
-    TopicDirectiveDecision, TopicInput, TurnRole, TurnView, World, WorldKind, defaults,
+    ActivityType, BuiltinPlugin, CollectionDecision, Decided, ExtractionDepth, GateContext,
+    HostConfig, MemoryPolicy, MemoryPolicyDecision, PolicyGenerationId, PolicyHost, PolicyRequest,
+    PolicySlot, PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput, SlotStatus,
+    TopicDirective, TopicDirectiveDecision, TopicInput, TurnRole, TurnView, WorkPhase, World,
+    WorldKind, defaults,
 };
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
@@ -702,16 +704,27 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 /// For every stored turn it builds a [`TurnView`] (session, kind, work
 /// context, seq, role, text, the known subjects the turn mentions as
 /// `entity-mentions`) and a [`GateContext`] (a live work context when the
-/// session has one; activity and phase `unknown` until routing lands; the
-/// default thresholds; `turns-in-session` = seq + 1), asks the slot, and
-/// maps the decision onto the runtime's dirty tracking:
+/// session has one; the **activity type** the turn's words say
+/// ([`activity_type`]), else the one its work context's phase implies; the
+/// context's **work phase**; the default thresholds; `turns-in-session` =
+/// seq + 1), asks the slot, and maps the decision onto the runtime's dirty
+/// tracking and the capture:
 ///
 /// - the plugin asks for any extraction (`extract-candidate`,
 ///   `extract-durable-eligible`, `deep-extract`): the turn is
-///   **significant**, its work context is dirty at once;
-/// - `observe-only` / `do-not-collect`: the turn counts as activity only,
-///   under the structural dirty rules (three user turns, tool use, a
-///   known subject) — the same as with no plugin at all.
+///   **significant**, its work context is dirty at once, and the capture
+///   extracts from it at the decision's `extraction-depth` (shallow,
+///   standard, deep; see [`Depth`]);
+/// - `observe-only`: the turn counts as activity under the structural
+///   dirty rules (three user turns, tool use, a known subject), but no
+///   entry is extracted from it (its sentences may still settle an open
+///   question or task);
+/// - `do-not-collect`: the turn's words are no activity (not a user turn,
+///   no mention; a tool call in it still is: that is the host's fact) and
+///   the capture does not read it; the raw record keeps it.
+///
+/// Every verdict carries the generation that decided; captured entries
+/// record the one that made their context dirty (`gate_generation`).
 ///
 /// A fault, an open breaker, a decision log that refuses, or a panic gives
 /// the world's fail-safe, observe only: never more than a plugin could
@@ -734,15 +747,149 @@ impl WasmGate {
         };
         turn.work_context_id = work_context;
         turn.entity_mentions = mentions.to_vec();
+        let phase = work_phase(input.work_phase);
         SignificanceInput {
             turn,
             context: GateContext {
-                activity_type: ActivityType::Unknown,
+                activity_type: activity_type(input.content, phase),
                 has_active_work_context: has_context,
+                work_phase: phase,
                 turns_in_session: u32::try_from(input.seq.saturating_add(1)).unwrap_or(u32::MAX),
                 ..GateContext::default()
             },
         }
+    }
+}
+
+/// A work context's phase as the gate's vocabulary names it.
+fn work_phase(phase: Option<&str>) -> WorkPhase {
+    match phase {
+        Some("research") => WorkPhase::Research,
+        Some("drafting") => WorkPhase::Drafting,
+        Some("review") => WorkPhase::Review,
+        Some("revision") => WorkPhase::Revision,
+        Some("waiting_for_external") => WorkPhase::WaitingForExternal,
+        Some("completed") => WorkPhase::Completed,
+        Some("paused") => WorkPhase::Paused,
+        _ => WorkPhase::Unknown,
+    }
+}
+
+/// Verb families of the activity types (docs/DESIGN.md, *Activity types
+/// and work phases*), in the order they are tried: the first family with a
+/// word in the message wins.
+const ACTIVITY_FAMILIES: [(ActivityType, &[&str]); 6] = [
+    (
+        ActivityType::Recall,
+        &[
+            "remember",
+            "recall",
+            "remind me what",
+            "what did we",
+            "last time we",
+        ],
+    ),
+    (
+        ActivityType::Research,
+        &[
+            "find",
+            "research",
+            "look up",
+            "look into",
+            "analyze",
+            "analyse",
+            "investigate",
+            "compare",
+            "search",
+        ],
+    ),
+    (
+        ActivityType::Drafting,
+        &[
+            "draft",
+            "write",
+            "rewrite",
+            "edit",
+            "outline",
+            "revise",
+            "proofread",
+        ],
+    ),
+    (
+        ActivityType::Communication,
+        &[
+            "email", "reply", "respond", "message", "call", "announce", "tell", "invite",
+        ],
+    ),
+    (
+        ActivityType::Strategic,
+        &[
+            "plan",
+            "decide",
+            "prioritize",
+            "prioritise",
+            "strategy",
+            "roadmap",
+            "should we",
+            "choose",
+        ],
+    ),
+    (
+        ActivityType::Operational,
+        &[
+            "deploy",
+            "run",
+            "fix",
+            "configure",
+            "install",
+            "book",
+            "schedule",
+            "set up",
+            "migrate",
+            "ship",
+        ],
+    ),
+];
+
+/// The activity type of a message: what its words say ("find", "research",
+/// "look up", "analyze" → research; "draft", "write" → drafting…), else
+/// what its work context's phase implies (research → research; drafting,
+/// review, revision → drafting; waiting → communication), else `unknown`.
+///
+/// ```
+/// use cairn::activity_type;
+/// use cairn_policies::{ActivityType, WorkPhase};
+/// assert_eq!(activity_type("Look up the scienter standard", WorkPhase::Unknown), ActivityType::Research);
+/// assert_eq!(activity_type("ok, continue", WorkPhase::Drafting), ActivityType::Drafting);
+/// assert_eq!(activity_type("ok, continue", WorkPhase::Unknown), ActivityType::Unknown);
+/// ```
+pub fn activity_type(content: &str, phase: WorkPhase) -> ActivityType {
+    let lower = content.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |phrase: &str| {
+        let needle: Vec<&str> = phrase.split(' ').collect();
+        words.windows(needle.len()).any(|w| {
+            w.iter().zip(&needle).all(|(word, n)| {
+                word == n
+                    || word
+                        .strip_prefix(n)
+                        .is_some_and(|rest| matches!(rest, "s" | "es" | "ed" | "ing" | "d"))
+            })
+        })
+    };
+    for (activity, family) in ACTIVITY_FAMILIES {
+        if family.iter().any(|phrase| has(phrase)) {
+            return activity;
+        }
+    }
+    match phase {
+        WorkPhase::Research => ActivityType::Research,
+        WorkPhase::Drafting | WorkPhase::Review | WorkPhase::Revision => ActivityType::Drafting,
+        WorkPhase::WaitingForExternal => ActivityType::Communication,
+        _ => ActivityType::Unknown,
     }
 }
 
@@ -762,11 +909,14 @@ impl cairn_actors::CaptureGate for WasmGate {
             self.slot
                 .decide(&WasmGate::input(input, &structural.mentions))
         }));
-        let significant = match asked {
-            Ok(Ok(decided)) => decided.decision.captures(),
+        let (decision, generation) = match asked {
+            Ok(Ok(decided)) => (
+                Some(decided.decision),
+                Some(decided.generation.as_str().to_owned()),
+            ),
             Ok(Err(error)) => {
                 tracing::warn!(%error, session = input.session, seq = input.seq, "significance gate: fail-safe (observe only)");
-                false
+                (None, None)
             }
             Err(_) => {
                 tracing::error!(
@@ -774,11 +924,36 @@ impl cairn_actors::CaptureGate for WasmGate {
                     seq = input.seq,
                     "significance gate panicked: fail-safe (observe only)"
                 );
-                false
+                (None, None)
             }
         };
+        let depth = match &decision {
+            None => Depth::ObserveOnly,
+            Some(d) => match (d.collection_decision, d.extraction_depth) {
+                (CollectionDecision::DoNotCollect, _) => Depth::DoNotCollect,
+                (_, ExtractionDepth::None) => Depth::ObserveOnly,
+                (_, ExtractionDepth::Shallow) => Depth::Shallow,
+                (_, ExtractionDepth::Standard) => Depth::Standard,
+                (_, ExtractionDepth::Deep) => Depth::Deep,
+                // A depth this build does not know: the default reading.
+                _ => Depth::Standard,
+            },
+        };
+        if depth == Depth::DoNotCollect {
+            // Raw record only: its words are no activity (not a user turn,
+            // no mention). A tool call in it is the host's fact, not the
+            // turn's content: it still counts.
+            return Significance {
+                tool_use: structural.tool_use,
+                depth,
+                generation,
+                ..Significance::default()
+            };
+        }
         Significance {
-            significant,
+            significant: decision.as_ref().is_some_and(|d| d.captures()),
+            depth,
+            generation,
             ..structural
         }
     }
@@ -812,6 +987,38 @@ mod tests {
             Action::RenderInline,
             Some(Destination::LocalModel),
         ))
+    }
+
+    /// The gate is told the activity the turn's words say, else the one
+    /// its context's phase implies, and the phase itself, not `unknown`.
+    #[test]
+    fn the_gate_hears_the_activity_and_the_phase() {
+        let input = |content: &'static str, phase: Option<&'static str>| GateInput {
+            session: "s1",
+            session_kind: cairn_memory::SessionKind::Main,
+            work_context: "launch",
+            seq: 2,
+            role: Role::User,
+            content,
+            tool_use: false,
+            subjects: &[],
+            work_phase: phase,
+        };
+        let asked = WasmGate::input(
+            &input("Look up the scienter standard.", Some("drafting")),
+            &[],
+        );
+        assert_eq!(asked.context.activity_type, ActivityType::Research);
+        assert_eq!(asked.context.work_phase, WorkPhase::Drafting);
+        assert_eq!(asked.context.turns_in_session, 3);
+        let asked = WasmGate::input(&input("ok, go on", Some("drafting")), &[]);
+        assert_eq!(asked.context.activity_type, ActivityType::Drafting);
+        let asked = WasmGate::input(&input("Email Dana the dates.", None), &[]);
+        assert_eq!(asked.context.activity_type, ActivityType::Communication);
+        assert_eq!(asked.context.work_phase, WorkPhase::Unknown);
+        let asked = WasmGate::input(&input("ok", Some("waiting_for_external")), &[]);
+        assert_eq!(asked.context.work_phase, WorkPhase::WaitingForExternal);
+        assert_eq!(asked.context.activity_type, ActivityType::Communication);
     }
 
     /// An installed memory policy that cannot be restored is not replaced

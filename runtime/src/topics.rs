@@ -32,13 +32,13 @@ use std::sync::Arc;
 use cairn_actors::{ActorError, TopicJudge, TopicTurn};
 use cairn_memory::topics::gate::{self, Effect, Route};
 pub use cairn_memory::topics::gate::{
-    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TurnRef, Via,
+    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TopicCounts, TurnRef, Via,
 };
 pub use cairn_memory::topics::lexical::DEFAULT_THRESHOLD;
 use cairn_memory::topics::lexical::TermVector;
 use cairn_memory::topics::matcher::TopicMatcher;
 pub use cairn_memory::topics::{
-    Activation, Priority, Scope, Subscription, Topic, TopicSpec, Trigger,
+    Activation, Priority, Scope, Subscription, Topic, TopicSpec, Trigger, next_fire,
 };
 use cairn_memory::{Role, Turn, Workspace};
 use cairn_policies::{
@@ -84,10 +84,33 @@ pub struct CollectReport {
     pub already: usize,
 }
 
+/// What feeding a topic's webhook did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FeedReport {
+    /// The turn the text was recorded as.
+    pub turn: TurnRef,
+    /// The gate's outcome (`None`: the topic did not judge it).
+    pub outcome: Option<Outcome>,
+}
+
+/// One scheduled collection that ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScheduledRun {
+    /// The topic.
+    pub topic: String,
+    /// It collected turns from this time on (its previous run).
+    pub since: DateTime<Utc>,
+    /// What it collected.
+    pub report: CollectReport,
+}
+
 /// One workspace's topics, compiled for the gate.
 #[derive(Debug)]
 struct Compiled {
     topics: Vec<Topic>,
+    /// Index in `topics` by name: a watcher finds its topic in O(1),
+    /// whatever the number of topics.
+    by_name: HashMap<String, usize>,
     matcher: TopicMatcher,
     profiles: Vec<TermVector>,
 }
@@ -147,8 +170,14 @@ fn compile(ws: &Workspace) -> Result<Compiled> {
         .iter()
         .map(|t| profile(ws, t))
         .collect::<Result<Vec<_>>>()?;
+    let by_name = topics
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.spec.name.clone(), i))
+        .collect();
     Ok(Compiled {
         topics,
+        by_name,
         matcher,
         profiles,
     })
@@ -196,6 +225,9 @@ enum Mode {
     Live,
     /// Requested by a person: a manual topic collects like an auto one.
     Requested,
+    /// Fed to the topic's webhook: addressed to this topic, so its scope
+    /// and subscriptions do not apply, and a manual topic collects.
+    Webhook,
 }
 
 impl TopicGate {
@@ -244,7 +276,7 @@ impl TopicGate {
         turn: &TopicTurn,
     ) -> Result<()> {
         let compiled = self.compiled(ws)?;
-        let Some(idx) = compiled.topics.iter().position(|t| t.spec.name == topic) else {
+        let Some(&idx) = compiled.by_name.get(topic) else {
             return Ok(());
         };
         let (Some(topic), Some(profile)) = (compiled.topics.get(idx), compiled.profiles.get(idx))
@@ -289,9 +321,10 @@ impl TopicGate {
     ) -> Result<Option<Outcome>> {
         let spec = &topic.spec;
         let turn_ref = TurnRef::new(&turn.session, turn.seq);
+        let addressed = mode == Mode::Webhook;
         if spec.paused
-            || !spec.scope.covers(turn.role)
-            || !spec.listens_to(&turn.session, &turn.work_context)
+            || (!addressed && !spec.scope.covers(turn.role))
+            || (!addressed && !spec.listens_to(&turn.session, &turn.work_context))
             || (mode == Mode::Live && spec.activation == Activation::Manual)
             || ws.is_member(&spec.name, &turn_ref)?
         {
@@ -300,7 +333,7 @@ impl TopicGate {
         let threshold = spec.similarity_threshold.unwrap_or(self.threshold);
         let score = profile.cosine(turn_vec);
         let activation = match (mode, spec.activation) {
-            (Mode::Requested, Activation::Manual) => Activation::Auto,
+            (Mode::Requested | Mode::Webhook, Activation::Manual) => Activation::Auto,
             (_, a) => a,
         };
         let mut record = GateRecord {
@@ -314,7 +347,14 @@ impl TopicGate {
             score,
             threshold,
             outcome: Outcome::Dropped,
-            reasons: vec!["pattern-match".to_owned()],
+            reasons: vec![
+                if addressed {
+                    "webhook"
+                } else {
+                    "pattern-match"
+                }
+                .to_owned(),
+            ],
             policy_generation: None,
             note: None,
             cached: false,
@@ -359,8 +399,11 @@ impl TopicGate {
             via: match mode {
                 Mode::Live => Via::Live,
                 Mode::Requested => Via::Backfill,
+                Mode::Webhook => Via::Webhook,
             },
             snippet: gate::snippet(&turn.content),
+            work_context: Some(turn.work_context.clone()),
+            low_trust: turn.role == Role::Tool || addressed,
             collected_at: record.decided_at,
         };
         let effect = if !collect {
@@ -577,10 +620,120 @@ impl Cairn {
         since: Option<DateTime<Utc>>,
     ) -> Result<CollectReport> {
         let ws = self.memory().existing_workspace(workspace)?;
+        let report = self
+            .topic_gate()
+            .collect(&ws, self.policies(), &ws.topic(name)?, since)?;
+        self.topics_changed(workspace);
+        Ok(report)
+    }
+
+    /// Feeds text to a topic's inbound webhook. The text is recorded as a
+    /// tool result (its call id `webhook-<ulid>`) (low trust: data, never instructions) of the session
+    /// `webhook-<topic>` in the topic's first subscribed work context (the
+    /// default one otherwise), through [`Cairn::ingest`] like any turn; then
+    /// this topic's gate judges it as addressed to it (its scope and
+    /// subscriptions do not apply; a manual topic collects). Refused with
+    /// `invalid_topic` for a topic without a `webhook` trigger or paused.
+    ///
+    /// ```
+    /// use cairn::topics::{Activation, TopicSpec, Trigger, Priority, Outcome};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let cairn = cairn::Cairn::open(cairn::CairnConfig { data_dir: dir.path().into(), ..Default::default() })?;
+    /// let spec = TopicSpec::new("alerts", "Production alerts").trigger(Trigger::Webhook)
+    ///     .activation(Activation::Auto).priority(Priority::Critical);
+    /// cairn.create_topic("acme", &spec)?;
+    /// let fed = cairn.feed_topic("acme", "alerts", "CPU on db-1 above 95% for 10 minutes")?;
+    /// assert_eq!(fed.outcome, Some(Outcome::Collected));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn feed_topic(&self, workspace: &str, name: &str, text: &str) -> Result<FeedReport> {
+        let ws = self.memory().existing_workspace(workspace)?;
         let topic = ws.topic(name)?;
-        let matcher = TopicMatcher::new([&topic.spec]);
-        let profile = profile(&ws, &topic)?;
+        let refuse = |reason: &str| {
+            crate::error::CairnError::Memory(cairn_memory::MemoryError::InvalidTopic {
+                field: "triggers".to_owned(),
+                reason: format!("topic {name} {reason}"),
+            })
+        };
+        if !topic.spec.triggers.contains(&Trigger::Webhook) {
+            return Err(refuse("has no webhook trigger"));
+        }
+        if topic.spec.paused {
+            return Err(refuse("is paused"));
+        }
+        let session = format!("webhook-{name}");
+        let work_context = topic.spec.subscriptions.iter().find_map(|s| match s {
+            Subscription::WorkContext(wc) => Some(wc.clone()),
+            _ => None,
+        });
+        // A tool result needs a call id: each feed is its own delivery.
+        let mut input = cairn_memory::TurnInput::new(&session, Role::Tool, text)
+            .with_tool_call_id(&format!("webhook-{}", ulid::Ulid::new()));
+        if let Some(wc) = &work_context {
+            input = input.in_context(wc);
+        }
+        let ack = self.ingest(workspace, std::slice::from_ref(&input))?;
+        let seq = ack.first().map_or(0, |a| a.seq);
+        let Some(turn) = ws.transcript(&session, seq, Some(1))?.into_iter().next() else {
+            return Err(refuse("lost the turn it was fed"));
+        };
         let gate = self.topic_gate();
+        let profile = profile(&ws, &topic)?;
+        let kind = ws.session(&session)?.kind;
+        let turn_vec = TermVector::new([turn.content.as_str()]);
+        let outcome = gate.decide(
+            &ws,
+            self.policies(),
+            &topic,
+            &profile,
+            &turn,
+            kind,
+            &turn_vec,
+            Mode::Webhook,
+        )?;
+        self.topics_changed(workspace);
+        Ok(FeedReport {
+            turn: TurnRef::new(&session, seq),
+            outcome,
+        })
+    }
+
+    /// How much a workspace's topics hold: definitions, gate decisions,
+    /// collected turns, proposals. Counts what the watchers have decided
+    /// so far (call [`Cairn::flush`] first to wait for them).
+    pub fn topic_counts(&self, workspace: &str) -> Result<TopicCounts> {
+        Ok(self
+            .memory()
+            .existing_workspace(workspace)?
+            .topic_counts()?)
+    }
+
+    /// Runs the schedules of a workspace's topics that are due at the
+    /// clock's time: each due topic collects over the turns since its last
+    /// run (or since it was created), as [`Cairn::collect_topic`] does, and
+    /// its run is recorded. The actors' ticker does this on every tick.
+    pub fn run_topic_schedules(&self, workspace: &str) -> Result<Vec<ScheduledRun>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let runs = self.topic_gate().run_schedules(&ws, self.policies())?;
+        if !runs.is_empty() {
+            self.topics_changed(workspace);
+        }
+        Ok(runs)
+    }
+}
+
+impl TopicGate {
+    /// A requested collection over the record (see [`Cairn::collect_topic`]).
+    fn collect(
+        &self,
+        ws: &Workspace,
+        policies: &Policies,
+        topic: &Topic,
+        since: Option<DateTime<Utc>>,
+    ) -> Result<CollectReport> {
+        let name = topic.spec.name.as_str();
+        let matcher = TopicMatcher::new([&topic.spec]);
+        let profile = profile(ws, topic)?;
         let mut report = CollectReport::default();
         for session in ws.sessions(None)? {
             if !topic.spec.listens_to(&session.id, &session.work_context) {
@@ -600,10 +753,10 @@ impl Cairn {
                     continue;
                 }
                 let turn_vec = TermVector::new([turn.content.as_str()]);
-                match gate.decide(
-                    &ws,
-                    self.policies(),
-                    &topic,
+                match self.decide(
+                    ws,
+                    policies,
+                    topic,
                     &profile,
                     &turn,
                     session.kind,
@@ -616,8 +769,57 @@ impl Cairn {
                 }
             }
         }
-        self.topics_changed(workspace);
         Ok(report)
+    }
+
+    /// The topics of `ws` whose schedule is due: each collects since its
+    /// last run, then its run is recorded.
+    fn run_schedules(&self, ws: &Workspace, policies: &Policies) -> Result<Vec<ScheduledRun>> {
+        let now = ws.clock().now();
+        let mut runs = Vec::new();
+        for topic in ws.topics()? {
+            if topic.spec.paused {
+                continue;
+            }
+            let schedules: Vec<&str> = topic
+                .spec
+                .triggers
+                .iter()
+                .filter_map(|t| match t {
+                    Trigger::Schedule(cron) => Some(cron.as_str()),
+                    _ => None,
+                })
+                .collect();
+            if schedules.is_empty() {
+                continue;
+            }
+            let last = ws
+                .schedule_mark(&topic.spec.name)?
+                .unwrap_or(topic.created_at);
+            let due = schedules
+                .iter()
+                .filter_map(|cron| next_fire(cron, last))
+                .min()
+                .is_some_and(|at| at <= now);
+            if !due {
+                continue;
+            }
+            let report = self.collect(ws, policies, &topic, Some(last))?;
+            ws.set_schedule_mark(&topic.spec.name, now)?;
+            tracing::info!(
+                workspace = ws.id(),
+                topic = %topic.spec.name,
+                collected = report.collected,
+                proposed = report.proposed,
+                "topic schedule ran"
+            );
+            runs.push(ScheduledRun {
+                topic: topic.spec.name.clone(),
+                since: last,
+                report,
+            });
+        }
+        Ok(runs)
     }
 }
 
@@ -665,5 +867,16 @@ impl TopicJudge for LiveTopics {
 
     fn restarted(&self, workspace: &str) {
         self.gate.invalidate(workspace);
+    }
+
+    fn scheduled(&self, ws: &Workspace) -> std::result::Result<(), ActorError> {
+        let runs = self
+            .gate
+            .run_schedules(ws, &self.policies)
+            .map_err(|e| gate_error("(schedules)", e))?;
+        if !runs.is_empty() {
+            self.gate.invalidate(ws.id());
+        }
+        Ok(())
     }
 }

@@ -364,8 +364,10 @@ fn passivated_actors_rebuild_their_state_from_the_store() -> Result<()> {
     cairn.ingest(
         "w",
         &[
-            turn("s", "wc", Role::User, "One."),
-            turn("s", "wc", Role::User, "Two."),
+            // Turns with something in them: the significance gate counts
+            // them as activity (a bare "One." it would not collect at all).
+            turn("s", "wc", Role::User, "First, the launch checklist."),
+            turn("s", "wc", Role::User, "Second, the pricing page copy."),
         ],
     )?;
     ensure!(cairn.tick()?.is_empty());
@@ -377,7 +379,10 @@ fn passivated_actors_rebuild_their_state_from_the_store() -> Result<()> {
     ensure!((stats.sessions, stats.contexts) == (0, 0), "{stats:?}");
     ensure!(stats.passivated == 2);
 
-    let acks = cairn.ingest("w", &[turn("s", "wc", Role::User, "Three.")])?;
+    let acks = cairn.ingest(
+        "w",
+        &[turn("s", "wc", Role::User, "Third, the support rota.")],
+    )?;
     ensure!(acks[0].seq == 2);
     clock.advance(Duration::minutes(16));
     let captures = cairn.tick()?;

@@ -64,6 +64,45 @@ fn demo_prints_turns_and_a_block() -> Result<()> {
     ensure!(text.contains("activity: drafting, inherited"), "{text}");
     ensure!(text.contains("-- trace ("), "{text}");
     ensure!(text.contains("of 300 tokens"), "{text}");
+    // Memory stays current: the next morning's resume card has neither the
+    // waitlist question (answered: waitlist April 8) nor the bare "Let's go
+    // with April 1" beside the richer decision; the launch-date task is done.
+    let card: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("<card tier=\"1\""))
+        .take_while(|l| *l != "</card>")
+        .collect::<Vec<_>>()
+        .join("\n");
+    ensure!(!card.is_empty(), "{text}");
+    ensure!(!card.contains("waitlist in the first wave"), "{card}");
+    ensure!(!card.contains("Let's go with April 1"), "{card}");
+    ensure!(
+        text.contains("merged: [key_decision] Let's go with April 1 and sync on."),
+        "{text}"
+    );
+    ensure!(text.contains("(answer.report) <- s-0415:0"), "{text}");
+    ensure!(
+        text.contains("[task] Done: We need to pick a launch date for the Orion beta."),
+        "{text}"
+    );
+    // The next session opens with the last one's handoff; the demo ends
+    // with the briefing, each line with its reference.
+    ensure!(text.contains("## Last session handoff\n"), "{text}");
+    let briefing: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("## Briefing: "))
+        .collect();
+    ensure!(briefing.len() > 6 && briefing.len() <= 80, "{text}");
+    ensure!(
+        briefing.contains(&"### Open questions") && briefing.contains(&"- none"),
+        "{briefing:?}"
+    );
+    ensure!(
+        !briefing
+            .iter()
+            .any(|l| l.contains("pick a launch date") || l.contains("ask Dana")),
+        "{briefing:?}"
+    );
     // Rerunning on the same data dir is idempotent.
     let again = stdout(&cairn(dir.path(), &["demo"], None)?);
     ensure!(again.contains("(0 new"), "{again}");
@@ -311,5 +350,123 @@ fn ingest_checks_the_whole_file_before_writing() -> Result<()> {
         "something was written: {}",
         stdout(&out)
     );
+    Ok(())
+}
+
+/// `cairn brief` prints the briefing; `--write` keeps every byte of a
+/// MEMORY.md outside the markers, creates a missing file, and refuses
+/// (exit 2, file untouched) a file whose markers are broken.
+#[test]
+fn brief_writes_only_between_the_markers() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    for (kind, content) in [
+        ("decision", "Launch the beta on April 1"),
+        ("task", "Book the maintenance window"),
+    ] {
+        let add = cairn(
+            &data,
+            &[
+                "log",
+                "add",
+                "--kind",
+                kind,
+                "--content",
+                content,
+                "--subject",
+                "beta",
+                "--work-context",
+                "launch",
+            ],
+            None,
+        )?;
+        ensure!(
+            add.status.success(),
+            "{}",
+            String::from_utf8_lossy(&add.stderr)
+        );
+    }
+
+    let out = cairn(&data, &["brief", "--work-context", "launch"], None)?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = stdout(&out);
+    ensure!(
+        printed.starts_with("## Briefing: default / launch ("),
+        "{printed}"
+    );
+    ensure!(
+        printed.contains("### Pending\n- Book the maintenance window (beta; since "),
+        "{printed}"
+    );
+
+    // Created when absent.
+    let memory = dir.path().join("MEMORY.md");
+    let memory_arg = memory.to_str().context("path")?;
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(stdout(&out).starts_with("created "), "{}", stdout(&out));
+    // A person's text around the block, with odd bytes, is kept exactly.
+    let written = std::fs::read(&memory)?;
+    let start = b"<!-- cairn:briefing:start -->";
+    let at = written
+        .windows(start.len())
+        .position(|w| w == start)
+        .context("no start marker")?;
+    let mut manual = b"# Goals\r\n- ship the beta \xff\n\n".to_vec();
+    manual.extend_from_slice(&written[at..]);
+    manual.extend_from_slice(b"\n## Notes (mine)\nno trailing newline");
+    std::fs::write(&memory, &manual)?;
+    let add = cairn(
+        &data,
+        &[
+            "log",
+            "add",
+            "--kind",
+            "decision",
+            "--subject",
+            "beta",
+            "--content",
+            "Ship sync in the beta",
+        ],
+        None,
+    )?;
+    ensure!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(stdout(&out).starts_with("updated "), "{}", stdout(&out));
+    let after = std::fs::read(&memory)?;
+    ensure!(
+        after.starts_with(b"# Goals\r\n- ship the beta \xff\n\n<!-- cairn:briefing:start -->\n")
+    );
+    ensure!(
+        after.ends_with(b"<!-- cairn:briefing:end -->\n\n## Notes (mine)\nno trailing newline")
+    );
+    ensure!(String::from_utf8_lossy(&after).contains("beta: Ship sync in the beta"));
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(stdout(&out).starts_with("unchanged "), "{}", stdout(&out));
+
+    // Broken markers: a clear error, exit 2, not a byte written.
+    let broken = b"# Goals\n<!-- cairn:briefing:end -->\nx\n<!-- cairn:briefing:start -->\n";
+    std::fs::write(&memory, broken)?;
+    let out = cairn(&data, &["brief", "--write", memory_arg], None)?;
+    ensure!(out.status.code() == Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        err.contains("the end marker (line 2) comes before the start marker (line 4)")
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    ensure!(std::fs::read(&memory)? == broken);
     Ok(())
 }

@@ -62,6 +62,26 @@ fn happy_path_and_openapi() -> Result<()> {
         s == 200 && live[0]["id"] == id.as_str() && live[0]["status"]["state"] == "live",
         "{live}"
     );
+    // The briefing: the workspace's or one work context's, with references.
+    ensure!(spec["paths"]["/v1/workspaces/{workspace}/briefing"]["get"].is_object());
+    let (s, briefing) = server.get("/v1/workspaces/acme/briefing?work_context=launch")?;
+    ensure!(s == 200, "{briefing}");
+    let text = briefing["text"].as_str().unwrap_or_default();
+    ensure!(
+        text.contains(&format!("launch: Launch on April 1 [{id}; s1:0-1]")),
+        "{briefing}"
+    );
+    ensure!(briefing["sections"][1]["kind"] == "decisions", "{briefing}");
+    check_error(
+        server.get("/v1/workspaces/acme/briefing?work_context=no%20such")?,
+        400,
+        "invalid_id",
+    )?;
+    check_error(
+        server.get("/v1/workspaces/nobody/briefing")?,
+        404,
+        "workspace_not_found",
+    )?;
     let (s, block) = server.post(
         "/v1/workspaces/acme/assemble",
         &json!({"session": "s1", "budget_tokens": 200}),

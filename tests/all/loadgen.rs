@@ -27,7 +27,13 @@ const KEYS: &[&str] = &[
 ];
 
 fn loadgen(args: &[&str]) -> Result<(Output, Value)> {
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/steady.toml");
+    loadgen_on("steady.toml", args)
+}
+
+fn loadgen_on(file: &str, args: &[&str]) -> Result<(Output, Value)> {
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(file);
     let out = Command::new(cairn_bin())
         .arg("loadgen")
         .arg("--scenario")
@@ -95,6 +101,27 @@ fn loadgen_in_process_loses_nothing_and_swaps_the_policy() -> Result<()> {
         sessions.as_array().is_some_and(|s| !s.is_empty()),
         "{sessions}"
     );
+    Ok(())
+}
+
+#[test]
+fn loadgen_with_topic_watchers_and_topic_plugin_swaps_loses_nothing() -> Result<()> {
+    let (out, report) = loadgen_on("topics.toml", &["--swap-every", "0.3"])?;
+    ensure!(report["watched_topics"] == 1000, "{report}");
+    let decisions = report["topic_decisions"]
+        .as_u64()
+        .context("topic_decisions")?;
+    let collected = report["topic_collected"]
+        .as_u64()
+        .context("topic_collected")?;
+    ensure!(decisions > 0 && collected > 0, "{report}");
+    ensure!(collected <= decisions, "{report}");
+    ensure!(report["topic_faults"] == 0, "{report}");
+    // Each swap replaces both plugins.
+    ensure!(report["swaps"].as_u64() >= Some(1), "{report}");
+    ensure!(report["swap_failures"] == 0, "{report}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(text.contains("topic_collected"), "{text}");
     Ok(())
 }
 

@@ -6,6 +6,7 @@ mod actors;
 mod assembly;
 mod cli;
 mod compaction;
+mod current;
 mod durability;
 mod extraction;
 mod http_api;

@@ -296,6 +296,24 @@ fn cli_defines_a_topic_collects_and_explains() -> Result<()> {
         text.contains("collected") && text.contains("tier 1"),
         "{text}"
     );
+    // `cairn search --topic` keeps only what the topic collected.
+    let search = |topic: &str| {
+        run(
+            dir.path(),
+            &[
+                "-w", "acme", "search", "bounced", "--mode", "bm25", "--topic", topic,
+            ],
+        )
+    };
+    let found = search("billing")?;
+    let text = String::from_utf8_lossy(&found.stdout);
+    ensure!(
+        found.status.success() && text.contains("session:s1:0-0"),
+        "{text}"
+    );
+    let unknown = search("nope")?;
+    ensure!(!unknown.status.success(), "{unknown:?}");
+    ensure!(String::from_utf8_lossy(&unknown.stderr).contains("nope"));
     Ok(())
 }
 
@@ -321,6 +339,29 @@ fn http_topic_crud() -> Result<()> {
     ensure!(
         status == 200 && body.to_string().contains("billing"),
         "{body}"
+    );
+    // The webhook: refused for a topic without the trigger, then fed.
+    let feed = serde_json::json!({"text": "invoice 42 bounced"});
+    let (status, body) = server.post("/v1/workspaces/acme/topics/billing/webhook", &feed)?;
+    ensure!(
+        status == 400 && body.to_string().contains("webhook"),
+        "{status} {body}"
+    );
+    let hooked = serde_json::json!({
+        "name": "alerts", "description": "Alerts", "activation": "auto",
+        "priority": "critical", "triggers": [{"kind": "webhook"}]
+    });
+    let (status, body) = server.post("/v1/workspaces/acme/topics", &hooked)?;
+    ensure!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = server.post("/v1/workspaces/acme/topics/alerts/webhook", &feed)?;
+    ensure!(
+        status == 200 && body["outcome"] == "collected",
+        "{status} {body}"
+    );
+    let (status, body) = server.get("/openapi.json")?;
+    ensure!(
+        status == 200 && body.to_string().contains("/topics/{name}/webhook"),
+        "{status}"
     );
     let (status, _) = server.post(
         "/v1/workspaces/acme/topics/billing/pause",
@@ -353,5 +394,167 @@ fn memory_search_filters_by_topic() -> Result<()> {
     ensure!(only.items[0].seq == Some(member.seq), "{:?}", only.items);
     let unknown = cairn.memory_search("acme", &request(Some("nope")));
     ensure!(unknown.is_err(), "{unknown:?}");
+    Ok(())
+}
+
+#[test]
+fn a_topics_collection_is_an_assembly_candidate_and_forget_takes_it() -> Result<()> {
+    use cairn::{AssembleRequest, ForgetTarget, ItemSource, Section};
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.create_topic(
+        "acme",
+        &topic("billing", "invoice", Activation::Auto, Priority::Critical),
+    )?;
+    let member = say(
+        &cairn,
+        "old",
+        Role::User,
+        "the invoice for March was paid twice",
+    )?;
+    // Another session in the same work context, long enough that the
+    // collected turn is not in its tail.
+    for i in 0..6 {
+        say(
+            &cairn,
+            "new",
+            Role::User,
+            &format!("planning step {i} for the launch"),
+        )?;
+    }
+    let mut request = AssembleRequest::new("new", 2_000);
+    request.retrieval = cairn::RetrievalMode::Off;
+    let block = cairn.assemble("acme", &request)?;
+    let item = block
+        .items
+        .iter()
+        .find(|i| i.section == Section::Topics)
+        .ok_or_else(|| anyhow::anyhow!("no topic item in {}", block.text))?;
+    ensure!(
+        item.source
+            == ItemSource::Topic {
+                topic: "billing".into(),
+                session: member.session.clone(),
+                seq: member.seq,
+            },
+        "{item:?}"
+    );
+    ensure!(
+        block
+            .text
+            .contains("via topic billing; now; this_context) the invoice for March"),
+        "{}",
+        block.text
+    );
+    ensure!(
+        block
+            .trace
+            .iter()
+            .any(|t| t.rule == "topics.collection" && t.included),
+        "{:?}",
+        block.trace
+    );
+    // Turned off by the settings.
+    let mut off = request.clone();
+    off.settings = Some(cairn::AssembleSettings {
+        topic_items: 0,
+        ..Default::default()
+    });
+    let without = cairn.assemble("acme", &off)?;
+    ensure!(!without.items.iter().any(|i| i.section == Section::Topics));
+    // Forgetting the session takes its memberships and gate records too.
+    cairn.forget("acme", &ForgetTarget::Session("old".into()), "test")?;
+    ensure!(cairn.topic("acme", "billing", 10)?.members.is_empty());
+    ensure!(cairn.gate_log("acme", "billing", 10)?.is_empty());
+    let after = cairn.assemble("acme", &request)?;
+    ensure!(!after.text.contains("invoice for March"), "{}", after.text);
+    Ok(())
+}
+
+#[test]
+fn a_schedule_collects_what_came_since_its_last_run_on_the_tick() -> Result<()> {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir()?;
+    let start = chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 23, 8, 0, 0)
+        .single()
+        .ok_or_else(|| anyhow::anyhow!("bad date"))?;
+    let clock = cairn::ManualClock::new(start);
+    let cairn = Cairn::open_with_clock(
+        CairnConfig {
+            data_dir: dir.path().to_owned(),
+            actors: cairn::ActorConfig {
+                tick_interval_secs: 0,
+                ..Default::default()
+            },
+            ..CairnConfig::default()
+        },
+        Arc::new(clock.clone()),
+    )?;
+    // A manual topic (the live gate never collects it) on a 09:00 schedule.
+    let spec = topic("digest", "invoice", Activation::Manual, Priority::Critical)
+        .trigger(Trigger::Schedule("0 9 * * *".into()));
+    cairn.create_topic("acme", &spec)?;
+    let first = say(&cairn, "s1", Role::User, "the invoice was paid")?;
+    ensure!(cairn.topic("acme", "digest", 10)?.members.is_empty());
+    // Before 09:00 nothing is due.
+    clock.advance(chrono::Duration::minutes(30));
+    cairn.tick()?;
+    ensure!(cairn.topic("acme", "digest", 10)?.members.is_empty());
+    // Past 09:00 the tick runs it: the turn since creation is collected.
+    clock.advance(chrono::Duration::minutes(45));
+    cairn.tick()?;
+    let members = cairn.topic("acme", "digest", 10)?.members;
+    ensure!(
+        members.len() == 1 && members[0].turn == first,
+        "{members:?}"
+    );
+    // It does not run again until the next 09:00, then takes only what is new.
+    let second = say(&cairn, "s1", Role::User, "another invoice arrived")?;
+    clock.advance(chrono::Duration::hours(2));
+    ensure!(cairn.run_topic_schedules("acme")?.is_empty());
+    clock.advance(chrono::Duration::hours(22));
+    let runs = cairn.run_topic_schedules("acme")?;
+    ensure!(runs.len() == 1 && runs[0].report.collected == 1, "{runs:?}");
+    let members = cairn.topic("acme", "digest", 10)?.members;
+    ensure!(members.iter().any(|m| m.turn == second), "{members:?}");
+    Ok(())
+}
+
+#[test]
+fn a_webhook_feeds_text_to_its_topic_only() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.ingest(
+        "acme",
+        &[TurnInput::new("oncall", Role::User, "watching prod").in_context("ops")],
+    )?;
+    let spec = TopicSpec::new("alerts", "Production alerts: CPU, disk, latency")
+        .trigger(Trigger::Webhook)
+        .subscribe(Subscription::WorkContext("ops".into()))
+        .activation(Activation::Auto)
+        .priority(Priority::Critical);
+    cairn.create_topic("acme", &spec)?;
+    cairn.create_topic(
+        "acme",
+        &topic("billing", "invoice", Activation::Auto, Priority::Critical),
+    )?;
+    let fed = cairn.feed_topic("acme", "alerts", "CPU on db-1 above 95% for 10 minutes")?;
+    ensure!(fed.outcome == Some(Outcome::Collected), "{fed:?}");
+    ensure!(fed.turn.session == "webhook-alerts");
+    let members = cairn.topic("acme", "alerts", 10)?.members;
+    ensure!(members.len() == 1 && members[0].low_trust, "{members:?}");
+    ensure!(members[0].via == cairn::topics::Via::Webhook);
+    ensure!(members[0].work_context.as_deref() == Some("ops"));
+    let why = cairn.why("acme", "alerts", &fed.turn)?;
+    ensure!(why[0].reasons.contains(&"webhook".to_owned()), "{why:?}");
+    // A topic without a webhook trigger refuses, naming the field.
+    let refused = cairn.feed_topic("acme", "billing", "an invoice");
+    match refused {
+        Err(e) => ensure!(e.to_string().contains("triggers"), "{e}"),
+        Ok(r) => anyhow::bail!("fed a topic without a webhook: {r:?}"),
+    }
+    // Paused: refused too.
+    cairn.pause_topic("acme", "alerts", true)?;
+    ensure!(cairn.feed_topic("acme", "alerts", "disk full").is_err());
     Ok(())
 }

@@ -62,6 +62,8 @@ fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
         s == 200 && body[0]["content"] == "The acme launch is on April 1.",
         "{body}"
     );
+    let (s, body) = call("GET", "/v1/workspaces/acme/briefing", h(&acme), "")?;
+    ensure!(s == 200 && body["scope"]["workspace"] == "acme", "{body}");
     // The admin writes another workspace; the acme token cannot reach it.
     let (s, _) = call("POST", "/v1/workspaces/globex/turns", h(&admin), turn)?;
     ensure!(s == 200);
@@ -69,6 +71,7 @@ fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
         ("GET", "/v1/workspaces/globex/sessions/s1/transcript"),
         ("GET", "/v1/workspaces/globex/sessions"),
         ("GET", "/v1/workspaces/globex/entries"),
+        ("GET", "/v1/workspaces/globex/briefing"),
         ("POST", "/v1/workspaces/globex/search"),
         ("GET", "/v1/workspaces/globex/items/session:s1:0-0"),
         ("GET", "/v1/workspaces/%67lobex/sessions"),
@@ -140,5 +143,45 @@ fn a_public_address_needs_tokens() -> Result<()> {
         "served a public address without tokens"
     );
     ensure!(err.contains("without authentication"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn requests_are_limited_per_token_not_per_claimed_name() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nrequests_per_minute = 20\nadmin_token = \"{ADMIN}\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
+        ),
+    )?;
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let get = |token: &str| {
+        let auth = format!("Bearer {token}");
+        server.raw(
+            "GET",
+            "/v1/workspaces/acme/sessions",
+            &[("host", host.as_str()), ("authorization", auth.as_str())],
+            "",
+        )
+    };
+    let mut limited = 0;
+    for _ in 0..30 {
+        let (s, body) = get(ACME)?;
+        if s == 429 {
+            ensure!(body["code"] == "rate_limited", "{body}");
+            limited += 1;
+        } else {
+            // Admitted (the workspace does not exist yet: 404).
+            ensure!(s == 404, "{s} {body}");
+        }
+    }
+    ensure!(limited >= 5, "only {limited} of 30 requests were limited");
+    // Another token has its own budget.
+    let (s, body) = get(ADMIN)?;
+    ensure!(s == 404, "{s} {body}");
     Ok(())
 }

@@ -4,7 +4,9 @@
 
 use actix_web::web;
 use cairn::Cairn;
-use cairn::topics::{CollectReport, GateRecord, Proposal, Topic, TopicDetails, TopicSpec, TurnRef};
+use cairn::topics::{
+    CollectReport, FeedReport, GateRecord, Proposal, Topic, TopicDetails, TopicSpec, TurnRef,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -44,6 +46,14 @@ pub struct CollectBody {
     /// Only turns at or after this time.
     #[serde(default)]
     pub since: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST .../topics/{name}/webhook`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedBody {
+    /// The text fed to the topic (recorded as a low-trust tool turn).
+    pub text: String,
 }
 
 /// Body of `POST .../topics/{name}/proposals/decide`.
@@ -164,6 +174,17 @@ pub(crate) async fn collect(
     blocking(move || Ok(cairn.collect_topic(&ws, &name, body.since)?)).await
 }
 
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/webhook", request_body = FeedBody,
+    responses((status = 200, body = FeedReport), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn feed(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<FeedBody>,
+) -> ApiResult<FeedReport> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.feed_topic(&ws, &name, &body.text)?)).await
+}
+
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/log", params(LogQuery),
     responses((status = 200, body = Vec<GateRecord>), (status = 404, body = ErrorBody)))]
 pub(crate) async fn gate_log(
@@ -205,6 +226,7 @@ pub(crate) fn routes(scope: actix_web::Scope) -> actix_web::Scope {
             web::post().to(decide_proposal),
         )
         .route("/topics/{name}/collect", web::post().to(collect))
+        .route("/topics/{name}/webhook", web::post().to(feed))
         .route("/topics/{name}/log", web::get().to(gate_log))
         .route("/topics/{name}/why/{turn:.*}", web::get().to(why))
 }

@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cairn::{Role, SessionSpec, TurnInput};
+use cairn::topics::{TopicSpec, Trigger};
+use cairn::{Role, SessionSpec, TurnInput, WorldKind};
 use hdrhistogram::Histogram;
 
 use super::report::{Latencies, Report};
@@ -287,8 +288,13 @@ pub(crate) fn run(
     let s = scenario.clone();
     let topic_names = topics(s.topics);
     let mut notes = Vec::new();
-    for w in 0..s.workspaces {
-        target.add_topics(&format!("lg-ws-{w}"), &topic_names)?;
+    let workspaces: Vec<String> = (0..s.workspaces).map(|w| format!("lg-ws-{w}")).collect();
+    for (w, ws) in workspaces.iter().enumerate() {
+        target.add_topics(ws, &topic_names)?;
+        let specs = watched_topics(&s, w, &topic_names);
+        if !specs.is_empty() {
+            target.define_topics(ws, &specs)?;
+        }
     }
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(s.duration_secs);
@@ -359,7 +365,19 @@ pub(crate) fn run(
         let every = Duration::from_secs_f64(s.swap_every_secs);
         std::thread::spawn(move || {
             while !sleep_unless_stopped(&shared, every) {
-                match shared.target.swap() {
+                let worlds: &[WorldKind] = if shared.scenario.swap_topic_plugin {
+                    &[WorldKind::SignificanceGate, WorldKind::TopicDirective]
+                } else {
+                    &[WorldKind::SignificanceGate]
+                };
+                let mut outcome = SwapOutcome::Swapped;
+                for world in worlds {
+                    outcome = shared.target.swap(*world);
+                    if outcome != SwapOutcome::Swapped {
+                        break;
+                    }
+                }
+                match outcome {
                     SwapOutcome::Swapped => {
                         swaps.fetch_add(1, Ordering::Relaxed);
                     }
@@ -448,6 +466,15 @@ pub(crate) fn run(
                 .to_owned(),
         );
     }
+    let topic_tally = (s.watched_topics > 0)
+        .then(|| target.topic_tally(&workspaces))
+        .flatten();
+    if s.watched_topics > 0 && topic_tally.is_none() {
+        notes.push(
+            "the target does not report topic decisions (over HTTP: read each topic's log)"
+                .to_owned(),
+        );
+    }
     let (rss_mb, peak_rss_mb) = super::report::rss_mb();
     Ok(Report {
         mode: mode.to_owned(),
@@ -483,6 +510,11 @@ pub(crate) fn run(
         decision_faults: decisions.map(|d| d.1),
         swaps: swaps.load(Ordering::Relaxed),
         swap_failures: swap_failures.load(Ordering::Relaxed),
+        watched_topics: s.watched_topics,
+        topic_decisions: topic_tally.map(|t| t.decisions),
+        topic_collected: topic_tally.map(|t| t.collected),
+        topic_proposals: topic_tally.map(|t| t.proposals),
+        topic_faults: topic_tally.map(|t| t.faults),
         rss_mb,
         peak_rss_mb,
         server_rss_mb: None,
@@ -490,6 +522,44 @@ pub(crate) fn run(
         data_dir: None,
         notes,
     })
+}
+
+/// Workspace `w`'s share of the scenario's topic watchers: each watches one
+/// of the run's subjects (so generated turns reach it), with priorities,
+/// activations and scopes in rotation so every route of the gate runs.
+fn watched_topics(s: &Scenario, w: usize, subjects: &[String]) -> Vec<TopicSpec> {
+    use cairn::topics::{Activation, Priority, Scope};
+    if s.watched_topics == 0 || subjects.is_empty() {
+        return Vec::new();
+    }
+    let per = s.watched_topics / s.workspaces + usize::from(w < s.watched_topics % s.workspaces);
+    (0..per)
+        .map(|i| {
+            let subject = &subjects[i % subjects.len()];
+            let priority = [
+                Priority::Critical,
+                Priority::High,
+                Priority::Medium,
+                Priority::Low,
+            ][i % 4];
+            TopicSpec::new(
+                &format!("watch-{i}"),
+                &format!("Work on {subject}: decisions, problems and plans about {subject}"),
+            )
+            .trigger(Trigger::Subject(subject.clone()))
+            .activation(if i % 10 == 9 {
+                Activation::Gated
+            } else {
+                Activation::Auto
+            })
+            .priority(priority)
+            .scope(if i % 3 == 2 {
+                Scope::Both
+            } else {
+                Scope::Input
+            })
+        })
+        .collect()
 }
 
 /// The loss accounting of one run.

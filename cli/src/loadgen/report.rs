@@ -79,6 +79,16 @@ pub struct Report {
     pub swaps: u64,
     /// Policy swaps refused.
     pub swap_failures: u64,
+    /// Topic watchers defined across the workspaces.
+    pub watched_topics: usize,
+    /// Topic gate decisions logged (`null` when the target does not say).
+    pub topic_decisions: Option<u64>,
+    /// Turns the topics collected.
+    pub topic_collected: Option<u64>,
+    /// Proposals of gated topics.
+    pub topic_proposals: Option<u64>,
+    /// Tier-3 answers that were fail-safes after a topic plugin fault.
+    pub topic_faults: Option<u64>,
     /// Resident memory of this process at the end, MB.
     pub rss_mb: f64,
     /// Peak resident memory of this process, MB.
@@ -188,6 +198,17 @@ impl fmt::Display for Report {
             self.swaps,
             self.swap_failures
         )?;
+        if self.watched_topics > 0 {
+            writeln!(
+                f,
+                "  topics     {} watchers: {} decisions, {} collected, {} proposed, {} faults",
+                self.watched_topics,
+                opt(self.topic_decisions),
+                opt(self.topic_collected),
+                opt(self.topic_proposals),
+                opt(self.topic_faults)
+            )?;
+        }
         let server = self
             .server_rss_mb
             .map_or_else(String::new, |mb| format!(", server peak {mb:.0} MB"));

@@ -56,6 +56,12 @@ pub struct Scenario {
     pub assemble_budget_tokens: usize,
     /// Swap the significance plugin every this many seconds (0: never).
     pub swap_every_secs: f64,
+    /// Topic definitions (topic watchers) across all workspaces, spread
+    /// evenly; each watches one of the run's subjects, with priorities,
+    /// activations and scopes in rotation (0: no topics).
+    pub watched_topics: usize,
+    /// Each swap also hot-swaps the `topic-directive` plugin.
+    pub swap_topic_plugin: bool,
     /// In process: simulated seconds per real second (the runtime's clock
     /// runs this much faster, so idle and defocus triggers, which count in
     /// minutes, fire within a short run). Over HTTP the server keeps its
@@ -123,6 +129,8 @@ impl Default for Scenario {
             lifecycle: Lifecycle::default(),
             assemble_budget_tokens: 4000,
             swap_every_secs: 0.0,
+            watched_topics: 0,
+            swap_topic_plugin: false,
             time_scale: 60.0,
         }
     }
@@ -206,6 +214,9 @@ impl Scenario {
         if !(self.swap_every_secs.is_finite() && self.swap_every_secs >= 0.0) {
             return bad("swap_every_secs must be a finite number >= 0");
         }
+        if self.watched_topics > 100_000 {
+            return bad("watched_topics must be at most 100000");
+        }
         if !(self.time_scale.is_finite() && self.time_scale >= 1.0) {
             return bad("time_scale must be a finite number >= 1");
         }
@@ -252,7 +263,13 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            ["bursty", "many-idle-sessions", "steady", "swap-storm"]
+            [
+                "bursty",
+                "many-idle-sessions",
+                "steady",
+                "swap-storm",
+                "topics"
+            ]
         );
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cairn::topics::TopicSpec;
 use cairn::worlds::defaults;
 use cairn::{
     AssembleRequest, Cairn, CairnConfig, CairnError, Clock, ErrorKind, PolicyGenerationId,
@@ -43,14 +44,41 @@ pub(crate) enum SwapOutcome {
     Failed(String),
 }
 
+/// What the topic watchers did during a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TopicTally {
+    pub(crate) decisions: u64,
+    pub(crate) collected: u64,
+    pub(crate) proposals: u64,
+    /// Tier-3 answers that were fail-safes after a plugin fault.
+    pub(crate) faults: u64,
+}
+
+/// The built-in plugin of a world (what a swap installs again).
+fn default_plugin(world: WorldKind) -> defaults::BuiltinPlugin {
+    match world {
+        WorldKind::TopicDirective => defaults::TOPIC,
+        WorldKind::MemoryPolicy => defaults::MEMORY_POLICY,
+        // The significance gate, and any world added later.
+        _ => defaults::SIGNIFICANCE,
+    }
+}
+
 pub(crate) trait Target: Send + Sync {
     /// Registers the topics as subjects in a workspace.
     fn add_topics(&self, workspace: &str, topics: &[String]) -> Result<(), LoadgenError>;
+    /// Defines topic watchers in a workspace (kept when they exist).
+    fn define_topics(&self, workspace: &str, specs: &[TopicSpec]) -> Result<(), LoadgenError>;
+    /// What the watchers of these workspaces decided, once they are done
+    /// (`None` where the target does not say).
+    fn topic_tally(&self, workspaces: &[String]) -> Option<TopicTally>;
     fn bootstrap(&self, workspace: &str, spec: &SessionSpec) -> Result<(), CallError>;
     fn ingest(&self, workspace: &str, turn: &TurnInput) -> Result<u64, CallError>;
     fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError>;
     fn session_end(&self, workspace: &str, session: &str) -> Result<(), CallError>;
-    fn swap(&self) -> SwapOutcome;
+    /// Installs the world's default plugin again: a new generation,
+    /// swapped in while the sessions keep going.
+    fn swap(&self, world: WorldKind) -> SwapOutcome;
     /// Evaluates time triggers where the target lets us (in process);
     /// returns the captures that fired, or `None` when the target runs its
     /// own ticker.
@@ -110,6 +138,8 @@ pub(crate) struct InProcess {
     /// Every significance generation that served during the run, to count
     /// their decisions in the durable decision log at the end.
     generations: parking_lot::Mutex<Vec<PolicyGenerationId>>,
+    /// The topic-directive generations of the run, for its fault count.
+    topic_generations: parking_lot::Mutex<Vec<PolicyGenerationId>>,
     /// Kept alive for the run when the loadgen made the data dir.
     _temp: Option<tempfile::TempDir>,
 }
@@ -140,9 +170,11 @@ impl InProcess {
         let clock = Arc::new(ScaledClock::new(time_scale));
         let cairn = Cairn::open_with_clock(config, clock)?;
         let serving = cairn.policies().significance().generation();
+        let topic_serving = cairn.policies().topic().generation();
         Ok(InProcess {
             cairn,
             generations: parking_lot::Mutex::new(vec![serving]),
+            topic_generations: parking_lot::Mutex::new(vec![topic_serving]),
             _temp: temp,
         })
     }
@@ -211,22 +243,72 @@ impl Target for InProcess {
         Ok(())
     }
 
-    fn swap(&self) -> SwapOutcome {
+    fn swap(&self, world: WorldKind) -> SwapOutcome {
         // The default plugin installed again, as an operator would: a new
         // generation (the compile cache makes preparing it cheap), swapped
         // in atomically while the sessions keep deciding.
-        let installed = self.cairn.policies().install(
-            WorldKind::SignificanceGate,
-            defaults::SIGNIFICANCE.name,
-            defaults::SIGNIFICANCE.wasm,
-        );
+        let plugin = default_plugin(world);
+        let installed = self
+            .cairn
+            .policies()
+            .install(world, plugin.name, plugin.wasm);
         match installed {
             Ok(report) => {
-                self.generations.lock().push(report.generation);
+                match world {
+                    WorldKind::TopicDirective => self.topic_generations.lock(),
+                    _ => self.generations.lock(),
+                }
+                .push(report.generation);
                 SwapOutcome::Swapped
             }
             Err(e) => SwapOutcome::Failed(e.to_string()),
         }
+    }
+
+    fn define_topics(&self, workspace: &str, specs: &[TopicSpec]) -> Result<(), LoadgenError> {
+        for spec in specs {
+            match self.cairn.create_topic(workspace, spec) {
+                Ok(_) => {}
+                // Defined by an earlier run on the same data dir.
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn topic_tally(&self, workspaces: &[String]) -> Option<TopicTally> {
+        // The watchers judge after the acknowledgement: wait for them.
+        if let Err(e) = self.cairn.flush() {
+            tracing::warn!(error = %e, "waiting for the topic watchers failed");
+            return None;
+        }
+        let mut tally = TopicTally::default();
+        for ws in workspaces {
+            match self.cairn.topic_counts(ws) {
+                Ok(c) => {
+                    tally.decisions += c.decisions;
+                    tally.collected += c.collected;
+                    tally.proposals += c.proposals;
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "counting topic decisions failed");
+                    return None;
+                }
+            }
+        }
+        let log = self.cairn.policies().decision_log();
+        for generation in self.topic_generations.lock().iter() {
+            match log.counts(generation.as_str()) {
+                Ok(counts) => tally.faults += counts.faults,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the topic decision counters failed");
+                    return None;
+                }
+            }
+        }
+        Some(tally)
     }
 
     fn tick(&self) -> Option<u64> {
@@ -456,17 +538,21 @@ impl Target for Http {
         Ok(())
     }
 
-    fn swap(&self) -> SwapOutcome {
+    fn swap(&self, world: WorldKind) -> SwapOutcome {
         if self.swap_unsupported.load(Ordering::Relaxed) {
             return SwapOutcome::Unsupported(String::new());
         }
-        let path = format!("/v1/plugins/{}", WorldKind::SignificanceGate.as_str());
+        let path = format!("/v1/plugins/{}", world.as_str());
         let result = self
             .agent
             .put(self.url(&path))
             .header("content-type", "application/wasm")
-            .send(defaults::SIGNIFICANCE.wasm);
+            .send(default_plugin(world).wasm);
         match result {
+            // Only the significance gate's decisions are counted over HTTP.
+            Ok(resp) if resp.status().is_success() && world != WorldKind::SignificanceGate => {
+                SwapOutcome::Swapped
+            }
             Ok(mut resp) if resp.status().is_success() => {
                 // Count the new generation's decisions too; an answer
                 // without its id leaves the run's counts unknown.
@@ -499,6 +585,30 @@ impl Target for Http {
     }
 
     fn tick(&self) -> Option<u64> {
+        None
+    }
+
+    fn define_topics(&self, workspace: &str, specs: &[TopicSpec]) -> Result<(), LoadgenError> {
+        let path = format!("/v1/workspaces/{}/topics", seg(workspace));
+        for spec in specs {
+            let body = serde_json::to_value(spec)
+                .map_err(|e| LoadgenError::Setup(format!("topic {}: {e}", spec.name)))?;
+            match self.post(&path, &body) {
+                Ok(_) => {}
+                // Defined by an earlier run on the same server.
+                Err(e) if e.message.starts_with("HTTP 409") => {}
+                Err(e) => {
+                    return Err(LoadgenError::Setup(format!(
+                        "defining topic {:?}: {}",
+                        spec.name, e.message
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn topic_tally(&self, _workspaces: &[String]) -> Option<TopicTally> {
         None
     }
 

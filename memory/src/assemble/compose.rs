@@ -35,6 +35,8 @@ use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace};
 use crate::record::{Role, Session, Turn};
 use crate::subjects::Subject;
 use crate::tokens::TokenCounter;
+use crate::topics::Topic;
+use crate::topics::gate::Membership;
 
 /// Turns read for the tail at most (the rest of the session is reachable
 /// through the projection).
@@ -114,9 +116,12 @@ fn section_key(section: Section) -> &'static str {
     match section {
         Section::Directive => "sec:directive",
         Section::Pinned => "sec:pinned",
+        Section::Handoff => "sec:handoff",
         Section::LivingMemory => "sec:living_memory",
         Section::Resume => "sec:resume",
         Section::RecentActivity => "sec:recent_activity",
+        Section::Topics => "sec:topics",
+        Section::Briefing => "sec:briefing",
         Section::Retrieved => "sec:retrieved",
         Section::Compacted => "sec:compacted",
         Section::Tail => "sec:tail",
@@ -156,10 +161,13 @@ impl<'a> Ctx<'a> {
             let section = match section {
                 "directive" => Section::Directive,
                 "pinned" => Section::Pinned,
+                "handoff" => Section::Handoff,
                 "living_memory" => Section::LivingMemory,
                 "resume" => Section::Resume,
                 "recent_activity" => Section::RecentActivity,
+                "briefing" => Section::Briefing,
                 "retrieved" => Section::Retrieved,
+                "topics" => Section::Topics,
                 "compacted" => Section::Compacted,
                 _ => Section::Tail,
             };
@@ -279,7 +287,14 @@ impl<'a> Ctx<'a> {
                     )
                 }
             }
-            (_, Section::LivingMemory | Section::Resume | Section::RecentActivity) => {
+            (
+                _,
+                Section::LivingMemory
+                | Section::Resume
+                | Section::RecentActivity
+                | Section::Briefing
+                | Section::Handoff,
+            ) => {
                 let label = if fid.is_empty() && warrant != Warrant::LowTrust {
                     String::new()
                 } else {
@@ -446,6 +461,9 @@ struct Inputs<'r> {
     /// The summaries standing for the session's compacted turns, oldest
     /// first (empty for a session never compacted).
     summaries: Vec<SummaryNode>,
+    /// What the topics following the session collected lately: per topic
+    /// (highest priority first), its newest memberships.
+    topics: Vec<(String, Vec<Membership>)>,
 }
 
 /// Checks the request and reads everything the steps need.
@@ -516,6 +534,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
             .map(|t| t.content.clone())
             .unwrap_or_default()
     });
+    let topics = topic_candidates(ws, &session, &settings)?;
     let mut pinned: Vec<EntryView> = Vec::new();
     for id in ws.pinned()? {
         let current = match live.iter().find(|v| v.entry.id == id) {
@@ -544,7 +563,42 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         query,
         pinned,
         summaries,
+        topics,
     })
+}
+
+/// The most topics whose collections an assembly offers.
+const MAX_TOPIC_CANDIDATES: usize = 16;
+
+/// The live topics following `session` (highest priority first, then by
+/// name; at most [`MAX_TOPIC_CANDIDATES`]) with their newest memberships.
+fn topic_candidates(
+    ws: &Workspace,
+    session: &Session,
+    settings: &AssembleSettings,
+) -> Result<Vec<(String, Vec<Membership>)>> {
+    if settings.topic_items == 0 || settings.topics_max_tokens == 0 {
+        return Ok(Vec::new());
+    }
+    let all = ws.topic_list()?;
+    let mut following: Vec<&Topic> = all
+        .iter()
+        .filter(|t| !t.spec.paused && t.spec.listens_to(&session.id, &session.work_context))
+        .collect();
+    following.sort_by(|a, b| {
+        b.spec
+            .priority
+            .cmp(&a.spec.priority)
+            .then_with(|| a.spec.name.cmp(&b.spec.name))
+    });
+    let mut out = Vec::new();
+    for topic in following.into_iter().take(MAX_TOPIC_CANDIDATES) {
+        let members = ws.recent_memberships(&topic.spec.name, settings.topic_items)?;
+        if !members.is_empty() {
+            out.push((topic.spec.name.clone(), members));
+        }
+    }
+    Ok(out)
 }
 
 pub(super) fn assemble(
@@ -636,6 +690,7 @@ pub(super) fn assemble(
             },
         });
     }
+    handoff(&mut cx, ws, &inputs)?;
     let mut tier_reports = Vec::new();
     let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
     let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
@@ -651,8 +706,128 @@ pub(super) fn assemble(
         &mut tier_reports,
     )?;
     tier_reports.sort_by_key(|t| t.tier);
+    topic_collections(&mut cx, &inputs)?;
     let retrieval = projection(&mut cx, ws, &inputs, retriever, &tail_sources)?;
+    briefing(&mut cx, ws, &inputs)?;
     finish(cx, open, request, tier_reports, activity, retrieval)
+}
+
+/// Step 2b, the last-session handoff: the newest live handoff of the
+/// session's work context, when another session wrote it before this one
+/// started; within its cap and the budget, or traced out.
+fn handoff(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
+    let cap = inputs.settings.handoff_max_tokens;
+    if cap == 0 {
+        return Ok(());
+    }
+    let session = &inputs.session;
+    let Some(v) = ws.latest_handoff(&session.work_context)? else {
+        return Ok(());
+    };
+    let from = v.entry.provenance.as_ref().map(|p| p.session.as_str());
+    if from == Some(session.id.as_str()) || v.entry.timestamp > session.created_at {
+        // This session's own, or written after it started: not a handoff to it.
+        return Ok(());
+    }
+    let mut raw = entry_raw(&v, Section::Handoff, Some(Warrant::Orientation));
+    raw.prefix = format!(
+        "Last session, {} ago: ",
+        render::age(inputs.now, v.entry.timestamp)
+    );
+    let remaining = cx.remaining();
+    if let Offer::TooBig {
+        trace, over_cap, ..
+    } = cx.offer(
+        raw,
+        cap,
+        "handoff.injected",
+        "the last session's handoff of this work context, at the next session's start",
+    )? {
+        let why = if over_cap {
+            format!("longer than the handoff cap ({cap} tokens)")
+        } else {
+            format!("does not fit the {remaining} tokens left")
+        };
+        cx.mark_out(trace, "handoff.left_out", why);
+    }
+    Ok(())
+}
+
+/// Step 8, the briefing: the workspace's briefing, one line per entry not
+/// in the block yet (pending tasks and open questions first), within its
+/// cap and what the budget has left; dropped whole under budget pressure.
+fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
+    use crate::brief::BriefSectionKind as K;
+    let cap = inputs.settings.briefing_max_tokens;
+    if cap == 0 || cx.remaining() == 0 {
+        return Ok(());
+    }
+    let brief = ws.briefing(None)?;
+    let by_id: HashMap<&str, &EntryView> = inputs
+        .live
+        .iter()
+        .map(|v| (v.entry.id.as_str(), v))
+        .collect();
+    let order = [
+        (K::Pending, "Pending: "),
+        (K::OpenQuestions, "Open: "),
+        (K::Contradictions, "Conflict: "),
+        (K::Decisions, "Decision: "),
+        (K::Active, "Active: "),
+        (K::Stale, "Stale: "),
+    ];
+    let mut lines: Vec<(String, &EntryView, &'static str)> = Vec::new();
+    for (kind, prefix) in order {
+        for item in &brief.section(kind).items {
+            let Some(v) = item.entries.first().and_then(|id| by_id.get(id.as_str())) else {
+                continue;
+            };
+            lines.push((format!("{} {}", item.text, item.reference()), v, prefix));
+        }
+    }
+    let before = cx.used;
+    let mut added = Vec::new();
+    let mut over = Vec::new();
+    for (text, v, prefix) in &lines {
+        if cx.in_block.contains(&entry_source(v)) {
+            continue;
+        }
+        let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
+        raw.text = text;
+        raw.prefix = (*prefix).to_owned();
+        let free = cap.saturating_sub(section_total(cx, Section::Briefing));
+        match cx.offer(
+            raw,
+            free,
+            "briefing.line",
+            "the workspace briefing (MEMORY.md), with what the budget has left",
+        )? {
+            Offer::Added => added.push(cx.trace.len() - 1),
+            Offer::Blocked => {}
+            Offer::TooBig {
+                trace, over_cap, ..
+            } => over.push((trace, over_cap)),
+        }
+    }
+    if over.iter().any(|(_, cap_hit)| !cap_hit) {
+        undo(cx, &added, before);
+        for t in added.iter().chain(over.iter().map(|(t, _)| t)) {
+            cx.mark_out(
+                *t,
+                "briefing.dropped",
+                "the briefing goes whole when the budget is short".to_owned(),
+            );
+        }
+    } else {
+        for (t, _) in &over {
+            cx.mark_out(
+                *t,
+                "briefing.cap",
+                format!("over the briefing cap ({cap} tokens)"),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Step 1, hard invariants: directives, pinned entries. Never trimmed. Returns
@@ -1082,6 +1257,70 @@ fn tier2(
     Ok(())
 }
 
+/// Step 6b, topics: the newest turns each topic following this session
+/// collected, within the topics cap; a turn already in the block is not
+/// repeated.
+fn topic_collections(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
+    let cap = inputs.settings.topics_max_tokens;
+    for (topic, members) in &inputs.topics {
+        for m in members {
+            let turn = ItemSource::Turn {
+                session: m.turn.session.clone(),
+                seq: m.turn.seq,
+            };
+            if cx.in_block.contains(&turn) {
+                continue;
+            }
+            let raw = Raw {
+                source: ItemSource::Topic {
+                    topic: topic.clone(),
+                    session: m.turn.session.clone(),
+                    seq: m.turn.seq,
+                },
+                section: Section::Topics,
+                text: &m.snippet,
+                role: "turn".to_owned(),
+                warrant: if m.low_trust {
+                    Warrant::LowTrust
+                } else {
+                    Warrant::Verbatim
+                },
+                support: format!("{}:{} via topic {topic}", m.turn.session, m.turn.seq),
+                at: Some(m.collected_at),
+                work_context: m.work_context.clone(),
+                session: Some(m.turn.session.clone()),
+                low_trust: m.low_trust,
+                prefix: String::new(),
+                score: Some(m.score),
+            };
+            let free = cap.saturating_sub(section_total(cx, Section::Topics));
+            if let Offer::TooBig {
+                trace, over_cap, ..
+            } = cx.offer(
+                raw,
+                free,
+                "topics.collection",
+                &format!("collected by topic {topic} (tier {})", m.tier.number()),
+            )? {
+                if over_cap {
+                    cx.mark_out(
+                        trace,
+                        "topics.cap",
+                        format!("over the topics cap ({cap} tokens)"),
+                    );
+                } else {
+                    cx.mark_out(
+                        trace,
+                        "topics.budget",
+                        format!("the budget has {} tokens left", cx.remaining()),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Step 7, projection: retrieval over the rest of memory, in score order, while
 /// the budget lasts.
 fn projection(
@@ -1384,9 +1623,11 @@ fn finish(
         // trim in reverse precedence (projection, tier 2, tier 1, the tail
         // extension), never the invariants.
         let victim = [
+            Section::Briefing,
             Section::Retrieved,
             Section::RecentActivity,
             Section::Resume,
+            Section::Handoff,
             Section::Compacted,
         ]
         .into_iter()

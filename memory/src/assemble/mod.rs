@@ -23,6 +23,18 @@
 //!    last week's work in the other work contexts. Dropped first.
 //! 7. **Projection**: candidates a [`Retriever`] finds for the current turn
 //!    over the rest of memory, in score order, while budget remains.
+//! 8. **Briefing** (`briefing`, ≤ 160 tokens): the workspace's briefing
+//!    ([`crate::brief`]) — pending tasks, open questions, contradictions,
+//!    recent decisions, active and stale subjects — one line per entry not
+//!    already in the block, only with what the budget has left; dropped
+//!    whole when the budget (not its own cap) is short.
+//!
+//! Besides, right after the minimum tail: the **last-session handoff**
+//! (`handoff`, ≤ 120 tokens): the newest live `handoff` entry of the
+//! session's work context, written by another session before this one
+//! started — the next session starts where the last one stopped. Looked up
+//! once per version of the log ([`Workspace::latest_handoff`]); left out,
+//! traced, when it does not fit.
 //!
 //! Every candidate goes through a [`PolicyCheck`] for the request's
 //! [`Destination`]: full, redacted, reference-only or blocked rendering;
@@ -159,6 +171,7 @@ pub enum RetrievalMode {
 /// ```
 /// let s = cairn_memory::assemble::AssembleSettings::default();
 /// assert_eq!((s.resume_max_tokens, s.recent_activity_max_tokens, s.living_memory_max_tokens), (120, 200, 100));
+/// assert_eq!((s.briefing_max_tokens, s.handoff_max_tokens), (160, 120));
 /// assert_eq!(s.tiers_max_tokens, 420);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,8 +198,18 @@ pub struct AssembleSettings {
     pub recent_activity_max_age_days: u32,
     /// Candidates asked from the retriever.
     pub retrieval_k: usize,
+    /// The briefing card's cap (0: no briefing in the block).
+    pub briefing_max_tokens: usize,
+    /// The last-session handoff's cap (0: never injected).
+    pub handoff_max_tokens: usize,
     /// Token encoding (`o200k_base`, `cl100k_base`); the workspace's when absent.
     pub encoding: Option<String>,
+    /// The topics section's cap: what the topics following this session
+    /// collected most recently.
+    pub topics_max_tokens: usize,
+    /// Collected turns offered per topic (newest first); 0 turns the
+    /// section off.
+    pub topic_items: usize,
 }
 
 impl Default for AssembleSettings {
@@ -202,7 +225,11 @@ impl Default for AssembleSettings {
             resume_min_gap_minutes: 30,
             recent_activity_max_age_days: 7,
             retrieval_k: 40,
+            briefing_max_tokens: 160,
+            handoff_max_tokens: 120,
             encoding: None,
+            topics_max_tokens: 160,
+            topic_items: 2,
         }
     }
 }
@@ -227,7 +254,7 @@ impl AssembleSettings {
     /// assert!(s.validate().unwrap_err().to_string().contains("retrieval_k"));
     /// ```
     pub fn validate(&self) -> crate::Result<()> {
-        let checks: [(&'static str, u64, u64); 7] = [
+        let checks: [(&'static str, u64, u64); 10] = [
             (
                 "retrieval_k",
                 self.retrieval_k as u64,
@@ -260,6 +287,17 @@ impl AssembleSettings {
                     .max(self.resume_max_tokens)
                     .max(self.recent_activity_max_tokens)
                     .max(self.living_memory_max_tokens) as u64,
+                MAX_BUDGET_TOKENS as u64,
+            ),
+            (
+                "topics_max_tokens",
+                self.topics_max_tokens as u64,
+                MAX_BUDGET_TOKENS as u64,
+            ),
+            ("topic_items", self.topic_items as u64, 32),
+            (
+                "briefing_max_tokens",
+                self.briefing_max_tokens.max(self.handoff_max_tokens) as u64,
                 MAX_BUDGET_TOKENS as u64,
             ),
         ];
@@ -360,6 +398,15 @@ pub enum ItemSource {
         /// Summary id.
         id: String,
     },
+    /// A turn a topic following this session collected.
+    Topic {
+        /// The topic.
+        topic: String,
+        /// The turn's session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
 }
 
 impl std::fmt::Display for ItemSource {
@@ -370,6 +417,11 @@ impl std::fmt::Display for ItemSource {
             ItemSource::Entry { id, kind } => write!(f, "{kind} {id}"),
             ItemSource::Missing { id } => write!(f, "entry {id}"),
             ItemSource::Summary { id } => write!(f, "summary {id}"),
+            ItemSource::Topic {
+                topic,
+                session,
+                seq,
+            } => write!(f, "topic {topic} turn {session}:{seq}"),
         }
     }
 }
@@ -383,12 +435,18 @@ pub enum Section {
     Directive,
     /// Pinned entries (hard invariant).
     Pinned,
+    /// The last session's handoff, for a session that started after it.
+    Handoff,
     /// Tier 3, `living_memory`.
     LivingMemory,
     /// Tier 1, `resume`.
     Resume,
     /// Tier 2, `recent_activity`.
     RecentActivity,
+    /// What the topics following this session collected lately.
+    Topics,
+    /// The workspace's briefing (what `MEMORY.md` carries).
+    Briefing,
     /// Retrieved over the rest of memory.
     Retrieved,
     /// Summaries of the session's compacted history.
@@ -413,9 +471,12 @@ impl Section {
         match self {
             Section::Directive => "directive",
             Section::Pinned => "pinned",
+            Section::Handoff => "handoff",
             Section::LivingMemory => "living_memory",
             Section::Resume => "resume",
             Section::RecentActivity => "recent_activity",
+            Section::Topics => "topics",
+            Section::Briefing => "briefing",
             Section::Retrieved => "retrieved",
             Section::Compacted => "compacted",
             Section::Tail => "tail",
@@ -717,6 +778,25 @@ impl Workspace {
                 entry: entry_id.to_owned(),
             }],
         )
+    }
+
+    /// The active work phase of a work context (`research`, `drafting`,
+    /// `review`, `revision`, `waiting_for_external`, `completed`,
+    /// `paused`): what its newest live `work_phase_change` entry names.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// assert_eq!(ws.work_phase("launch")?, None);
+    /// ws.append_entry(&EntryInput::new(EntryKind::WorkPhaseChange, "Phase: drafting").in_context("launch"))?;
+    /// assert_eq!(ws.work_phase("launch")?, Some("drafting"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn work_phase(&self, work_context: &str) -> Result<Option<&'static str>> {
+        Ok(tiers::active_phase(&self.live_entries()?, work_context))
     }
 
     /// The pinned entry ids, in id order.

@@ -295,14 +295,23 @@ fn tier3_always_lands_and_tier2_is_dropped_first() {
     .unwrap();
     fx.clock.advance(Duration::hours(2));
     new_session(&ws, "s-tue", "henderson", "let's continue", fx.now());
-    let roomy = check(&ws, &AssembleRequest::new("s-tue", 2000));
+    // The tiers alone: the handoff stays a resume-card line, no briefing.
+    let request = |budget| AssembleRequest {
+        settings: Some(AssembleSettings {
+            handoff_max_tokens: 0,
+            briefing_max_tokens: 0,
+            ..AssembleSettings::default()
+        }),
+        ..AssembleRequest::new("s-tue", budget)
+    };
+    let roomy = check(&ws, &request(2000));
     assert!(tier(&roomy, 1).fired && tier(&roomy, 2).fired && tier(&roomy, 3).fired);
     // Shrink the budget until tier 2 no longer fits: it goes whole, while
     // tier 3 stays and tier 1 is trimmed history first.
     let t2_tokens = tier(&roomy, 2).tokens;
     let mut budget = roomy.tokens - t2_tokens + t2_tokens / 2;
     let tight = loop {
-        let block = check(&ws, &AssembleRequest::new("s-tue", budget));
+        let block = check(&ws, &request(budget));
         if !tier(&block, 2).fired {
             break block;
         }
@@ -314,7 +323,7 @@ fn tier3_always_lands_and_tier2_is_dropped_first() {
     let mut smaller = budget;
     let trimmed = loop {
         smaller -= 5;
-        let block = check(&ws, &AssembleRequest::new("s-tue", smaller));
+        let block = check(&ws, &request(smaller));
         if block.trace.iter().any(|t| t.rule == "tier1.trim") {
             break block;
         }
@@ -686,4 +695,171 @@ proptest! {
             (a, b) => prop_assert!(false, "not deterministic: {:?} vs {:?}", a.is_ok(), b.is_ok()),
         }
     }
+}
+
+fn rules_of(block: &AssembledContext, section: Section) -> Vec<String> {
+    block
+        .trace
+        .iter()
+        .filter(|t| t.section == section)
+        .map(|t| format!("{} {}", if t.included { "in" } else { "out" }, t.rule))
+        .collect()
+}
+
+/// The last-session handoff: injected for a session that started after it
+/// was written, labelled and traced; not for the session that wrote it,
+/// nor for one that started before; the newest one once it changes; left
+/// out, traced, when it does not fit.
+#[test]
+fn the_last_handoff_opens_the_next_session() {
+    let fx = Fx::new();
+    let ws = fx.ws();
+    new_session(&ws, "s-early", "launch", "still here", fx.now());
+    past(&ws, "s-mon", "launch");
+    fx.clock.advance(Duration::hours(1));
+    let first = entry(
+        EntryKind::Handoff,
+        "Checklist half done; status page next.",
+        "launch",
+        "s-mon",
+        fx.now(),
+    );
+    let first = ws.append_entry(&first).unwrap();
+    fx.clock.advance(Duration::hours(12));
+    new_session(&ws, "s-tue", "launch", "morning", fx.now());
+    let block = check(&ws, &AssembleRequest::new("s-tue", 2000));
+    assert!(
+        block.text.contains(
+            "## Last session handoff\nLast session, 12h ago: Checklist half done; status page next.\n"
+        ),
+        "{}",
+        block.text
+    );
+    assert_eq!(rules_of(&block, Section::Handoff), ["in handoff.injected"]);
+    // Not shown twice: the resume card does not repeat it.
+    assert_eq!(
+        block
+            .items
+            .iter()
+            .filter(|i| i.source
+                == ItemSource::Entry {
+                    id: first.id.clone(),
+                    kind: EntryKind::Handoff
+                })
+            .count(),
+        1
+    );
+    // The session that wrote it, and one that started before it: none.
+    for session in ["s-mon", "s-early"] {
+        let block = check(&ws, &AssembleRequest::new(session, 2000));
+        assert!(rules_of(&block, Section::Handoff).is_empty(), "{session}");
+    }
+    // A newer handoff (another session's) replaces it for later sessions.
+    past(&ws, "s-tue-2", "launch");
+    let second = entry(
+        EntryKind::Handoff,
+        "Status page booked.",
+        "launch",
+        "s-tue-2",
+        fx.now(),
+    );
+    ws.append_entry(&second).unwrap();
+    fx.clock.advance(Duration::hours(1));
+    new_session(&ws, "s-wed", "launch", "hi", fx.now());
+    let block = check(&ws, &AssembleRequest::new("s-wed", 2000));
+    assert!(
+        block
+            .text
+            .contains("Last session, 1h ago: Status page booked.\n"),
+        "{}",
+        block.text
+    );
+    // A budget too small for it: left out, with the reason.
+    let mut request = AssembleRequest::new("s-wed", 95);
+    request.settings = Some(AssembleSettings {
+        min_tail_turns: 1,
+        ..AssembleSettings::default()
+    });
+    let block = check(&ws, &request);
+    assert_eq!(rules_of(&block, Section::Handoff), ["out handoff.left_out"]);
+    // Off by configuration.
+    let mut request = AssembleRequest::new("s-wed", 2000);
+    request.settings = Some(AssembleSettings {
+        handoff_max_tokens: 0,
+        ..AssembleSettings::default()
+    });
+    assert!(rules_of(&check(&ws, &request), Section::Handoff).is_empty());
+}
+
+/// The briefing is the last candidate: with room left it brings the
+/// workspace's open work (each line with its reference), never an entry
+/// already in the block, within its cap; with too little room it goes
+/// whole; with a cap of 0 it is never offered.
+#[test]
+fn the_briefing_fills_what_is_left() {
+    let fx = Fx::new();
+    let ws = fx.ws();
+    past(&ws, "s-p", "pricing");
+    let mut open = entry(
+        EntryKind::Task,
+        "Send the refund wording to legal",
+        "pricing",
+        "s-p",
+        fx.now(),
+    );
+    open.id = Some("t-legal".into());
+    ws.append_entry(&open).unwrap();
+    let mut q = entry(
+        EntryKind::OpenQuestion,
+        "Monthly or yearly plans first?",
+        "pricing",
+        "s-p",
+        fx.now(),
+    );
+    q.id = Some("q-plans".into());
+    ws.append_entry(&q).unwrap();
+    fx.clock.advance(Duration::hours(3));
+    new_session(&ws, "s1", "launch", "What is left to do?", fx.now());
+    let mut request = AssembleRequest::new("s1", 2000);
+    request.retrieval = RetrievalMode::Off;
+    let block = check(&ws, &request);
+    assert!(
+        block.text.contains(
+            "<card tag=\"briefing\" note=\"the workspace's MEMORY.md briefing\">\nPending: Send the refund wording to legal (since 2026-03-02) [t-legal; s-p:0]\nOpen: Monthly or yearly plans first? (since 2026-03-02) [q-plans; s-p:0]\n"
+        ),
+        "{}",
+        block.text
+    );
+    let briefing: Vec<String> = rules_of(&block, Section::Briefing);
+    assert!(
+        briefing.iter().all(|r| r == "in briefing.line"),
+        "{briefing:?}"
+    );
+    // Every briefing line stands for an entry the block shows once.
+    let tokens: usize = block
+        .items
+        .iter()
+        .filter(|i| i.section == Section::Briefing)
+        .map(|i| i.tokens)
+        .sum();
+    assert!(tokens <= 160, "{tokens}");
+    // Little room left: the briefing goes whole, traced.
+    let mut request = AssembleRequest::new("s1", 120);
+    request.retrieval = RetrievalMode::Off;
+    let block = check(&ws, &request);
+    assert!(!block.text.contains("tag=\"briefing\""), "{}", block.text);
+    assert!(
+        rules_of(&block, Section::Briefing)
+            .iter()
+            .all(|r| r == "out briefing.dropped"),
+        "{:?}",
+        rules_of(&block, Section::Briefing)
+    );
+    // Off by configuration.
+    let mut request = AssembleRequest::new("s1", 2000);
+    request.settings = Some(AssembleSettings {
+        briefing_max_tokens: 0,
+        ..AssembleSettings::default()
+    });
+    assert!(rules_of(&check(&ws, &request), Section::Briefing).is_empty());
 }

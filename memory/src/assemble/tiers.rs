@@ -139,8 +139,9 @@ fn mentions(query: &str, subject: &Subject) -> bool {
 
 /// Tier 1: the resume card, or why it does not fire.
 ///
-/// Entity resolution: the session's own work context (when it is a named
-/// one), else the work context with the most continuity records about the
+/// Only the newest handoff of a context counts (a later one supersedes
+/// it). Entity resolution: the session's own work context (when it is a
+/// named one), else the work context with the most continuity records about the
 /// subjects the query mentions. The card fires only when that context has
 /// continuity data, its latest record came from another session, and at
 /// least `resume_min_gap_minutes` have passed since.
@@ -153,8 +154,17 @@ pub(super) fn resume<'a>(
     settings: &AssembleSettings,
 ) -> Result<Resume<'a>, String> {
     fn continuity<'v>(live: &'v [EntryView], wc: &str) -> Vec<&'v EntryView> {
+        // A handoff says where things stood when its session ended: the
+        // newest one supersedes the others (`live` is newest first).
+        let mut handoff_seen = false;
         live.iter()
             .filter(|v| v.entry.work_context == wc && is_continuity(v.entry.kind))
+            .filter(|v| {
+                if v.entry.kind != EntryKind::Handoff {
+                    return true;
+                }
+                !std::mem::replace(&mut handoff_seen, true)
+            })
             .collect()
     }
     let (work_context, matched) = if session.work_context != DEFAULT_WORK_CONTEXT

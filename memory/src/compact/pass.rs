@@ -25,24 +25,37 @@ pub(crate) fn source_hash<'t>(turns: impl IntoIterator<Item = &'t Turn>) -> Stri
     hasher.finalize().to_hex().to_string()
 }
 
+/// Turns after an unanswered tool call that stay with it: its result is
+/// still to come, so no boundary falls in this window after the call (a
+/// call abandoned for longer no longer holds compaction back).
+pub(crate) const PENDING_CALL_TURNS: usize = 32;
+
 /// `allowed[p]` is true when a boundary before position `p` splits no
-/// bundle (a tool call and any of its results).
+/// bundle: a tool call and any of its results, or a call still waiting for
+/// its result (up to [`PENDING_CALL_TURNS`] turns after it).
 pub(crate) fn boundaries(turns: &[Turn]) -> Vec<bool> {
     let n = turns.len();
     let mut depth = vec![0i64; n + 2];
-    let mut calls: HashMap<&str, usize> = HashMap::new();
+    let mut calls: HashMap<&str, (usize, bool)> = HashMap::new();
     for (j, t) in turns.iter().enumerate() {
         let Some(id) = t.tool_call_id.as_deref() else {
             continue;
         };
         if t.role == Role::Tool {
-            if let Some(&c) = calls.get(id) {
+            if let Some((c, answered)) = calls.get_mut(id) {
                 // Forbid boundaries at c+1..=j.
-                depth[c + 1] += 1;
+                depth[*c + 1] += 1;
                 depth[j + 1] -= 1;
+                *answered = true;
             }
         } else {
-            calls.insert(id, j);
+            calls.insert(id, (j, false));
+        }
+    }
+    for &(c, answered) in calls.values() {
+        if !answered && n - c <= PENDING_CALL_TURNS {
+            depth[c + 1] += 1;
+            depth[n + 1] -= 1;
         }
     }
     let mut allowed = Vec::with_capacity(n + 1);
@@ -526,74 +539,113 @@ impl Workspace {
     }
 
     /// One level of a summary: its raw turns and lower summaries, in order.
+    /// Checked as far as one level allows: each raw turn against its content
+    /// hash, the children contiguous over the node's range, and a level-0
+    /// node against its source hash ([`MemoryError::SummaryMismatch`]).
     pub fn expand(&self, id: &str) -> Result<Expansion> {
         let node = self.summary(id)?;
         let mut children = Vec::with_capacity(node.covers.len());
+        let mut next = node.from_seq;
         for cover in &node.covers {
-            children.push(match cover {
-                Cover::Turns { from, to } => Expanded::Turns {
-                    turns: self.source_turns(&node, *from, *to)?,
-                },
-                Cover::Summary { id } => Expanded::Summary {
-                    node: self.summary(id)?,
-                },
+            let (from, to, child) = match cover {
+                Cover::Turns { from, to } => {
+                    let turns = self.source_turns(&node, *from, *to)?;
+                    check_turn_hashes(&node, &turns)?;
+                    (*from, *to, Expanded::Turns { turns })
+                }
+                Cover::Summary { id } => {
+                    let child = self.summary(id)?;
+                    (
+                        child.from_seq,
+                        child.to_seq,
+                        Expanded::Summary { node: child },
+                    )
+                }
+            };
+            if from != next {
+                return Err(mismatch(
+                    &node,
+                    format!("a child starts at turn {from}, expected {next}"),
+                ));
+            }
+            next = to + 1;
+            children.push(child);
+        }
+        if next != node.to_seq + 1 {
+            return Err(mismatch(
+                &node,
+                format!(
+                    "the children end at turn {}, expected {}",
+                    next.saturating_sub(1),
+                    node.to_seq
+                ),
+            ));
+        }
+        if node.level == 0 {
+            let turns = children.iter().flat_map(|c| match c {
+                Expanded::Turns { turns } => turns.as_slice(),
+                Expanded::Summary { .. } => &[],
             });
+            if source_hash(turns) != node.source_hash {
+                return Err(mismatch(&node, "the source hash differs".to_owned()));
+            }
         }
         Ok(Expansion { node, children })
     }
 
     /// The exact turns a summary stands for, following the DAG down through
-    /// summaries of summaries; checked against the node's source hash
+    /// summaries of summaries. Every node on the way is checked against its
+    /// own range and source hash, so a corrupted record or node is named
     /// (byte-identical or [`MemoryError::SummaryMismatch`]).
     pub fn expand_all(&self, id: &str) -> Result<Vec<Turn>> {
         let node = self.summary(id)?;
         let mut turns = Vec::new();
-        self.collect_leaves(&node, &mut turns, 0)?;
-        let mismatch = |reason: String| MemoryError::SummaryMismatch {
-            id: id.to_owned(),
-            reason,
-        };
+        self.verified_leaves(&node, &mut turns, 0)?;
+        Ok(turns)
+    }
+
+    /// Appends `node`'s source turns to `out` and checks them against it.
+    fn verified_leaves(&self, node: &SummaryNode, out: &mut Vec<Turn>, depth: usize) -> Result<()> {
+        if depth > 64 {
+            return Err(mismatch(
+                node,
+                "the DAG is deeper than 64 levels (a cycle?)".to_owned(),
+            ));
+        }
+        let start = out.len();
+        for cover in &node.covers {
+            match cover {
+                Cover::Turns { from, to } => {
+                    let turns = self.source_turns(node, *from, *to)?;
+                    check_turn_hashes(node, &turns)?;
+                    out.extend(turns);
+                }
+                Cover::Summary { id } => {
+                    let child = self.summary(id)?;
+                    self.verified_leaves(&child, out, depth + 1)?;
+                }
+            }
+        }
+        let mine = &out[start..];
         let expected = node.to_seq - node.from_seq + 1;
-        if turns.len() as u64 != expected
-            || turns
+        if mine.len() as u64 != expected
+            || mine
                 .iter()
                 .enumerate()
                 .any(|(i, t)| t.seq != node.from_seq + i as u64)
         {
-            return Err(mismatch(format!(
-                "expected turns {}-{}, found {} turn(s)",
-                node.from_seq,
-                node.to_seq,
-                turns.len()
-            )));
+            return Err(mismatch(
+                node,
+                format!(
+                    "expected turns {}-{}, found {} turn(s)",
+                    node.from_seq,
+                    node.to_seq,
+                    mine.len()
+                ),
+            ));
         }
-        if let Some(t) = turns
-            .iter()
-            .find(|t| content_hash(&t.content) != t.content_hash)
-        {
-            return Err(mismatch(format!("turn {} does not match its hash", t.seq)));
-        }
-        if source_hash(&turns) != node.source_hash {
-            return Err(mismatch("the source hash differs".to_owned()));
-        }
-        Ok(turns)
-    }
-
-    fn collect_leaves(&self, node: &SummaryNode, out: &mut Vec<Turn>, depth: usize) -> Result<()> {
-        if depth > 64 {
-            return Err(MemoryError::SummaryMismatch {
-                id: node.id.clone(),
-                reason: "the DAG is deeper than 64 levels (a cycle?)".to_owned(),
-            });
-        }
-        for cover in &node.covers {
-            match cover {
-                Cover::Turns { from, to } => out.extend(self.source_turns(node, *from, *to)?),
-                Cover::Summary { id } => {
-                    let child = self.summary(id)?;
-                    self.collect_leaves(&child, out, depth + 1)?;
-                }
-            }
+        if source_hash(mine) != node.source_hash {
+            return Err(mismatch(node, "the source hash differs".to_owned()));
         }
         Ok(())
     }
@@ -602,11 +654,32 @@ impl Workspace {
         let len = usize::try_from(to.saturating_sub(from) + 1).unwrap_or(usize::MAX);
         let turns = self.transcript(&node.session, from, Some(len))?;
         if turns.len() != len {
-            return Err(MemoryError::SummaryMismatch {
-                id: node.id.clone(),
-                reason: format!("turns {from}-{to} are not all in the record"),
-            });
+            return Err(mismatch(
+                node,
+                format!("turns {from}-{to} are not all in the record"),
+            ));
         }
         Ok(turns)
+    }
+}
+
+fn mismatch(node: &SummaryNode, reason: String) -> MemoryError {
+    MemoryError::SummaryMismatch {
+        id: node.id.clone(),
+        reason,
+    }
+}
+
+/// Each raw turn still matches the content hash it was stored with.
+fn check_turn_hashes(node: &SummaryNode, turns: &[Turn]) -> Result<()> {
+    match turns
+        .iter()
+        .find(|t| content_hash(&t.content) != t.content_hash)
+    {
+        Some(t) => Err(mismatch(
+            node,
+            format!("turn {} does not match its hash", t.seq),
+        )),
+        None => Ok(()),
     }
 }

@@ -68,6 +68,18 @@ fn append(ws: &Workspace, session: &str, gens: &[Gen]) -> Vec<TurnInput> {
     inputs
 }
 
+/// `count` turns cycling through the first `kinds` kinds, `words` words
+/// each, one result per tool call.
+fn cycle(count: usize, kinds: u8, words: usize) -> Vec<Gen> {
+    (0..count)
+        .map(|i| Gen {
+            kind: (i % usize::from(kinds)) as u8,
+            words,
+            results: 1,
+        })
+        .collect()
+}
+
 fn gens() -> impl Strategy<Value = Vec<Gen>> {
     prop::collection::vec(
         (0u8..3, 1usize..40, 1usize..3).prop_map(|(kind, words, results)| Gen {
@@ -179,13 +191,7 @@ proptest! {
 #[test]
 fn a_second_pass_without_new_turns_changes_nothing() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..60)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 20,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(60, 3, 20);
     append(&ws, "s", &gens);
     let options = loose();
     let first = ws.compact("s", &options, &Extractive).expect("compact");
@@ -198,13 +204,7 @@ fn a_second_pass_without_new_turns_changes_nothing() {
 #[test]
 fn a_tight_budget_builds_levels_and_fits() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..600)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 30,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(600, 3, 30);
     append(&ws, "s", &gens);
     let options = CompactOptions::new(1_500);
     let report = ws.compact("s", &options, &Extractive).expect("compact");
@@ -326,13 +326,7 @@ fn a_failing_or_growing_summariser_falls_back_to_the_extractive_one() {
 #[test]
 fn model_output_is_sanitised() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..40)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(40, 2, 25);
     append(&ws, "s", &gens);
     let report = ws
         .compact("s", &loose(), &Hostile("inject"))
@@ -361,13 +355,7 @@ fn tiny_turns_are_declined_not_grown() {
 #[test]
 fn a_changed_record_fails_expansion() {
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..40)
-        .map(|i| Gen {
-            kind: (i % 2) as u8,
-            words: 25,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(40, 2, 25);
     append(&ws, "s", &gens);
     let report = ws.compact("s", &loose(), &Extractive).expect("compact");
     let mut node = ws.summary(&report.created[0]).expect("node");
@@ -388,17 +376,140 @@ fn a_changed_record_fails_expansion() {
 }
 
 #[test]
+fn a_call_waiting_for_its_result_is_not_compacted_away_from_it() {
+    let (_dir, ws) = open();
+    let gens = cycle(60, 2, 25);
+    append(&ws, "s", &gens);
+    let call = ws
+        .append_turn(
+            &TurnInput::new("s", Role::Assistant, "Calling the deploy tool now.")
+                .with_tool_call_id("late"),
+        )
+        .expect("call");
+    // Short turns after the call, so a token-sized tail would start after it.
+    for i in 0..6 {
+        ws.append_turn(&TurnInput::new(
+            "s",
+            Role::User,
+            &format!("still waiting {i}"),
+        ))
+        .expect("turn");
+    }
+    let mut options = CompactOptions::new(100_000);
+    options.tail_tokens = Some(10);
+    options.min_tail_turns = 2;
+    ws.compact("s", &options, &Extractive).expect("compact");
+    let view = ws.compaction_view("s").expect("view").expect("compacted");
+    assert!(
+        view.covered_to <= call.seq,
+        "the pending call {} went into a summary (covered to {})",
+        call.seq,
+        view.covered_to
+    );
+    ws.append_turn(&TurnInput::new("s", Role::Tool, "deploy finished").with_tool_call_id("late"))
+        .expect("result");
+    ws.compact("s", &options, &Extractive)
+        .expect("compact again");
+    let view = ws.compaction_view("s").expect("view").expect("compacted");
+    assert!(view.covered_to <= call.seq || view.covered_to > call.seq + 7);
+}
+
+/// Rewrites a stored summary node (a corruption the checks must catch).
+fn overwrite(ws: &Workspace, node: &SummaryNode) {
+    let mut batch = crate::store::WriteBatch::default();
+    batch.put(
+        crate::store::Collection::Summaries,
+        node.id.as_bytes().to_vec(),
+        serde_json::to_vec(node).expect("json"),
+    );
+    ws.apply(batch).expect("apply");
+}
+
+#[test]
+fn every_level_of_the_dag_is_checked_not_only_the_top() {
+    let (_dir, ws) = open();
+    let gens = cycle(600, 3, 30);
+    append(&ws, "s", &gens);
+    ws.compact("s", &CompactOptions::new(1_500), &Extractive)
+        .expect("compact");
+    let top = ws
+        .view_summaries("s")
+        .expect("summaries")
+        .into_iter()
+        .find(|n| n.level >= 2)
+        .expect("a level-2 node");
+    assert_eq!(
+        ws.expand_all(&top.id).expect("clean").len() as u64,
+        top.to_seq - top.from_seq + 1
+    );
+    // Walk down to a level-0 node and break its own hash: the top's hash
+    // still matches its turns, so only a per-level check can name it.
+    let mut parent = top.clone();
+    let mut node = top.clone();
+    while node.level > 0 {
+        let Some(Cover::Summary { id }) = node.covers.first() else {
+            panic!("a summary child");
+        };
+        parent = node.clone();
+        node = ws.summary(id).expect("child");
+    }
+    assert!(ws.expand(&parent.id).is_ok());
+    let mut broken = node.clone();
+    broken.source_hash = "0".repeat(64);
+    overwrite(&ws, &broken);
+    match ws.expand_all(&top.id) {
+        Err(MemoryError::SummaryMismatch { id, .. }) => assert_eq!(id, node.id),
+        other => panic!("expected a mismatch naming {}, got {other:?}", node.id),
+    }
+    assert_eq!(
+        ws.expand(&node.id).expect_err("one level").code(),
+        "summary_mismatch"
+    );
+    // A child whose range no longer lines up is caught one level up.
+    let mut shifted = node.clone();
+    shifted.from_seq += 1;
+    overwrite(&ws, &shifted);
+    match ws.expand(&parent.id) {
+        Err(MemoryError::SummaryMismatch { id, reason }) => {
+            assert_eq!(id, parent.id);
+            assert!(reason.contains("starts at turn"), "{reason}");
+        }
+        other => panic!("expected the parent to refuse, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_changed_turn_fails_a_one_level_expand() {
+    let (_dir, ws) = open();
+    let gens = cycle(40, 2, 25);
+    append(&ws, "s", &gens);
+    let report = ws.compact("s", &loose(), &Extractive).expect("compact");
+    let node = ws.summary(&report.created[0]).expect("node");
+    let mut turn = ws
+        .transcript("s", node.from_seq, Some(1))
+        .expect("turn")
+        .remove(0);
+    turn.content.push_str(" (edited)");
+    let mut batch = crate::store::WriteBatch::default();
+    batch.put(
+        crate::store::Collection::Turns,
+        crate::record::turn_key("s", turn.seq),
+        crate::memory::encode(&turn).expect("encode"),
+    );
+    ws.apply(batch).expect("apply");
+    let err = ws.expand(&node.id).expect_err("changed turn");
+    assert!(
+        err.to_string().contains(&format!("turn {}", turn.seq)),
+        "{err}"
+    );
+}
+
+#[test]
 fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
     use crate::assemble::{NoRetrieval, TrustAll};
     use crate::{AssembleRequest, ItemSource, Section};
     let (_dir, ws) = open();
-    let gens: Vec<Gen> = (0..400)
-        .map(|i| Gen {
-            kind: (i % 3) as u8,
-            words: 30,
-            results: 1,
-        })
-        .collect();
+    let gens = cycle(400, 3, 30);
     append(&ws, "s", &gens);
     let report = ws
         .compact("s", &CompactOptions::new(2_000), &Extractive)

@@ -40,6 +40,19 @@ pub enum TopicKey {
         /// The decision's id (a ULID: keys sort by time).
         id: String,
     },
+    /// When the topic's schedule last ran (`s/<topic>/last`).
+    Schedule {
+        /// The topic.
+        topic: String,
+    },
+    /// A collection, in time order: the membership again, so the newest
+    /// ones are a bounded reverse scan (assembly asks on every call).
+    Recent {
+        /// The topic.
+        topic: String,
+        /// A ULID taken when the turn was collected.
+        id: String,
+    },
 }
 
 /// A kind of [`TopicKey`]: what a prefix scan walks.
@@ -53,6 +66,10 @@ pub enum TopicFamily {
     Proposal,
     /// [`TopicKey::GateLog`].
     GateLog,
+    /// [`TopicKey::Recent`].
+    Recent,
+    /// [`TopicKey::Schedule`].
+    Schedule,
 }
 
 impl TopicFamily {
@@ -63,6 +80,8 @@ impl TopicFamily {
             TopicFamily::Member => b"m/",
             TopicFamily::Proposal => b"p/",
             TopicFamily::GateLog => b"g/",
+            TopicFamily::Recent => b"r/",
+            TopicFamily::Schedule => b"s/",
         }
     }
 
@@ -91,6 +110,8 @@ impl TopicKey {
             TopicKey::Member { .. } => TopicFamily::Member,
             TopicKey::Proposal { .. } => TopicFamily::Proposal,
             TopicKey::GateLog { .. } => TopicFamily::GateLog,
+            TopicKey::Recent { .. } => TopicFamily::Recent,
+            TopicKey::Schedule { .. } => TopicFamily::Schedule,
         }
     }
 
@@ -119,8 +140,13 @@ impl TopicKey {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
                 out
             }
-            TopicKey::GateLog { topic, id } => {
-                let mut out = TopicFamily::GateLog.topic_prefix(topic);
+            TopicKey::Schedule { topic } => {
+                let mut out = TopicFamily::Schedule.topic_prefix(topic);
+                out.extend_from_slice(b"last");
+                out
+            }
+            TopicKey::GateLog { topic, id } | TopicKey::Recent { topic, id } => {
+                let mut out = self.family().topic_prefix(topic);
                 out.extend_from_slice(id.as_bytes());
                 out
             }
@@ -157,6 +183,11 @@ impl TopicKey {
                 topic,
                 id: rest.to_owned(),
             }),
+            "s" if rest == "last" => Some(TopicKey::Schedule { topic }),
+            "r" => Some(TopicKey::Recent {
+                topic,
+                id: rest.to_owned(),
+            }),
             _ => None,
         }
     }
@@ -169,7 +200,7 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(TopicKey, &[u8]); 4] = [
+        let cases: [(TopicKey, &[u8]); 6] = [
             (
                 TopicKey::Definition {
                     topic: "billing".into(),
@@ -198,6 +229,19 @@ mod tests {
                     id: "01JABC".into(),
                 },
                 b"g/billing/01JABC",
+            ),
+            (
+                TopicKey::Recent {
+                    topic: "billing".into(),
+                    id: "01JABD".into(),
+                },
+                b"r/billing/01JABD",
+            ),
+            (
+                TopicKey::Schedule {
+                    topic: "billing".into(),
+                },
+                b"s/billing/last",
             ),
         ];
         for (key, bytes) in cases {

@@ -109,6 +109,20 @@ pub fn route(activation: Activation, priority: Priority, score: f32, threshold: 
     }
 }
 
+/// How much the topics of a workspace hold ([`Workspace::topic_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TopicCounts {
+    /// Topic definitions.
+    pub topics: u64,
+    /// Gate decisions logged.
+    pub decisions: u64,
+    /// Turns collected (memberships).
+    pub collected: u64,
+    /// Proposals of gated topics (any status).
+    pub proposals: u64,
+}
+
 /// A turn, by session and sequence number; written `session/seq`.
 ///
 /// ```
@@ -221,6 +235,8 @@ pub enum Via {
     Approved,
     /// A requested collection (`collect`) over the existing record.
     Backfill,
+    /// Text fed to the topic's webhook.
+    Webhook,
 }
 
 /// A turn a topic collected, with its provenance.
@@ -245,6 +261,13 @@ pub struct Membership {
     pub via: Via,
     /// The start of the turn's text.
     pub snippet: String,
+    /// The turn's work context (absent in records written before it was
+    /// kept).
+    #[serde(default)]
+    pub work_context: Option<String>,
+    /// Tool output or text fed through a webhook: data, never instructions.
+    #[serde(default)]
+    pub low_trust: bool,
     /// When it was collected.
     pub collected_at: DateTime<Utc>,
 }
@@ -303,6 +326,26 @@ fn member_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
     .encode()
 }
 
+/// A membership and its entry in the topic's recent list.
+fn put_member(batch: &mut WriteBatch, member: &Membership, id: &str) -> Result<()> {
+    let bytes = encode(member)?;
+    batch.put(
+        Collection::Topics,
+        TopicKey::Recent {
+            topic: member.topic.clone(),
+            id: id.to_owned(),
+        }
+        .encode(),
+        bytes.clone(),
+    );
+    batch.put(
+        Collection::Topics,
+        member_key(&member.topic, &member.turn),
+        bytes,
+    );
+    Ok(())
+}
+
 fn proposal_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
     TopicKey::Proposal {
         topic: topic.to_owned(),
@@ -315,7 +358,12 @@ fn proposal_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
 // The gate's durable records on a workspace.
 impl Workspace {
     /// Writes a gate decision and what it collects (a membership or a
-    /// pending proposal) in one atomic batch; durable when it returns.
+    /// pending proposal) in one atomic batch. Not synced here: the gate's
+    /// records derive from turns already durable, and one fsync per
+    /// decision cut ingest throughput 5× with 1,000 topics (docs/BENCHMARKS.md).
+    /// The store's next group commit (any ingest's, or
+    /// `Memory::sync`, which `Cairn::flush` calls) makes them durable; a crash before it may lose
+    /// the last decisions, never a turn.
     pub fn record_gate(&self, record: &GateRecord, effect: &Effect) -> Result<()> {
         let mut batch = WriteBatch::default();
         batch.put(
@@ -329,11 +377,7 @@ impl Workspace {
         );
         match effect {
             Effect::None => {}
-            Effect::Collect(member) => batch.put(
-                Collection::Topics,
-                member_key(&member.topic, &member.turn),
-                encode(member)?,
-            ),
+            Effect::Collect(member) => put_member(&mut batch, member, &record.id)?,
             Effect::Propose(member) => batch.put(
                 Collection::Topics,
                 proposal_key(&member.topic, &member.turn),
@@ -344,8 +388,7 @@ impl Workspace {
                 })?,
             ),
         }
-        self.apply(batch)?;
-        Ok(self.shared.store.sync()?)
+        self.apply(batch)
     }
 
     /// A topic's gate log, newest first, optionally for one turn only.
@@ -387,6 +430,66 @@ impl Workspace {
         out.sort_by_key(|m| std::cmp::Reverse(m.collected_at));
         out.truncate(limit);
         Ok(out)
+    }
+
+    /// What a topic collected most recently, newest first: a bounded
+    /// reverse scan, whatever the topic's size (what assembly asks).
+    pub fn recent_memberships(&self, topic: &str, limit: usize) -> Result<Vec<Membership>> {
+        self.store
+            .scan_prefix_rev(
+                Collection::Topics,
+                &TopicFamily::Recent.topic_prefix(topic),
+                limit,
+            )?
+            .into_iter()
+            .map(|(k, v)| decode::<Membership>("membership", &k, &v))
+            .collect()
+    }
+
+    /// Counts over every topic of the workspace: definitions, gate
+    /// decisions, memberships and pending-or-decided proposals (key scans,
+    /// nothing decoded).
+    pub fn topic_counts(&self) -> Result<TopicCounts> {
+        let count = |family: TopicFamily| -> Result<u64> {
+            Ok(self
+                .store
+                .scan_prefix(Collection::Topics, family.prefix())?
+                .len() as u64)
+        };
+        Ok(TopicCounts {
+            topics: count(TopicFamily::Definition)?,
+            decisions: count(TopicFamily::GateLog)?,
+            collected: count(TopicFamily::Member)?,
+            proposals: count(TopicFamily::Proposal)?,
+        })
+    }
+
+    /// When the topic's schedule last ran (`None`: never).
+    pub fn schedule_mark(&self, topic: &str) -> Result<Option<DateTime<Utc>>> {
+        let key = TopicKey::Schedule {
+            topic: topic.to_owned(),
+        }
+        .encode();
+        match self.store.get(Collection::Topics, &key)? {
+            Some(raw) => Ok(Some(decode("schedule mark", &key, &raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records that the topic's schedule ran at `at` (durable).
+    pub fn set_schedule_mark(&self, topic: &str, at: DateTime<Utc>) -> Result<()> {
+        self.topic(topic)?;
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::Topics,
+            TopicKey::Schedule {
+                topic: topic.to_owned(),
+            }
+            .encode(),
+            encode(&at)?,
+        );
+        self.apply(batch)?;
+        Ok(self.shared.store.sync()?)
     }
 
     /// Whether a turn is a member of a topic.
@@ -445,11 +548,7 @@ impl Workspace {
             let mut member = proposal.membership.clone();
             member.via = Via::Approved;
             member.collected_at = now;
-            batch.put(
-                Collection::Topics,
-                member_key(topic, turn),
-                encode(&member)?,
-            );
+            put_member(&mut batch, &member, &ulid::Ulid::new().to_string())?;
         }
         self.apply(batch)?;
         self.shared.store.sync()?;

@@ -293,20 +293,36 @@ fn check_pattern(field: &str, text: &str) -> Result<()> {
 
 /// Checks a cron schedule's shape: five fields of digits, `*`, `/`, `,`, `-`.
 fn check_schedule(field: &str, cron: &str) -> Result<()> {
-    let fields: Vec<&str> = cron.split_whitespace().collect();
-    let ok = fields.len() == 5
-        && fields.iter().all(|f| {
-            f.chars()
-                .all(|c| c.is_ascii_digit() || matches!(c, '*' | '/' | ',' | '-'))
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(refuse(
-            field,
-            format!("{cron:?} is not a five-field cron schedule"),
-        ))
+    parse_schedule(cron)
+        .map(|_| ())
+        .map_err(|reason| refuse(field, reason))
+}
+
+/// A five-field cron schedule (minute, hour, day of month, month, day of
+/// week; UTC), parsed by `croner`.
+fn parse_schedule(cron: &str) -> std::result::Result<croner::Cron, String> {
+    if cron.split_whitespace().count() != 5 {
+        return Err(format!("{cron:?} is not a five-field cron schedule"));
     }
+    cron.parse::<croner::Cron>()
+        .map_err(|e| format!("{cron:?} is not a valid cron schedule: {e}"))
+}
+
+/// When a schedule fires next strictly after `after` (UTC); `None` for a
+/// schedule that does not parse or never fires again.
+///
+/// ```
+/// use chrono::{TimeZone, Utc};
+/// use cairn_memory::topics::next_fire;
+/// let monday_9 = Utc.with_ymd_and_hms(2026, 11, 23, 9, 0, 0).unwrap();
+/// let next = next_fire("0 9 * * *", monday_9).unwrap();
+/// assert_eq!(next, Utc.with_ymd_and_hms(2026, 11, 24, 9, 0, 0).unwrap());
+/// ```
+pub fn next_fire(cron: &str, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    parse_schedule(cron)
+        .ok()?
+        .find_next_occurrence(&after, false)
+        .ok()
 }
 
 /// Validates a spec's own fields (not the references to the store); the
@@ -529,6 +545,8 @@ impl Workspace {
             TopicFamily::Member,
             TopicFamily::Proposal,
             TopicFamily::GateLog,
+            TopicFamily::Recent,
+            TopicFamily::Schedule,
         ] {
             for (key, _) in self
                 .store
@@ -637,6 +655,8 @@ mod tests {
             gate_record: "01".into(),
             via: Via::Live,
             snippet: "the invoice".into(),
+            work_context: None,
+            low_trust: false,
             collected_at: ws.now(),
         };
         let record = GateRecord {
@@ -659,8 +679,10 @@ mod tests {
         ws.record_gate(&record, &Effect::Propose(member)).unwrap();
         assert_eq!(ws.proposals("billing", false).unwrap().len(), 1);
         assert!(!ws.is_member("billing", &turn).unwrap());
+        assert!(ws.recent_memberships("billing", 5).unwrap().is_empty());
         ws.decide_proposal("billing", &turn, true).unwrap();
         assert!(ws.is_member("billing", &turn).unwrap());
+        assert_eq!(ws.recent_memberships("billing", 5).unwrap()[0].turn, turn);
         assert_eq!(
             ws.decide_proposal("billing", &turn, false)
                 .unwrap_err()
@@ -672,6 +694,7 @@ mod tests {
         assert_eq!(ws.topic("billing").unwrap_err().code(), "topic_not_found");
         ws.create_topic(&billing()).unwrap();
         assert!(ws.memberships("billing", 10).unwrap().is_empty());
+        assert!(ws.recent_memberships("billing", 10).unwrap().is_empty());
         assert!(ws.gate_log("billing", None, 10).unwrap().is_empty());
     }
 }

@@ -307,6 +307,18 @@ pub fn evaluate(turn: &Turn<'_>, ctx: &Context) -> Evaluation {
         reasons.insert(Reason::Question);
         score += 0.10;
     }
+    // An open loop ("open question", "figure out", "come back to", "not
+    // sure") is a question even without its mark, and what capture keeps.
+    if words.open_loop && turn.role == Role::User {
+        reasons.insert(Reason::Question);
+        score += 0.20;
+    }
+    // The work moved to another phase ("start drafting", "ready for
+    // review", "waiting on"): where the work stands, like a handoff.
+    if words.phase && turn.role == Role::User {
+        reasons.insert(Reason::HandoffLanguage);
+        score += 0.20;
+    }
     if turn.entity_mentions > 0 {
         reasons.insert(Reason::EntityMention);
         score += 0.05 * turn.entity_mentions.min(3) as f32;
@@ -379,6 +391,8 @@ struct Words {
     handoff: bool,
     preference: bool,
     question: bool,
+    open_loop: bool,
+    phase: bool,
     acknowledgement_only: bool,
 }
 
@@ -419,6 +433,11 @@ keys! {
     OK = b"ok", OKAY = b"okay", K = b"k", THANKS = b"thanks", THANK = b"thank", YOU = b"you",
     TY = b"ty", YES = b"yes", NO = b"no", SURE = b"sure", COOL = b"cool", GREAT = b"great",
     NICE = b"nice", GOT = b"got", IT = b"it",
+    OPEN = b"open", QUESTION = b"question", FIGURE = b"figure", OUT = b"out", COME = b"come",
+    BACK = b"back", NOT = b"not", LATER = b"later", THAT = b"that",
+    DRAFTING = b"drafting", REVIEW = b"review", REVIEWING = b"reviewing",
+    REVISION = b"revision", REVISING = b"revising", RESEARCHING = b"researching",
+    WAITING = b"waiting", BLOCKED = b"blocked", SHIPPED = b"shipped", COMPLETED = b"completed",
 }
 
 /// For each byte: 0 if it separates words, else the byte lowercased
@@ -491,6 +510,13 @@ fn classify(word: u64, prev: u64, found: &mut Words, acknowledgements: &mut usiz
         OFF if prev == HAND || prev == HANDING => found.handoff = true,
         PREFER | PREFERS | PREFERENCE | ALWAYS | NEVER => found.preference = true,
         ME if prev == CALL => found.preference = true,
+        QUESTION if prev == OPEN => found.open_loop = true,
+        OUT if prev == FIGURE => found.open_loop = true,
+        BACK if prev == COME => found.open_loop = true,
+        SURE if prev == NOT => found.open_loop = true,
+        LATER if prev == THAT => found.open_loop = true,
+        DRAFTING | REVIEW | REVIEWING | REVISION | REVISING | RESEARCHING | WAITING | BLOCKED
+        | SHIPPED | COMPLETED => found.phase = true,
         _ => {}
     }
     if matches!(
@@ -574,6 +600,23 @@ mod tests {
         );
         assert_eq!(eval.collection, Collection::DeepExtract);
         assert_eq!(eval.depth, Depth::Deep);
+    }
+
+    /// The open loops and phase changes capture keeps reach the threshold.
+    #[test]
+    fn open_loops_and_phase_changes_are_collected() {
+        for text in [
+            "Open question: do we ship on Monday or Tuesday?",
+            "Time to start drafting.",
+            "I'll come back to the pricing.",
+            "The draft is ready for review.",
+        ] {
+            let eval = evaluate(&user(text), &Context::default());
+            assert!(eval.captures(), "{text}: {eval:?}");
+        }
+        assert!(scan("not sure yet").open_loop);
+        assert!(!scan("sure").open_loop);
+        assert!(!evaluate(&user("Is it raining outside today?"), &Context::default()).captures());
     }
 
     #[test]

@@ -1,0 +1,1064 @@
+//! The briefing: a short, generated summary of where a workspace (or one
+//! work context) stands, rendered from the live memory log at a given time.
+//! It is what a `MEMORY.md` carries between its markers, what
+//! `cairn brief` prints, and an assembly candidate.
+//!
+//! [`render`] is pure: the same live entries and `now` give the same bytes.
+//! It reads only live entries (replaced and expired ones are gone: that is
+//! how old memory fades from the briefing without being deleted) and
+//! writes six sections, each line ending with its reference (entry id, and
+//! the source turns when the entry has them):
+//!
+//! | section | what | window |
+//! |---|---|---|
+//! | Active | per subject (or work context, for entries without one): the newest entry | last 14 days |
+//! | Decisions | `decision` / `key_decision` entries | last 7 days |
+//! | Pending | open `task` entries | no limit |
+//! | Open questions | `question` / `open_question` entries (replacing one closes it) | no limit |
+//! | Stale | subjects (or work contexts) whose newest live entry is 30 days old or more; those with open tasks or questions first | — |
+//! | Contradictions | [`find_contradictions`] whose newer entry is in the Active window | at most 3 |
+//!
+//! Every section has a line cap (an empty section says `- none`; a cut one
+//! ends with `- … N more`), so the block is at most [`MAX_LINES`] lines
+//! (80) whatever the log holds. Secrets are masked
+//! ([`redact`](crate::redact::redact)), entry text is kept to one line, and
+//! the `MEMORY.md` marker syntax (`<!--`, `-->`) is broken up so an entry
+//! can never close the block it is in.
+//!
+//! ```
+//! use cairn_memory::brief::{render, BriefScope, BriefSettings};
+//! # use cairn_memory::{Entry, EntryKind, EntryStatus, EntryView, TaskStatus};
+//! # use chrono::{Duration, TimeZone, Utc};
+//! let now = Utc.with_ymd_and_hms(2026, 3, 6, 8, 0, 0).unwrap();
+//! # let view = |id: &str, kind, text: &str, days: i64| {
+//! #     let at = now - Duration::days(days);
+//! #     EntryView { entry: Entry { id: id.into(), kind, content: text.into(), detail: None,
+//! #         subject: Some("orion-beta".into()), work_context: "launch".into(), provenance: None,
+//! #         replaces: None, status: (kind == EntryKind::Task).then_some(TaskStatus::Open),
+//! #         timestamp: at, recorded_at: at, gate_generation: None },
+//! #         subject: Some("orion-beta".into()), status: EntryStatus::Live, decay_at: None } };
+//! let live = vec![
+//!     view("d1", EntryKind::Decision, "Launch on April 1 with sync on", 1),
+//!     view("t1", EntryKind::Task, "Book the status-page maintenance window", 1),
+//! ];
+//! let b = render(&live, &BriefScope::workspace("acme"), now, &BriefSettings::default());
+//! assert!(b.text.contains("- 2026-03-05 orion-beta: Launch on April 1 with sync on [d1]"));
+//! assert!(b.text.contains("- Book the status-page maintenance window (orion-beta; since 2026-03-05) [t1]"));
+//! assert!(b.text.lines().count() <= 80);
+//! ```
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::contradict::{Contradiction, find_contradictions};
+use crate::log::{EntryKind, EntryView, TaskStatus};
+use crate::text::{clip, one_line};
+
+/// The most lines a briefing block has.
+pub const MAX_LINES: usize = 80;
+
+/// The longest entry text a line shows, in characters.
+const MAX_TEXT_CHARS: usize = 140;
+
+/// The time windows (see the [module docs](self)); the defaults are the
+/// design's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct BriefSettings {
+    /// Active: subjects with entries this recent (default 14).
+    pub active_days: u32,
+    /// Decisions this recent (default 7).
+    pub decision_days: u32,
+    /// Stale: nothing written for this long (default 30).
+    pub stale_days: u32,
+}
+
+impl Default for BriefSettings {
+    fn default() -> Self {
+        BriefSettings {
+            active_days: 14,
+            decision_days: 7,
+            stale_days: 30,
+        }
+    }
+}
+
+impl BriefSettings {
+    /// Checks the windows (1 to 36,500 days each).
+    pub fn validate(&self) -> crate::Result<()> {
+        for (what, days) in [
+            ("active_days", self.active_days),
+            ("decision_days", self.decision_days),
+            ("stale_days", self.stale_days),
+        ] {
+            if days == 0 || days > 36_500 {
+                return Err(crate::MemoryError::Invalid {
+                    what: "briefing settings",
+                    reason: format!("{what} is {days}; use 1 to 36500"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a briefing is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BriefScope {
+    /// The workspace.
+    pub workspace: String,
+    /// One work context, or the whole workspace.
+    pub work_context: Option<String>,
+}
+
+impl BriefScope {
+    /// The whole workspace.
+    pub fn workspace(workspace: &str) -> Self {
+        BriefScope {
+            workspace: workspace.to_owned(),
+            work_context: None,
+        }
+    }
+
+    /// One work context.
+    pub fn work_context(workspace: &str, work_context: &str) -> Self {
+        BriefScope {
+            workspace: workspace.to_owned(),
+            work_context: Some(work_context.to_owned()),
+        }
+    }
+}
+
+/// The sections, in the order the block prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BriefSectionKind {
+    /// Subjects with recent entries.
+    Active,
+    /// Recent decisions.
+    Decisions,
+    /// Open tasks.
+    Pending,
+    /// Open questions.
+    OpenQuestions,
+    /// Subjects nothing was written about for a while.
+    Stale,
+    /// Live entries that seem to conflict.
+    Contradictions,
+}
+
+impl BriefSectionKind {
+    /// Every section, in block order.
+    pub const ALL: [BriefSectionKind; 6] = [
+        BriefSectionKind::Active,
+        BriefSectionKind::Decisions,
+        BriefSectionKind::Pending,
+        BriefSectionKind::OpenQuestions,
+        BriefSectionKind::Stale,
+        BriefSectionKind::Contradictions,
+    ];
+
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BriefSectionKind::Active => "active",
+            BriefSectionKind::Decisions => "decisions",
+            BriefSectionKind::Pending => "pending",
+            BriefSectionKind::OpenQuestions => "open_questions",
+            BriefSectionKind::Stale => "stale",
+            BriefSectionKind::Contradictions => "contradictions",
+        }
+    }
+
+    /// How many items the section shows at most. With the title, six
+    /// headings and a `… more` line each, the caps add up to at most 74
+    /// lines, under [`MAX_LINES`].
+    pub fn max_items(self) -> usize {
+        match self {
+            BriefSectionKind::Active => 12,
+            BriefSectionKind::Decisions => 12,
+            BriefSectionKind::Pending => 15,
+            BriefSectionKind::OpenQuestions => 12,
+            BriefSectionKind::Stale => 8,
+            BriefSectionKind::Contradictions => 3,
+        }
+    }
+
+    fn heading(self, settings: &BriefSettings) -> String {
+        match self {
+            BriefSectionKind::Active => format!("### Active (last {} days)", settings.active_days),
+            BriefSectionKind::Decisions => {
+                format!("### Decisions (last {} days)", settings.decision_days)
+            }
+            BriefSectionKind::Pending => "### Pending".to_owned(),
+            BriefSectionKind::OpenQuestions => "### Open questions".to_owned(),
+            BriefSectionKind::Stale => {
+                format!("### Stale (untouched {}+ days)", settings.stale_days)
+            }
+            BriefSectionKind::Contradictions => "### Contradictions (please confirm)".to_owned(),
+        }
+    }
+}
+
+/// One line of a section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BriefItem {
+    /// The line's text, without the leading `- ` and the reference.
+    pub text: String,
+    /// The entries it stands for; the first is the one it quotes.
+    pub entries: Vec<String>,
+    /// The source turns of the first entry (`session:from-to`), if any.
+    pub turns: Option<String>,
+    /// The subject, if any.
+    pub subject: Option<String>,
+    /// The work context of the first entry.
+    pub work_context: String,
+    /// When the first entry was captured.
+    pub at: DateTime<Utc>,
+}
+
+impl BriefItem {
+    /// The reference the line ends with: `[id]` or `[id; session:from-to]`
+    /// (`[older id; newer id]` for a contradiction).
+    pub fn reference(&self) -> String {
+        let mut parts: Vec<&str> = self.entries.iter().map(String::as_str).collect();
+        if let Some(t) = &self.turns {
+            parts.push(t);
+        }
+        format!("[{}]", parts.join("; "))
+    }
+
+    /// The rendered line, without a newline.
+    pub fn line(&self) -> String {
+        format!("- {} {}", self.text, self.reference())
+    }
+}
+
+/// One section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BriefSection {
+    /// Which section.
+    pub kind: BriefSectionKind,
+    /// Its heading, as printed (without `### `).
+    pub title: String,
+    /// Its lines, in order.
+    pub items: Vec<BriefItem>,
+    /// Items left out by the section's cap.
+    pub omitted: usize,
+}
+
+/// A rendered briefing: the block's text and the same content structured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Briefing {
+    /// What it is about.
+    pub scope: BriefScope,
+    /// The time it was rendered at (the clock's `now`).
+    pub at: DateTime<Utc>,
+    /// The six sections, in block order.
+    pub sections: Vec<BriefSection>,
+    /// The block (markdown, every line ends with `\n`), at most
+    /// [`MAX_LINES`] lines; no markers.
+    pub text: String,
+    /// Lines of `text`.
+    pub lines: usize,
+    /// How many live entries it was rendered from.
+    pub entries_read: usize,
+}
+
+impl Briefing {
+    /// A section.
+    pub fn section(&self, kind: BriefSectionKind) -> &BriefSection {
+        // Every briefing has all six, in order.
+        &self.sections[BriefSectionKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(0)]
+    }
+
+    /// The compact form for an assembled block: non-empty sections only,
+    /// without the lines whose first entry `skip` says is shown already;
+    /// `None` when nothing is left.
+    pub fn compact(&self, skip: impl Fn(&str) -> bool) -> Option<String> {
+        let mut text = String::new();
+        for section in &self.sections {
+            let lines: Vec<String> = section
+                .items
+                .iter()
+                .filter(|i| i.entries.first().is_none_or(|id| !skip(id)))
+                .map(BriefItem::line)
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            text.push_str(&format!("{}:\n", section.title));
+            for line in lines {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        (!text.is_empty()).then_some(text)
+    }
+}
+
+/// Renders the briefing of `scope` from the live entries of its workspace
+/// (other entries are ignored; entries of other work contexts too when the
+/// scope names one) at `now`. Contradictions are found with
+/// [`find_contradictions`]; [`render_with`] takes them precomputed.
+pub fn render(
+    entries: &[EntryView],
+    scope: &BriefScope,
+    now: DateTime<Utc>,
+    settings: &BriefSettings,
+) -> Briefing {
+    render_with(entries, &find_contradictions(entries), scope, now, settings)
+}
+
+/// [`render`] with the contradictions among `entries` already found (a
+/// caller that caches them per log version); those with an entry outside
+/// the scope are left out.
+pub fn render_with(
+    entries: &[EntryView],
+    contradictions: &[Contradiction],
+    scope: &BriefScope,
+    now: DateTime<Utc>,
+    settings: &BriefSettings,
+) -> Briefing {
+    let in_scope = scoped(entries, scope);
+    let ids: std::collections::HashSet<&str> =
+        in_scope.iter().map(|v| v.entry.id.as_str()).collect();
+    let contradictions: Vec<Contradiction> = contradictions
+        .iter()
+        .filter(|c| ids.contains(c.older.as_str()) && ids.contains(c.newer.as_str()))
+        .cloned()
+        .collect();
+    render_scoped(&in_scope, &contradictions, scope, now, settings)
+}
+
+fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView> {
+    let mut live: Vec<&EntryView> = entries
+        .iter()
+        .filter(|v| v.is_live())
+        .filter(|v| {
+            scope
+                .work_context
+                .as_ref()
+                .is_none_or(|wc| &v.entry.work_context == wc)
+        })
+        .collect();
+    // Newest first, ties by id: the order every section starts from (the
+    // live list is already in it, so this sort is a check, not a cost).
+    live.sort_by(|a, b| (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id)));
+    live
+}
+
+fn render_scoped(
+    live: &[&EntryView],
+    contradictions: &[Contradiction],
+    scope: &BriefScope,
+    now: DateTime<Utc>,
+    settings: &BriefSettings,
+) -> Briefing {
+    let active_since = now - Duration::days(i64::from(settings.active_days));
+    let decisions_since = now - Duration::days(i64::from(settings.decision_days));
+    let stale_before = now - Duration::days(i64::from(settings.stale_days));
+
+    // Threads: a subject, or a work context for entries without one.
+    let mut threads: BTreeMap<Thread, Vec<&EntryView>> = BTreeMap::new();
+    for v in live {
+        threads.entry(thread_of(v)).or_default().push(*v);
+    }
+
+    // Each section picks its entries first, then formats only the ones it
+    // shows (redaction is the costly part): `(total, items)`.
+    let cap = BriefSectionKind::max_items;
+    let mut active: Vec<(&Thread, &Vec<&EntryView>)> = Vec::new();
+    // (open loop?, newest), the thread and its entries.
+    type StaleThread<'t> = ((bool, DateTime<Utc>), &'t Thread, &'t Vec<&'t EntryView>);
+    let mut stale: Vec<StaleThread<'_>> = Vec::new();
+    for (thread, views) in &threads {
+        // `views` is newest first.
+        let newest = views[0].entry.timestamp;
+        if newest >= active_since {
+            active.push((thread, views));
+        } else if newest < stale_before {
+            let open = views.iter().any(|v| is_open_loop(v));
+            stale.push(((open, newest), thread, views));
+        }
+    }
+    active.sort_by_key(|(_, views)| std::cmp::Reverse(views[0].entry.timestamp));
+    stale.sort_by_key(|(key, _, _)| std::cmp::Reverse(*key));
+    let active_items: Vec<BriefItem> = active
+        .iter()
+        .take(cap(BriefSectionKind::Active))
+        .map(|(thread, views)| {
+            let newest = views[0];
+            let recent: Vec<&EntryView> = views
+                .iter()
+                .copied()
+                .filter(|v| v.entry.timestamp >= active_since)
+                .collect();
+            // The newest entry that says something about the subject
+            // itself: not a pointer to a summary, an update elsewhere, or
+            // a task already done.
+            let quoted = recent
+                .iter()
+                .copied()
+                .find(|v| {
+                    !matches!(
+                        v.entry.kind,
+                        EntryKind::SessionSummaryRef | EntryKind::CrossConversationUpdate
+                    ) && v.entry.status != Some(TaskStatus::Done)
+                })
+                .unwrap_or(recent[0]);
+            let done = if quoted.entry.status == Some(TaskStatus::Done)
+                && !quoted.entry.content.to_lowercase().starts_with("done")
+            {
+                "done: "
+            } else {
+                ""
+            };
+            let mut item = item_of(
+                quoted,
+                format!(
+                    "{}: {done}{} ({} entr{}, last {})",
+                    thread.label(),
+                    shown(&quoted.entry.content),
+                    recent.len(),
+                    if recent.len() == 1 { "y" } else { "ies" },
+                    day(newest.entry.timestamp)
+                ),
+            );
+            item.at = newest.entry.timestamp;
+            item
+        })
+        .collect();
+    let stale_items: Vec<BriefItem> = stale
+        .iter()
+        .take(cap(BriefSectionKind::Stale))
+        .map(|(_, thread, views)| {
+            let newest = views[0];
+            let open = views.iter().filter(|v| is_open_loop(v)).count();
+            let open_note = if open > 0 {
+                format!(", {open} open")
+            } else {
+                String::new()
+            };
+            item_of(
+                newest,
+                format!(
+                    "{}: last touched {} ({} live entr{}{open_note})",
+                    thread.label(),
+                    day(newest.entry.timestamp),
+                    views.len(),
+                    if views.len() == 1 { "y" } else { "ies" },
+                ),
+            )
+        })
+        .collect();
+
+    let pick = |keep: &dyn Fn(&EntryView) -> bool| -> Vec<&EntryView> {
+        live.iter().copied().filter(|v| keep(v)).collect()
+    };
+    let decisions = pick(&|v| {
+        matches!(v.entry.kind, EntryKind::Decision | EntryKind::KeyDecision)
+            && v.entry.timestamp >= decisions_since
+    });
+    let pending =
+        pick(&|v| v.entry.kind == EntryKind::Task && v.entry.status != Some(TaskStatus::Done));
+    let questions =
+        pick(&|v| matches!(v.entry.kind, EntryKind::Question | EntryKind::OpenQuestion));
+    let decision_items: Vec<BriefItem> = decisions
+        .iter()
+        .take(cap(BriefSectionKind::Decisions))
+        .map(|v| {
+            let about = v
+                .subject
+                .as_ref()
+                .map_or(String::new(), |s| format!(" {s}:"));
+            item_of(
+                v,
+                format!(
+                    "{}{about} {}",
+                    day(v.entry.timestamp),
+                    shown(&v.entry.content)
+                ),
+            )
+        })
+        .collect();
+    let open_item = |v: &&EntryView| {
+        item_of(
+            v,
+            format!(
+                "{} ({}since {})",
+                shown(&v.entry.content),
+                v.subject
+                    .as_ref()
+                    .map_or(String::new(), |s| format!("{s}; ")),
+                day(v.entry.timestamp)
+            ),
+        )
+    };
+    let pending_items: Vec<BriefItem> = pending
+        .iter()
+        .take(cap(BriefSectionKind::Pending))
+        .map(open_item)
+        .collect();
+    let question_items: Vec<BriefItem> = questions
+        .iter()
+        .take(cap(BriefSectionKind::OpenQuestions))
+        .map(open_item)
+        .collect();
+    let by_id: BTreeMap<&str, &EntryView> =
+        live.iter().map(|v| (v.entry.id.as_str(), *v)).collect();
+    let recent_conflicts: Vec<&Contradiction> = contradictions
+        .iter()
+        .filter(|c| c.newer_at >= active_since)
+        .filter(|c| by_id.contains_key(c.older.as_str()) && by_id.contains_key(c.newer.as_str()))
+        .collect();
+    let conflicts: Vec<BriefItem> = recent_conflicts
+        .iter()
+        .take(cap(BriefSectionKind::Contradictions))
+        .filter_map(|c| {
+            let (older, newer) = (by_id.get(c.older.as_str())?, by_id.get(c.newer.as_str())?);
+            let about = c.subject.clone().unwrap_or_else(|| c.work_context.clone());
+            Some(BriefItem {
+                text: format!(
+                    "{about}: \"{}\" ({}) may conflict with \"{}\" ({}): {} ({})",
+                    shown_short(&older.entry.content),
+                    day(c.older_at),
+                    shown_short(&newer.entry.content),
+                    day(c.newer_at),
+                    sanitise(&c.detail),
+                    c.rule.as_str()
+                ),
+                entries: vec![c.older.clone(), c.newer.clone()],
+                turns: None,
+                subject: c.subject.clone(),
+                work_context: c.work_context.clone(),
+                at: c.newer_at,
+            })
+        })
+        .collect();
+
+    let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 6] = [
+        (BriefSectionKind::Active, active.len(), active_items),
+        (BriefSectionKind::Decisions, decisions.len(), decision_items),
+        (BriefSectionKind::Pending, pending.len(), pending_items),
+        (
+            BriefSectionKind::OpenQuestions,
+            questions.len(),
+            question_items,
+        ),
+        (BriefSectionKind::Stale, stale.len(), stale_items),
+        (
+            BriefSectionKind::Contradictions,
+            recent_conflicts.len(),
+            conflicts,
+        ),
+    ];
+    let mut sections = Vec::with_capacity(6);
+    let mut text = match &scope.work_context {
+        Some(wc) => format!("## Briefing: {} / {wc} ({})\n", scope.workspace, day(now)),
+        None => format!("## Briefing: {} ({})\n", scope.workspace, day(now)),
+    };
+    for (kind, total, items) in lists {
+        let omitted = total.saturating_sub(items.len());
+        let heading = kind.heading(settings);
+        text.push_str(&heading);
+        text.push('\n');
+        if items.is_empty() {
+            text.push_str("- none\n");
+        }
+        for item in &items {
+            text.push_str(&item.line());
+            text.push('\n');
+        }
+        if omitted > 0 {
+            text.push_str(&format!(
+                "- … {omitted} more (`cairn {}`)\n",
+                more_command(kind)
+            ));
+        }
+        sections.push(BriefSection {
+            kind,
+            title: heading.trim_start_matches("### ").to_owned(),
+            items,
+            omitted,
+        });
+    }
+    let lines = text.lines().count();
+    debug_assert!(lines <= MAX_LINES, "{lines} lines");
+    Briefing {
+        scope: scope.clone(),
+        at: now,
+        sections,
+        text,
+        lines,
+        entries_read: live.len(),
+    }
+}
+
+fn more_command(kind: BriefSectionKind) -> &'static str {
+    match kind {
+        BriefSectionKind::Decisions => "log --kind decision",
+        BriefSectionKind::Pending => "log --kind task",
+        BriefSectionKind::OpenQuestions => "log --kind open_question",
+        _ => "log",
+    }
+}
+
+fn is_open_loop(v: &EntryView) -> bool {
+    match v.entry.kind {
+        EntryKind::Question | EntryKind::OpenQuestion => true,
+        EntryKind::Task => v.entry.status != Some(TaskStatus::Done),
+        _ => false,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Thread {
+    Subject(String),
+    Context(String),
+}
+
+impl Thread {
+    fn label(&self) -> String {
+        match self {
+            Thread::Subject(s) => s.clone(),
+            Thread::Context(wc) => format!("{wc} (work context)"),
+        }
+    }
+}
+
+fn thread_of(v: &EntryView) -> Thread {
+    match &v.subject {
+        Some(s) => Thread::Subject(s.clone()),
+        None => Thread::Context(v.entry.work_context.clone()),
+    }
+}
+
+fn item_of(v: &EntryView, text: String) -> BriefItem {
+    BriefItem {
+        text,
+        entries: vec![v.entry.id.clone()],
+        turns: v.entry.provenance.as_ref().map(|p| {
+            if p.from_seq == p.to_seq {
+                format!("{}:{}", p.session, p.from_seq)
+            } else {
+                format!("{}:{}-{}", p.session, p.from_seq, p.to_seq)
+            }
+        }),
+        subject: v.subject.clone(),
+        work_context: v.entry.work_context.clone(),
+        at: v.entry.timestamp,
+    }
+}
+
+fn day(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d").to_string()
+}
+
+/// Breaks up the `MEMORY.md` marker syntax so no text can open or close a
+/// block.
+fn sanitise(text: &str) -> String {
+    text.replace("<!--", "<!- -").replace("-->", "- ->")
+}
+
+/// An entry's text as a line shows it: secrets masked, one line, clipped,
+/// no marker syntax.
+fn shown(text: &str) -> String {
+    sanitise(&clip(
+        &one_line(&crate::redact::redact(text)),
+        MAX_TEXT_CHARS,
+    ))
+}
+
+fn shown_short(text: &str) -> String {
+    sanitise(&clip(&one_line(&crate::redact::redact(text)), 60))
+}
+
+// The briefing on a workspace: rendered from the live log at the clock's
+// time; contradictions and the latest handoffs are computed once per
+// version of the live log.
+impl crate::memory::Workspace {
+    /// The briefing of the workspace, or of one work context, at the
+    /// clock's time, with the configured windows (`briefing` in
+    /// [`MemoryConfig`](crate::MemoryConfig); see the [module docs](self)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Task, "Book the maintenance window").in_context("launch"))?;
+    /// let b = ws.briefing(Some("launch"))?;
+    /// assert!(b.text.contains("- Book the maintenance window (since "));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn briefing(&self, work_context: Option<&str>) -> crate::Result<Briefing> {
+        let settings = &self.config().briefing;
+        settings.validate()?;
+        if let Some(wc) = work_context {
+            crate::ids::validate_id("work context", wc)?;
+        }
+        let scope = BriefScope {
+            workspace: self.id().to_owned(),
+            work_context: work_context.map(str::to_owned),
+        };
+        let contradictions = self.live_contradictions()?;
+        let live = self.live_entries()?;
+        Ok(render_with(
+            &live,
+            &contradictions,
+            &scope,
+            self.clock().now(),
+            settings,
+        ))
+    }
+
+    /// Contradictions among the live entries ([`find_contradictions`]),
+    /// computed once per version of the live log.
+    pub fn live_contradictions(&self) -> crate::Result<std::sync::Arc<Vec<Contradiction>>> {
+        let (live, derived) = self.live_state()?;
+        Ok(derived
+            .contradictions
+            .get_or_init(|| std::sync::Arc::new(find_contradictions(&live)))
+            .clone())
+    }
+
+    /// The newest live `handoff` entry of a work context, if any. The
+    /// answer is cached with the live log: it is recomputed only when the
+    /// log changes (a new handoff, a replacement, a decay).
+    pub fn latest_handoff(&self, work_context: &str) -> crate::Result<Option<EntryView>> {
+        let (live, derived) = self.live_state()?;
+        let index = derived.handoffs.get_or_init(|| {
+            let mut latest = std::collections::HashMap::new();
+            // Newest first: the first handoff seen per context is its latest.
+            for (i, v) in live.iter().enumerate() {
+                if v.entry.kind == EntryKind::Handoff {
+                    latest.entry(v.entry.work_context.clone()).or_insert(i);
+                }
+            }
+            latest
+        });
+        Ok(index.get(work_context).map(|&i| live[i].clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::{Duration, TimeZone};
+    use expect_test::expect;
+
+    use super::*;
+    use crate::{EntryInput, ManualClock, Memory, MemoryConfig, Role, TurnInput, Workspace};
+
+    struct Fx {
+        _dir: tempfile::TempDir,
+        clock: ManualClock,
+        memory: Memory,
+    }
+
+    impl Fx {
+        fn new() -> Fx {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap());
+            let memory =
+                Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
+                    .unwrap();
+            Fx {
+                _dir: dir,
+                clock,
+                memory,
+            }
+        }
+
+        fn ws(&self) -> Workspace {
+            self.memory.workspace("acme").unwrap()
+        }
+
+        /// Appends at the clock's time, then moves the clock `hours` on.
+        fn add(&self, input: EntryInput, hours: i64) -> String {
+            let id = self.ws().append_entry(&input).unwrap().id;
+            self.clock.advance(Duration::hours(hours));
+            id
+        }
+    }
+
+    fn e(kind: EntryKind, text: &str, subject: &str, wc: &str) -> EntryInput {
+        let mut e = EntryInput::new(kind, text).in_context(wc);
+        if !subject.is_empty() {
+            e = e.about(subject);
+        }
+        e
+    }
+
+    /// Every rule on one log, the clock driving the windows: decisions
+    /// leave the Decisions section after 7 days and a subject leaves Active
+    /// after 14; a subject untouched for 30 days is Stale; a replaced
+    /// question and a done task are gone; a contradiction is listed with
+    /// both references.
+    #[test]
+    fn sections_follow_the_clock() {
+        let fx = Fx::new();
+        let ws = fx.ws();
+        ws.append_turn(&TurnInput::new("s1", Role::User, "hello").in_context("launch"))
+            .unwrap();
+        let mut with_turns = e(
+            EntryKind::Fact,
+            "The status page is hosted by Acme.",
+            "status-page",
+            "ops",
+        );
+        with_turns.id = Some("f-status".into());
+        fx.add(with_turns, 24); // Mar 1
+        let mut old_decision = e(
+            EntryKind::Decision,
+            "Launch the Orion beta on April 1",
+            "orion-beta",
+            "launch",
+        )
+        .from_turns("s1", 0, 0);
+        old_decision.id = Some("d-april1".into());
+        fx.add(old_decision, 1); // Mar 2
+        let mut q = e(
+            EntryKind::OpenQuestion,
+            "Invite the waitlist in the first wave or a week later?",
+            "orion-beta",
+            "launch",
+        );
+        q.id = Some("q-wave".into());
+        fx.add(q, 1);
+        let mut t = e(
+            EntryKind::Task,
+            "Ask Dana how much load support can take",
+            "orion-beta",
+            "launch",
+        );
+        t.id = Some("t-dana".into());
+        fx.add(t, 6 * 24 - 2); // Mar 8
+        // Mar 8: the question answered, the task done, a newer decision.
+        let mut answer = e(
+            EntryKind::Decision,
+            "Waitlist gets access one week after launch",
+            "orion-beta",
+            "launch",
+        )
+        .replacing("q-wave");
+        answer.id = Some("d-wave".into());
+        fx.add(answer, 1);
+        let mut done = e(
+            EntryKind::Task,
+            "Ask Dana how much load support can take",
+            "orion-beta",
+            "launch",
+        )
+        .replacing("t-dana");
+        done.status = Some(TaskStatus::Done);
+        done.id = Some("t-dana-done".into());
+        fx.add(done, 1);
+        let mut newer = e(
+            EntryKind::Decision,
+            "Launch the Orion beta on April 8",
+            "orion-beta",
+            "launch",
+        );
+        newer.id = Some("d-april8".into());
+        fx.add(newer, 1);
+        let mut open = e(
+            EntryKind::Task,
+            "Book the status-page maintenance window",
+            "",
+            "launch",
+        );
+        open.id = Some("t-book".into());
+        fx.add(open, 1);
+
+        let at = |days: i64| {
+            fx.clock
+                .set(Utc.with_ymd_and_hms(2026, 3, 8, 12, 0, 0).unwrap() + Duration::days(days));
+            ws.briefing(None).unwrap()
+        };
+        expect![[r#"
+            ## Briefing: acme (2026-03-08)
+            ### Active (last 14 days)
+            - launch (work context): Book the status-page maintenance window (1 entry, last 2026-03-08) [t-book]
+            - orion-beta: Launch the Orion beta on April 8 (4 entries, last 2026-03-08) [d-april8]
+            - status-page: The status page is hosted by Acme. (1 entry, last 2026-03-01) [f-status]
+            ### Decisions (last 7 days)
+            - 2026-03-08 orion-beta: Launch the Orion beta on April 8 [d-april8]
+            - 2026-03-08 orion-beta: Waitlist gets access one week after launch [d-wave]
+            - 2026-03-02 orion-beta: Launch the Orion beta on April 1 [d-april1; s1:0]
+            ### Pending
+            - Book the status-page maintenance window (since 2026-03-08) [t-book]
+            ### Open questions
+            - none
+            ### Stale (untouched 30+ days)
+            - none
+            ### Contradictions (please confirm)
+            - orion-beta: "Launch the Orion beta on April 1" (2026-03-02) may conflict with "Launch the Orion beta on April 8" (2026-03-08): "april 1" → "april 8" (value_change) [d-april1; d-april8]
+        "#]]
+        .assert_eq(&at(0).text);
+        // Six days later the March 2 decision has left the Decisions
+        // window; a day more and the March 8 ones have too, and the
+        // status-page subject has left Active (14 days after March 1).
+        let b = at(6);
+        assert_eq!(b.section(BriefSectionKind::Decisions).items.len(), 2);
+        assert_eq!(b.section(BriefSectionKind::Active).items.len(), 3);
+        let b = at(7);
+        assert!(b.section(BriefSectionKind::Decisions).items.is_empty());
+        let active: Vec<&str> = b
+            .section(BriefSectionKind::Active)
+            .items
+            .iter()
+            .map(|i| i.entries[0].as_str())
+            .collect();
+        assert_eq!(active, ["t-book", "d-april8"]);
+        // 30 days after March 1 the status page is stale.
+        let b = at(23);
+        let stale = &b.section(BriefSectionKind::Stale).items;
+        assert_eq!(stale.len(), 1);
+        assert_eq!(
+            stale[0].line(),
+            "- status-page: last touched 2026-03-01 (1 live entry) [f-status]"
+        );
+        // After 14 days the contradiction's newer entry is no longer
+        // recent: it is not flagged any more (the pair still is, for the
+        // maintenance pass).
+        assert!(b.section(BriefSectionKind::Contradictions).items.is_empty());
+        assert_eq!(ws.live_contradictions().unwrap().len(), 1);
+        // A work context's briefing holds only its entries.
+        let b = ws.briefing(Some("ops")).unwrap();
+        assert_eq!(b.entries_read, 1);
+        assert!(b.text.starts_with("## Briefing: acme / ops ("));
+    }
+
+    /// However big the log, the block stays within 80 lines, each section
+    /// says how many it left out, and every item line ends with a reference.
+    #[test]
+    fn the_block_is_capped_and_every_line_has_a_reference() {
+        let fx = Fx::new();
+        let ws = fx.ws();
+        let mut batch = Vec::new();
+        for i in 0..60 {
+            batch.push(e(
+                EntryKind::Task,
+                &format!("Task number {i}"),
+                &format!("s-{i}"),
+                "w",
+            ));
+            batch.push(e(
+                EntryKind::Decision,
+                &format!("Decision number {i}"),
+                &format!("s-{i}"),
+                "w",
+            ));
+            batch.push(e(
+                EntryKind::Question,
+                &format!("Question number {i}?"),
+                &format!("s-{i}"),
+                "w",
+            ));
+        }
+        ws.append_entries(&batch).unwrap();
+        fx.clock.advance(Duration::days(40));
+        let mut recent = Vec::new();
+        for i in 0..30 {
+            recent.push(e(
+                EntryKind::Fact,
+                &format!("Fact {i}"),
+                &format!("r-{i}"),
+                "w",
+            ));
+        }
+        ws.append_entries(&recent).unwrap();
+        let b = ws.briefing(None).unwrap();
+        assert!(b.lines <= MAX_LINES, "{}", b.text);
+        assert_eq!(b.text.lines().count(), b.lines);
+        assert_eq!(b.section(BriefSectionKind::Pending).omitted, 45);
+        assert_eq!(b.section(BriefSectionKind::Active).omitted, 18);
+        assert_eq!(b.section(BriefSectionKind::Stale).omitted, 52);
+        for line in b.text.lines() {
+            assert!(
+                line.starts_with('#')
+                    || line == "- none"
+                    || line.starts_with("- … ")
+                    || (line.starts_with("- ") && line.ends_with(']')),
+                "{line}"
+            );
+        }
+        // Same log, same time: same bytes.
+        assert_eq!(ws.briefing(None).unwrap(), b);
+    }
+
+    #[test]
+    fn text_cannot_break_the_markers_or_leak_secrets() {
+        let fx = Fx::new();
+        let ws = fx.ws();
+        ws.append_entry(&e(
+            EntryKind::Task,
+            "Rotate sk-live-ABCDEFGHIJKLMNOPQRSTUVWX --> <!-- cairn:briefing:end -->\nnow",
+            "",
+            "w",
+        ))
+        .unwrap();
+        let b = ws.briefing(None).unwrap();
+        assert!(
+            !b.text.contains("<!--") && !b.text.contains("-->"),
+            "{}",
+            b.text
+        );
+        assert!(!b.text.contains("ABCDEFGHIJKLMNOP"), "{}", b.text);
+        assert!(b.text.lines().all(|l| !l.starts_with("now")));
+    }
+
+    #[test]
+    fn the_latest_handoff_is_cached_until_the_log_changes() {
+        let fx = Fx::new();
+        let ws = fx.ws();
+        assert!(ws.latest_handoff("launch").unwrap().is_none());
+        let first = fx.add(
+            e(EntryKind::Handoff, "Checklist half done", "", "launch"),
+            1,
+        );
+        fx.add(
+            e(EntryKind::Handoff, "Pricing copy reviewed", "", "pricing"),
+            1,
+        );
+        assert_eq!(
+            ws.latest_handoff("launch").unwrap().unwrap().entry.id,
+            first
+        );
+        let second = fx.add(e(EntryKind::Handoff, "Checklist done", "", "launch"), 1);
+        assert_eq!(
+            ws.latest_handoff("launch").unwrap().unwrap().entry.id,
+            second
+        );
+        // Replaced: the correction is the latest.
+        let fixed = fx.add(
+            e(
+                EntryKind::Handoff,
+                "Checklist done; waiting on legal",
+                "",
+                "launch",
+            )
+            .replacing(&second),
+            1,
+        );
+        assert_eq!(
+            ws.latest_handoff("launch").unwrap().unwrap().entry.id,
+            fixed
+        );
+    }
+}

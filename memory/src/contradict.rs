@@ -1,0 +1,410 @@
+//! Contradictions between live entries: two decisions or facts about the
+//! same thing that cannot both hold.
+//!
+//! [`find_contradictions`] is deterministic and deliberately conservative: a
+//! false alarm costs a person's attention, a miss only leaves the older
+//! entry to be replaced by hand later. It compares only
+//!
+//! - **live** entries of the assertive kinds (`decision`, `key_decision`,
+//!   `fact`),
+//! - **on the same subject** (the canonical slug after renames and merges),
+//!   or, for two entries without a subject, in the same work context,
+//!
+//! and flags a pair under exactly two rules:
+//!
+//! 1. **`negation`**: the two texts are the same words once negations are
+//!    set aside (`not`, `no`, `never`, `without`, `-n't`…), and one of them
+//!    is negated where the other is not: "Use feature flags for sync" /
+//!    "Don't use feature flags for sync". At least two content words must
+//!    remain, so "No." / "Yes." never match.
+//! 2. **`value_change`**: the two texts are the same words in the same
+//!    order except inside **one** run of values (numbers, dates, months,
+//!    weekdays), where they differ: "Launch the beta on April 1" /
+//!    "Launch the beta on April 8"; "Backoff intervals 1s, 5s, 15s" /
+//!    "Backoff intervals 2s, 10s, 30s". The words around the run (at least
+//!    two content words) are the slot; two runs that differ ("1,284
+//!    sign-ups on March 2" / "1,500 sign-ups on March 9") are an update of
+//!    several things at once, not one slot with two values, and are left
+//!    alone.
+//!
+//! Texts that merely share a topic, paraphrases and restatements are never
+//! flagged. Known limit: a value that is part of a name ("Sprint 3 retro
+//! done" / "Sprint 4 retro done") reads as a slot.
+//!
+//! The newer entry (by timestamp, then id) is presumed right: a
+//! contradiction asks a person to confirm that the older one should be
+//! replaced.
+//!
+//! ```
+//! use cairn_memory::contradict::{find_contradictions, ContradictionRule};
+//! # use cairn_memory::{Entry, EntryKind, EntryStatus, EntryView};
+//! # use chrono::{TimeZone, Utc};
+//! # fn view(id: &str, day: u32, text: &str) -> EntryView {
+//! #     let at = Utc.with_ymd_and_hms(2026, 3, day, 9, 0, 0).unwrap();
+//! #     EntryView { entry: Entry { id: id.into(), kind: EntryKind::Decision, content: text.into(),
+//! #         detail: None, subject: Some("beta".into()), work_context: "launch".into(), provenance: None,
+//! #         replaces: None, status: None, timestamp: at, recorded_at: at, gate_generation: None },
+//! #         subject: Some("beta".into()), status: EntryStatus::Live, decay_at: None }
+//! # }
+//! let entries = [
+//!     view("a", 2, "Launch the beta on April 1"),
+//!     view("b", 5, "Launch the beta on April 8"),
+//! ];
+//! let found = find_contradictions(&entries);
+//! assert_eq!(found.len(), 1);
+//! assert_eq!((found[0].older.as_str(), found[0].newer.as_str()), ("a", "b"));
+//! assert_eq!(found[0].rule, ContradictionRule::ValueChange);
+//! ```
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::log::{EntryKind, EntryView};
+use crate::text::{NEG, is_stopword, is_value, negations, tokens};
+
+/// Which rule found a contradiction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ContradictionRule {
+    /// The same statement, negated in one entry only.
+    Negation,
+    /// The same statement with another value in one slot.
+    ValueChange,
+}
+
+impl ContradictionRule {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContradictionRule::Negation => "negation",
+            ContradictionRule::ValueChange => "value_change",
+        }
+    }
+}
+
+/// Two live entries that cannot both hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Contradiction {
+    /// The canonical subject both are about (none: both have none and
+    /// share `work_context`).
+    pub subject: Option<String>,
+    /// The newer entry's work context.
+    pub work_context: String,
+    /// The older entry's id (the one to confirm or replace).
+    pub older: String,
+    /// The newer entry's id (presumed right).
+    pub newer: String,
+    /// When the older entry was captured.
+    pub older_at: DateTime<Utc>,
+    /// When the newer entry was captured.
+    pub newer_at: DateTime<Utc>,
+    /// The rule that matched.
+    pub rule: ContradictionRule,
+    /// What differs, e.g. `"April 1" → "April 8"` or `negated in the newer entry`.
+    pub detail: String,
+}
+
+/// How many entries of one group are compared at most (the newest ones):
+/// a group is a set of near-identical texts, so this bounds the pairs.
+const MAX_GROUP: usize = 32;
+
+/// Finds contradictions among `entries` under the two rules of the
+/// [module docs](self). Entries that are not live, or not a decision, key
+/// decision or fact, are ignored. Deterministic: newest `newer` first, then
+/// by ids.
+pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
+    struct Candidate<'a> {
+        view: &'a EntryView,
+        tokens: Vec<String>,
+    }
+    let mut candidates: Vec<Candidate<'_>> = entries
+        .iter()
+        .filter(|v| v.is_live() && is_assertive(v.entry.kind))
+        .map(|v| Candidate {
+            view: v,
+            tokens: tokens(&v.entry.content),
+        })
+        .collect();
+    // Newest first, so a capped group keeps the newest.
+    candidates.sort_by(|a, b| {
+        (b.view.entry.timestamp, &b.view.entry.id).cmp(&(a.view.entry.timestamp, &a.view.entry.id))
+    });
+
+    // Both rules need equal keys: group by (scope, key) and compare inside.
+    let mut negation_groups: BTreeMap<(Scope, Vec<&str>), Vec<usize>> = BTreeMap::new();
+    let mut value_groups: BTreeMap<(Scope, Vec<&str>), Vec<usize>> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let scope = scope_of(c.view);
+        let without_neg: Vec<&str> = c
+            .tokens
+            .iter()
+            .map(String::as_str)
+            .filter(|t| *t != NEG && !matches!(*t, "do" | "does" | "did"))
+            .collect();
+        if content_words(&without_neg) >= 2 {
+            negation_groups
+                .entry((scope.clone(), without_neg))
+                .or_default()
+                .push(i);
+        }
+        let masked: Vec<&str> = c
+            .tokens
+            .iter()
+            .map(|t| if is_value(t) { "#" } else { t.as_str() })
+            .collect();
+        if masked.contains(&"#") && content_words(&masked) >= 2 {
+            value_groups.entry((scope, masked)).or_default().push(i);
+        }
+    }
+
+    let mut found: Vec<Contradiction> = Vec::new();
+    let mut pair = |older: &Candidate<'_>, newer: &Candidate<'_>, rule, detail: String| {
+        found.push(Contradiction {
+            subject: newer.view.subject.clone(),
+            work_context: newer.view.entry.work_context.clone(),
+            older: older.view.entry.id.clone(),
+            newer: newer.view.entry.id.clone(),
+            older_at: older.view.entry.timestamp,
+            newer_at: newer.view.entry.timestamp,
+            rule,
+            detail,
+        });
+    };
+    for members in negation_groups.values() {
+        let members = &members[..members.len().min(MAX_GROUP)];
+        for (x, &newer) in members.iter().enumerate() {
+            for &older in &members[x + 1..] {
+                let (n, o) = (&candidates[newer], &candidates[older]);
+                let (nn, on) = (negations(&n.tokens), negations(&o.tokens));
+                if nn % 2 != on % 2 {
+                    let which = if nn % 2 == 1 { "newer" } else { "older" };
+                    pair(
+                        o,
+                        n,
+                        ContradictionRule::Negation,
+                        format!("the same statement, negated in the {which} entry only"),
+                    );
+                }
+            }
+        }
+    }
+    for members in value_groups.values() {
+        let members = &members[..members.len().min(MAX_GROUP)];
+        for (x, &newer) in members.iter().enumerate() {
+            for &older in &members[x + 1..] {
+                let (n, o) = (&candidates[newer], &candidates[older]);
+                if let Some(detail) = one_slot_differs(&o.tokens, &n.tokens) {
+                    pair(o, n, ContradictionRule::ValueChange, detail);
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| {
+        (b.newer_at, &b.newer, &b.older, b.rule).cmp(&(a.newer_at, &a.newer, &a.older, a.rule))
+    });
+    found.dedup_by(|a, b| a.newer == b.newer && a.older == b.older);
+    found
+}
+
+fn is_assertive(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::Decision | EntryKind::KeyDecision | EntryKind::Fact
+    )
+}
+
+/// What two entries must share to be compared: a subject, or (both without
+/// one) a work context.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope {
+    Subject(String),
+    Context(String),
+}
+
+fn scope_of(v: &EntryView) -> Scope {
+    match &v.subject {
+        Some(s) => Scope::Subject(s.clone()),
+        None => Scope::Context(v.entry.work_context.clone()),
+    }
+}
+
+fn content_words(tokens: &[&str]) -> usize {
+    tokens
+        .iter()
+        .filter(|t| **t != "#" && !is_value(t) && !is_stopword(t) && t.chars().count() >= 3)
+        .count()
+}
+
+/// With equal masks (same words, values in the same places): `Some` when
+/// the values differ, all inside one run of consecutive values.
+fn one_slot_differs(older: &[String], newer: &[String]) -> Option<String> {
+    if older.len() != newer.len() {
+        return None;
+    }
+    let differing: Vec<usize> = (0..older.len()).filter(|&i| older[i] != newer[i]).collect();
+    let (&first, &last) = (differing.first()?, differing.last()?);
+    // The run of values around the differences.
+    let mut start = first;
+    while start > 0 && is_value(&older[start - 1]) {
+        start -= 1;
+    }
+    let mut end = first;
+    while end + 1 < older.len() && is_value(&older[end + 1]) {
+        end += 1;
+    }
+    if last > end {
+        return None; // differences in two runs
+    }
+    Some(format!(
+        "\"{}\" → \"{}\"",
+        older[start..=end].join(" "),
+        newer[start..=end].join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, TimeZone};
+
+    use super::*;
+    use crate::log::{Entry, EntryStatus};
+
+    fn view(id: &str, kind: EntryKind, subject: Option<&str>, hours: i64, text: &str) -> EntryView {
+        let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap() + Duration::hours(hours);
+        EntryView {
+            entry: Entry {
+                id: id.into(),
+                kind,
+                content: text.into(),
+                detail: None,
+                subject: subject.map(str::to_owned),
+                work_context: "launch".into(),
+                provenance: None,
+                replaces: None,
+                status: None,
+                timestamp: at,
+                recorded_at: at,
+                gate_generation: None,
+            },
+            subject: subject.map(str::to_owned),
+            status: EntryStatus::Live,
+            decay_at: None,
+        }
+    }
+
+    fn found(entries: &[EntryView]) -> Vec<String> {
+        find_contradictions(entries)
+            .into_iter()
+            .map(|c| format!("{}<{} {} {}", c.older, c.newer, c.rule.as_str(), c.detail))
+            .collect()
+    }
+
+    const D: EntryKind = EntryKind::Decision;
+    const F: EntryKind = EntryKind::Fact;
+
+    #[test]
+    fn negation_on_the_same_subject() {
+        let entries = [
+            view(
+                "a",
+                D,
+                Some("sync"),
+                0,
+                "Use feature flags for the sync engine.",
+            ),
+            view(
+                "b",
+                D,
+                Some("sync"),
+                5,
+                "Don't use feature flags for the sync engine.",
+            ),
+        ];
+        assert_eq!(
+            found(&entries),
+            ["a<b negation the same statement, negated in the newer entry only"]
+        );
+        // Twice negated is not negated.
+        let entries = [
+            view("a", D, Some("sync"), 0, "Never ship without sync tests."),
+            view("b", D, Some("sync"), 5, "Ship with sync tests."),
+        ];
+        assert!(found(&entries).is_empty());
+    }
+
+    #[test]
+    fn one_value_slot_differs() {
+        let entries = [
+            view("f1", F, Some("retry"), 0, "Backoff intervals: 1s, 5s, 15s"),
+            view("f2", F, Some("retry"), 3, "Backoff intervals: 2s, 10s, 30s"),
+            view("d1", D, Some("beta"), 1, "Launch the Orion beta on April 1"),
+            view(
+                "d2",
+                EntryKind::KeyDecision,
+                Some("beta"),
+                2,
+                "Launch the Orion beta on April 8",
+            ),
+        ];
+        assert_eq!(
+            found(&entries),
+            [
+                "f1<f2 value_change \"1s 5s 15s\" → \"2s 10s 30s\"",
+                "d1<d2 value_change \"april 1\" → \"april 8\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn conservative_cases_are_not_flagged() {
+        let entries = [
+            // Other subjects.
+            view("a", D, Some("beta"), 0, "Launch on April 1 with sync"),
+            view("b", D, Some("ga"), 1, "Launch on April 8 with sync"),
+            // Two slots changed at once: an update, not one contradiction.
+            view("c", F, Some("signups"), 0, "1,284 sign-ups as of March 2"),
+            view("d", F, Some("signups"), 1, "1,500 sign-ups as of March 9"),
+            // Restatement, paraphrase, shared topic.
+            view("e", D, Some("db"), 0, "Use Postgres for the job queue"),
+            view("f", D, Some("db"), 1, "Use Postgres for the job queue"),
+            view("g", D, Some("db"), 2, "Postgres will back the job queue"),
+            // Too little besides the value or the negation.
+            view("h", F, Some("api"), 0, "The API is v2"),
+            view("i", F, Some("api"), 1, "The API is v3"),
+            view("j", D, Some("x"), 0, "No."),
+            view("k", D, Some("x"), 1, "Yes."),
+            // Not an assertive kind.
+            view(
+                "l",
+                EntryKind::Task,
+                Some("beta"),
+                0,
+                "Ship the beta on April 1",
+            ),
+            view(
+                "m",
+                EntryKind::Task,
+                Some("beta"),
+                1,
+                "Ship the beta on April 2",
+            ),
+        ];
+        assert!(found(&entries).is_empty(), "{:?}", found(&entries));
+    }
+
+    #[test]
+    fn replaced_entries_and_subjectless_scopes() {
+        let mut old = view("a", D, None, 0, "Launch the beta on April 1");
+        let new = view("b", D, None, 1, "Launch the beta on April 8");
+        assert_eq!(found(&[old.clone(), new.clone()]).len(), 1);
+        let mut other_context = new.clone();
+        other_context.entry.work_context = "elsewhere".into();
+        assert!(found(&[old.clone(), other_context]).is_empty());
+        old.status = EntryStatus::Replaced { by: "b".into() };
+        assert!(found(&[old, new]).is_empty());
+    }
+}

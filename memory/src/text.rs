@@ -1,0 +1,222 @@
+//! Word-level helpers shared by the deterministic rules that compare
+//! entries and turns (contradictions, restatements, answers): tokens,
+//! negations, values, salient terms. No model, no allocation beyond the
+//! token lists; the same text always gives the same tokens.
+
+use std::collections::BTreeSet;
+
+/// A negation, as one token (contractions are split: `don't` → `do` + this).
+pub(crate) const NEG: &str = "¬";
+
+/// Words that carry no content of their own.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from",
+    "get", "go", "going", "got", "had", "has", "have", "he", "her", "here", "him", "his", "how",
+    "i", "if", "in", "into", "is", "it", "its", "it's", "just", "let", "let's", "lets", "me",
+    "more", "my", "of", "on", "one", "or", "our", "out", "over", "please", "she", "should", "so",
+    "some", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this",
+    "those", "to", "too", "up", "us", "was", "we", "we'll", "we're", "were", "what", "when",
+    "where", "which", "while", "who", "why", "will", "with", "would", "you", "your", "i'll", "i'm",
+    "i've", "we've", "also", "now", "okay", "ok", "yes", "sure", "need", "needs", "want", "wants",
+    "think", "say", "says", "said", "tell", "told", "way", "thing", "things",
+];
+
+const MONTHS: &[&str] = &[
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+];
+
+const WEEKDAYS: &[&str] = &[
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+
+/// Lowercase tokens: runs of letters and digits (an apostrophe inside a
+/// word is kept, `’` read as `'`). A negated contraction becomes its base
+/// and [`NEG`] (`won't` → `will ¬`, `can't` → `can ¬`, `isn't` → `is ¬`);
+/// `cannot` → `can ¬`; `without` → `with ¬`; `not`, `no`, `never`, `none`,
+/// `nothing`, `neither`, `nor` → `¬`.
+pub(crate) fn tokens(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut Vec<String>| {
+        let w = word.trim_matches('\'');
+        if !w.is_empty() {
+            push_word(w, out);
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        let c = if c == '’' { '\'' } else { c };
+        if c.is_alphanumeric() || (c == '\'' && !word.is_empty()) {
+            word.extend(c.to_lowercase());
+        } else {
+            flush(&mut word, &mut out);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+fn push_word(w: &str, out: &mut Vec<String>) {
+    let negated_base = match w {
+        "won't" => Some("will"),
+        "can't" | "cannot" => Some("can"),
+        "shan't" => Some("shall"),
+        "without" => Some("with"),
+        _ => w.strip_suffix("n't"),
+    };
+    match negated_base {
+        Some(base) => {
+            out.push(base.to_owned());
+            out.push(NEG.to_owned());
+        }
+        None if matches!(
+            w,
+            "not" | "no" | "never" | "none" | "nothing" | "neither" | "nor"
+        ) =>
+        {
+            out.push(NEG.to_owned());
+        }
+        None => out.push(w.to_owned()),
+    }
+}
+
+/// Whether a token names a value: it holds a digit, or is a month or a
+/// weekday.
+pub(crate) fn is_value(token: &str) -> bool {
+    token.chars().any(|c| c.is_ascii_digit())
+        || MONTHS.contains(&token)
+        || WEEKDAYS.contains(&token)
+}
+
+/// Whether a token carries no content (a stopword or a negation).
+pub(crate) fn is_stopword(token: &str) -> bool {
+    token == NEG || STOPWORDS.contains(&token)
+}
+
+/// A crude stem: plural, past-tense and `-ing` endings cut, a doubled
+/// final consonant and a final `e` dropped, so `booked`, `books`,
+/// `booking` and `book` compare equal (and `released` / `release`).
+/// Values and non-ASCII words are left alone.
+pub(crate) fn stem(token: &str) -> String {
+    if is_value(token) || token.len() <= 3 || !token.is_ascii() {
+        return token.to_owned();
+    }
+    let long = |b: &&str| b.len() >= 3;
+    let mut t = if let Some(b) = token.strip_suffix("ies").filter(long) {
+        format!("{b}y")
+    } else if let Some(b) = token.strip_suffix("ied").filter(long) {
+        format!("{b}y")
+    } else if let Some(b) = token.strip_suffix("ing").filter(long) {
+        b.to_owned()
+    } else if let Some(b) = token.strip_suffix("ed").filter(long) {
+        b.to_owned()
+    } else if let Some(b) = token
+        .strip_suffix("es")
+        .filter(|b| ["s", "x", "z", "ch", "sh"].iter().any(|e| b.ends_with(e)))
+    {
+        b.to_owned()
+    } else if token.ends_with('s') && !["ss", "us", "is"].iter().any(|e| token.ends_with(e)) {
+        token[..token.len() - 1].to_owned()
+    } else {
+        token.to_owned()
+    };
+    let b = t.as_bytes();
+    if b.len() >= 4 && b[b.len() - 1] == b[b.len() - 2] && !b"aeiouls".contains(&b[b.len() - 1]) {
+        t.pop();
+    }
+    if t.len() >= 4 && t.ends_with('e') {
+        t.pop();
+    }
+    t
+}
+
+/// The salient terms of a text: stems of its tokens that are values or
+/// non-stopwords of at least three letters.
+pub(crate) fn salient(text: &str) -> BTreeSet<String> {
+    tokens(text)
+        .into_iter()
+        .filter(|t| is_value(t) || (!is_stopword(t) && t.chars().count() >= 3))
+        .map(|t| stem(&t))
+        .collect()
+}
+
+/// How many negations the tokens hold.
+pub(crate) fn negations(tokens: &[String]) -> usize {
+    tokens.iter().filter(|t| *t == NEG).count()
+}
+
+/// Whitespace runs (newlines included) collapsed into single spaces.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// At most `max` characters, with `…` when cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
+    s.push('…');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_split_negations() {
+        assert_eq!(
+            tokens("We won't ship without sync; don't use flags."),
+            [
+                "we", "will", NEG, "ship", "with", NEG, "sync", "do", NEG, "use", "flags"
+            ]
+        );
+        assert_eq!(
+            tokens("Launch April 1, 2026"),
+            ["launch", "april", "1", "2026"]
+        );
+        assert_eq!(tokens("It’s 'quoted'"), ["it's", "quoted"]);
+    }
+
+    #[test]
+    fn salient_terms_are_stemmed_content_words() {
+        assert_eq!(
+            salient("I booked the status-page maintenance windows on April 8."),
+            salient("book status page maintenance window april 8")
+        );
+        assert_eq!(salient("Shipped the releases"), salient("ship release"));
+        assert!(salient("the status of it").contains("status"));
+        assert!(salient("We need to do it").is_empty());
+    }
+}
