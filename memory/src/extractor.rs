@@ -1,5 +1,5 @@
 //! The optional model extraction pass: the [`ModelExtractor`] seam, the
-//! prompt (seed 003's extraction prompt, adapted: one JSON object, turn
+//! prompt (docs/DESIGN.md, *The model pass*: one JSON object, turn
 //! references required), the strict parse of a reply, and the dedup against
 //! what the log already holds.
 //!
@@ -88,7 +88,7 @@ pub trait ModelExtractor: Send + Sync + std::fmt::Debug {
     fn extract(&self, request: &ExtractionRequest<'_>) -> Result<Vec<ModelItem>, ExtractorError>;
 }
 
-/// The prompt: seed 003's extraction prompt, adapted to a JSON reply with
+/// The prompt (docs/DESIGN.md, *The model pass*): a JSON reply with
 /// turn references, the subjects list, then the transcript as data.
 pub fn prompt(request: &ExtractionRequest<'_>) -> String {
     let mut p = String::from(

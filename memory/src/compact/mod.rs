@@ -2,8 +2,7 @@
 //!
 //! A long session outgrows any context window. [`Workspace::compact`](crate::Workspace::compact)
 //! replaces the session's *view* of its older history with summaries while
-//! the raw record stays exactly as it was (docs/DESIGN.md, *Compaction*;
-//! seed 002 §3–§11):
+//! the raw record stays exactly as it was (docs/DESIGN.md, *Compaction*):
 //!
 //! 1. **Tail.** The kept recent tail is the last `min_tail_turns` turns,
 //!    extended backward up to `tail_tokens` (`m` wins when they conflict),

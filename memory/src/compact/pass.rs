@@ -67,7 +67,7 @@ pub(crate) fn boundaries(turns: &[Turn]) -> Vec<bool> {
     allowed
 }
 
-/// The kept tail's first index in `turns` (seed 002 §3): the last `m`
+/// The kept tail's first index in `turns` (docs/DESIGN.md, *Compaction*): the last `m`
 /// turns, extended backward within the tail target, moved backward off any
 /// bundle.
 pub(crate) fn tail_start(
@@ -173,7 +173,7 @@ impl Pass<'_> {
         Ok(out)
     }
 
-    /// The ladder (seed 002 §6): the configured model (normal, aggressive),
+    /// The ladder (docs/DESIGN.md, *Compaction*): the configured model (normal, aggressive),
     /// the extractive summary (normal, tight), the bounded fallback. The first
     /// sanitised answer strictly smaller than the sources wins.
     fn summarise(

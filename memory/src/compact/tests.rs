@@ -91,7 +91,8 @@ fn gens() -> impl Strategy<Value = Vec<Gen>> {
     )
 }
 
-/// Every invariant of seed 002 §11 that one pass can be checked on.
+/// Every compaction rule of docs/DESIGN.md (*Compaction*) that one pass can
+/// be checked on.
 fn check_invariants(
     ws: &Workspace,
     session: &str,

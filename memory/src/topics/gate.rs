@@ -7,7 +7,7 @@
 //! ([`Workspace::record_gate`]): a membership never exists without the gate
 //! record that explains it.
 //!
-//! The bypass table (seed 001 §5.4, with the tier-2 threshold `t`,
+//! The bypass table (docs/DESIGN.md, *Activation and the tiered gate*; with the tier-2 threshold `t`,
 //! default 0.15, configurable per topic):
 //!
 //! | priority | tier-2 score | route |
