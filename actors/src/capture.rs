@@ -253,6 +253,29 @@ fn put_json<T: Serialize>(ws: &Workspace, key: &StateKey, value: &T) -> Result<(
     Ok(ws.state_put(key, &bytes)?)
 }
 
+/// Takes an erased session out of its work context's capture record: its
+/// high-water mark (so a new session with the same id is captured from its
+/// first turn) and the spans past captures name it by.
+pub(crate) fn forget_session(
+    ws: &Workspace,
+    locks: &CaptureLocks,
+    work_context: &str,
+    session: &str,
+) -> Result<()> {
+    let _guard = locks.lock(ws.id(), work_context);
+    let mut record = load_record(ws, work_context)?;
+    let before = record.clone();
+    record.high_water.remove(session);
+    for summary in &mut record.captures {
+        summary.spans.retain(|p| p.session != session);
+    }
+    record.captures.retain(|s| !s.spans.is_empty());
+    if record != before {
+        put_json(ws, &context_key(work_context), &record)?;
+    }
+    Ok(())
+}
+
 /// Striped locks serialising captures per (workspace, work context).
 ///
 /// A `parking_lot` mutex, not an async one: it is only ever taken on the
@@ -402,6 +425,7 @@ pub(crate) fn capture(
         let turns: Vec<Turn> = all_turns
             .into_iter()
             .filter(|t| depth(t.seq) != Depth::DoNotCollect)
+            .filter_map(|t| env.gate.gate.capture_view(session, t))
             .collect();
         if turns.is_empty() {
             continue;

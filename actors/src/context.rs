@@ -206,11 +206,30 @@ pub(crate) struct WorkContextActor {
     pub(crate) work_context: String,
     pub(crate) state: ContextState,
     pub(crate) hops: u64,
+    /// Loads that failed in a row: each restart waits longer (see
+    /// [`load_backoff`]).
+    pub(crate) load_failures: u32,
+}
+
+/// How long a work-context actor whose state could not be loaded waits
+/// before its supervisor restarts it: 100 ms doubling to 30 s, so a state
+/// that stays unreadable costs a log line every 30 s, not a restart loop.
+pub(crate) fn load_backoff(failures: u32) -> std::time::Duration {
+    let ms = 100u64.saturating_mul(1 << failures.min(9));
+    std::time::Duration::from_millis(ms.min(30_000))
 }
 
 impl WorkContextActor {
     fn name(&self) -> String {
         format!("context {}/{}", self.ws.id(), self.work_context)
+    }
+
+    /// True when this actor's workspace no longer exists (it was erased).
+    fn workspace_gone(&self) -> bool {
+        self.inner
+            .memory
+            .workspaces()
+            .is_ok_and(|all| !all.iter().any(|w| w == self.ws.id()))
     }
 
     /// Reloads the state from the store before handling anything else.
@@ -224,10 +243,27 @@ impl WorkContextActor {
             load_state(&ws, &wc, inner.gate.as_ref(), &inner.config.triggers, known)
         });
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
-            Ok(state) => act.state = state,
-            Err(error) => {
-                tracing::error!(actor = %act.name(), %error, "could not load state; restarting");
+            Ok(state) => {
+                act.state = state;
+                act.load_failures = 0;
+            }
+            Err(error) if act.workspace_gone() => {
+                // Nothing to load any more: leave the registry, so the
+                // supervisor does not restart it (no address is left).
+                tracing::info!(actor = %act.name(), %error, "its workspace is gone; stopping");
+                act.inner.drop_context(act.ws.id(), &act.work_context);
                 ctx.stop();
+            }
+            Err(error) => {
+                act.load_failures = act.load_failures.saturating_add(1);
+                let wait = load_backoff(act.load_failures);
+                tracing::error!(actor = %act.name(), %error, failures = act.load_failures, ?wait, "could not load state; restarting after a pause");
+                // The mailbox waits too: nothing runs on a state not loaded.
+                ctx.wait(
+                    actix::clock::sleep(wait)
+                        .into_actor(act)
+                        .map(|(), _, ctx: &mut Context<Self>| ctx.stop()),
+                );
             }
         }));
     }

@@ -11,7 +11,7 @@
 //! be cheap, must not block and must not panic.
 
 use cairn_memory::extract::{Depth, mentions};
-use cairn_memory::{Role, SessionKind, Subject};
+use cairn_memory::{Role, Session, SessionKind, Subject, Turn};
 
 /// What a gate sees of one stored turn.
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +88,17 @@ impl Significance {
 pub trait CaptureGate: Send + Sync + std::fmt::Debug {
     /// Assesses one turn.
     fn assess(&self, input: &GateInput<'_>) -> Significance;
+
+    /// The turn as a capture may read it, asked when the capture reads it
+    /// (after [`assess`](Self::assess) let it be collected): `None` keeps
+    /// it out of the capture like a do-not-collect turn (the raw record
+    /// keeps it); a changed content (personal data masked, say) is what
+    /// extraction reads. The default reads every turn as it is; the
+    /// runtime asks its memory policy (`capture`).
+    fn capture_view(&self, session: &Session, turn: Turn) -> Option<Turn> {
+        let _ = session;
+        Some(turn)
+    }
 }
 
 /// The default gate: the dirty rules of docs/DESIGN.md, *Dirty*; no model.

@@ -147,6 +147,14 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Takes a work context's actor out of the registry: once no address
+    /// is left, its supervisor does not restart it.
+    pub(crate) fn drop_context(&self, workspace: &str, work_context: &str) {
+        self.contexts
+            .lock()
+            .remove(&(workspace.to_owned(), work_context.to_owned()));
+    }
+
     fn arbiter(&self, key: &Key) -> &ArbiterHandle {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut hasher);
@@ -186,6 +194,7 @@ impl Inner {
                     work_context: wc,
                     state: ContextState::default(),
                     hops: 0,
+                    load_failures: 0,
                 }
             },
         ));
@@ -709,13 +718,18 @@ impl ActorRuntime {
         self.inner.focus.lock().remove(workspace);
     }
 
-    /// Drops a session's actor from the registry (after the session was
-    /// erased): a new session with the same id starts from the store.
-    pub fn forget_session(&self, workspace: &str, session: &str) {
+    /// After a session of `work_context` was erased: drops its actor and
+    /// its work context's actor (whose state names the session's turns)
+    /// from the registry, and takes the session out of the context's
+    /// capture record, so a new session with the same id starts clean.
+    pub fn forget_session(&self, workspace: &str, session: &str, work_context: &str) -> Result<()> {
         self.inner
             .sessions
             .lock()
             .remove(&(workspace.to_owned(), session.to_owned()));
+        self.inner.drop_context(workspace, work_context);
+        let ws = self.inner.memory.existing_workspace(workspace)?;
+        crate::capture::forget_session(&ws, &self.inner.locks, work_context, session)
     }
 
     /// Pre-compaction capture of the session's work context (mandatory: runs

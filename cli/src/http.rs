@@ -18,9 +18,9 @@ use cairn::{
     Ack, AssembleRequest, AssembleSettings, AssembledContext, Briefing, Cairn, CairnError,
     CaptureReport, CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination,
     Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
-    GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, RetrievalMode,
-    SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind, Tombstone,
-    Transcript, Turn, TurnInput, parse_world,
+    GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, ReadAs,
+    RetrievalMode, SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind,
+    Tombstone, Transcript, Turn, TurnInput, parse_world,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
@@ -297,6 +297,11 @@ pub struct TranscriptQuery {
     /// lineage (403 `lineage_denied` otherwise).
     #[serde(default)]
     pub asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
 }
 
 /// Query of `GET .../sessions`.
@@ -319,6 +324,11 @@ pub struct AskingQuery {
     /// lineage (403 `lineage_denied` otherwise).
     #[serde(default)]
     pub asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
 }
 
 /// Query of `GET .../entries`: the log filter and who asks.
@@ -341,6 +351,37 @@ pub struct EntriesQuery {
     /// The asking session: a sub-agent or cron session sees only entries
     /// from its lineage.
     pub asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
+}
+
+impl TranscriptQuery {
+    fn reader(&self) -> ReadAs<'_> {
+        ReadAs {
+            asking: self.asking.as_deref(),
+            destination: self.destination,
+        }
+    }
+}
+
+impl AskingQuery {
+    fn reader(&self) -> ReadAs<'_> {
+        ReadAs {
+            asking: self.asking.as_deref(),
+            destination: self.destination,
+        }
+    }
+}
+
+impl ToolQuery {
+    fn reader(&self) -> ReadAs<'_> {
+        ReadAs {
+            asking: self.session.as_deref(),
+            destination: self.destination,
+        }
+    }
 }
 
 impl EntriesQuery {
@@ -514,7 +555,7 @@ async fn transcript(
     q: web::Query<TranscriptQuery>,
 ) -> ApiResult<Vec<Turn>> {
     let (ws, sid) = path.into_inner();
-    blocking(move || Ok(cairn.transcript(&ws, &sid, q.from, q.limit, q.asking.as_deref())?)).await
+    blocking(move || Ok(cairn.transcript(&ws, &sid, q.from, q.limit, q.reader())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/turns", request_body = IngestBody,
@@ -554,8 +595,12 @@ async fn entries(
 ) -> ApiResult<Vec<EntryView>> {
     blocking(move || {
         let q = q.into_inner();
-        let asking = q.asking.clone();
-        Ok(cairn.entries(&ws, &q.into_filter(), asking.as_deref())?)
+        let (asking, destination) = (q.asking.clone(), q.destination);
+        let reader = ReadAs {
+            asking: asking.as_deref(),
+            destination,
+        };
+        Ok(cairn.entries(&ws, &q.into_filter(), reader)?)
     })
     .await
 }
@@ -568,7 +613,7 @@ async fn entry(
     q: web::Query<AskingQuery>,
 ) -> ApiResult<EntryView> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.entry(&ws, &id, q.asking.as_deref())?)).await
+    blocking(move || Ok(cairn.entry(&ws, &id, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/entries/{id}/history", params(AskingQuery),
@@ -579,7 +624,7 @@ async fn history(
     q: web::Query<AskingQuery>,
 ) -> ApiResult<Vec<EntryView>> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.history(&ws, &id, q.asking.as_deref())?)).await
+    blocking(move || Ok(cairn.history(&ws, &id, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/subjects",
@@ -711,6 +756,11 @@ pub struct ToolQuery {
     /// The asking session (sub-agent sessions see only their lineage).
     #[serde(default)]
     pub session: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/search", request_body = SearchRequest,
@@ -744,7 +794,7 @@ async fn memory_get(
     q: web::Query<ToolQuery>,
 ) -> ApiResult<MemoryItem> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.memory_get(&ws, &id, q.session.as_deref())?)).await
+    blocking(move || Ok(cairn.memory_get(&ws, &id, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/compaction", params(ToolQuery),
@@ -768,7 +818,7 @@ async fn memory_expand(
     q: web::Query<ToolQuery>,
 ) -> ApiResult<Expansion> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.memory_expand(&ws, &id, q.session.as_deref())?)).await
+    blocking(move || Ok(cairn.memory_expand(&ws, &id, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/summaries/{id}/turns", params(ToolQuery),
@@ -780,7 +830,7 @@ async fn expand_all(
     q: web::Query<ToolQuery>,
 ) -> ApiResult<Transcript> {
     let (ws, id) = path.into_inner();
-    blocking(move || Ok(cairn.expand_all(&ws, &id, q.from, q.session.as_deref())?)).await
+    blocking(move || Ok(cairn.expand_all(&ws, &id, q.from, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}/read_transcript", params(ToolQuery),
@@ -791,7 +841,7 @@ async fn read_transcript(
     q: web::Query<ToolQuery>,
 ) -> ApiResult<Transcript> {
     let (ws, sid) = path.into_inner();
-    blocking(move || Ok(cairn.read_transcript(&ws, &sid, q.from, q.session.as_deref())?)).await
+    blocking(move || Ok(cairn.read_transcript(&ws, &sid, q.from, q.reader())?)).await
 }
 
 #[utoipa::path(get, path = "/v1/stats/index", responses((status = 200, body = IndexStats)))]

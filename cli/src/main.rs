@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use cairn::{
-    AssembleRequest, AssembledContext, Cairn, CairnConfig, EntryFilter, EntryInput, EntryKind,
-    EntryView, ForgetTarget, SubjectKind, TurnInput,
+    AssembleRequest, AssembledContext, Cairn, CairnConfig, Destination, EntryFilter, EntryInput,
+    EntryKind, EntryView, ForgetTarget, ReadAs, SubjectKind, TurnInput,
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -297,6 +297,15 @@ enum Command {
     /// compare it with the live one; --verify only reports (non-zero exit on
     /// a difference), without it the derived state is replaced.
     Reconstruct(maintain::ReconstructArgs),
+    /// Rewrite the store's files so they hold only live data: after a
+    /// `forget`, the erased bytes leave the data directory (sled keeps
+    /// removed values in old log segments until it reclaims them). Stop
+    /// every cairn process on this data dir first.
+    Vacuum {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -545,6 +554,18 @@ fn run(cli: Cli) -> Result<()> {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
         Command::Plugins { action } => plugins::run(config, action),
         Command::Topics { action } => topics::run(config, &ws_id, action),
+        Command::Vacuum { json } => {
+            let report = Cairn::rewrite_store(&config.data_dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "rewrote {} trees: {} bytes before, {} after",
+                    report.trees, report.bytes_before, report.bytes_after
+                );
+            }
+            Ok(())
+        }
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             config.server.listen = listen.clone();
@@ -655,7 +676,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             limit,
             json,
         } => {
-            let turns = cairn.transcript(ws_id, &session, from, limit, asking)?;
+            let turns = cairn.transcript(ws_id, &session, from, limit, on_screen(asking))?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&turns)?)?;
             } else {
@@ -731,6 +752,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 include_replaced,
                 include_expired,
                 include_archived,
+                destination: Some(Destination::UserVisibleUi),
                 ..cairn::SearchRequest::default()
             };
             let r = cairn.memory_search(ws_id, &request)?;
@@ -765,7 +787,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             }
         }
         Command::Get { id, json } => {
-            let item = cairn.memory_get(ws_id, &id, asking)?;
+            let item = cairn.memory_get(ws_id, &id, on_screen(asking))?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&item)?)?;
             } else {
@@ -818,14 +840,14 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             json,
         } => {
             if all {
-                let t = cairn.expand_all(ws_id, &summary, from, asking)?;
+                let t = cairn.expand_all(ws_id, &summary, from, on_screen(asking))?;
                 if json {
                     writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
                 } else {
                     print_turns(out, &t)?;
                 }
             } else {
-                let e = cairn.memory_expand(ws_id, &summary, asking)?;
+                let e = cairn.memory_expand(ws_id, &summary, on_screen(asking))?;
                 if json {
                     writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
                 } else {
@@ -1036,11 +1058,12 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 for t in all {
                     writeln!(
                         out,
-                        "{}  {}  {}  {:?}  reason={:?}  removed={:?}",
+                        "{}  {}  {}  {} {}  reason={:?}  removed={:?}",
                         t.id,
                         t.at.format("%Y-%m-%d %H:%M:%S"),
                         t.workspace,
-                        t.target,
+                        t.target.kind,
+                        t.target.digest,
                         t.reason,
                         t.removed
                     )?;
@@ -1052,11 +1075,21 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         | Command::Eval { .. }
         | Command::Plugins { .. }
         | Command::Topics { .. }
+        | Command::Vacuum { .. }
         | Command::Loadgen(_) => {
             bail!("internal: command dispatched twice")
         }
     }
     Ok(())
+}
+
+/// A read shown on the operator's terminal: the memory policy judges it
+/// for `user_visible_ui`.
+fn on_screen(asking: Option<&str>) -> ReadAs<'_> {
+    ReadAs {
+        asking,
+        destination: Some(Destination::UserVisibleUi),
+    }
 }
 
 fn log_command(
@@ -1079,7 +1112,7 @@ fn log_command(
                     all: filter.all,
                     limit: filter.limit,
                 },
-                asking,
+                on_screen(asking),
             )?;
             if filter.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
@@ -1120,7 +1153,7 @@ fn log_command(
             writeln!(out, "{}", serde_json::to_string_pretty(&entry)?)?;
         }
         Some(LogAction::History { id }) => {
-            for view in cairn.history(ws_id, &id, asking)? {
+            for view in cairn.history(ws_id, &id, on_screen(asking))? {
                 print_entry(out, &view)?;
             }
         }
@@ -1394,7 +1427,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
             "\n-- session {} (work context {}, {} turns)",
             session.id, session.work_context, session.next_seq
         )?;
-        for t in cairn.transcript(&ws_id, &session.id, 0, None, None)? {
+        for t in cairn.transcript(&ws_id, &session.id, 0, None, on_screen(None))? {
             writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
         }
     }
@@ -1402,7 +1435,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         all: true,
         ..Default::default()
     };
-    if cairn.entries(&ws_id, &all, None)?.is_empty() {
+    if cairn.entries(&ws_id, &all, on_screen(None))?.is_empty() {
         let entries: Vec<EntryInput> = parse_jsonl(DEMO_ENTRIES.as_bytes())?;
         cairn.append_entries(&ws_id, &entries)?;
     }
@@ -1417,7 +1450,7 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         out,
         "\n== memory log (sample entries with provenance; `--all` shows history)"
     )?;
-    for view in cairn.entries(&ws_id, &all, None)? {
+    for view in cairn.entries(&ws_id, &all, on_screen(None))? {
         print_entry(out, &view)?;
     }
     demo_topic_collection(out, &cairn, &ws_id)?;
@@ -1562,7 +1595,7 @@ fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<(
     for cover in &report.view.items {
         match cover {
             cairn::Cover::Summary { id } => {
-                let e = cairn.memory_expand(ws_id, id, None)?;
+                let e = cairn.memory_expand(ws_id, id, on_screen(None))?;
                 writeln!(
                     out,
                     "  {id} (level {}, {}, turns {}-{}):\n{}",
@@ -1579,7 +1612,7 @@ fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<(
     }
     if let Some(id) = first {
         writeln!(out, "\n== cairn expand {id} --all: the exact originals")?;
-        for t in cairn.expand_all(ws_id, &id, 0, None)?.turns {
+        for t in cairn.expand_all(ws_id, &id, 0, on_screen(None))?.turns {
             writeln!(out, "  [{}] {}: {}", t.seq, t.role.as_str(), t.content)?;
         }
     }

@@ -2,7 +2,10 @@
 //!
 //! `forget` is the one exception to immutability: it removes content from
 //! every store that holds it and leaves a [`Tombstone`] saying what was erased,
-//! when and why. Tombstones hold ids and counts, never the erased content.
+//! when and why. Tombstones hold counts and a keyed hash of what was erased
+//! ([`TombstoneTarget`]), never the erased content nor its name: a session id
+//! or a subject slug can be a person's name. Whether something was erased is
+//! answered by hashing the name again ([`Workspace::tombstone_target`]).
 
 use std::collections::BTreeSet;
 
@@ -18,6 +21,12 @@ use crate::store::{Collection, StateFamily, StateKey, WriteBatch, WriteOp};
 
 /// Where the tombstones of erased workspaces live in the store-wide space.
 const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
+/// A workspace erasure under way: `erasing/<tombstone id>` holds the
+/// workspace id until the erasure is complete (the tombstone holds only its
+/// hash), so a crash between the steps can be finished.
+const ERASING_PREFIX: &[u8] = b"erasing/";
+/// The key-derivation context of tombstone hashes.
+const TOMBSTONE_KEY_CONTEXT: &str = "cairn tombstone targets v1";
 
 /// What to erase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,16 +58,63 @@ pub struct Removed {
     pub subjects: u64,
 }
 
+/// What a tombstone says was erased: the kind, and a keyed hash of the id
+/// or slug (BLAKE3 under a key derived from this install's secret), so the
+/// tombstone names no one.
+///
+/// ```
+/// # use std::sync::Arc;
+/// use cairn_memory::{ForgetTarget, Memory, MemoryConfig, SystemClock};
+/// let dir = tempfile::tempdir()?;
+/// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+/// let ws = memory.workspace("acme")?;
+/// let t = ws.tombstone_target(&ForgetTarget::Subject("dana-smith".into()));
+/// assert_eq!(t.kind, "subject");
+/// assert!(!t.digest.contains("dana"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TombstoneTarget {
+    /// `session`, `entry`, `subject` or `workspace`.
+    pub kind: String,
+    /// The keyed hash of the id or slug (hex).
+    pub digest: String,
+}
+
+impl ForgetTarget {
+    /// The kind of target, as a tombstone names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ForgetTarget::Session(_) => "session",
+            ForgetTarget::Entry(_) => "entry",
+            ForgetTarget::Subject(_) => "subject",
+            ForgetTarget::Workspace(_) => "workspace",
+        }
+    }
+
+    /// The id or slug.
+    pub fn id(&self) -> &str {
+        match self {
+            ForgetTarget::Session(s)
+            | ForgetTarget::Entry(s)
+            | ForgetTarget::Subject(s)
+            | ForgetTarget::Workspace(s) => s,
+        }
+    }
+}
+
 /// The durable record of an erasure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Tombstone {
     /// Tombstone id (ULID).
     pub id: String,
-    /// The workspace the erasure happened in.
+    /// The workspace the erasure happened in (for the erasure of a whole
+    /// workspace, its hash like the target's).
     pub workspace: String,
-    /// What was erased.
-    pub target: ForgetTarget,
+    /// What was erased, hashed.
+    pub target: TombstoneTarget,
     /// Why (given by the caller).
     pub reason: String,
     /// When.
@@ -154,11 +210,25 @@ impl Workspace {
             }
             ForgetTarget::Entry(id) => {
                 validate_id("entry id", id)?;
-                if self.load_entry(id)?.is_none() {
+                let Some(mut entry) = self.load_entry(id)? else {
                     return Err(MemoryError::EntryNotFound { id: id.clone() });
-                }
+                };
                 batch.delete(Collection::Entries, id.as_bytes().to_vec());
                 removed.entries = 1;
+                // The versions it replaced said the same thing earlier:
+                // they go with it (the links, ids only, stay).
+                let mut seen = BTreeSet::from([id.clone()]);
+                while let Some(earlier) = entry.replaces.take() {
+                    if !seen.insert(earlier.clone()) {
+                        break;
+                    }
+                    let Some(previous) = self.load_entry(&earlier)? else {
+                        break;
+                    };
+                    batch.delete(Collection::Entries, earlier.into_bytes());
+                    removed.entries += 1;
+                    entry = previous;
+                }
             }
             ForgetTarget::Subject(slug) => {
                 validate_slug(slug)?;
@@ -215,7 +285,7 @@ impl Workspace {
         let tombstone = Tombstone {
             id: ulid::Ulid::new().to_string(),
             workspace: self.id.clone(),
-            target: target.clone(),
+            target: self.tombstone_target(target),
             reason: reason.to_owned(),
             at: self.now(),
             removed,
@@ -229,8 +299,14 @@ impl Workspace {
         self.apply(batch)?;
         drop(guard);
         self.shared.store.sync()?;
-        tracing::info!(workspace = %self.id, tombstone = %tombstone.id, ?target, "forgotten");
+        tracing::info!(workspace = %self.id, tombstone = %tombstone.id, kind = target.kind(), "forgotten");
         Ok(tombstone)
+    }
+
+    /// The hashed form of `target` a tombstone records: hash a name again
+    /// and compare to learn whether it was erased.
+    pub fn tombstone_target(&self, target: &ForgetTarget) -> TombstoneTarget {
+        self.shared.tombstone_target(target)
     }
 
     /// Tombstones left by `forget` in this workspace, oldest first.
@@ -297,25 +373,37 @@ impl Memory {
             subjects: ws.store.scan_prefix(Collection::Subjects, b"")?.len() as u64,
         };
         drop(ws);
+        let target = self
+            .shared
+            .tombstone_target(&ForgetTarget::Workspace(id.to_owned()));
         let mut tombstone = Tombstone {
             id: ulid::Ulid::new().to_string(),
-            workspace: id.to_owned(),
-            target: ForgetTarget::Workspace(id.to_owned()),
+            workspace: target.digest.clone(),
+            target,
             reason,
             at: self.shared.clock.now(),
             removed,
             complete: false,
         };
         let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
+        let erasing = [ERASING_PREFIX, tombstone.id.as_bytes()].concat();
+        store.meta_put(&erasing, id.as_bytes())?;
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
         store.drop_workspace(id)?;
         self.shared.log_cache(id).bump();
         tombstone.complete = true;
         store.meta_put(&key, &encode(&tombstone)?)?;
+        store.meta_delete(&erasing)?;
         store.sync()?;
-        tracing::info!(workspace = id, tombstone = %tombstone.id, "workspace forgotten");
+        tracing::info!(tombstone = %tombstone.id, "workspace forgotten");
         Ok(tombstone)
+    }
+
+    /// The hashed form of `target` a tombstone records (see
+    /// [`Workspace::tombstone_target`]).
+    pub fn tombstone_target(&self, target: &ForgetTarget) -> TombstoneTarget {
+        self.shared.tombstone_target(target)
     }
 
     /// Tombstones of erased workspaces, oldest first.
@@ -329,17 +417,24 @@ impl Memory {
     }
 
     pub(crate) fn finish_interrupted_erasures(&self) -> Result<()> {
-        for mut tombstone in self.workspace_tombstones()? {
-            if tombstone.complete {
-                continue;
+        let store = &self.shared.store;
+        for (erasing, workspace) in store.meta_scan_prefix(ERASING_PREFIX)? {
+            let tombstone_id = &erasing[ERASING_PREFIX.len()..];
+            let workspace = String::from_utf8(workspace).map_err(|_| MemoryError::Invalid {
+                what: "interrupted erasure",
+                reason: "its workspace id is not UTF-8".to_owned(),
+            })?;
+            tracing::warn!(tombstone = %String::from_utf8_lossy(tombstone_id), "finishing an interrupted workspace erasure");
+            store.drop_workspace(&workspace)?;
+            self.shared.log_cache(&workspace).bump();
+            let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone_id].concat();
+            if let Some(bytes) = store.meta_get(&key)? {
+                let mut tombstone: Tombstone = decode("tombstone", &key, &bytes)?;
+                tombstone.complete = true;
+                store.meta_put(&key, &encode(&tombstone)?)?;
             }
-            tracing::warn!(workspace = %tombstone.workspace, "finishing an interrupted workspace erasure");
-            self.shared.store.drop_workspace(&tombstone.workspace)?;
-            self.shared.log_cache(&tombstone.workspace).bump();
-            tombstone.complete = true;
-            let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone.id.as_bytes()].concat();
-            self.shared.store.meta_put(&key, &encode(&tombstone)?)?;
-            self.shared.store.sync()?;
+            store.meta_delete(&erasing)?;
+            store.sync()?;
         }
         Ok(())
     }
@@ -355,5 +450,19 @@ impl Memory {
             self.shared.config.limits.max_reason_bytes,
         )?;
         Ok(reason.to_owned())
+    }
+}
+
+impl crate::memory::Shared {
+    pub(crate) fn tombstone_target(&self, target: &ForgetTarget) -> TombstoneTarget {
+        let key = self.derive_key(TOMBSTONE_KEY_CONTEXT);
+        let mut h = blake3::Hasher::new_keyed(&key);
+        h.update(target.kind().as_bytes());
+        h.update(&[0]);
+        h.update(target.id().as_bytes());
+        TombstoneTarget {
+            kind: target.kind().to_owned(),
+            digest: h.finalize().to_hex()[..32].to_owned(),
+        }
     }
 }

@@ -66,7 +66,7 @@ pub use assemble::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Limits, MemoryConfig};
 pub use error::{ErrorKind, MemoryError, Result};
-pub use forget::{ForgetTarget, Removed, Tombstone};
+pub use forget::{ForgetTarget, Removed, Tombstone, TombstoneTarget};
 pub use log::{
     DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,
     TaskStatus,

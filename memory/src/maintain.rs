@@ -1318,7 +1318,7 @@ impl Workspace {
                 let tombstone = Tombstone {
                     id: ulid::Ulid::new().to_string(),
                     workspace: self.id.clone(),
-                    target: ForgetTarget::Entry(into.clone()),
+                    target: self.tombstone_target(&ForgetTarget::Entry(into.clone())),
                     reason: format!("undo of maintenance {id} (promotion of {entry})"),
                     at: now,
                     removed: Removed {

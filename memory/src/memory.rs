@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     stripes: Vec<Mutex<()>>,
     /// Decoded memory logs, per workspace (see [`LogCache`]).
     logs: Mutex<HashMap<String, Arc<LogCache>>>,
+    /// This install's secret (see [`Memory::derive_key`]).
+    install_key: [u8; 32],
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -165,6 +167,10 @@ fn touches_log(batch: &WriteBatch) -> bool {
 }
 
 impl Shared {
+    pub(crate) fn derive_key(&self, context: &str) -> [u8; 32] {
+        blake3::derive_key(context, &self.install_key)
+    }
+
     pub(crate) fn log_cache(&self, workspace: &str) -> Arc<LogCache> {
         self.logs
             .lock()
@@ -197,6 +203,7 @@ impl Memory {
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
         let tokens = TokenCounter::new(&config.tokenizer)?;
+        let install_key = install_key(store.as_ref())?;
         let memory = Memory {
             shared: Arc::new(Shared {
                 store,
@@ -205,6 +212,7 @@ impl Memory {
                 tokens,
                 stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
                 logs: Mutex::new(HashMap::new()),
+                install_key,
             }),
         };
         memory.finish_interrupted_erasures()?;
@@ -215,6 +223,15 @@ impl Memory {
     pub fn open_sled(dir: &Path, config: MemoryConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         let store = SledStore::open_with_cache(dir, config.cache_mb.saturating_mul(1 << 20))?;
         Memory::open(Arc::new(store), config, clock)
+    }
+
+    /// A key for `context` derived from this install's secret (32 random
+    /// bytes made when the store is first opened and kept in its
+    /// store-wide space): tombstone hashes use one, the policy host's
+    /// compile cache another. Another install, or a copy of the cache
+    /// without the store, cannot make them.
+    pub fn derive_key(&self, context: &str) -> [u8; 32] {
+        self.shared.derive_key(context)
     }
 
     /// The configuration in force.
@@ -499,4 +516,26 @@ impl Workspace {
         self.apply(batch)?;
         Ok(self.shared.store.sync()?)
     }
+}
+
+/// Where the install secret lives in the store-wide space.
+const INSTALL_KEY: &[u8] = b"install-key";
+
+/// This install's secret: read, or made (and made durable) on first open.
+fn install_key(store: &dyn Store) -> Result<[u8; 32]> {
+    if let Some(bytes) = store.meta_get(INSTALL_KEY)? {
+        return <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| MemoryError::Corrupt {
+            what: "install key",
+            key: "install-key".to_owned(),
+            reason: format!("{} bytes, not 32", bytes.len()),
+        });
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| MemoryError::Invalid {
+        what: "install key",
+        reason: format!("no randomness from the operating system: {e}"),
+    })?;
+    store.meta_put(INSTALL_KEY, &key)?;
+    store.sync()?;
+    Ok(key)
 }

@@ -377,7 +377,7 @@ fn hot_swap(swaps: usize, phase_len: Duration) {
 
 fn install_costs() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = || HostConfig::default().cache_dir(dir.path());
+    let config = || HostConfig::default().cache_dir(dir.path(), [1; 32]);
     let sink = || Arc::new(CountingSink::default());
     println!(
         "\n== install costs (significance-default, {} bytes) ==",

@@ -4,10 +4,17 @@
 //!
 //! Compiling a small component takes tens of milliseconds; loading a
 //! compiled one takes well under one. A cache file is
-//! `MAGIC ‖ blake3(payload) ‖ payload`, where the payload is
-//! `Component::serialize`'s output; the checksum catches torn or corrupted
-//! files before wasmtime sees them. A file that fails any check is
-//! recompiled and rewritten, never trusted.
+//! `MAGIC ‖ mac ‖ payload`, where the payload is `Component::serialize`'s
+//! output and `mac` is BLAKE3 keyed with a secret only this install knows
+//! ([`HostConfig::cache_dir`](crate::HostConfig::cache_dir)) over the
+//! engine's compatibility hash and the payload. Loading a cache file loads
+//! native code, so a file this install did not write (forged, torn,
+//! corrupted, copied from elsewhere) fails the check and is recompiled and
+//! rewritten, never trusted.
+//!
+//! Bounded: at most [`MAX_IN_MEMORY`] compiled components are kept in
+//! memory and [`MAX_ON_DISK`] files on disk (the least recently written go
+//! first).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -20,7 +27,11 @@ use wasmtime::component::Component;
 
 use crate::error::{PolicyError, Result, message};
 
-const MAGIC: &[u8; 8] = b"CAIRNCW1";
+const MAGIC: &[u8; 8] = b"CAIRNCW2";
+/// Compiled components kept in memory at most.
+pub const MAX_IN_MEMORY: usize = 32;
+/// Cache files kept on disk at most.
+pub const MAX_ON_DISK: usize = 64;
 const HEADER: usize = MAGIC.len() + 32;
 
 /// Where a prepared plugin's compiled code came from.
@@ -51,6 +62,8 @@ pub struct CacheStats {
 
 pub(crate) struct ComponentCache {
     dir: Option<PathBuf>,
+    /// The MAC key of disk files.
+    key: [u8; 32],
     engine_key: u64,
     memory: Mutex<HashMap<blake3::Hash, Component>>,
     memory_hits: AtomicU64,
@@ -60,7 +73,11 @@ pub(crate) struct ComponentCache {
 }
 
 impl ComponentCache {
-    pub(crate) fn new(engine: &Engine, dir: Option<&Path>) -> Result<ComponentCache> {
+    pub(crate) fn new(engine: &Engine, dir: Option<(&Path, [u8; 32])>) -> Result<ComponentCache> {
+        let (dir, key) = match dir {
+            Some((dir, key)) => (Some(dir), key),
+            None => (None, [0; 32]),
+        };
         if let Some(dir) = dir {
             std::fs::create_dir_all(dir).map_err(|source| PolicyError::Cache {
                 path: dir.to_owned(),
@@ -71,6 +88,7 @@ impl ComponentCache {
         engine.precompile_compatibility_hash().hash(&mut h);
         Ok(ComponentCache {
             dir: dir.map(Path::to_owned),
+            key,
             engine_key: h.finish(),
             memory: Mutex::new(HashMap::new()),
             memory_hits: AtomicU64::new(0),
@@ -107,7 +125,7 @@ impl ComponentCache {
         if let Some(path) = &path {
             if let Some(component) = self.read(engine, path) {
                 self.disk_hits.fetch_add(1, Ordering::Relaxed);
-                self.memory.lock().insert(*hash, component.clone());
+                self.remember(*hash, component.clone());
                 return Ok((component, CacheOutcome::Disk));
             }
         }
@@ -119,8 +137,28 @@ impl ComponentCache {
         if let Some(path) = &path {
             self.write(&component, path);
         }
-        self.memory.lock().insert(*hash, component.clone());
+        self.remember(*hash, component.clone());
         Ok((component, CacheOutcome::Compiled))
+    }
+
+    /// Keeps `component` in memory, evicting another past the bound.
+    fn remember(&self, hash: blake3::Hash, component: Component) {
+        let mut memory = self.memory.lock();
+        if memory.len() >= MAX_IN_MEMORY && !memory.contains_key(&hash) {
+            if let Some(evict) = memory.keys().next().copied() {
+                memory.remove(&evict);
+            }
+        }
+        memory.insert(hash, component);
+    }
+
+    /// The MAC of a payload: keyed with this install's secret, over the
+    /// engine's compatibility hash and the payload.
+    fn mac(&self, payload: &[u8]) -> blake3::Hash {
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        h.update(&self.engine_key.to_le_bytes());
+        h.update(payload);
+        h.finalize()
     }
 
     fn file(&self, dir: &Path, hash: &blake3::Hash) -> PathBuf {
@@ -133,25 +171,25 @@ impl ComponentCache {
         let payload = match bytes.split_at_checked(HEADER) {
             Some((header, payload))
                 if &header[..MAGIC.len()] == MAGIC
-                    && blake3::hash(payload).as_bytes()[..] == header[MAGIC.len()..] =>
+                    && self.mac(payload)
+                        == <[u8; 32]>::try_from(&header[MAGIC.len()..]).ok()? =>
             {
                 payload
             }
             _ => {
-                self.reject(path, "bad header or checksum");
+                self.reject(path, "bad header or authentication code");
                 return None;
             }
         };
         // SAFETY: `Component::deserialize` trusts its input to be machine code
         // that `Component::serialize` produced for a compatible engine. This
-        // file was written by `Self::write` below from `Component::serialize`,
-        // its name carries this engine's compatibility hash, its checksum was
-        // just verified (so it is not torn or corrupted), and wasmtime itself
-        // re-checks the version and configuration in the header. What the
-        // checksum cannot rule out is a deliberate forgery: the cache
-        // directory must be as trusted as the cairn binary, which is why
-        // `HostConfig::cache_dir` documents it so and why the cache is off
-        // unless an embedder sets a directory.
+        // file was written by `Self::write` below from `Component::serialize`:
+        // its authentication code, keyed with a secret only this install
+        // knows and covering this engine's compatibility hash, was just
+        // verified, so it is neither torn, corrupted, copied from another
+        // engine nor forged by someone who can write the cache directory but
+        // not read the install's secret; and wasmtime itself re-checks the
+        // version and configuration in the header.
         #[allow(
             unsafe_code,
             reason = "loading our own precompiled components; see SAFETY"
@@ -181,7 +219,7 @@ impl ComponentCache {
             .and_then(|payload| {
                 let mut bytes = Vec::with_capacity(HEADER + payload.len());
                 bytes.extend_from_slice(MAGIC);
-                bytes.extend_from_slice(blake3::hash(&payload).as_bytes());
+                bytes.extend_from_slice(self.mac(&payload).as_bytes());
                 bytes.extend_from_slice(&payload);
                 // Unique per write: threads of one process may race to
                 // cache the same component.
@@ -194,6 +232,30 @@ impl ComponentCache {
             });
         if let Err(why) = result {
             tracing::warn!(path = %path.display(), why, "could not write compile cache file");
+        }
+        if let Some(dir) = &self.dir {
+            prune(dir);
+        }
+    }
+}
+
+/// Removes the least recently written cache files past [`MAX_ON_DISK`].
+fn prune(dir: &Path) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = read
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if files.len() <= MAX_ON_DISK {
+        return;
+    }
+    files.sort();
+    for (_, path) in &files[..files.len() - MAX_ON_DISK] {
+        if let Err(error) = std::fs::remove_file(path) {
+            tracing::warn!(path = %path.display(), %error, "could not prune a compile cache file");
         }
     }
 }

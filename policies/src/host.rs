@@ -100,7 +100,7 @@ impl Limits {
 /// use cairn_policies::{HostConfig, Limits};
 ///
 /// let config = HostConfig::default()
-///     .cache_dir("/var/lib/cairn/policy-cache")
+///     .cache_dir("/var/lib/cairn/policy-cache", [7; 32])
 ///     .limits(Limits::default().fuel(5_000_000))
 ///     .breaker_trip_after(3);
 /// assert_eq!(config.breaker_trip_after, 3);
@@ -108,13 +108,16 @@ impl Limits {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HostConfig {
-    /// Where compiled components are cached. `None` (the default) keeps
-    /// them in memory only.
+    /// Where compiled components are cached, and the secret key that
+    /// authenticates every cache file. `None` (the default) keeps them in
+    /// memory only.
     ///
-    /// **Trust:** the host loads machine code from this directory. Anyone
-    /// who can write to it can run code in the host process, so give it the
-    /// same protection as the cairn binary.
-    pub cache_dir: Option<PathBuf>,
+    /// **Trust:** the host loads machine code from this directory, so it
+    /// loads only files whose authentication code, keyed with this secret,
+    /// checks: anyone who can write the directory but does not know the key
+    /// cannot make the host run their code. Keep the key out of the
+    /// directory (cairn derives it from the install secret in its store).
+    pub cache_dir: Option<(PathBuf, [u8; 32])>,
     /// The wasm call stack limit, in bytes, for every plugin (an engine-wide
     /// setting). Overflowing it is a `stack-overflow` fault. Must stay well
     /// below the native stack of any thread that calls plugins. Default
@@ -152,10 +155,10 @@ impl Default for HostConfig {
 }
 
 impl HostConfig {
-    /// With compiled components cached in `dir` (see the trust note on
-    /// [`HostConfig::cache_dir`]).
-    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cache_dir = Some(dir.into());
+    /// With compiled components cached in `dir`, authenticated with `key`
+    /// (see the trust note on [`HostConfig::cache_dir`]).
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>, key: [u8; 32]) -> Self {
+        self.cache_dir = Some((dir.into(), key));
         self
     }
 
@@ -254,7 +257,13 @@ impl PolicyHost {
         let engine = Engine::new(&wasm).map_err(|err| PolicyError::Engine {
             message: message(&err),
         })?;
-        let cache = ComponentCache::new(&engine, config.cache_dir.as_deref())?;
+        let cache = ComponentCache::new(
+            &engine,
+            config
+                .cache_dir
+                .as_ref()
+                .map(|(dir, key)| (dir.as_path(), *key)),
+        )?;
         Ok(PolicyHost {
             inner: Arc::new(HostInner {
                 engine,
@@ -281,6 +290,7 @@ impl PolicyHost {
     /// clock, randomness, files, environment or network.
     pub fn prepare<W: World>(&self, name: &str, wasm: &[u8]) -> Result<PreparedPlugin<W>> {
         check_name(name)?;
+        check_exports::<W>(name, wasm)?;
         let hash = blake3::hash(wasm);
         let engine = &self.inner.engine;
         let (component, cache) = self.inner.cache.load(engine, name, &hash, wasm)?;
@@ -332,6 +342,54 @@ fn link<W: World>(engine: &Engine, name: &str, component: &Component) -> Result<
         world: W::KIND,
         message: message(&err),
     })
+}
+
+/// Reads the component's top-level exports before anything is compiled or
+/// cached: bytes that are not a component, or a component that does not
+/// export the world's function, are refused without reaching the compiler.
+/// (`link` type-checks the export in full after compiling.)
+fn check_exports<W: World>(name: &str, wasm: &[u8]) -> Result<()> {
+    use wasmparser::{ComponentExternalKind, Encoding, Parser, Payload};
+    let wrong = |message: String| PolicyError::WrongWorld {
+        plugin: name.to_owned(),
+        world: W::KIND,
+        message,
+    };
+    let mut depth = 0usize;
+    let mut exported = false;
+    for payload in Parser::new(0).parse_all(wasm) {
+        let payload = payload.map_err(|e| wrong(format!("not a WebAssembly component: {e}")))?;
+        match payload {
+            Payload::Version { encoding, .. } => {
+                if depth == 0 && encoding != Encoding::Component {
+                    return Err(wrong(
+                        "a core WebAssembly module, not a component (see plugins/README.md)"
+                            .to_owned(),
+                    ));
+                }
+                depth += 1;
+            }
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentExportSection(reader) if depth == 1 => {
+                for export in reader {
+                    let export =
+                        export.map_err(|e| wrong(format!("unreadable export section: {e}")))?;
+                    exported |=
+                        export.name.name == W::EXPORT && export.kind == ComponentExternalKind::Func;
+                }
+            }
+            _ => {}
+        }
+    }
+    if exported {
+        Ok(())
+    } else {
+        Err(wrong(format!(
+            "the component does not export the function `{}` of the {} world",
+            W::EXPORT,
+            W::KIND
+        )))
+    }
 }
 
 fn check_name(name: &str) -> Result<()> {

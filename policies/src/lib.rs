@@ -69,7 +69,7 @@ mod topic;
 mod vocab;
 mod world;
 
-pub use cache::{CacheOutcome, CacheStats};
+pub use cache::{CacheOutcome, CacheStats, MAX_IN_MEMORY, MAX_ON_DISK};
 pub use decisions::{
     DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemorySink, Outcome,
     PolicyGenerationId, SinkError,

@@ -389,6 +389,7 @@ impl World for MemoryPolicy {
     type Input = PolicyRequest;
     type Decision = MemoryPolicyDecision;
     const KIND: WorldKind = WorldKind::MemoryPolicy;
+    const EXPORT: &'static str = "decide";
 
     type Pre = b::MemoryPolicyPre<StoreState>;
     type Instance = b::MemoryPolicy;

@@ -200,6 +200,7 @@ impl World for SignificanceGate {
     type Input = SignificanceInput;
     type Decision = SignificanceDecision;
     const KIND: WorldKind = WorldKind::SignificanceGate;
+    const EXPORT: &'static str = "gate";
 
     type Pre = b::SignificanceGatePre<StoreState>;
     type Instance = b::SignificanceGate;

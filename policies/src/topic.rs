@@ -369,6 +369,7 @@ impl World for TopicDirective {
     type Input = TopicInput;
     type Decision = TopicDirectiveDecision;
     const KIND: WorldKind = WorldKind::TopicDirective;
+    const EXPORT: &'static str = "direct";
 
     type Pre = b::TopicDirectivePre<StoreState>;
     type Instance = b::TopicDirective;

@@ -84,6 +84,8 @@ pub trait World: sealed::Sealed + Send + Sync + Sized + 'static {
     type Decision: Clone + Send + Sync + fmt::Debug + PartialEq;
     /// Which world this is.
     const KIND: WorldKind;
+    /// The function a plugin of this world exports.
+    const EXPORT: &'static str;
 
     #[doc(hidden)]
     type Pre: Clone + Send + Sync + 'static;

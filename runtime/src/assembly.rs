@@ -17,12 +17,12 @@ use cairn_memory::redact::{Exposure, exposure};
 use cairn_memory::search::{SearchService, search_options};
 use cairn_memory::{SessionKind, Workspace};
 use cairn_policies::{
-    Action, ContentFidelity, ContentReference, MemoryPolicy, ObjectKind, PolicyObligation,
-    PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef, Sensitivity,
+    Action, MemoryPolicy, ObjectKind, PolicySlot, PrincipalKind, PrincipalRef, Sensitivity,
 };
 
 use crate::error::Result;
 use crate::host::Cairn;
+use crate::reads::{Asker, Object, decide};
 
 /// The `Retriever` seam over the search service: turn hits by `session:seq`,
 /// entry hits by entry id. Sub-agent sessions see only their lineage.
@@ -133,54 +133,31 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
                 (ObjectKind::Turn, format!("{session}:{seq}"))
             }
         };
-        let mut request = PolicyRequest::new(
-            ContentReference {
-                kind,
-                id,
-                work_context_id: item.work_context.map(str::to_owned),
-                session_id: item.session.map(str::to_owned),
-                sensitivity: sensitivity_of(item.text),
-                low_trust: item.low_trust,
+        let asker = Asker {
+            action: Action::RenderInline,
+            destination: Some(context.destination),
+            principal: PrincipalRef {
+                kind: PrincipalKind::Agent,
+                id: context.session.to_owned(),
             },
-            Action::RenderInline,
-            Some(policy_destination(context.destination)),
-        );
-        request.principal_ref = Some(PrincipalRef {
-            kind: PrincipalKind::Agent,
-            id: context.session.to_owned(),
-        });
-        request.surface_ref = Some("assemble".to_owned());
-        request.requesting_work_context_id = Some(context.work_context.to_owned());
-        request.lineage_permitted = match (&self.lineage, item.session) {
-            (None, _) => true,
-            (Some(l), Some(s)) => l.contains(s),
-            (Some(_), None) => false,
+            surface: "assemble",
+            work_context: Some(context.work_context.to_owned()),
         };
-        let decided = self
-            .slot
-            .decide(&request)
+        let object = Object {
+            kind,
+            id,
+            session: item.session,
+            work_context: item.work_context,
+            text: item.text,
+            low_trust: item.low_trust,
+        };
+        let verdict = decide(self.slot, &asker, self.lineage.as_ref(), &object)
             .map_err(|e| SeamError(e.to_string()))?;
-        let d = &decided.decision;
-        let fidelity = if !d.allows_content() {
-            Fidelity::Blocked
-        } else {
-            match d.content_fidelity {
-                ContentFidelity::Full => Fidelity::Full,
-                ContentFidelity::Redacted => Fidelity::Redacted,
-                ContentFidelity::ReferenceOnly => Fidelity::ReferenceOnly,
-                // `none`, or a fidelity this build does not know: show nothing.
-                _ => Fidelity::Blocked,
-            }
-        };
         Ok(PolicyVerdict {
-            fidelity,
-            reason_codes: d
-                .reason_codes
-                .iter()
-                .map(|c| c.as_str().to_owned())
-                .collect(),
-            generation: decided.generation.as_str().to_owned(),
-            label_low_trust: d.obligations.contains(&PolicyObligation::LabelLowTrust),
+            fidelity: verdict.fidelity,
+            reason_codes: verdict.reason_codes,
+            generation: verdict.generation,
+            label_low_trust: verdict.label_low_trust,
         })
     }
 }

@@ -20,10 +20,11 @@ use cairn_memory::compact::{
 use cairn_memory::{Turn, Workspace};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{CairnError, Result};
 use crate::host::Cairn;
 use crate::model::{ChatClient, ModelConfig};
-use crate::tools::{Transcript, redact};
+use crate::reads::ReadAs;
+use crate::tools::Transcript;
 
 /// Settings of compaction, `[compaction]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -263,24 +264,36 @@ impl Cairn {
     /// capped like a transcript page. The level is checked as
     /// `Workspace::expand` checks it (turn hashes, contiguous children, a
     /// level-0 node's source hash).
-    pub fn memory_expand(
+    pub fn memory_expand<'a>(
         &self,
         workspace: &str,
         summary: &str,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Expansion> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
         let node = ws.summary(summary)?;
-        self.check_lineage_for(&ws, asking, &node.session)?;
+        self.check_lineage_for(&ws, reader.asking, &node.session)?;
+        let judge = self.judge_for(&ws, reader, "memory_expand")?;
         let mut expansion = ws.expand(summary)?;
-        expansion.node.text = redact(&expansion.node.text);
+        expansion.node.text = judge.summary(&expansion.node).ok_or_else(|| {
+            CairnError::Denied(format!(
+                "the memory policy withholds summary {summary:?} from {:?}",
+                judge.asker.destination.unwrap_or_default()
+            ))
+        })?;
         for child in &mut expansion.children {
             match child {
                 Expanded::Turns { turns } => {
-                    let capped = self.cap_transcript(&ws, &node.session, std::mem::take(turns));
+                    let capped =
+                        self.cap_transcript(&ws, &node.session, &judge, std::mem::take(turns));
                     *turns = capped.turns;
                 }
-                Expanded::Summary { node } => node.text = redact(&node.text),
+                Expanded::Summary { node } => {
+                    node.text = judge
+                        .summary(node)
+                        .unwrap_or_else(|| format!("(withheld by policy: summary {})", node.id));
+                }
             }
         }
         Ok(expansion)
@@ -289,21 +302,23 @@ impl Cairn {
     /// Every turn a summary stands for, down through summaries of
     /// summaries, checked against its source hash; then redacted and capped
     /// like [`Cairn::read_transcript`] from turn `from` on (page with it).
-    pub fn expand_all(
+    pub fn expand_all<'a>(
         &self,
         workspace: &str,
         summary: &str,
         from: u64,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Transcript> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
         let node = ws.summary(summary)?;
-        self.check_lineage_for(&ws, asking, &node.session)?;
+        self.check_lineage_for(&ws, reader.asking, &node.session)?;
+        let judge = self.judge_for(&ws, reader, "expand_all")?;
         let turns: Vec<Turn> = ws
             .expand_all(summary)?
             .into_iter()
             .filter(|t| t.seq >= from)
             .collect();
-        Ok(self.cap_transcript(&ws, &node.session, turns))
+        Ok(self.cap_transcript(&ws, &node.session, &judge, turns))
     }
 }

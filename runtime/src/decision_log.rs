@@ -171,6 +171,18 @@ pub struct DecisionLogStats {
     pub dropped: u64,
     /// Write errors in this process (each logged at `error`).
     pub write_errors: u64,
+    /// Records lost because the writer thread had stopped (it panicked,
+    /// say): counted and logged at `error`, never a stalled decision.
+    #[serde(default)]
+    pub lost_writer_gone: u64,
+    /// False once the writer thread has stopped: decisions go on, their
+    /// records are lost (see `lost_writer_gone`) until a restart.
+    #[serde(default = "yes")]
+    pub writer_running: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Decisions and faults a generation made, as counted by the log.
@@ -204,6 +216,7 @@ struct LogInner {
     tx: Mutex<Option<SyncSender<Message>>>,
     store: Arc<dyn WorkspaceStore>,
     dropped: AtomicU64,
+    lost_writer_gone: AtomicU64,
     write_errors: Arc<AtomicU64>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -243,6 +256,7 @@ impl DecisionLog {
                 tx: Mutex::new(Some(tx)),
                 store,
                 dropped: AtomicU64::new(0),
+                lost_writer_gone: AtomicU64::new(0),
                 write_errors,
                 writer: Mutex::new(Some(handle)),
             }),
@@ -324,16 +338,28 @@ impl DecisionLog {
 
     /// The log's counters.
     pub fn stats(&self) -> Result<DecisionLogStats> {
-        self.barrier(false)?;
+        // A stopped writer is reported, not an error: the counts so far
+        // are what the store holds.
+        let writer_running = self.barrier(false).is_ok();
         let store = self.inner.store.as_ref();
         let first = read_u64(store, FIRST)?;
         let next = read_u64(store, NEXT)?;
         Ok(DecisionLogStats {
             written: next,
-            kept: next - first,
+            kept: next.saturating_sub(first),
             dropped: self.inner.dropped.load(Ordering::Relaxed),
             write_errors: self.inner.write_errors.load(Ordering::Relaxed),
+            lost_writer_gone: self.inner.lost_writer_gone.load(Ordering::Relaxed),
+            writer_running,
         })
+    }
+
+    /// As after a writer panic: the queue's receiver is gone.
+    #[cfg(test)]
+    pub(crate) fn lose_writer(&self) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        drop(rx);
+        *self.inner.tx.lock() = Some(tx);
     }
 
     /// Stops the writer after it has written and synced everything queued.
@@ -362,7 +388,17 @@ impl DecisionSink for DecisionLog {
             None => return Ok(()),
         };
         match sent {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+            Ok(()) => Ok(()),
+            Err(TrySendError::Disconnected(_)) => {
+                let lost = self.inner.lost_writer_gone.fetch_add(1, Ordering::Relaxed) + 1;
+                if lost.is_power_of_two() {
+                    tracing::error!(
+                        lost,
+                        "decision log writer has stopped; records are lost until a restart"
+                    );
+                }
+                Ok(())
+            }
             Err(TrySendError::Full(_)) => {
                 let dropped = self.inner.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if dropped.is_power_of_two() {

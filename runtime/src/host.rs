@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use cairn_actors::{ActorRuntime, CaptureReport, ExtractionOutcome, Trigger};
+use cairn_memory::store::{RewriteReport, SledStore};
 use cairn_memory::{
-    Ack, Clock, Memory, Session, SessionSpec, SessionState, SystemClock, TurnInput, Workspace,
+    Ack, Clock, Memory, MemoryError, Session, SessionSpec, SessionState, SystemClock, TurnInput,
+    Workspace,
 };
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +96,28 @@ pub struct Cairn {
 }
 
 impl Cairn {
+    /// Rewrites the store in `data_dir` so its files hold only live data
+    /// (see [`SledStore::rewrite`](cairn_memory::store::SledStore::rewrite)):
+    /// after a `forget`, the erased bytes leave the data directory. Offline:
+    /// refused while a `Cairn` (in this process or another) has the store
+    /// open.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, ForgetTarget, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// {
+    ///     let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    ///     cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "call Dana on 555-0100")])?;
+    ///     cairn.forget("acme", &ForgetTarget::Session("s1".into()), "asked to")?;
+    /// }
+    /// let report = Cairn::rewrite_store(dir.path())?;
+    /// assert!(report.trees > 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rewrite_store(data_dir: &std::path::Path) -> Result<RewriteReport> {
+        Ok(SledStore::rewrite(data_dir).map_err(MemoryError::from)?)
+    }
+
     /// Opens cairn on `config.data_dir` with the system clock.
     pub fn open(config: CairnConfig) -> Result<Self> {
         Cairn::open_with_clock(config, Arc::new(SystemClock))

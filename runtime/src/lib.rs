@@ -46,6 +46,7 @@ mod maintenance;
 mod manage;
 mod model;
 mod policy;
+mod reads;
 mod reconstruct;
 mod tools;
 pub mod topics;
@@ -65,11 +66,13 @@ pub use cairn_memory::compact::{
     CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod, SummaryNode,
 };
 pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
+pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::{
     Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
     EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
     MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec, SessionState,
-    Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TraceItem, Turn, TurnInput,
+    Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TombstoneTarget, TraceItem, Turn,
+    TurnInput,
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
@@ -88,6 +91,7 @@ pub use policy::{
     InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
     PolicyConfig, activity_type, parse_world,
 };
+pub use reads::ReadAs;
 pub use tools::{
     MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
 };

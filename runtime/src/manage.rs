@@ -6,7 +6,9 @@
 //! one bad item writes nothing, and the error names the item) and wakes the
 //! search worker so the indexes follow.
 
-use cairn_memory::{Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone};
+use cairn_memory::{
+    Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
+};
 use cairn_policies::{DecisionRecord, WorldKind};
 
 use crate::decision_log::{DecisionQuery, GenerationCounts};
@@ -153,12 +155,14 @@ impl Cairn {
                 .into());
             }
             target => {
-                let tombstone = self
-                    .memory()
-                    .existing_workspace(workspace)?
-                    .forget(target, reason)?;
-                if let ForgetTarget::Session(session) = target {
-                    self.actors.forget_session(workspace, session);
+                let ws = self.memory().existing_workspace(workspace)?;
+                let work_context = match target {
+                    ForgetTarget::Session(session) => Some(ws.session(session)?.work_context),
+                    _ => None,
+                };
+                let tombstone = ws.forget(target, reason)?;
+                if let (ForgetTarget::Session(session), Some(wc)) = (target, work_context) {
+                    self.actors.forget_session(workspace, session, &wc)?;
                 }
                 tombstone
             }
@@ -167,15 +171,30 @@ impl Cairn {
         Ok(tombstone)
     }
 
+    /// The hashed form of `target` a tombstone of `workspace` records:
+    /// compare it with the tombstones to learn whether a name was erased
+    /// (tombstones never hold the name itself).
+    pub fn tombstone_target(
+        &self,
+        workspace: &str,
+        target: &ForgetTarget,
+    ) -> Result<TombstoneTarget> {
+        cairn_memory::ids::validate_id("workspace id", workspace)?;
+        Ok(self.memory().tombstone_target(target))
+    }
+
     /// The tombstones about `workspace`: its own (sessions, entries,
     /// subjects erased) and, when the whole workspace was erased, that one.
     /// Other workspaces' tombstones are never listed.
     pub fn tombstones(&self, workspace: &str) -> Result<Vec<Tombstone>> {
+        let erased = self
+            .memory()
+            .tombstone_target(&ForgetTarget::Workspace(workspace.to_owned()));
         let mut all: Vec<Tombstone> = self
             .memory()
             .workspace_tombstones()?
             .into_iter()
-            .filter(|t| t.workspace == workspace)
+            .filter(|t| t.workspace == erased.digest)
             .collect();
         if self.memory().workspaces()?.iter().any(|w| w == workspace) {
             all.extend(self.memory().existing_workspace(workspace)?.tombstones()?);

@@ -35,9 +35,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn_actors::{GateInput, HeuristicGate, Significance};
+use cairn_memory::assemble::Fidelity;
 use cairn_memory::extract::Depth;
 use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
-use cairn_memory::{Memory, Role};
+use cairn_memory::{Memory, Role, Turn};
 use cairn_policies::{
     ActivityType, BuiltinPlugin, CollectionDecision, Decided, ExtractionDepth, GateContext,
     HostConfig, MemoryPolicy, MemoryPolicyDecision, PolicyGenerationId, PolicyHost, PolicyRequest,
@@ -254,7 +255,10 @@ impl Policies {
         let next = read_next_generation(registry.as_ref())?.max(1);
         let host = PolicyHost::new(
             HostConfig::default()
-                .cache_dir(data_dir.join("policy-cache"))
+                .cache_dir(
+                    data_dir.join("policy-cache"),
+                    memory.derive_key("cairn policy compile cache v1"),
+                )
                 .first_generation(next)
                 .breaker_trip_after(config.breaker_trip_after),
             Arc::new(log.clone()),
@@ -353,6 +357,7 @@ impl Policies {
     pub(crate) fn gate(&self) -> WasmGate {
         WasmGate {
             slot: self.inner.significance.slot.clone(),
+            memory_policy: self.inner.memory_policy.slot.clone(),
         }
     }
 
@@ -732,6 +737,8 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
 #[derive(Debug, Clone)]
 pub(crate) struct WasmGate {
     slot: PolicySlot<SignificanceGate>,
+    /// Asked `capture` about every turn a capture reads.
+    memory_policy: PolicySlot<MemoryPolicy>,
 }
 
 impl WasmGate {
@@ -957,6 +964,48 @@ impl cairn_actors::CaptureGate for WasmGate {
             ..structural
         }
     }
+
+    /// The memory policy's `capture` decision on the turn, asked for the
+    /// session's agent with no destination (capture keeps it here): full
+    /// reads the turn, redacted masks personal data first, a reference or
+    /// a block keeps it out of the capture. A decision that cannot be had
+    /// keeps it out too (fail closed; the next capture asks again only for
+    /// newer turns, so the record keeps it and an operator can backfill).
+    fn capture_view(&self, session: &cairn_memory::Session, mut turn: Turn) -> Option<Turn> {
+        let asker = crate::reads::Asker {
+            action: cairn_policies::Action::Capture,
+            destination: None,
+            principal: cairn_policies::PrincipalRef {
+                kind: match session.kind {
+                    cairn_memory::SessionKind::Main => cairn_policies::PrincipalKind::Agent,
+                    _ => cairn_policies::PrincipalKind::Subagent,
+                },
+                id: session.id.clone(),
+            },
+            surface: "capture",
+            work_context: Some(session.work_context.clone()),
+        };
+        let verdict = match crate::reads::decide(
+            &self.memory_policy,
+            &asker,
+            None,
+            &crate::reads::Object::turn(&turn),
+        ) {
+            Ok(v) => v,
+            Err(error) => {
+                tracing::warn!(%error, session = %session.id, seq = turn.seq, "memory policy unavailable: the turn is not captured");
+                return None;
+            }
+        };
+        match verdict.fidelity {
+            Fidelity::Full => Some(turn),
+            Fidelity::Redacted => {
+                turn.content = cairn_memory::redact::redact_personal(&turn.content);
+                Some(turn)
+            }
+            Fidelity::ReferenceOnly | Fidelity::Blocked => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -971,6 +1020,23 @@ mod tests {
         let memory = Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
         let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
         Ok((memory, policies))
+    }
+
+    /// A writer that stopped (a panic) is counted and reported; decisions
+    /// go on without waiting for it.
+    #[test]
+    fn a_stopped_decision_writer_is_reported_not_silent() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| CairnError::decision_log(e.to_string()))?;
+        let (_memory, policies) = open(dir.path())?;
+        ask(&policies)?;
+        policies.decision_log().lose_writer();
+        for _ in 0..3 {
+            ask(&policies)?;
+        }
+        let stats = policies.decision_log().stats()?;
+        assert!(!stats.writer_running, "{stats:?}");
+        assert_eq!(stats.lost_writer_gone, 3, "{stats:?}");
+        Ok(())
     }
 
     fn ask(policies: &Policies) -> Result<Decided<MemoryPolicyDecision>> {

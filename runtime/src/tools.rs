@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use cairn_memory::assemble::Destination;
 use cairn_memory::search::{
     DocSource, ItemRef, MAX_QUERY_BYTES, SearchFilters, SearchMode, SearchOptions,
 };
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
+use crate::reads::{ReadAs, ReadJudge, withheld};
 
 /// Tokens a transcript or turn-range read returns at most.
 pub const TRANSCRIPT_TOKEN_CAP: usize = 4_000;
@@ -73,6 +75,9 @@ pub struct SearchRequest {
     /// Only turns this topic collected (its members); entries are left
     /// out. An unknown topic is `topic_not_found`.
     pub topic: Option<String>,
+    /// Where the results go (the memory policy decides per destination;
+    /// default `local_model`, as for an assembly).
+    pub destination: Option<Destination>,
 }
 
 impl SearchRequest {
@@ -319,23 +324,39 @@ impl Cairn {
         self.check_lineage(ws, asking, false, session)
     }
 
-    /// Redaction and the transcript cap of `memory_get`.
+    /// A judge of what `reader` may see through `surface`, with its lineage.
+    pub(crate) fn judge_for(
+        &self,
+        ws: &Workspace,
+        reader: ReadAs<'_>,
+        surface: &'static str,
+    ) -> Result<ReadJudge<'_>> {
+        let lineage = self.allowed_sessions(ws, reader.asking, false)?;
+        self.read_judge(ws, reader, surface, lineage)
+    }
+
+    /// The memory policy, redaction and the transcript cap of `memory_get`.
     pub(crate) fn cap_transcript(
         &self,
         ws: &Workspace,
         session: &str,
+        judge: &ReadJudge<'_>,
         turns: Vec<Turn>,
     ) -> Transcript {
-        cap_turns(ws, session, turns)
+        cap_turns(ws, session, judge, turns)
     }
 }
 
-fn cap_turns(ws: &Workspace, session: &str, mut turns: Vec<Turn>) -> Transcript {
+/// The turns as `judge` lets its reader see them (blocked ones left out),
+/// capped at [`TRANSCRIPT_TOKEN_CAP`].
+fn cap_turns(ws: &Workspace, session: &str, judge: &ReadJudge<'_>, turns: Vec<Turn>) -> Transcript {
     let mut tokens = 0;
     let mut kept = Vec::new();
     let mut truncated = false;
-    for mut t in turns.drain(..) {
-        t.content = redact(&t.content);
+    for t in turns {
+        let Some(mut t) = judge.turn(t) else {
+            continue;
+        };
         let n = ws.tokens().count(&t.content);
         if tokens + n > TRANSCRIPT_TOKEN_CAP {
             truncated = true;
@@ -373,13 +394,6 @@ fn outside_lineage(asking: Option<&str>, entry: &str) -> CairnError {
         "session {:?} may read only its own lineage; entry {entry:?} comes from outside it",
         asking.unwrap_or_default()
     ))
-}
-
-fn redact_view(view: &mut EntryView) {
-    view.entry.content = redact(&view.entry.content);
-    if let Some(detail) = &view.entry.detail {
-        view.entry.detail = Some(redact(detail));
-    }
 }
 
 impl Cairn {
@@ -481,6 +495,11 @@ impl Cairn {
                 )));
             }
         }
+        let reader = ReadAs {
+            asking: request.session.as_deref(),
+            destination: request.destination,
+        };
+        let judge = self.read_judge(&ws, reader, "memory_search", lineage.clone())?;
         options.sessions = match (lineage, wanted) {
             (_, Some(w)) => Some(w),
             (l, None) => l,
@@ -497,6 +516,7 @@ impl Cairn {
             HashMap::new()
         };
         let mut items = Vec::with_capacity(result.hits.len());
+        let mut withheld_items = 0usize;
         for hit in &result.hits {
             if items.len() == k {
                 break;
@@ -510,19 +530,30 @@ impl Cairn {
                     continue;
                 }
             }
-            // The text comes from the record (forgotten meanwhile: skipped).
+            // The text comes from the record (forgotten meanwhile: skipped),
+            // as the memory policy lets this reader see it (withheld: skipped).
             let (text, seq) = match &hit.item {
-                ItemRef::Turn { session, seq } => {
-                    match ws.transcript(session, *seq, Some(1))?.into_iter().next() {
+                ItemRef::Turn { session, seq } => match ws.turn(session, *seq)? {
+                    Some(turn) => match judge.turn(turn) {
                         Some(turn) => (turn.content, Some(*seq)),
-                        None => continue,
-                    }
-                }
-                ItemRef::Entry { id } => match ws.stored_entry(id)? {
-                    Some(e) => match e.detail {
-                        Some(d) if !d.is_empty() => (format!("{} ({d})", e.content), None),
-                        _ => (e.content, None),
+                        None => {
+                            withheld_items += 1;
+                            continue;
+                        }
                     },
+                    None => continue,
+                },
+                ItemRef::Entry { id } => match ws.stored_entry(id)? {
+                    Some(mut e) => {
+                        if judge.entry(&mut e).is_err() {
+                            withheld_items += 1;
+                            continue;
+                        }
+                        match e.detail {
+                            Some(d) if !d.is_empty() => (format!("{} ({d})", e.content), None),
+                            _ => (e.content, None),
+                        }
+                    }
                     None => continue,
                 },
             };
@@ -540,7 +571,7 @@ impl Cairn {
                 provenance: a.provenance.clone(),
                 role: a.role,
                 timestamp: a.timestamp,
-                snippet: redact(&text).chars().take(300).collect(),
+                snippet: text.chars().take(300).collect(),
                 score: hit.score,
                 lexical_rank: hit.lexical_rank,
                 vector_rank: hit.vector_rank,
@@ -554,11 +585,18 @@ impl Cairn {
         }
         let mut notes = Vec::new();
         if result.lexical_fallback {
-            notes.push("embedding model unavailable: results are lexical only (see scripts/setup-embeddings.sh)");
+            notes.push("embedding model unavailable: results are lexical only (see scripts/setup-embeddings.sh)".to_owned());
+        }
+        if withheld_items > 0 {
+            notes.push(format!(
+                "the memory policy withheld {withheld_items} result(s) from {:?}",
+                reader.destination_or_default()
+            ));
         }
         if result.catching_up {
             notes.push(
-                "the search index is still being built after a start: stored items may be missing",
+                "the search index is still being built after a start: stored items may be missing"
+                    .to_owned(),
             );
         }
         let notice = (!notes.is_empty()).then(|| notes.join("; "));
@@ -571,14 +609,17 @@ impl Cairn {
     }
 
     /// Tool `memory_get`: an entry by id, or `session:<id>:<from>-<to>` (a
-    /// turn range, capped at 4,000 tokens, redacted). `asking` applies the
-    /// lineage rule.
-    pub fn memory_get(
+    /// turn range, capped at 4,000 tokens, redacted). The reader's
+    /// `asking` session applies the lineage rule, and the memory policy
+    /// judges each item for the reader's destination (see [`ReadAs`]).
+    pub fn memory_get<'a>(
         &self,
         workspace: &str,
         id: &str,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<MemoryItem> {
+        let reader = reader.into();
+        let asking = reader.asking;
         let ws = self.memory().existing_workspace(workspace)?;
         if let Some(rest) = id.strip_prefix("session:") {
             let bad = || {
@@ -601,32 +642,46 @@ impl Cairn {
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(usize::MAX);
             let turns = ws.transcript(session, from, Some(limit))?;
-            return Ok(MemoryItem::Turns(cap_turns(&ws, session, turns)));
+            let judge = self.read_judge(
+                &ws,
+                reader,
+                "memory_get",
+                self.allowed_sessions(&ws, asking, false)?,
+            )?;
+            return Ok(MemoryItem::Turns(cap_turns(&ws, session, &judge, turns)));
         }
         Ok(MemoryItem::Entry {
-            entry: Box::new(self.entry(workspace, id, asking)?),
+            entry: Box::new(self.entry_as(workspace, id, reader, "memory_get")?),
         })
     }
 
     /// Tool `session.list`: the workspace's sessions (a sub-agent sees its
     /// lineage only).
-    pub fn session_list(&self, workspace: &str, asking: Option<&str>) -> Result<Vec<Session>> {
-        self.sessions(workspace, None, asking)
+    pub fn session_list<'a>(
+        &self,
+        workspace: &str,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<Vec<Session>> {
+        self.sessions(workspace, None, reader.into().asking)
     }
 
     /// Tool `session.read_transcript`: turns from `from`, capped at 4,000
-    /// tokens (`truncated` says so), secrets redacted.
-    pub fn read_transcript(
+    /// tokens (`truncated` says so), secrets redacted, each turn as the
+    /// memory policy lets the reader see it.
+    pub fn read_transcript<'a>(
         &self,
         workspace: &str,
         session: &str,
         from: u64,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Transcript> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
-        self.check_lineage(&ws, asking, false, session)?;
+        self.check_lineage(&ws, reader.asking, false, session)?;
+        let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
+        let judge = self.read_judge(&ws, reader, "read_transcript", lineage)?;
         let turns = ws.transcript(session, from, None)?;
-        Ok(cap_turns(&ws, session, turns))
+        Ok(cap_turns(&ws, session, &judge, turns))
     }
 
     /// The workspace's sessions, only those of `work_context` when given.
@@ -669,7 +724,9 @@ impl Cairn {
     }
 
     /// A session's raw record from turn `from`, at most `limit` turns, with
-    /// secrets redacted; the lineage rule applies to an `asking` session.
+    /// secrets redacted; the lineage rule applies to an `asking` session,
+    /// and the memory policy judges each turn for the reader's destination
+    /// (a turn it blocks is left out).
     /// Unlike [`read_transcript`](Self::read_transcript) (the agent tool)
     /// there is no token cap: this is the operator's read.
     ///
@@ -682,97 +739,120 @@ impl Cairn {
     /// assert!(!turns[0].content.contains("sk-abcdefghijklmnopqrstuvwxyz123456"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn transcript(
+    pub fn transcript<'a>(
         &self,
         workspace: &str,
         session: &str,
         from: u64,
         limit: Option<usize>,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Vec<Turn>> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
-        self.check_lineage(&ws, asking, false, session)?;
-        let mut turns = ws.transcript(session, from, limit)?;
-        for t in &mut turns {
-            t.content = redact(&t.content);
-        }
-        Ok(turns)
+        self.check_lineage(&ws, reader.asking, false, session)?;
+        let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
+        let judge = self.read_judge(&ws, reader, "transcript", lineage)?;
+        let turns = ws.transcript(session, from, limit)?;
+        Ok(turns.into_iter().filter_map(|t| judge.turn(t)).collect())
     }
 
     /// Memory-log entries matching `filter`, newest first, redacted. An
     /// `asking` sub-agent or cron session sees only entries whose
-    /// provenance lies in its lineage.
-    pub fn entries(
+    /// provenance lies in its lineage; the memory policy judges each entry
+    /// for the reader's destination (an entry it blocks is left out, and
+    /// does not count against `limit`).
+    pub fn entries<'a>(
         &self,
         workspace: &str,
         filter: &EntryFilter,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Vec<EntryView>> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
-        let allowed = self.allowed_sessions(&ws, asking, false)?;
-        let mut views = match &allowed {
-            None => ws.entries(filter)?,
-            Some(allowed) => {
-                // The limit counts visible entries only.
-                let all = ws.entries(&EntryFilter {
-                    limit: None,
-                    ..filter.clone()
-                })?;
-                let mut views: Vec<EntryView> = all
-                    .into_iter()
-                    .filter(|v| in_lineage(allowed, &v.entry))
-                    .collect();
-                if let Some(limit) = filter.limit {
-                    views.truncate(limit);
-                }
-                views
+        let allowed = self.allowed_sessions(&ws, reader.asking, false)?;
+        let judge = self.read_judge(&ws, reader, "entries", allowed.clone())?;
+        // The limit counts what this reader may see.
+        let all = ws.entries(&EntryFilter {
+            limit: None,
+            ..filter.clone()
+        })?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        let mut views = Vec::new();
+        for mut view in all {
+            if views.len() == limit {
+                break;
             }
-        };
-        views.iter_mut().for_each(redact_view);
+            if allowed
+                .as_ref()
+                .is_some_and(|a| !in_lineage(a, &view.entry))
+            {
+                continue;
+            }
+            if judge.entry(&mut view.entry).is_ok() {
+                views.push(view);
+            }
+        }
         Ok(views)
     }
 
     /// One entry with its status, redacted; refused (`lineage_denied`) when
-    /// an `asking` sub-agent session reads an entry from outside its lineage.
-    pub fn entry(&self, workspace: &str, id: &str, asking: Option<&str>) -> Result<EntryView> {
+    /// an `asking` sub-agent session reads an entry from outside its
+    /// lineage, and (`forbidden`) when the memory policy blocks it for the
+    /// reader's destination.
+    pub fn entry<'a>(
+        &self,
+        workspace: &str,
+        id: &str,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<EntryView> {
+        self.entry_as(workspace, id, reader.into(), "entry")
+    }
+
+    fn entry_as(
+        &self,
+        workspace: &str,
+        id: &str,
+        reader: ReadAs<'_>,
+        surface: &'static str,
+    ) -> Result<EntryView> {
         let ws = self.memory().existing_workspace(workspace)?;
         let mut view = ws.entry(id)?;
-        self.check_entry_lineage(&ws, asking, &view.entry)?;
-        redact_view(&mut view);
+        let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
+        if let Some(allowed) = &lineage {
+            if !in_lineage(allowed, &view.entry) {
+                return Err(outside_lineage(reader.asking, &view.entry.id));
+            }
+        }
+        let judge = self.read_judge(&ws, reader, surface, lineage)?;
+        judge
+            .entry(&mut view.entry)
+            .map_err(|verdict| withheld(&format!("entry {id:?}"), &judge.asker, &verdict))?;
         Ok(view)
     }
 
     /// An entry's `replaces` chain, oldest first, redacted; the lineage rule
-    /// applies to the entry asked for.
-    pub fn history(
+    /// applies to the entry asked for, and the memory policy to each
+    /// version (a version it blocks is left out).
+    pub fn history<'a>(
         &self,
         workspace: &str,
         id: &str,
-        asking: Option<&str>,
+        reader: impl Into<ReadAs<'a>>,
     ) -> Result<Vec<EntryView>> {
+        let reader = reader.into();
         let ws = self.memory().existing_workspace(workspace)?;
-        let mut chain = ws.history(id)?;
-        if let Some(allowed) = self.allowed_sessions(&ws, asking, false)? {
-            if let Some(outside) = chain.iter().find(|v| !in_lineage(&allowed, &v.entry)) {
-                return Err(outside_lineage(asking, &outside.entry.id));
+        let chain = ws.history(id)?;
+        let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
+        if let Some(allowed) = &lineage {
+            if let Some(outside) = chain.iter().find(|v| !in_lineage(allowed, &v.entry)) {
+                return Err(outside_lineage(reader.asking, &outside.entry.id));
             }
         }
-        chain.iter_mut().for_each(redact_view);
-        Ok(chain)
-    }
-
-    fn check_entry_lineage(
-        &self,
-        ws: &Workspace,
-        asking: Option<&str>,
-        entry: &Entry,
-    ) -> Result<()> {
-        match self.allowed_sessions(ws, asking, false)? {
-            Some(allowed) if !in_lineage(&allowed, entry) => {
-                Err(outside_lineage(asking, &entry.id))
-            }
-            _ => Ok(()),
-        }
+        let judge = self.read_judge(&ws, reader, "history", lineage)?;
+        Ok(chain
+            .into_iter()
+            .filter_map(|mut v| judge.entry(&mut v.entry).is_ok().then_some(v))
+            .collect())
     }
 
     /// Search indexing progress (`cairn stats`).

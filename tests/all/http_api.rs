@@ -297,12 +297,23 @@ fn raw_reads_keep_lineage_and_redact() -> Result<()> {
         .unwrap_or_default()
         .to_owned();
 
-    // Inside the lineage: allowed, and redacted.
-    let (s, turns) = server.get("/v1/workspaces/w/sessions/main/transcript?asking=helper")?;
+    // Inside the lineage: allowed, and redacted on the user's screen.
+    let (s, turns) = server.get(
+        "/v1/workspaces/w/sessions/main/transcript?asking=helper&destination=user_visible_ui",
+    )?;
     ensure!(s == 200, "{turns}");
     let text = turns[0]["content"].as_str().unwrap_or_default();
     ensure!(
         text.contains("goes in the vault") && !text.contains("sk-abcdefghijklmnopqrstuvwxyz0123"),
+        "{text}"
+    );
+    // Headed for a model (the default destination), the default memory
+    // policy lets a secret-bearing turn through as a reference only.
+    let (s, turns) = server.get("/v1/workspaces/w/sessions/main/transcript?asking=helper")?;
+    ensure!(s == 200, "{turns}");
+    let text = turns[0]["content"].as_str().unwrap_or_default();
+    ensure!(
+        text.contains("withheld by policy") && !text.contains("vault"),
         "{text}"
     );
     // Outside it: refused with 403, for every raw read.

@@ -118,7 +118,8 @@ fn cli_install_swap_list_log_and_refusals() -> Result<()> {
     ensure!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     ensure!(
-        err.contains("plugin `garbage` is not a valid WebAssembly component"),
+        err.contains("plugin `garbage` does not implement the `significance-gate` world")
+            && err.contains("not a WebAssembly component"),
         "{err}"
     );
     let wrong = cairn(
@@ -188,7 +189,10 @@ fn cli_install_swap_list_log_and_refusals() -> Result<()> {
         ],
     )?)?;
     ensure!(filtered.as_array().is_some_and(Vec::is_empty), "{filtered}");
-    let text = ok(&cairn(data, &["plugins", "log", "--limit", "1"])?)?;
+    let text = ok(&cairn(
+        data,
+        &["plugins", "log", "--world", "significance", "--limit", "1"],
+    )?)?;
     ensure!(
         text.lines().count() == 1 && text.contains(&generation),
         "{text}"
@@ -253,12 +257,16 @@ fn http_install_list_log_and_refusals() -> Result<()> {
     );
     let generation = report["generation"].clone();
 
+    // Refused from its header, before anything is compiled.
     let (status, body) = put("/v1/plugins/significance-gate", b"not wasm at all")?;
-    ensure!(status == 400 && body["code"] == "plugin_compile", "{body}");
+    ensure!(
+        status == 400 && body["code"] == "plugin_wrong_world",
+        "{body}"
+    );
     ensure!(
         body["message"]
             .as_str()
-            .is_some_and(|m| m.contains("not a valid WebAssembly component"))
+            .is_some_and(|m| m.contains("not a WebAssembly component"))
     );
     let (status, body) = put("/v1/plugins/topic-directive", defaults::EXAMPLE_QUIET.wasm)?;
     ensure!(

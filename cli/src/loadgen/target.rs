@@ -342,7 +342,13 @@ impl Target for InProcess {
     fn read_back(&self, workspace: &str, session: &str) -> Result<Vec<StoredTurn>, LoadgenError> {
         // From the durable record (the facade's transcript read), not
         // through the actors.
-        let turns = self.cairn.transcript(workspace, session, 0, None, None)?;
+        let turns = self.cairn.transcript(
+            workspace,
+            session,
+            0,
+            None,
+            cairn::ReadAs::user().to(cairn::Destination::UserVisibleUi),
+        )?;
         Ok(stored(turns))
     }
 }

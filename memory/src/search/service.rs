@@ -519,13 +519,30 @@ impl Inner {
             return Ok(());
         }
         let mut guard = index.write();
-        for t in tombstones.iter().skip(guard.tombstones) {
-            if let ForgetTarget::Session(session) = &t.target {
-                let upto = guard.indexed.remove(session).unwrap_or(0);
+        // A tombstone names its session by a keyed hash: the indexed
+        // sessions are hashed the same way to find it.
+        let erased: HashSet<&str> = tombstones
+            .iter()
+            .skip(guard.tombstones)
+            .filter(|t| t.target.kind == "session")
+            .map(|t| t.target.digest.as_str())
+            .collect();
+        if !erased.is_empty() {
+            let sessions: Vec<String> = guard
+                .indexed
+                .keys()
+                .filter(|s| {
+                    let target = ws.tombstone_target(&ForgetTarget::Session((*s).clone()));
+                    erased.contains(target.digest.as_str())
+                })
+                .cloned()
+                .collect();
+            for session in sessions {
+                let upto = guard.indexed.remove(&session).unwrap_or(0);
                 let mut keys = Vec::new();
                 for seq in 0..upto {
                     guard.index.remove(&format!("{session}:{seq}"))?;
-                    keys.push(vector_key(session, seq));
+                    keys.push(vector_key(&session, seq));
                 }
                 ws.state_apply(&[], &keys)?;
             }

@@ -25,7 +25,7 @@ mod state;
 mod topic_keys;
 
 pub use maint_keys::{MaintFamily, MaintKey};
-pub use sled_store::SledStore;
+pub use sled_store::{RewriteReport, SledStore};
 pub use state::{StateFamily, StateKey};
 pub use topic_keys::{TopicFamily, TopicKey};
 
@@ -246,6 +246,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Writes a key in the store-wide metadata space (not yet durable).
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError>;
+
+    /// Removes a key from the store-wide metadata space (not yet durable).
+    fn meta_delete(&self, key: &[u8]) -> Result<(), StoreError>;
 
     /// A handle on the system namespace `name`: process-wide data that
     /// belongs to no workspace (the policy decision log, the plugin

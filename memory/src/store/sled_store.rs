@@ -65,6 +65,7 @@ impl SledStore {
             reason: e.to_string(),
         })?;
         private_dir(dir)?;
+        finish_rewrite(dir)?;
         let config = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(cache_bytes)
@@ -105,6 +106,144 @@ impl SledStore {
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         Ok(self.inner.db.size_on_disk()?)
     }
+
+    /// Rewrites the store in `dir` into fresh files that hold only what is
+    /// live, then removes the old files. sled is log-structured: a removed
+    /// or overwritten value stays in its old log segment until sled
+    /// reclaims the segment, which it does lazily; after a `forget`, this
+    /// is how the erased bytes leave the data directory.
+    ///
+    /// Offline: the store must not be open (sled's file lock refuses a
+    /// second opener, with an error naming the directory). Crash-safe: the
+    /// copy is made in `sled.rewrite`, marked complete, then swapped in by
+    /// two renames; an interrupted rewrite is finished (or discarded, if
+    /// the copy was not complete) by the next open or rewrite. Removing a
+    /// file does not overwrite its blocks on the device: see
+    /// docs/DURABILITY.md.
+    ///
+    /// ```
+    /// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+    /// let dir = tempfile::tempdir()?;
+    /// {
+    ///     let store = SledStore::open(dir.path())?;
+    ///     let mut batch = WriteBatch::default();
+    ///     batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+    ///     store.workspace("acme")?.apply(batch)?;
+    ///     store.sync()?;
+    /// }
+    /// let report = SledStore::rewrite(dir.path())?;
+    /// assert!(report.trees >= 2);
+    /// let store = SledStore::open(dir.path())?;
+    /// assert_eq!(store.workspace("acme")?.get(Collection::State, b"k")?, Some(b"v".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rewrite(dir: &Path) -> Result<RewriteReport, StoreError> {
+        let live = dir.join("sled");
+        let fresh = dir.join(REWRITE_DIR);
+        finish_rewrite(dir)?;
+        if !live.exists() {
+            return Err(StoreError::Open {
+                path: dir.display().to_string(),
+                reason: "no store to rewrite here".to_owned(),
+            });
+        }
+        let io = |what: &str, e: std::io::Error| StoreError::Open {
+            path: dir.display().to_string(),
+            reason: format!("{what}: {e}"),
+        };
+        let bytes_before = dir_bytes(&live);
+        let trees = {
+            let source = sled::Config::new()
+                .path(&live)
+                .open()
+                .map_err(|e| StoreError::Open {
+                    path: dir.display().to_string(),
+                    reason: format!("{e} (is a cairn process using this data dir?)"),
+                })?;
+            let copy = sled::Config::new().path(&fresh).open()?;
+            let export = source.export();
+            let trees = export.len();
+            copy.import(export);
+            copy.flush()?;
+            trees
+        };
+        std::fs::write(fresh.join(REWRITE_MARK), b"complete\n")
+            .map_err(|e| io("marking the copy complete", e))?;
+        sync_dir(&fresh).map_err(|e| io("syncing the copy", e))?;
+        finish_rewrite(dir)?;
+        Ok(RewriteReport {
+            trees,
+            bytes_before,
+            bytes_after: dir_bytes(&live),
+        })
+    }
+}
+
+/// What [`SledStore::rewrite`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[non_exhaustive]
+pub struct RewriteReport {
+    /// Trees copied (workspaces, system namespaces, metadata).
+    pub trees: usize,
+    /// Bytes of the store's files before.
+    pub bytes_before: u64,
+    /// Bytes after.
+    pub bytes_after: u64,
+}
+
+const REWRITE_DIR: &str = "sled.rewrite";
+const REWRITE_OLD: &str = "sled.old";
+const REWRITE_MARK: &str = "REWRITE_COMPLETE";
+
+/// Finishes or discards a rewrite a crash interrupted: an incomplete copy
+/// is removed; a complete one replaces the store (two renames); the old
+/// files are removed last.
+fn finish_rewrite(dir: &Path) -> Result<(), StoreError> {
+    let live = dir.join("sled");
+    let fresh = dir.join(REWRITE_DIR);
+    let old = dir.join(REWRITE_OLD);
+    let io = |what: &str, e: std::io::Error| StoreError::Open {
+        path: dir.display().to_string(),
+        reason: format!("finishing a store rewrite: {what}: {e}"),
+    };
+    if fresh.exists() {
+        if fresh.join(REWRITE_MARK).exists() {
+            if live.exists() {
+                std::fs::rename(&live, &old).map_err(|e| io("moving the old files aside", e))?;
+            }
+            std::fs::rename(&fresh, &live).map_err(|e| io("moving the copy in", e))?;
+            sync_dir(dir).map_err(|e| io("syncing the data dir", e))?;
+        } else {
+            std::fs::remove_dir_all(&fresh).map_err(|e| io("removing an incomplete copy", e))?;
+        }
+    }
+    let mark = live.join(REWRITE_MARK);
+    if mark.exists() {
+        std::fs::remove_file(&mark).map_err(|e| io("removing the mark", e))?;
+    }
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(|e| io("removing the old files", e))?;
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Bytes of the files under `dir` (0 when unreadable).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    read.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 fn tree_name(workspace: &str) -> String {
@@ -176,6 +315,11 @@ impl Store for SledStore {
 
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.inner.meta.insert(key, value)?;
+        Ok(())
+    }
+
+    fn meta_delete(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.inner.meta.remove(key)?;
         Ok(())
     }
 

@@ -23,6 +23,10 @@ fn a_component_for_another_world_is_refused() {
     );
     assert_eq!(err.code(), "plugin-wrong-world");
     assert!(err.to_string().contains("topic-default"), "{err}");
+    assert!(err.to_string().contains("`gate`"), "{err}");
+    // Refused from its exports, before anything was compiled or cached.
+    let stats = host.cache_stats();
+    assert_eq!((stats.compiled, stats.disk_hits), (0, 0), "{stats:?}");
 }
 
 #[test]
@@ -31,7 +35,17 @@ fn bytes_that_are_not_a_component_are_refused() {
     let err = host
         .prepare::<MemoryPolicy>("garbage", b"\0asm not really")
         .unwrap_err();
-    assert!(matches!(err, PolicyError::Compile { .. }), "{err}");
+    assert!(matches!(err, PolicyError::WrongWorld { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not a WebAssembly component"),
+        "{err}"
+    );
+    // A core module is not a component.
+    let err = host
+        .prepare::<MemoryPolicy>("core", b"\0asm\x01\0\0\0")
+        .unwrap_err();
+    assert!(err.to_string().contains("core WebAssembly module"), "{err}");
+    assert_eq!(host.cache_stats().compiled, 0);
     let err = host
         .prepare::<MemoryPolicy>("Bad Name", defaults::MEMORY_POLICY.wasm)
         .unwrap_err();

@@ -17,7 +17,8 @@ pub(crate) fn shared_cache_dir() -> &'static Path {
 /// in the shared directory.
 pub(crate) fn host(config: HostConfig) -> (PolicyHost, Arc<MemorySink>) {
     let sink = Arc::new(MemorySink::default());
-    let host = PolicyHost::new(config.cache_dir(shared_cache_dir()), sink.clone()).expect("host");
+    let host =
+        PolicyHost::new(config.cache_dir(shared_cache_dir(), [3; 32]), sink.clone()).expect("host");
     (host, sink)
 }
 
