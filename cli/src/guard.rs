@@ -6,7 +6,7 @@
 
 use std::net::ToSocketAddrs;
 
-use cairn::ServerConfig;
+use cairn::{Cairn, ServerConfig, TokenScope};
 
 /// Who a request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,13 +15,15 @@ pub(crate) enum Principal {
     Open,
     /// The admin token: everything.
     Admin,
-    /// A workspace token (its index in `server.tokens`): these
-    /// workspaces' routes only.
+    /// A workspace token, from `server.tokens` or made with `cairn tokens
+    /// create`: these workspaces' routes only.
     Workspaces {
-        /// Which token.
-        token: usize,
+        /// Which token: `config:<index>` or `token:<id>`.
+        token: String,
         /// What it opens.
         workspaces: Vec<String>,
+        /// Read (`GET`, search, assemble) only, or read and write.
+        scope: TokenScope,
     },
 }
 
@@ -44,7 +46,7 @@ impl Principal {
         match self {
             Principal::Open => None,
             Principal::Admin => Some("token:admin".to_owned()),
-            Principal::Workspaces { token, .. } => Some(format!("token:{token}")),
+            Principal::Workspaces { token, .. } => Some(token.clone()),
         }
     }
 }
@@ -63,6 +65,16 @@ pub(crate) enum Refusal {
         /// The limit.
         per_minute: u32,
     },
+    /// 503 `unavailable`: the token store could not be read (fails closed).
+    Unavailable(String),
+}
+
+/// Whether a request only reads: `GET`/`HEAD`, and the two `POST`s whose
+/// body is a question (search, assemble). A read-scoped token may make
+/// these only.
+pub(crate) fn is_read(method: &str, path: &str) -> bool {
+    matches!(method, "GET" | "HEAD")
+        || (method == "POST" && (path.ends_with("/search") || path.ends_with("/assemble")))
 }
 
 /// Requests per caller key, a token bucket per key (`governor`).
@@ -76,6 +88,11 @@ const MAX_LIMITER_KEYS: usize = 10_000;
 pub(crate) struct Guard {
     admin: Option<String>,
     tokens: Vec<(String, Vec<String>)>,
+    /// Where tokens made with `cairn tokens create` are verified.
+    store: Option<Cairn>,
+    /// Requests need a token: some token was configured or stored when the
+    /// server started (revoking every token later does not open it).
+    auth: bool,
     /// `None`: any host.
     hosts: Option<Vec<String>>,
     /// `None`: no request limit.
@@ -85,7 +102,7 @@ pub(crate) struct Guard {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("auth", &(self.admin.is_some() || !self.tokens.is_empty()))
+            .field("auth", &self.auth)
             .field("hosts", &self.hosts)
             .finish()
     }
@@ -147,6 +164,8 @@ impl Guard {
         });
         Guard {
             limiter,
+            auth: server.auth_enabled(),
+            store: None,
             admin: server.admin_token.clone(),
             tokens: server
                 .tokens
@@ -173,8 +192,24 @@ impl Guard {
             })
     }
 
-    fn auth_enabled(&self) -> bool {
-        self.admin.is_some() || !self.tokens.is_empty()
+    /// Verifies `cairn tokens` tokens against `cairn`'s store; when it holds
+    /// any, every request needs a token.
+    pub(crate) fn with_stored_tokens(mut self, cairn: Cairn) -> cairn::Result<Guard> {
+        self.auth |= cairn.has_tokens()?;
+        self.store = Some(cairn);
+        Ok(self)
+    }
+
+    /// Whether requests need a token.
+    pub(crate) fn auth_enabled(&self) -> bool {
+        self.auth
+    }
+
+    /// A listen address with no `Host` to check (a Unix socket: no browser
+    /// reaches it, so there is nothing to rebind).
+    pub(crate) fn without_host_check(mut self) -> Guard {
+        self.hosts = None;
+        self
     }
 
     /// Decides one request from its `Host` and `Authorization` headers and
@@ -184,6 +219,7 @@ impl Guard {
         &self,
         host: Option<&str>,
         authorization: Option<&str>,
+        method: &str,
         path: &str,
     ) -> Result<Principal, Refusal> {
         if let Some(allowed) = &self.hosts {
@@ -196,7 +232,7 @@ impl Guard {
         if matches!(path, "/healthz" | "/openapi.json") {
             return Ok(Principal::Open);
         }
-        if !self.auth_enabled() {
+        if !self.auth {
             return Ok(Principal::Open);
         }
         let token = authorization
@@ -210,6 +246,8 @@ impl Guard {
             ))?;
         let principal = if self.admin.as_deref().is_some_and(|a| same_secret(a, token)) {
             Principal::Admin
+        } else if let Some(found) = self.stored(token)? {
+            found
         } else {
             // Every token is compared, so the time taken does not say which
             // one matched.
@@ -217,13 +255,24 @@ impl Guard {
             for (i, (secret, workspaces)) in self.tokens.iter().enumerate() {
                 if same_secret(secret, token) && found.is_none() {
                     found = Some(Principal::Workspaces {
-                        token: i,
+                        token: format!("config:{i}"),
                         workspaces: workspaces.clone(),
+                        scope: TokenScope::Write,
                     });
                 }
             }
             found.ok_or(Refusal::Unauthorized("unknown token"))?
         };
+        if let Principal::Workspaces {
+            scope: TokenScope::Read,
+            ..
+        } = principal
+            && !is_read(method, path)
+        {
+            return Err(Refusal::Forbidden(format!(
+                "this token may read only; {method} {path} writes"
+            )));
+        }
         match path.strip_prefix("/v1/workspaces/") {
             Some(rest) => {
                 let workspace = rest.split('/').next().unwrap_or_default();
@@ -239,6 +288,28 @@ impl Guard {
             None => {}
         }
         Ok(principal)
+    }
+}
+
+impl Guard {
+    /// The stored token `presented` is, if it is one.
+    fn stored(&self, presented: &str) -> Result<Option<Principal>, Refusal> {
+        let Some(cairn) = &self.store else {
+            return Ok(None);
+        };
+        match cairn.verify_token(presented) {
+            Ok(found) => Ok(found.map(|t| Principal::Workspaces {
+                token: format!("token:{}", t.id),
+                workspaces: vec![t.workspace],
+                scope: t.scope,
+            })),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the access tokens");
+                Err(Refusal::Unavailable(
+                    "the access tokens cannot be read; see the server log".to_owned(),
+                ))
+            }
+        }
     }
 }
 
@@ -263,22 +334,22 @@ mod tests {
     fn loopback_servers_check_the_host() {
         let g = guard("127.0.0.1:7878", false);
         assert_eq!(
-            g.check(Some("127.0.0.1:7878"), None, "/v1/plugins"),
+            g.check(Some("127.0.0.1:7878"), None, "GET", "/v1/plugins"),
             Ok(Principal::Open)
         );
         assert_eq!(
-            g.check(Some("[::1]:7878"), None, "/healthz"),
+            g.check(Some("[::1]:7878"), None, "GET", "/healthz"),
             Ok(Principal::Open)
         );
         assert_eq!(
-            g.check(Some("LOCALHOST"), None, "/healthz"),
+            g.check(Some("LOCALHOST"), None, "GET", "/healthz"),
             Ok(Principal::Open)
         );
         assert_eq!(
-            g.check(Some("evil.example:7878"), None, "/healthz"),
+            g.check(Some("evil.example:7878"), None, "GET", "/healthz"),
             Err(Refusal::Host("evil.example".to_owned()))
         );
-        assert!(g.check(None, None, "/healthz").is_err());
+        assert!(g.check(None, None, "GET", "/healthz").is_err());
     }
 
     #[test]
@@ -288,35 +359,53 @@ mod tests {
         let acme = Some("Bearer acme-token-0123456789");
         let admin = Some("Bearer admin-token-0123456789");
         assert!(matches!(
-            g.check(host, None, "/v1/workspaces/acme/turns"),
+            g.check(host, None, "POST", "/v1/workspaces/acme/turns"),
             Err(Refusal::Unauthorized(_))
         ));
         assert!(matches!(
-            g.check(host, Some("Bearer nope"), "/v1/workspaces/acme/turns"),
+            g.check(
+                host,
+                Some("Bearer nope"),
+                "POST",
+                "/v1/workspaces/acme/turns"
+            ),
             Err(Refusal::Unauthorized(_))
         ));
         assert!(matches!(
-            g.check(host, acme, "/v1/workspaces/acme/turns"),
-            Ok(Principal::Workspaces { token: 0, .. })
+            g.check(host, acme, "POST", "/v1/workspaces/acme/turns"),
+            Ok(Principal::Workspaces { ref token, .. }) if token == "config:0"
         ));
         assert!(matches!(
-            g.check(host, acme, "/v1/workspaces/globex/turns"),
+            g.check(host, acme, "POST", "/v1/workspaces/globex/turns"),
             Err(Refusal::Forbidden(_))
         ));
         assert!(matches!(
-            g.check(host, acme, "/v1/workspaces/%61cme/turns"),
+            g.check(host, acme, "POST", "/v1/workspaces/%61cme/turns"),
             Err(Refusal::Forbidden(_))
         ));
         assert!(matches!(
-            g.check(host, acme, "/v1/plugins"),
+            g.check(host, acme, "GET", "/v1/plugins"),
             Err(Refusal::Forbidden(_))
         ));
-        assert_eq!(g.check(host, admin, "/v1/plugins"), Ok(Principal::Admin));
         assert_eq!(
-            g.check(host, admin, "/v1/workspaces/globex/turns"),
+            g.check(host, admin, "GET", "/v1/plugins"),
             Ok(Principal::Admin)
         );
-        assert_eq!(g.check(host, None, "/healthz"), Ok(Principal::Open));
+        assert_eq!(
+            g.check(host, admin, "POST", "/v1/workspaces/globex/turns"),
+            Ok(Principal::Admin)
+        );
+        assert_eq!(g.check(host, None, "GET", "/healthz"), Ok(Principal::Open));
+    }
+
+    #[test]
+    fn reads_are_gets_searches_and_assemblies() {
+        assert!(is_read("GET", "/v1/workspaces/acme/entries"));
+        assert!(is_read("POST", "/v1/workspaces/acme/search"));
+        assert!(is_read("POST", "/v1/workspaces/acme/assemble"));
+        assert!(!is_read("POST", "/v1/workspaces/acme/turns"));
+        assert!(!is_read("POST", "/v1/workspaces/acme/forget"));
+        assert!(!is_read("DELETE", "/v1/tokens/0123456789ab"));
     }
 
     #[test]

@@ -6,8 +6,6 @@
 //! blocking thread pool (`web::block`), never on an arbiter thread, because it
 //! may fsync. The OpenAPI description is served at `/openapi.json`.
 
-use std::net::SocketAddr;
-
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
@@ -28,8 +26,10 @@ use utoipa::{OpenApi, ToSchema};
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
 mod maintain_routes;
+mod token_routes;
 mod topic_routes;
 pub use maintain_routes::MaintainBody;
+pub use token_routes::{CreateTokenBody, CreatedToken};
 pub use topic_routes::{CollectBody, DecideBody, FeedBody};
 
 /// The error body of every failed request.
@@ -87,6 +87,9 @@ impl From<Refusal> for ApiError {
                 "rate_limited",
                 format!("over {per_minute} requests a minute (server.requests_per_minute)"),
             ),
+            Refusal::Unavailable(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why)
+            }
         }
     }
 }
@@ -102,6 +105,7 @@ async fn guard_requests(
         let decided = guard.check(
             header(actix_web::http::header::HOST),
             header(actix_web::http::header::AUTHORIZATION),
+            req.method().as_str(),
             req.path(),
         );
         // Counted under its token; a server without tokens is a local one
@@ -1020,7 +1024,9 @@ async fn openapi() -> HttpResponse {
 
 /// The served description: [`ApiDoc`] with the route modules' paths merged in.
 pub fn api_doc() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi().merge_from(maintain_routes::MaintainApi::openapi())
+    ApiDoc::openapi()
+        .merge_from(maintain_routes::MaintainApi::openapi())
+        .merge_from(token_routes::TokenApi::openapi())
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
@@ -1080,6 +1086,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                 web::get().to(generation_counts),
             )
             .route("/v1/plugins/{world}", web::put().to(install_plugin))
+            .configure(token_routes::routes)
             .service(
                 maintain_routes::routes(topic_routes::routes(web::scope(
                     "/v1/workspaces/{workspace}",
@@ -1127,33 +1134,64 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
     }
 }
 
-/// Serves the API on `listen` until the process is stopped (SIGINT/SIGTERM
-/// shut down gracefully: in-flight requests finish). `on_bound` is called
-/// with the bound address (useful with port 0).
+/// Where `cairn serve` listens: `host:port`, or `unix:PATH` for a Unix
+/// socket (mode 0600: only this user's processes may connect).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address.
+    Tcp(String),
+    /// A Unix socket path.
+    Unix(std::path::PathBuf),
+}
+
+impl Listen {
+    /// Reads a `--listen` value.
+    ///
+    /// ```
+    /// use cairn_cli::http::Listen;
+    /// assert_eq!(Listen::parse("unix:/run/cairn.sock"), Listen::Unix("/run/cairn.sock".into()));
+    /// assert_eq!(Listen::parse("127.0.0.1:7878"), Listen::Tcp("127.0.0.1:7878".into()));
+    /// ```
+    pub fn parse(listen: &str) -> Listen {
+        match listen.strip_prefix("unix:") {
+            Some(path) => Listen::Unix(path.into()),
+            None => Listen::Tcp(listen.to_owned()),
+        }
+    }
+}
+
+/// Serves the API on `listen` (see [`Listen`]) until the process is stopped
+/// (SIGINT/SIGTERM shut down gracefully: in-flight requests finish).
+/// `on_bound` is called with where it listens: `http://ADDR` (useful with
+/// port 0) or `unix:PATH`.
 ///
 /// Every request passes a guard first: the `Host` allow-list, then, when
-/// tokens are configured, a bearer token that opens the route (see
-/// [`cairn::ServerConfig`]). Without tokens only a loopback address is
-/// served.
-pub async fn serve(
-    cairn: Cairn,
-    listen: &str,
-    on_bound: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
-    // Start search now (model load, then the worker catches the indexes up
-    // from the record) on its own thread, off the server's threads.
+/// tokens are configured or stored, a bearer token that opens the route
+/// (see [`cairn::ServerConfig`] and `cairn tokens`). Without tokens only a
+/// loopback address or a Unix socket is served.
+pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> std::io::Result<()> {
     let server_config = &cairn.config().server;
-    if !server_config.auth_enabled() && !is_loopback(listen) {
+    let listen_at = Listen::parse(listen);
+    let mut guard = Guard::new(server_config, listen)
+        .with_stored_tokens(cairn.clone())
+        .map_err(std::io::Error::other)?;
+    if matches!(listen_at, Listen::Unix(_)) && server_config.allowed_hosts.is_empty() {
+        guard = guard.without_host_check();
+    }
+    if !guard.auth_enabled() && matches!(&listen_at, Listen::Tcp(addr) if !is_loopback(addr)) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
-                "refusing to serve on {listen} without authentication: configure \
-                 server.admin_token (CAIRN_SERVER__ADMIN_TOKEN) or server.tokens, or listen on \
-                 a loopback address"
+                "refusing to serve on {listen} without authentication: make a token with \
+                 `cairn tokens create`, or configure server.admin_token \
+                 (CAIRN_SERVER__ADMIN_TOKEN) or server.tokens, or listen on a loopback \
+                 address or a Unix socket"
             ),
         ));
     }
-    let guard = web::Data::new(Guard::new(server_config, listen));
+    let guard = web::Data::new(guard);
+    // Start search now (model load, then the worker catches the indexes up
+    // from the record) on its own thread, off the server's threads.
     let warm = cairn.clone();
     std::thread::spawn(move || warm.start_search());
     let server = HttpServer::new(move || {
@@ -1161,14 +1199,65 @@ pub async fn serve(
             .app_data(guard.clone())
             .wrap(from_fn(guard_requests))
             .configure(configure(cairn.clone()))
-    })
-    .bind(listen)?;
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
-    on_bound(addr);
-    tracing::info!(%addr, "cairn serving");
-    server.run().await
+    });
+    match listen_at {
+        Listen::Tcp(addr) => {
+            let server = server.bind(&addr)?;
+            let bound = server
+                .addrs()
+                .first()
+                .copied()
+                .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
+            on_bound(&format!("http://{bound}"));
+            tracing::info!(addr = %bound, "cairn serving");
+            server.run().await
+        }
+        #[cfg(unix)]
+        Listen::Unix(path) => {
+            clear_socket(&path)?;
+            let server = server.bind_uds(&path)?;
+            private_socket(&path)?;
+            on_bound(&format!("unix:{}", path.display()));
+            tracing::info!(socket = %path.display(), "cairn serving");
+            let served = server.run().await;
+            let _ = std::fs::remove_file(&path);
+            served
+        }
+        #[cfg(not(unix))]
+        Listen::Unix(path) => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("Unix sockets are not available here ({})", path.display()),
+        )),
+    }
+}
+
+/// Clears the way for a Unix socket at `path`: a socket file left by a
+/// server that died is removed; a live one, or any other file, is an error.
+#[cfg(unix)]
+fn clear_socket(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        ));
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("another server answers on {}", path.display()),
+        ));
+    }
+    std::fs::remove_file(path)
+}
+
+/// Only this user's processes may connect to the socket at `path` (the
+/// process's umask already kept others out between bind and here).
+#[cfg(unix)]
+fn private_socket(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }

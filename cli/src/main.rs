@@ -38,12 +38,48 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+enum TokenAction {
+    /// Make a token for the workspace (`--workspace`); prints it once.
+    Create {
+        /// `read` (GET, search, assemble) or `write`.
+        #[arg(long, default_value = "write")]
+        scope: cairn::TokenScope,
+        /// Who or what holds it.
+        #[arg(long)]
+        label: Option<String>,
+        /// Print the listing and the token as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every token (never the secrets).
+    List {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by its id (the 12 hex digits after `cairn_`).
+    Revoke {
+        /// The token's id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the JSON API over HTTP (OpenAPI at /openapi.json).
     Serve {
-        /// Address to listen on (default: the configuration's, 127.0.0.1:7878).
+        /// Address to listen on (default: the configuration's, 127.0.0.1:7878),
+        /// or `unix:PATH` for a Unix socket (mode 0600).
         #[arg(long)]
         listen: Option<String>,
+    },
+    /// Make, list and revoke the bearer tokens `cairn serve` accepts (each
+    /// opens one workspace, for reading or for reading and writing; only a
+    /// keyed hash is stored). Stop the server first, or use its admin
+    /// routes (`/v1/tokens`).
+    Tokens {
+        #[command(subcommand)]
+        action: TokenAction,
     },
     /// Append turns from a JSONL file (or `-` for stdin), one turn per line.
     Ingest {
@@ -493,6 +529,7 @@ fn parse_subject_kind(s: &str) -> std::result::Result<SubjectKind, String> {
 }
 
 fn main() {
+    private_umask();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => {}
@@ -634,9 +671,9 @@ fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -
 
 fn serve(cairn: Cairn, listen: &str) -> Result<()> {
     actix_web::rt::System::new().block_on(async {
-        cairn_cli::http::serve(cairn, listen, |addr| {
+        cairn_cli::http::serve(cairn, listen, |at| {
             // The first line on stdout says where we listen (tests read it).
-            println!("cairn listening on http://{addr}");
+            println!("cairn listening on {at}");
             let _ = std::io::stdout().flush();
         })
         .await
@@ -1070,6 +1107,50 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
                 }
             }
         }
+        Command::Tokens { action } => match action {
+            TokenAction::Create { scope, label, json } => {
+                let (made, token) = cairn.create_token(ws_id, scope, label.as_deref())?;
+                if json {
+                    let mut shown = serde_json::to_value(&made)?;
+                    shown["token"] = serde_json::Value::String(token);
+                    writeln!(out, "{}", serde_json::to_string_pretty(&shown)?)?;
+                } else {
+                    writeln!(out, "{token}")?;
+                    eprintln!(
+                        "token {} opens workspace {} ({}); it is shown this once",
+                        made.id,
+                        made.workspace,
+                        made.scope.as_str()
+                    );
+                }
+            }
+            TokenAction::List { json } => {
+                let all = cairn.tokens()?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+                } else {
+                    for t in all {
+                        writeln!(
+                            out,
+                            "{}  {:<5}  {}  {}  {}",
+                            t.id,
+                            t.scope.as_str(),
+                            t.workspace,
+                            t.created_at.format("%Y-%m-%d %H:%M"),
+                            t.label.unwrap_or_default()
+                        )?;
+                    }
+                }
+            }
+            TokenAction::Revoke { id } => {
+                let revoked = cairn.revoke_token(&id)?;
+                writeln!(
+                    out,
+                    "revoked {} (workspace {})",
+                    revoked.id, revoked.workspace
+                )?;
+            }
+        },
         Command::Demo { .. }
         | Command::Serve { .. }
         | Command::Eval { .. }
@@ -1081,6 +1162,13 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         }
     }
     Ok(())
+}
+
+/// Files and sockets cairn creates are its user's only (umask 077): the
+/// data directory holds every transcript.
+fn private_umask() {
+    #[cfg(unix)]
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
 }
 
 /// A read shown on the operator's terminal: the memory policy judges it

@@ -189,6 +189,12 @@ pub enum MemoryError {
         /// The name.
         name: String,
     },
+    /// No access token has this id.
+    #[error("access token {id:?} not found")]
+    TokenNotFound {
+        /// The id.
+        id: String,
+    },
     /// A topic with this name already exists.
     #[error("topic {name:?} already exists")]
     TopicExists {
@@ -322,6 +328,7 @@ impl MemoryError {
             MemoryError::InvalidTurnRange { .. } => "invalid_turn_range",
             MemoryError::InvalidSlug { .. } => "invalid_slug",
             MemoryError::SubjectNotFound { .. } => "subject_not_found",
+            MemoryError::TokenNotFound { .. } => "token_not_found",
             MemoryError::SubjectExists { .. } => "subject_exists",
             MemoryError::InvalidTopic { .. } => "invalid_topic",
             MemoryError::TopicNotFound { .. } => "topic_not_found",
@@ -359,6 +366,7 @@ impl MemoryError {
             | MemoryError::EntryNotFound { .. }
             | MemoryError::SubjectNotFound { .. }
             | MemoryError::TopicNotFound { .. }
+            | MemoryError::TokenNotFound { .. }
             | MemoryError::ProposalNotFound { .. }
             | MemoryError::SummaryNotFound { .. }
             | MemoryError::RunNotFound { .. } => ErrorKind::NotFound,

@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod access;
 pub mod assemble;
 pub mod brief;
 pub mod clock;
@@ -59,6 +60,7 @@ mod text;
 pub mod tokens;
 pub mod topics;
 
+pub use access::{AccessToken, TokenScope};
 pub use assemble::{
     AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Destination, Fidelity,
     ItemSource, RetrievalMode, Section, TraceItem,

@@ -183,6 +183,11 @@ pub struct DecisionRecord {
     pub duration: Duration,
     /// The fuel the plugin used, when it was called.
     pub fuel_consumed: Option<u64>,
+    /// The session the decided object belongs to, when it has one: a
+    /// `forget` of that session finds the records about it and scrubs them
+    /// (this field and the plugin's free-text note, which may quote it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl DecisionRecord {

@@ -451,6 +451,10 @@ impl World for MemoryPolicy {
         InputsDigest::of(input)
     }
 
+    fn session_of(input: &Self::Input) -> Option<&str> {
+        input.object_ref.session_id.as_deref()
+    }
+
     fn output(decision: &Self::Decision) -> DecisionOutput {
         DecisionOutput::Memory(decision.clone())
     }

@@ -258,6 +258,10 @@ impl World for SignificanceGate {
         InputsDigest::of(input)
     }
 
+    fn session_of(input: &Self::Input) -> Option<&str> {
+        Some(&input.turn.session_id)
+    }
+
     fn output(decision: &Self::Decision) -> DecisionOutput {
         DecisionOutput::Significance(decision.clone())
     }

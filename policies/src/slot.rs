@@ -209,6 +209,7 @@ impl<W: World> PolicySlot<W> {
             outcome: decided.outcome.clone(),
             duration,
             fuel_consumed,
+            session: W::session_of(input).map(str::to_owned),
         };
         self.inner
             .host

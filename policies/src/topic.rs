@@ -431,6 +431,13 @@ impl World for TopicDirective {
         InputsDigest::of(input)
     }
 
+    fn session_of(input: &Self::Input) -> Option<&str> {
+        match &input.subject {
+            TopicSubject::Turn(turn) => Some(&turn.session_id),
+            TopicSubject::Entry(_) => None,
+        }
+    }
+
     fn output(decision: &Self::Decision) -> DecisionOutput {
         DecisionOutput::Topic(decision.clone())
     }

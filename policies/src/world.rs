@@ -128,6 +128,11 @@ pub trait World: sealed::Sealed + Send + Sync + Sized + 'static {
     #[doc(hidden)]
     fn digest(input: &Self::Input) -> InputsDigest;
 
+    /// The session the input's object belongs to, if any (recorded so an
+    /// erasure of the session can scrub the decision log).
+    #[doc(hidden)]
+    fn session_of(input: &Self::Input) -> Option<&str>;
+
     #[doc(hidden)]
     fn output(decision: &Self::Decision) -> DecisionOutput;
 }

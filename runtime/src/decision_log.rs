@@ -325,6 +325,57 @@ impl DecisionLog {
         }
     }
 
+    /// Scrubs the records about `session` (after it was erased): their
+    /// session reference and every free-text `note` a plugin wrote, which
+    /// may quote the session's words. The decisions themselves (codes,
+    /// fidelity, generation) stay for audit. Sees every record handed to
+    /// the log before the call; not yet durable (the caller syncs). Returns
+    /// how many records were scrubbed.
+    pub fn scrub_session(&self, session: &str) -> Result<u64> {
+        self.barrier(true)?;
+        let store = self.inner.store.as_ref();
+        let first = read_u64(store, FIRST)?;
+        let next = read_u64(store, NEXT)?;
+        let mut scrubbed = 0;
+        if next == first {
+            return Ok(0);
+        }
+        for page in (first >> PAGE_SHIFT)..=((next - 1) >> PAGE_SHIFT) {
+            let mut prefix = vec![RECORD];
+            prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+            let mut batch = WriteBatch::default();
+            for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
+                let mut record: serde_json::Value =
+                    serde_json::from_slice(&value).map_err(|e| {
+                        CairnError::decision_log_from(
+                            format!(
+                                "record {} does not decode",
+                                seq_of(&key).unwrap_or_default()
+                            ),
+                            e,
+                        )
+                    })?;
+                if record.get("session").and_then(serde_json::Value::as_str) != Some(session) {
+                    continue;
+                }
+                if let Some(fields) = record.as_object_mut() {
+                    fields.remove("session");
+                    if let Some(output) = fields.get_mut("output") {
+                        strip_notes(output);
+                    }
+                }
+                let bytes = serde_json::to_vec(&record)
+                    .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
+                batch.put(Collection::State, key, bytes);
+                scrubbed += 1;
+            }
+            if !batch.is_empty() {
+                store.apply(batch)?;
+            }
+        }
+        Ok(scrubbed)
+    }
+
     /// What the log counted for `generation` (durable, across restarts).
     pub fn counts(&self, generation: &str) -> Result<GenerationCounts> {
         self.barrier(false)?;
@@ -599,5 +650,17 @@ fn decode_counts(bytes: &[u8]) -> GenerationCounts {
     GenerationCounts {
         decisions: word(0),
         faults: word(8),
+    }
+}
+
+/// Removes every `note` field under `value` (a plugin's free text).
+fn strip_notes(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            fields.remove("note");
+            fields.values_mut().for_each(strip_notes);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_notes),
+        _ => {}
     }
 }

@@ -68,11 +68,11 @@ pub use cairn_memory::compact::{
 pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::{
-    Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
-    EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
-    MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec, SessionState,
-    Subject, SubjectKind, SystemClock, TaskStatus, Tombstone, TombstoneTarget, TraceItem, Turn,
-    TurnInput,
+    AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
+    EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
+    MemoryConfig, MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec,
+    SessionState, Subject, SubjectKind, SystemClock, TaskStatus, TokenScope, Tombstone,
+    TombstoneTarget, TraceItem, Turn, TurnInput,
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{

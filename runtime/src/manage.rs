@@ -7,7 +7,8 @@
 //! search worker so the indexes follow.
 
 use cairn_memory::{
-    Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
+    AccessToken, Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, TokenScope,
+    Tombstone, TombstoneTarget,
 };
 use cairn_policies::{DecisionRecord, WorldKind};
 
@@ -140,8 +141,17 @@ impl Cairn {
     ) -> Result<Tombstone> {
         let tombstone = match target {
             ForgetTarget::Workspace(id) if id == workspace => {
+                let sessions = match self.memory().existing_workspace(workspace) {
+                    Ok(ws) => ws.sessions(None)?,
+                    Err(_) => Vec::new(),
+                };
                 let tombstone = self.memory().forget_workspace(workspace, reason)?;
                 self.actors.forget_workspace(workspace);
+                // The decision log (store-wide) names its sessions.
+                for session in &sessions {
+                    self.policies().decision_log().scrub_session(&session.id)?;
+                }
+                self.memory().sync()?;
                 tombstone
             }
             ForgetTarget::Workspace(id) => {
@@ -163,6 +173,8 @@ impl Cairn {
                 let tombstone = ws.forget(target, reason)?;
                 if let (ForgetTarget::Session(session), Some(wc)) = (target, work_context) {
                     self.actors.forget_session(workspace, session, &wc)?;
+                    self.policies().decision_log().scrub_session(session)?;
+                    self.memory().sync()?;
                 }
                 tombstone
             }
@@ -200,6 +212,58 @@ impl Cairn {
             all.extend(self.memory().existing_workspace(workspace)?.tombstones()?);
         }
         Ok(all)
+    }
+
+    /// Makes an access token that opens `workspace` for `scope` (see
+    /// `cairn serve`'s authentication in docs/SECURITY.md). Returns the
+    /// listing and the token itself (`cairn_<id>_<secret>`), shown this
+    /// once: only a keyed hash of the secret is stored.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, TokenScope};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let (made, token) = cairn.create_token("acme", TokenScope::Read, Some("dashboard"))?;
+    /// assert_eq!(cairn.verify_token(&token)?.map(|t| t.workspace), Some("acme".to_owned()));
+    /// assert_eq!(cairn.tokens()?.len(), 1);
+    /// cairn.revoke_token(&made.id)?;
+    /// assert!(cairn.verify_token(&token)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn create_token(
+        &self,
+        workspace: &str,
+        scope: TokenScope,
+        label: Option<&str>,
+    ) -> Result<(AccessToken, String)> {
+        let made = self.memory().create_token(workspace, scope, label)?;
+        tracing::info!(id = %made.0.id, scope = made.0.scope.as_str(), "access token made");
+        Ok(made)
+    }
+
+    /// Every stored access token, without secrets, oldest first.
+    pub fn tokens(&self) -> Result<Vec<AccessToken>> {
+        Ok(self.memory().access_tokens()?)
+    }
+
+    /// Revokes access token `id` (`not_found` when there is none); it opens
+    /// nothing from the next request on.
+    pub fn revoke_token(&self, id: &str) -> Result<AccessToken> {
+        let revoked = self.memory().revoke_token(id)?;
+        tracing::info!(id = %revoked.id, "access token revoked");
+        Ok(revoked)
+    }
+
+    /// The live access token `presented` is, or `None` (malformed, unknown
+    /// or revoked).
+    pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
+        Ok(self.memory().verify_token(presented)?)
+    }
+
+    /// Whether any access token is stored (a server with one requires
+    /// authentication).
+    pub fn has_tokens(&self) -> Result<bool> {
+        Ok(self.memory().has_tokens()?)
     }
 
     /// Each world's plugin: generation, hash, breaker, decisions and faults,

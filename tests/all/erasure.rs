@@ -41,7 +41,7 @@ fn open(dir: &Path) -> Result<Cairn> {
 }
 
 /// The files under `dir` that contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Result<Vec<String>> {
+pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Result<Vec<String>> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {

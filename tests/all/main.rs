@@ -2,6 +2,7 @@
 //! sled in temp dirs, over real HTTP on loopback. One test binary (fewer
 //! binaries link faster); a module per area.
 
+mod access;
 mod actors;
 mod assembly;
 mod cli;

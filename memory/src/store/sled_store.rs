@@ -92,6 +92,7 @@ impl SledStore {
             }
         };
         let meta = db.open_tree(META_TREE)?;
+        private_files(dir)?;
         Ok(SledStore {
             inner: Arc::new(Inner {
                 db,
@@ -516,6 +517,46 @@ impl GroupCommit {
     }
 }
 
+/// Makes every file under `dir` readable and writable by its owner only
+/// (0600; directories 0700), whatever mode an earlier version, a copy or
+/// the process's umask gave them. Files sled makes later are created inside
+/// the 0700 directory (and `cairn` runs with umask 077).
+fn private_files(dir: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let failed = |path: &Path, e: std::io::Error| StoreError::Open {
+            path: path.display().to_string(),
+            reason: format!("cannot make the data files private (0600): {e}"),
+        };
+        let mut pending = vec![dir.to_owned()];
+        while let Some(next) = pending.pop() {
+            for item in std::fs::read_dir(&next).map_err(|e| failed(&next, e))? {
+                let item = item.map_err(|e| failed(&next, e))?;
+                let path = item.path();
+                // Not followed: a symlink's mode is not its target's.
+                let kind = item.file_type().map_err(|e| failed(&path, e))?;
+                let mode = if kind.is_dir() {
+                    pending.push(path.clone());
+                    0o700
+                } else if kind.is_file() {
+                    0o600
+                } else {
+                    continue;
+                };
+                let now = item.metadata().map_err(|e| failed(&path, e))?;
+                if now.permissions().mode() & 0o777 != mode {
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                        .map_err(|e| failed(&path, e))?;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
 /// Makes `dir` readable by its owner only (0700 on Unix): the store holds
 /// every transcript, so the files in it (whatever mode sled gives them) must
 /// not be reachable by other local users.
@@ -616,9 +657,33 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir()?;
         let data = dir.path().join("data");
-        let _store = SledStore::open(&data)?;
+        let store = SledStore::open(&data)?;
         let mode = std::fs::metadata(&data)?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{mode:o}");
+        store.meta_put(b"k", b"v")?;
+        store.sync()?;
+        drop(store);
+        // A file an older version (or a copy) left readable by others is
+        // made private at the next open.
+        let loose = data.join("sled").join("conf");
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644))?;
+        let _store = SledStore::open(&data)?;
+        let mut files = 0;
+        let mut pending = vec![data.clone()];
+        while let Some(next) = pending.pop() {
+            for item in std::fs::read_dir(&next)? {
+                let item = item?;
+                let mode = item.metadata()?.permissions().mode() & 0o777;
+                if item.file_type()?.is_dir() {
+                    assert_eq!(mode, 0o700, "{}: {mode:o}", item.path().display());
+                    pending.push(item.path());
+                } else {
+                    files += 1;
+                    assert_eq!(mode & 0o077, 0, "{}: {mode:o}", item.path().display());
+                }
+            }
+        }
+        assert!(files > 0);
         Ok(())
     }
 }
