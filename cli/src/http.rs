@@ -1172,6 +1172,7 @@ impl Listen {
 pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> std::io::Result<()> {
     let server_config = &cairn.config().server;
     let listen_at = Listen::parse(listen);
+    let tls = server_config.tls.as_ref().map(tls_config).transpose()?;
     let mut guard = Guard::new(server_config, listen)
         .with_stored_tokens(cairn.clone())
         .map_err(std::io::Error::other)?;
@@ -1202,13 +1203,16 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
     });
     match listen_at {
         Listen::Tcp(addr) => {
-            let server = server.bind(&addr)?;
+            let (server, scheme) = match tls {
+                Some(tls) => (server.bind_rustls_0_23(&addr, tls)?, "https"),
+                None => (server.bind(&addr)?, "http"),
+            };
             let bound = server
                 .addrs()
                 .first()
                 .copied()
                 .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
-            on_bound(&format!("http://{bound}"));
+            on_bound(&format!("{scheme}://{bound}"));
             tracing::info!(addr = %bound, "cairn serving");
             server.run().await
         }
@@ -1229,6 +1233,33 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
             format!("Unix sockets are not available here ({})", path.display()),
         )),
     }
+}
+
+/// The TLS settings of `[server.tls]`: its certificate chain and key read
+/// and checked now, so a bad file stops `serve` before it listens.
+fn tls_config(tls: &cairn::TlsConfig) -> std::io::Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("server.tls.{what} ({}): {e}", path.display()),
+        )
+    };
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad("cert", &tls.cert, &e))?;
+    if certs.is_empty() {
+        return Err(bad("cert", &tls.cert, &"no PEM certificate in the file"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| bad("key", &tls.key, &e))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("cert", &tls.cert, &e))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| bad("key", &tls.key, &e))
 }
 
 /// Clears the way for a Unix socket at `path`: a socket file left by a

@@ -72,6 +72,13 @@ enum Command {
         /// or `unix:PATH` for a Unix socket (mode 0600).
         #[arg(long)]
         listen: Option<String>,
+        /// Serve HTTPS with this PEM certificate chain (with --tls-key;
+        /// or `[server.tls] cert`).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// Make, list and revoke the bearer tokens `cairn serve` accepts (each
     /// opens one workspace, for reading or for reading and writing; only a
@@ -603,7 +610,14 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Serve { listen } => {
+        Command::Serve {
+            listen,
+            tls_cert,
+            tls_key,
+        } => {
+            if let (Some(cert), Some(key)) = (tls_cert, tls_key) {
+                config.server.tls = Some(cairn::TlsConfig { cert, key });
+            }
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             config.server.listen = listen.clone();
             let cairn = Cairn::open(config)?;

@@ -45,6 +45,19 @@ pub struct ServerConfig {
     /// `rate_limited`. A server without tokens (loopback only) is not
     /// limited.
     pub requests_per_minute: u32,
+    /// Serve HTTPS with this certificate and key (`[server.tls]`); absent:
+    /// plain HTTP (keep it on loopback, a Unix socket, or behind a proxy).
+    pub tls: Option<TlsConfig>,
+}
+
+/// A PEM certificate chain and its private key for `cairn serve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file: the server's certificate, then any intermediates.
+    pub cert: PathBuf,
+    /// PEM file: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// A bearer token and the workspaces it opens.
@@ -77,6 +90,8 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("tokens", &self.tokens)
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("requests_per_minute", &self.requests_per_minute)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -119,6 +134,7 @@ impl Default for ServerConfig {
             tokens: Vec::new(),
             allowed_hosts: Vec::new(),
             requests_per_minute: 6_000,
+            tls: None,
         }
     }
 }

@@ -76,7 +76,7 @@ pub use cairn_memory::{
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
-    AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
+    AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig, TlsConfig,
     WorkspaceToken, default_data_dir,
 };
 pub use decision_log::{

@@ -312,3 +312,79 @@ fn a_unix_socket_is_served_to_its_owner_only() -> Result<()> {
     ensure!(std::fs::read_to_string(&plain)? == "keep");
     Ok(())
 }
+
+#[test]
+fn serve_speaks_tls_with_the_configured_certificate() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let made =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, made.cert.pem())?;
+    std::fs::write(&key, made.signing_key.serialize_pem())?;
+    let (cert_arg, key_arg) = (
+        cert.to_str().context("path")?,
+        key.to_str().context("path")?,
+    );
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--tls-cert", cert_arg, "--tls-key", key_arg],
+    )?;
+    let port = server
+        .base
+        .strip_prefix("https://127.0.0.1:")
+        .with_context(|| format!("not https: {}", server.base))?
+        .to_owned();
+    // A client that trusts this certificate talks to it.
+    let root = ureq::tls::Certificate::from_pem(made.cert.pem().as_bytes())?;
+    let tls = ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(vec![
+            root,
+        ])))
+        .build();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let turn = serde_json::json!({"turns": [{"session": "s1", "role": "user", "content": "Sealed in transit."}]});
+    let resp = agent
+        .post(format!("https://localhost:{port}/v1/workspaces/acme/turns"))
+        .send_json(&turn)?;
+    ensure!(resp.status() == 200, "{}", resp.status());
+    let mut resp = agent
+        .get(format!(
+            "https://localhost:{port}/v1/workspaces/acme/sessions/s1/transcript"
+        ))
+        .call()?;
+    let body: Value = resp.body_mut().read_json()?;
+    ensure!(body[0]["content"] == "Sealed in transit.", "{body}");
+    // Plain HTTP on the TLS port gets no answer; a client that does not
+    // trust the certificate refuses it.
+    ensure!(
+        server
+            .raw("GET", "/healthz", &[("host", "localhost")], "")
+            .is_err()
+    );
+    let untrusting: ureq::Agent = ureq::Agent::config_builder().build().into();
+    ensure!(
+        untrusting
+            .get(format!("https://localhost:{port}/healthz"))
+            .call()
+            .is_err()
+    );
+    drop(server);
+    // A key that is not a key stops `serve` before it listens, naming it.
+    std::fs::write(&key, "not a key")?;
+    let out = Command::new(cairn_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--tls-cert", cert_arg, "--tls-key", key_arg])
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && err.contains("server.tls.key"),
+        "{err}"
+    );
+    Ok(())
+}
