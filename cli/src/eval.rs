@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cairn::search::{
-    Embedder, Fusion, SearchDoc, SearchError, SearchIndex, SearchMode, SearchOptions,
+    Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex, SearchMode, SearchOptions,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -95,6 +95,11 @@ pub struct EvalReport {
     pub k: usize,
     /// Per mode: `bm25`, `dense`, `hybrid` (default fusion) and `hybrid_rrf`.
     pub modes: BTreeMap<String, ModeReport>,
+    /// The same per conversation (file stem).
+    pub conversations: BTreeMap<String, ConversationReport>,
+    /// Leave-one-conversation-out, when asked for (`--loo`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loo: Option<LooReport>,
 }
 
 struct Question {
@@ -284,14 +289,120 @@ impl Acc {
     }
 }
 
+/// One conversation's numbers, per mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConversationReport {
+    /// Questions scored.
+    pub questions: usize,
+    /// Turns indexed.
+    pub turns: usize,
+    /// Per mode, as in [`EvalReport::modes`].
+    pub modes: BTreeMap<String, ModeReport>,
+}
+
+/// The fusion parameters a fold may choose among (a copy of
+/// [`RecipeParams`] that serialises).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Params {
+    /// Weight of the normalised BM25 score.
+    pub lexical_weight: f32,
+    /// Share of the best neighbour's score added.
+    pub smoothing: f32,
+    /// Share of the session's best score added.
+    pub session_boost: f32,
+    /// Share of the best score added to the named speaker's turns.
+    pub speaker_boost: f32,
+}
+
+impl Params {
+    fn recipe(self) -> RecipeParams {
+        RecipeParams {
+            lexical_weight: self.lexical_weight,
+            smoothing: self.smoothing,
+            session_boost: self.session_boost,
+            speaker_boost: self.speaker_boost,
+            ..RecipeParams::default()
+        }
+    }
+
+    fn of(r: RecipeParams) -> Params {
+        Params {
+            lexical_weight: r.lexical_weight,
+            smoothing: r.smoothing,
+            session_boost: r.session_boost,
+            speaker_boost: r.speaker_boost,
+        }
+    }
+}
+
+/// The grid a leave-one-out fold searches (the shipped recipe is in it).
+fn grid() -> Vec<Params> {
+    let mut all = Vec::new();
+    for lexical_weight in [0.3, 0.5, 0.7] {
+        for smoothing in [0.25, 0.5, 0.75] {
+            for session_boost in [0.0, 0.2, 0.4] {
+                for speaker_boost in [0.0, 0.1] {
+                    all.push(Params {
+                        lexical_weight,
+                        smoothing,
+                        session_boost,
+                        speaker_boost,
+                    });
+                }
+            }
+        }
+    }
+    all
+}
+
+/// One conversation's name and, per grid point, each question's recall@10
+/// and category.
+type Scored = (String, Vec<Vec<(f64, u64)>>);
+
+/// One leave-one-conversation-out fold: parameters chosen on the other
+/// conversations, then scored on the held-out one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fold {
+    /// The conversation scored (never seen by the choice).
+    pub held_out: String,
+    /// What the other conversations chose (best mean recall@10 there).
+    pub chosen: Params,
+    /// Recall@10 of the chosen parameters on the conversations that chose.
+    pub train_recall_10: f64,
+    /// Recall@10 of the chosen parameters on the held-out conversation.
+    pub held_out_recall_10: f64,
+    /// The held-out recall@10 per category.
+    pub held_out_by_category: BTreeMap<String, f64>,
+    /// The shipped recipe's recall@10 on the held-out conversation (the
+    /// recipe was chosen on all of them: an in-sample number).
+    pub shipped_recall_10: f64,
+}
+
+/// The leave-one-conversation-out estimate of hybrid search with its
+/// parameters chosen on the data.
+#[derive(Debug, Clone, Serialize)]
+pub struct LooReport {
+    /// Parameter sets each fold chose among.
+    pub grid_size: usize,
+    /// One fold per conversation.
+    pub folds: Vec<Fold>,
+    /// Question-weighted held-out recall@10 over the folds.
+    pub held_out_recall_10: f64,
+    /// The lowest fold.
+    pub worst_fold_recall_10: f64,
+}
+
 /// Runs the evaluation over every `*.json` file in `dir`.
 ///
 /// Without an embedder the `dense` and `hybrid` modes fall back to lexical
-/// results and say so (`lexical_fallback: true`).
+/// results and say so (`lexical_fallback: true`). With `loo`, hybrid's
+/// fusion parameters are also chosen leave-one-conversation-out (see
+/// [`LooReport`]); that needs two conversations or more.
 pub fn run_locomo(
     dir: &Path,
     k: usize,
     embedder: Option<Arc<dyn Embedder>>,
+    loo: bool,
 ) -> Result<EvalReport, EvalError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| EvalError::Io {
@@ -305,6 +416,12 @@ pub fn run_locomo(
     if files.is_empty() {
         return Err(EvalError::Empty(dir.to_owned()));
     }
+    if loo && files.len() < 2 {
+        return Err(format_err(
+            dir,
+            "leave-one-out needs at least two conversation files",
+        ));
+    }
     let modes: [(&str, SearchMode, Fusion); 4] = [
         ("bm25", SearchMode::Bm25, Fusion::default()),
         ("dense", SearchMode::Dense, Fusion::default()),
@@ -312,26 +429,72 @@ pub fn run_locomo(
         ("hybrid_rrf", SearchMode::Hybrid, Fusion::rrf()),
     ];
     let mut accs: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
+    let mut conversations = BTreeMap::new();
     let depth = k.max(100);
+    let grid = if loo { grid() } else { Vec::new() };
+    // Per conversation, per grid point: each question's recall@10 and category.
+    let mut scored: Vec<Scored> = Vec::new();
     let (mut turns, mut index_secs) = (0usize, 0f64);
     for file in &files {
+        let name = file.file_stem().map_or_else(
+            || file.display().to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
         let conv = parse(file)?;
         let mut index = SearchIndex::new(embedder.clone())?;
         let t = Instant::now();
         index.add(&conv.docs)?;
         index_secs += t.elapsed().as_secs_f64();
         turns += conv.docs.len();
+        let mut own: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
+        let mut per_point = vec![Vec::new(); grid.len()];
         for q in &conv.questions {
-            for ((_, mode, fusion), acc) in modes.iter().zip(accs.iter_mut()) {
+            for (i, (_, mode, fusion)) in modes.iter().enumerate() {
                 let opts = SearchOptions::new(depth).mode(*mode).fusion(*fusion);
                 let t = Instant::now();
                 let r = index.search(&q.text, &opts)?;
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
-                acc.fallback |= r.lexical_fallback;
+                accs[i].fallback |= r.lexical_fallback;
+                own[i].fallback |= r.lexical_fallback;
                 let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
-                acc.add(q, &ranked, k, ms);
+                accs[i].add(q, &ranked, k, ms);
+                own[i].add(q, &ranked, k, ms);
+            }
+            if grid.is_empty() {
+                continue;
+            }
+            // The question embedded once for the whole grid.
+            let vector = match index.embedder() {
+                Some(e) => e.embed(&[q.text.as_str()])?.pop(),
+                None => None,
+            };
+            for (point, out) in grid.iter().zip(per_point.iter_mut()) {
+                let opts = SearchOptions::new(10)
+                    .mode(SearchMode::Hybrid)
+                    .fusion(Fusion::Recipe(point.recipe()));
+                let r = index.search_with_vector(&q.text, vector.as_deref(), &opts)?;
+                let found = r
+                    .hits
+                    .iter()
+                    .take(10)
+                    .filter(|h| q.evidence.contains(&h.id))
+                    .count();
+                out.push((found as f64 / q.evidence.len() as f64, q.category));
             }
         }
+        conversations.insert(
+            name.clone(),
+            ConversationReport {
+                questions: conv.questions.len(),
+                turns: conv.docs.len(),
+                modes: modes
+                    .iter()
+                    .map(|m| m.0.to_owned())
+                    .zip(own.into_iter().map(Acc::report))
+                    .collect(),
+            },
+        );
+        scored.push((name, per_point));
     }
     let questions = accs.first().map_or(0, |a| a.n);
     Ok(EvalReport {
@@ -348,5 +511,118 @@ pub fn run_locomo(
             .map(|m| m.0.to_owned())
             .zip(accs.into_iter().map(Acc::report))
             .collect(),
+        conversations,
+        loo: loo.then(|| leave_one_out(&grid, &scored)),
     })
+}
+
+/// Chooses, for each conversation, the grid point with the best mean
+/// recall@10 over the *other* conversations, and scores it on this one.
+fn leave_one_out(grid: &[Params], scored: &[Scored]) -> LooReport {
+    let mean = |rows: &[(f64, u64)]| -> f64 {
+        if rows.is_empty() {
+            0.0
+        } else {
+            rows.iter().map(|r| r.0).sum::<f64>() / rows.len() as f64
+        }
+    };
+    let shipped = grid
+        .iter()
+        .position(|p| *p == Params::of(RecipeParams::default()));
+    let mut folds = Vec::new();
+    let (mut sum, mut n) = (0.0, 0usize);
+    for (held, (name, rows)) in scored.iter().enumerate() {
+        let train = |point: usize| -> f64 {
+            let all: Vec<(f64, u64)> = scored
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != held)
+                .flat_map(|(_, (_, r))| r[point].iter().copied())
+                .collect();
+            mean(&all)
+        };
+        // Ties go to the earlier grid point: the choice is deterministic.
+        let mut best = (0usize, f64::MIN);
+        for point in 0..grid.len() {
+            let r = train(point);
+            if r > best.1 {
+                best = (point, r);
+            }
+        }
+        let held_rows = &rows[best.0];
+        let mut by_cat: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+        for (r, c) in held_rows {
+            let e = by_cat.entry(c.to_string()).or_default();
+            e.0 += r;
+            e.1 += 1;
+        }
+        let held_out_recall_10 = mean(held_rows);
+        sum += held_rows.iter().map(|r| r.0).sum::<f64>();
+        n += held_rows.len();
+        folds.push(Fold {
+            held_out: name.clone(),
+            chosen: grid[best.0],
+            train_recall_10: best.1,
+            held_out_recall_10,
+            held_out_by_category: by_cat
+                .into_iter()
+                .map(|(c, (s, m))| (c, s / m as f64))
+                .collect(),
+            shipped_recall_10: shipped.map_or(f64::NAN, |p| mean(&rows[p])),
+        });
+    }
+    LooReport {
+        grid_size: grid.len(),
+        worst_fold_recall_10: folds
+            .iter()
+            .map(|f| f.held_out_recall_10)
+            .fold(f64::INFINITY, f64::min),
+        held_out_recall_10: if n == 0 { 0.0 } else { sum / n as f64 },
+        folds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(w: f32) -> Params {
+        Params {
+            lexical_weight: w,
+            ..Params::of(RecipeParams::default())
+        }
+    }
+
+    #[test]
+    fn each_fold_chooses_on_the_others_and_scores_on_its_own() {
+        // Point 0 wins on a and b, point 1 only on c.
+        let grid = [point(0.5), point(0.9)];
+        let conv = |name: &str, p0: f64, p1: f64| {
+            (
+                name.to_owned(),
+                vec![vec![(p0, 1), (p0, 2)], vec![(p1, 1), (p1, 2)]],
+            )
+        };
+        let scored = [
+            conv("a", 0.8, 0.4),
+            conv("b", 0.7, 0.5),
+            conv("c", 0.2, 0.9),
+        ];
+        let r = leave_one_out(&grid, &scored);
+        let chose: Vec<f32> = r.folds.iter().map(|f| f.chosen.lexical_weight).collect();
+        // Holding out a: b+c means are p0 .45, p1 .70 -> p1; and so on.
+        assert_eq!(chose, [0.9, 0.9, 0.5]);
+        let held: Vec<f64> = r.folds.iter().map(|f| f.held_out_recall_10).collect();
+        assert_eq!(held, [0.4, 0.5, 0.2]);
+        assert!((r.held_out_recall_10 - (0.4 + 0.5 + 0.2) / 3.0).abs() < 1e-9);
+        assert_eq!(r.worst_fold_recall_10, 0.2);
+        // The shipped recipe is grid point 0 here.
+        assert_eq!(r.folds[2].shipped_recall_10, 0.2);
+        assert!((r.folds[0].train_recall_10 - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_grid_holds_the_shipped_recipe() {
+        assert!(grid().contains(&Params::of(RecipeParams::default())));
+    }
 }

@@ -425,6 +425,11 @@ enum EvalCommand {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Also choose hybrid's fusion parameters leave-one-conversation-out
+        /// (choose on the others, score on each) and report the held-out
+        /// numbers.
+        #[arg(long)]
+        loo: bool,
     },
 }
 
@@ -586,10 +591,10 @@ fn run(cli: Cli) -> Result<()> {
     }
     let ws_id = config.workspace.clone();
     if let Command::Eval {
-        bench: EvalCommand::Locomo { data, k, json },
+        bench: EvalCommand::Locomo { data, k, json, loo },
     } = &cli.command
     {
-        return eval_locomo(&config.embedding, data, *k, *json);
+        return eval_locomo(&config.embedding, data, *k, *json, *loo);
     }
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
@@ -1749,9 +1754,10 @@ fn eval_locomo(
     data: &Path,
     k: usize,
     json: bool,
+    loo: bool,
 ) -> Result<()> {
     let embedder = load_embedder(embedding);
-    let report = cairn_cli::eval::run_locomo(data, k, embedder)?;
+    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo)?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -1805,6 +1811,54 @@ fn eval_locomo(
             } else {
                 ""
             }
+        )?;
+    }
+    writeln!(out, "\nper conversation, recall@10 / MRR / nDCG@10:")?;
+    for (name, c) in &report.conversations {
+        let cell = |mode: &str| {
+            c.modes.get(mode).map_or_else(String::new, |m| {
+                format!("{:.3}/{:.3}/{:.3}", m.recall_10, m.mrr, m.ndcg_10)
+            })
+        };
+        writeln!(
+            out,
+            "  {name:<14} {:>4} q  bm25 {}  dense {}  hybrid {}",
+            c.questions,
+            cell("bm25"),
+            cell("dense"),
+            cell("hybrid")
+        )?;
+    }
+    if let Some(loo) = &report.loo {
+        writeln!(
+            out,
+            "\nleave-one-conversation-out (hybrid, {} parameter sets; chosen on the others):",
+            loo.grid_size
+        )?;
+        for f in &loo.folds {
+            let cats: Vec<String> = f
+                .held_out_by_category
+                .iter()
+                .map(|(c, v)| format!("{c}:{v:.3}"))
+                .collect();
+            writeln!(
+                out,
+                "  held out {:<14} R@10 {:.3} (train {:.3}; shipped recipe {:.3})  [{}]  chose w={} smooth={} session={} speaker={}",
+                f.held_out,
+                f.held_out_recall_10,
+                f.train_recall_10,
+                f.shipped_recall_10,
+                cats.join(" "),
+                f.chosen.lexical_weight,
+                f.chosen.smoothing,
+                f.chosen.session_boost,
+                f.chosen.speaker_boost
+            )?;
+        }
+        writeln!(
+            out,
+            "  held-out R@10 {:.3}, worst fold {:.3}",
+            loo.held_out_recall_10, loo.worst_fold_recall_10
         )?;
     }
     Ok(())

@@ -71,6 +71,26 @@ fn memory_tools_over_http() -> Result<()> {
         .find(|i| i["session"] == "helper")
         .context("helper turn")?;
     ensure!(token["low_trust"] == true, "{r}");
+    // The turn holds a secret: the memory policy shows it by reference
+    // only, except to the user's own screen, where it is redacted.
+    ensure!(
+        token["snippet"]
+            .as_str()
+            .is_some_and(|s| s.contains("withheld by policy") && !s.contains("ghp_")),
+        "{r}"
+    );
+    let (s, r) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "violin orchestra sister", "k": 10, "caller": "b2", "session": "helper",
+            "destination": "user_visible_ui"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    let token = r["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .find(|i| i["session"] == "helper")
+        .context("helper turn")?;
     ensure!(
         token["snippet"]
             .as_str()
@@ -377,5 +397,35 @@ fn eval_locomo_prints_three_modes() -> Result<()> {
         ensure!(r["modes"][mode]["recall@10"] == 1.0, "{mode}: {r}");
         ensure!(r["modes"][mode]["lexical_fallback"] == false, "{mode}: {r}");
     }
+    ensure!(r["conversations"]["1"]["questions"] == 1, "{r}");
+    // Leave-one-out needs a second conversation, and then reports a fold
+    // per conversation, each scored on the one it did not choose on.
+    let loo = |dir: &std::path::Path| {
+        Command::new(cairn_bin())
+            .args(["eval", "locomo", "--loo", "--json", "--data"])
+            .arg(dir)
+            .output()
+    };
+    let alone = loo(dir.path())?;
+    ensure!(!alone.status.success());
+    ensure!(String::from_utf8_lossy(&alone.stderr).contains("at least two"));
+    let mut other = conv.clone();
+    other["session_1"][0]["text"] = json!("My cat is called Miso.");
+    other["qa"][0]["question"] = json!("What is Ana's cat called?");
+    std::fs::write(dir.path().join("2.json"), other.to_string())?;
+    let out = loo(dir.path())?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout)?;
+    let folds = r["loo"]["folds"].as_array().context("folds")?;
+    ensure!(folds.len() == 2, "{r}");
+    ensure!(
+        folds[0]["held_out"] == "1" && folds[1]["held_out"] == "2",
+        "{r}"
+    );
+    ensure!(r["loo"]["held_out_recall_10"] == 1.0, "{r}");
     Ok(())
 }
