@@ -11,6 +11,7 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod doctor;
 mod maintain;
 mod plugins;
 mod topics;
@@ -306,6 +307,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What cairn found and what to do about anything missing: the
+    /// embedding model and ONNX Runtime (configured, or installed by
+    /// scripts/setup-embeddings.sh), the data dir, the store, the policy
+    /// plugins in force and the rules every surface applies. Exits 1 when a
+    /// check failed.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -549,6 +560,9 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
+    }
+    if let Command::Doctor { json } = &cli.command {
+        return doctor::run(&config, cli.config.as_deref(), *json);
     }
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
@@ -1071,6 +1085,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             }
         }
         Command::Demo { .. }
+        | Command::Doctor { .. }
         | Command::Serve { .. }
         | Command::Eval { .. }
         | Command::Plugins { .. }
@@ -1619,16 +1634,18 @@ fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<(
     Ok(())
 }
 
-/// Loads the embedding model named by `CAIRN_EMBEDDING__*`, or says clearly
+/// Loads the embedding model configured or found in the set-up script's
+/// cache (`CairnConfig::load` fills the paths), or says clearly
 /// why there is none (search then falls back to lexical results, flagged).
 fn load_embedder(
     embedding: &cairn::EmbeddingConfig,
 ) -> Option<std::sync::Arc<dyn cairn::search::Embedder>> {
     use cairn::search::{EmbedConfig, FastEmbedder};
-    if embedding.model_dir.is_empty() || embedding.ort_dylib.is_empty() {
+    if !embedding.is_set() {
         eprintln!(
-            "warning: no embedding model configured (CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB); \
-             run scripts/setup-embeddings.sh --print-env. Vector search is off: results are lexical and flagged."
+            "warning: no embedding model configured (CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB) \
+             or installed by scripts/setup-embeddings.sh (see `cairn doctor`). Vector search is off: \
+             results are lexical and flagged."
         );
         return None;
     }

@@ -76,8 +76,9 @@ pub use cairn_memory::{
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
-    AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig,
-    WorkspaceToken, default_data_dir,
+    AssembleConfig, CairnConfig, EmbeddingConfig, EmbeddingOrigin, LogConfig, MODEL_FILES,
+    MODEL_NAME, PathOrigin, SearchConfig, ServerConfig, WorkspaceToken, default_data_dir,
+    embedding_cache_dir, find_model_dir, find_ort_dylib,
 };
 pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,

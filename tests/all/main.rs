@@ -7,6 +7,7 @@ mod assembly;
 mod cli;
 mod compaction;
 mod current;
+mod doctor;
 mod durability;
 mod erasure;
 mod extraction;
