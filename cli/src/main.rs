@@ -46,6 +46,22 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Serve the memory tools over the Model Context Protocol on stdio
+    /// (memory_search, memory_get, memory_expand, session_list,
+    /// read_transcript, memory_note; the briefing and each session's
+    /// assembled context as resources). The workspace is --workspace, the
+    /// asking session --asking: no tool argument can name another.
+    Mcp {
+        /// Caller name memory_search's rate limit counts (default: the
+        /// client's name from its initialisation).
+        #[arg(long)]
+        caller: Option<String>,
+        /// Where the answers go, for the memory policy: local_model
+        /// (default), cloud_model, external_llm, subagent, share_link,
+        /// task_runtime, user_visible_ui.
+        #[arg(long)]
+        destination: Option<String>,
+    },
     /// Append turns from a JSONL file (or `-` for stdin), one turn per line.
     Ingest {
         /// The file; `-` or absent reads stdin.
@@ -580,6 +596,27 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Mcp {
+            caller,
+            destination,
+        } => {
+            let destination = match destination {
+                Some(d) => Some(Destination::parse(&d).with_context(|| {
+                    format!("unknown destination {d:?}; use local_model, cloud_model, external_llm, subagent, share_link, task_runtime or user_visible_ui")
+                })?),
+                None => None,
+            };
+            let cairn = Cairn::open(config)?;
+            let identity = cairn_cli::mcp::Identity {
+                workspace: ws_id,
+                caller,
+                asking: cli.asking.clone(),
+                destination,
+            };
+            let served = cairn_cli::mcp::serve_stdio(cairn.clone(), identity);
+            cairn.flush()?;
+            served
+        }
         Command::Serve { listen } => {
             let listen = listen.unwrap_or_else(|| config.server.listen.clone());
             config.server.listen = listen.clone();
@@ -1086,6 +1123,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         }
         Command::Demo { .. }
         | Command::Doctor { .. }
+        | Command::Mcp { .. }
         | Command::Serve { .. }
         | Command::Eval { .. }
         | Command::Plugins { .. }

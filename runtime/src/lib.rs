@@ -94,7 +94,8 @@ pub use policy::{
 };
 pub use reads::ReadAs;
 pub use tools::{
-    MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
+    MemoryItem, NOTE_KINDS, Note, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP,
+    Transcript, redact,
 };
 /// The policy worlds' types, re-exported from the policy host: the
 /// requests and decisions of the three WIT worlds, generation ids, slots,
