@@ -44,7 +44,8 @@ run_tests() {
 
 # `cairn mcp` driven by the official MCP SDKs, each spawning the real binary:
 # Python (`mcp` from PyPI, pinned, in a venv under the cache dir) and
-# TypeScript (`@modelcontextprotocol/sdk` from npm, `npm ci` from the lockfile).
+# TypeScript (`@modelcontextprotocol/sdk` from npm, `npm ci` from the lockfile);
+# then the Node gateway adapter against a real `cairn serve` (no dependencies).
 mcp_clients() {
     command -v node >/dev/null || { echo "error: node not found; the MCP client tests need Node.js 20+" >&2; exit 1; }
     log "building cairn for the MCP client suites"
@@ -62,6 +63,8 @@ mcp_clients() {
     CAIRN_BIN="$bin" "$venv/bin/python" -m unittest discover -s tests/mcp/python -t tests/mcp/python -v
     log "MCP: the official TypeScript SDK against cairn mcp"
     (cd tests/mcp/node && npm ci --no-audit --no-fund --loglevel=error && CAIRN_BIN="$bin" npm test)
+    log "the gateway adapter (adapters/gateway-node) against cairn serve"
+    (cd adapters/gateway-node && CAIRN_BIN="$bin" npm test)
 }
 
 case "${1:-}" in
