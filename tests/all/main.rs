@@ -14,6 +14,7 @@ mod extraction;
 mod http_api;
 mod loadgen;
 mod maintain;
+mod mcp;
 mod plugins;
 mod policy_reads;
 mod reconstruct;

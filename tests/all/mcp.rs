@@ -90,10 +90,7 @@ impl Mcp {
 
     /// A tool call: `(is_error, structured content)`.
     fn call(&mut self, tool: &str, arguments: Value) -> Result<(bool, Value)> {
-        let r = self.request(
-            "tools/call",
-            json!({"name": tool, "arguments": arguments}),
-        )?;
+        let r = self.request("tools/call", json!({"name": tool, "arguments": arguments}))?;
         let result = &r["result"];
         ensure!(result.is_object(), "{tool}: not a tool result: {r}");
         Ok((
@@ -151,7 +148,11 @@ fn fixture(data: &Path) -> Result<()> {
         "default",
         &[
             TurnInput::new("helper", Role::Assistant, "Checked the payments tests."),
-            TurnInput::new("other", Role::User, "The other team's payments plan is secret."),
+            TurnInput::new(
+                "other",
+                Role::User,
+                "The other team's payments plan is secret.",
+            ),
         ],
     )?;
     cairn.flush()?;
@@ -176,8 +177,16 @@ fn a_sub_agent_over_mcp_reads_and_notes_its_lineage_only() -> Result<()> {
     ensure!(ids == ["helper", "main"], "{listed}");
 
     mcp.ok("read_transcript", json!({"session": "main"}))?;
-    mcp.refused("read_transcript", json!({"session": "other"}), "lineage_denied")?;
-    mcp.refused("memory_get", json!({"id": "session:other:0-0"}), "lineage_denied")?;
+    mcp.refused(
+        "read_transcript",
+        json!({"session": "other"}),
+        "lineage_denied",
+    )?;
+    mcp.refused(
+        "memory_get",
+        json!({"id": "session:other:0-0"}),
+        "lineage_denied",
+    )?;
     mcp.refused(
         "memory_search",
         json!({"query": "payments", "sessions": ["other"]}),
@@ -237,16 +246,26 @@ fn cairn_mcp_outlives_malformed_input() -> Result<()> {
     // Arguments of the wrong shape, a tool that does not exist, params that
     // are not an object: answered, and the server goes on.
     mcp.refused("memory_get", json!({"id": 7}), "invalid_arguments")?;
-    mcp.refused("read_transcript", json!({"session": ["a"]}), "invalid_arguments")?;
+    mcp.refused(
+        "read_transcript",
+        json!({"session": ["a"]}),
+        "invalid_arguments",
+    )?;
     let r = mcp.raw(
         r#"{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{"name":"memory_get","arguments":"x"}}"#,
         900,
     )?;
-    ensure!(r.get("error").is_some() || r["result"]["isError"] == true, "{r}");
+    ensure!(
+        r.get("error").is_some() || r["result"]["isError"] == true,
+        "{r}"
+    );
     let r = mcp.request("tools/call", json!({"name": "rm_rf", "arguments": {}}))?;
     ensure!(r["error"]["code"] == -32602, "{r}");
     let listed = mcp.ok("session_list", json!({}))?;
-    ensure!(listed["sessions"].as_array().map(Vec::len) == Some(3), "{listed}");
+    ensure!(
+        listed["sessions"].as_array().map(Vec::len) == Some(3),
+        "{listed}"
+    );
     // The workspace is the server's: no argument names another.
     mcp.refused(
         "session_list",
