@@ -18,6 +18,8 @@ from contextlib import asynccontextmanager
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+import httpx2
 from mcp.shared.exceptions import MCPError
 import mcp.types as types
 
@@ -217,6 +219,92 @@ class CairnMcpTest(unittest.IsolatedAsyncioTestCase):
         async with self.connect("--workspace", "elsewhere") as s:
             await self.error(s, "session_list", {}, "workspace_not_found")
             await self.error(s, "read_transcript", {"session": "s1"}, "workspace_not_found")
+
+
+TOKEN = "acme-token-0123456789abcdef"
+ADMIN = "admin-token-0123456789abcdef"
+
+
+class CairnServeMcpTest(unittest.IsolatedAsyncioTestCase):
+    """The same tools over streamable HTTP under `cairn serve`, with a token."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not CAIRN or not os.path.exists(CAIRN):
+            raise RuntimeError("set CAIRN_BIN to a built cairn binary (scripts/dev.sh test does)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        data = os.path.join(cls.tmp.name, "data")
+        cls.summary = fill(data)
+        config = os.path.join(cls.tmp.name, "cairn.toml")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(f'[server]\nadmin_token = "{ADMIN}"\n'
+                    f'[[server.tokens]]\ntoken = "{TOKEN}"\nworkspaces = ["default"]\n')
+        cls.server = subprocess.Popen(
+            [CAIRN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data, "--config", config],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "RUST_LOG": "warn", "CAIRN_SEARCH__RATE_PER_MINUTE": "1000"},
+        )
+        first = cls.server.stdout.readline()
+        prefix = "cairn listening on "
+        if not first.startswith(prefix):
+            cls.server.kill()
+            raise RuntimeError(f"unexpected first line from cairn serve: {first!r}")
+        cls.base = first[len(prefix):].strip()
+        # The server indexes the stored record in the background: wait for it.
+        import time
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while True:
+            request = urllib.request.Request(f"{cls.base}/v1/stats/index", headers={"Authorization": f"Bearer {ADMIN}"})
+            with urllib.request.urlopen(request) as answer:
+                stats = json.load(answer)
+            if stats["backlog"] == 0 and stats["entry_backlog"] == 0 and stats["indexed"] > 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"indexing never caught up: {stats}")
+            time.sleep(0.1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.kill()
+        cls.server.wait()
+        cls.tmp.cleanup()
+
+    @asynccontextmanager
+    async def connect(self, path="/v1/workspaces/default/mcp", token=TOKEN):
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            async with streamable_http_client(f"{self.base}{path}", http_client=http) as (read, write):
+                client_info = types.Implementation(name="python-http-tests", version="0")
+                async with ClientSession(read, write, client_info=client_info) as session:
+                    await session.initialize()
+                    yield session
+
+    async def test_tools_over_streamable_http(self):
+        async with self.connect() as s:
+            tools = {t.name for t in (await s.list_tools()).tools}
+            self.assertEqual(tools, TOOLS)
+            found = await s.call_tool("memory_search", {"query": "payments retry queue"})
+            self.assertFalse(found.is_error, found.structured_content)
+            self.assertTrue(found.structured_content["items"])
+            note = await s.call_tool("memory_note", {"kind": "fact", "content": "Over HTTP", "session": "s1"})
+            self.assertFalse(note.is_error, note.structured_content)
+            self.assertEqual(note.structured_content["provenance"]["session"], "s1")
+            bad = await s.call_tool("memory_get", {"id": "nope"})
+            self.assertTrue(bad.is_error)
+            self.assertEqual(bad.structured_content["code"], "entry_not_found")
+            briefing = (await s.read_resource("cairn://briefing")).contents[0].text
+            self.assertIn("Over HTTP", briefing)
+
+    async def test_the_token_decides_the_workspace(self):
+        with self.assertRaises(Exception):
+            async with self.connect(path="/v1/workspaces/other/mcp") as s:
+                await s.list_tools()
+        with self.assertRaises(Exception):
+            async with self.connect(token="wrong-token-0123456789") as s:
+                await s.list_tools()
 
 
 if __name__ == "__main__":
