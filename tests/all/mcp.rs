@@ -274,3 +274,109 @@ fn cairn_mcp_outlives_malformed_input() -> Result<()> {
     )?;
     Ok(())
 }
+
+/// One JSON-RPC request to `cairn serve`'s MCP endpoint (stateless: no
+/// handshake needed per request beyond the protocol version header).
+fn post_mcp(
+    server: &crate::support::Server,
+    path: &str,
+    token: Option<&str>,
+    body: &Value,
+) -> Result<(u16, Value)> {
+    let mut request = server
+        .agent
+        .post(format!("{}{path}", server.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {token}"));
+    }
+    let mut response = request.send_json(body)?;
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string()?;
+    let value = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).with_context(|| text.clone())?
+    };
+    Ok((status, value))
+}
+
+#[test]
+fn cairn_serve_mcp_endpoint_follows_the_token_and_the_asking_query() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    fixture(&data)?;
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        "[[server.tokens]]\ntoken = \"acme-token-0123456789\"\nworkspaces = [\"default\"]\n",
+    )?;
+    let config = config.to_str().context("path")?;
+    let server = crate::support::Server::start_with(&data, &["--config", config])?;
+    let token = Some("acme-token-0123456789");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "rust-e2e", "version": "0"}}});
+    let (status, answer) = post_mcp(&server, "/v1/workspaces/default/mcp", token, &init)?;
+    ensure!(
+        status == 200 && answer["result"]["serverInfo"]["name"] == "cairn",
+        "{status} {answer}"
+    );
+    // The guard first: no token, a token for another workspace.
+    let (status, _) = post_mcp(&server, "/v1/workspaces/default/mcp", None, &init)?;
+    ensure!(status == 401, "{status}");
+    let (status, _) = post_mcp(&server, "/v1/workspaces/globex/mcp", token, &init)?;
+    ensure!(status == 403, "{status}");
+
+    let call = |tool: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}})
+    };
+    // As the user: every session.
+    let (_, all) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp",
+        token,
+        &call("session_list", json!({})),
+    )?;
+    ensure!(
+        all["result"]["structuredContent"]["sessions"]
+            .as_array()
+            .map(Vec::len)
+            == Some(3),
+        "{all}"
+    );
+    // As the sub-agent `helper` (the query, not a tool argument): its lineage.
+    let path = "/v1/workspaces/default/mcp?asking=helper&destination=cloud_model";
+    let (_, mine) = post_mcp(&server, path, token, &call("session_list", json!({})))?;
+    ensure!(
+        mine["result"]["structuredContent"]["sessions"]
+            .as_array()
+            .map(Vec::len)
+            == Some(2),
+        "{mine}"
+    );
+    let (_, denied) = post_mcp(
+        &server,
+        path,
+        token,
+        &call("read_transcript", json!({"session": "other"})),
+    )?;
+    ensure!(
+        denied["result"]["isError"] == true
+            && denied["result"]["structuredContent"]["code"] == "lineage_denied",
+        "{denied}"
+    );
+    let (status, _) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp?workspace=globex",
+        token,
+        &init,
+    )?;
+    ensure!(
+        status == 400,
+        "an unknown query parameter is refused: {status}"
+    );
+    Ok(())
+}
