@@ -327,16 +327,22 @@ fn context_session(uri: &str) -> Option<&str> {
         .filter(|s| !s.is_empty() && !s.contains('/'))
 }
 
-/// A facade error on a resource read, as a protocol error.
+/// A facade error on a resource read, as a protocol error (resources have
+/// no `isError`): one exhaustive match on the kind, so a new kind cannot go
+/// unmapped; cairn's own code travels in the error's data.
 fn resource_error(uri: &str, err: CairnError) -> McpError {
     let data = Some(json!({ "code": err.code(), "uri": uri }));
     match err.kind() {
         ErrorKind::NotFound => McpError::resource_not_found(err.to_string(), data),
+        ErrorKind::Invalid
+        | ErrorKind::TooLarge
+        | ErrorKind::Conflict
+        | ErrorKind::RateLimited
+        | ErrorKind::Forbidden => McpError::invalid_params(err.to_string(), data),
         ErrorKind::Internal | ErrorKind::Unavailable => {
             tracing::error!(error = %err, uri, "mcp resource read failed");
             McpError::internal_error(err.to_string(), data)
         }
-        _ => McpError::invalid_params(err.to_string(), data),
     }
 }
 
