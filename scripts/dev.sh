@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`.
+# cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`
+# (`scripts/dev.sh test-mcp` runs only the MCP client suites).
 # Each command first installs what it needs, idempotently, from the package
 # registries only (see `setup` below), so both work on a fresh machine that has
 # the Rust toolchain, Python 3 and Node.
@@ -38,6 +39,32 @@ run_tests() {
     fi
     log "doc tests"
     RUSTDOCFLAGS="-D warnings" cargo test --workspace --doc
+    mcp_clients
+}
+
+# `cairn mcp` driven by the official MCP SDKs, each spawning the real binary:
+# Python (`mcp` from PyPI, pinned, in a venv under the cache dir) and
+# TypeScript (`@modelcontextprotocol/sdk` from npm, `npm ci` from the lockfile);
+# then the Node gateway adapter against a real `cairn serve` (no dependencies).
+mcp_clients() {
+    command -v node >/dev/null || { echo "error: node not found; the MCP client tests need Node.js 20+" >&2; exit 1; }
+    log "building cairn for the MCP client suites"
+    cargo build -p cairn-cli --bin cairn
+    local target bin venv
+    target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    bin="$target/debug/cairn"
+    venv="${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}/mcp-venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        log "python venv for the MCP client tests ($venv)"
+        python3 -m venv "$venv" || { echo "error: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
+    fi
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tests/mcp/python/requirements.txt
+    log "MCP: the official Python SDK against cairn mcp"
+    CAIRN_BIN="$bin" "$venv/bin/python" -m unittest discover -s tests/mcp/python -t tests/mcp/python -v
+    log "MCP: the official TypeScript SDK against cairn mcp"
+    (cd tests/mcp/node && npm ci --no-audit --no-fund --loglevel=error && CAIRN_BIN="$bin" npm test)
+    log "the gateway adapter (adapters/gateway-node) against cairn serve"
+    (cd adapters/gateway-node && CAIRN_BIN="$bin" npm test)
 }
 
 case "${1:-}" in
@@ -50,11 +77,15 @@ case "${1:-}" in
     test)
         run_tests
         ;;
+    test-mcp)
+        setup
+        mcp_clients
+        ;;
     setup)
         setup
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|setup" >&2
+        echo "usage: scripts/dev.sh demo|test|test-mcp|setup" >&2
         exit 2
         ;;
 esac

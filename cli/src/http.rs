@@ -4,7 +4,9 @@
 //! for the caller's mistakes (404 for what does not exist, 413 for bodies over
 //! the limit) and 5xx for the machine's. Every storage call runs on actix's
 //! blocking thread pool (`web::block`), never on an arbiter thread, because it
-//! may fsync. The OpenAPI description is served at `/openapi.json`.
+//! may fsync. The OpenAPI description is served at `/openapi.json`. The MCP
+//! tools are served at `/v1/workspaces/{workspace}/mcp` (streamable HTTP,
+//! [`crate::mcp::McpHttp`]) behind the same guard.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -848,6 +850,86 @@ async fn read_transcript(
     blocking(move || Ok(cairn.read_transcript(&ws, &sid, q.from, q.reader())?)).await
 }
 
+/// Query of the MCP endpoint: who asks and where the answers go, fixed for
+/// the request (tools take neither).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpQuery {
+    /// The asking session: a sub-agent or cron session reads (and notes
+    /// into) its lineage only.
+    pub asking: Option<String>,
+    /// Where the answers go (`local_model` by default): the memory policy
+    /// decides per destination.
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
+}
+
+/// The MCP endpoint (streamable HTTP, stateless, JSON answers): the tools
+/// and resources of `cairn mcp` for this workspace. The rate limit counts
+/// the token (the client's name on a server without tokens).
+async fn mcp_endpoint(
+    req: HttpRequest,
+    body: web::Bytes,
+    mcp: web::Data<crate::mcp::McpHttp>,
+) -> Result<HttpResponse, ApiError> {
+    let workspace = req
+        .match_info()
+        .get("workspace")
+        .unwrap_or_default()
+        .to_owned();
+    let query = web::Query::<McpQuery>::from_query(req.query_string())
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?;
+    let caller = req
+        .extensions()
+        .get::<Principal>()
+        .and_then(Principal::rate_key);
+    let identity = crate::mcp::Identity {
+        workspace,
+        caller,
+        asking: query.asking.clone(),
+        destination: query.destination,
+    };
+    let mut request = http::Request::builder()
+        .method(req.method().as_str())
+        .uri(req.uri().to_string());
+    for (name, value) in req.headers() {
+        request = request.header(name.as_str(), value.as_bytes());
+    }
+    let mut request = request
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))?;
+    request
+        .extensions_mut()
+        .insert(std::sync::Arc::new(identity));
+    let response = mcp.call(request).await;
+    let (parts, body) = response.into_parts();
+    let status =
+        StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = HttpResponse::build(status);
+    for (name, value) in &parts.headers {
+        // actix frames the streamed body itself.
+        if name == http::header::CONTENT_LENGTH || name == http::header::TRANSFER_ENCODING {
+            continue;
+        }
+        if let Ok(value) = actix_web::http::header::HeaderValue::from_bytes(value.as_bytes()) {
+            out.append_header((name.as_str(), value));
+        }
+    }
+    let frames = futures_util::stream::unfold(body, |mut body| async move {
+        use http_body_util::BodyExt;
+        loop {
+            match body.frame().await? {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => return Some((Ok::<_, actix_web::Error>(data), body)),
+                    Err(_trailers) => continue,
+                },
+                Err(never) => match never {},
+            }
+        }
+    });
+    Ok(out.streaming(frames))
+}
+
 #[utoipa::path(get, path = "/v1/stats/index", responses((status = 200, body = IndexStats)))]
 async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
     blocking(move || Ok(cairn.index_stats()?)).await
@@ -1071,7 +1153,9 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
         let path = web::PathConfig::default().error_handler(|err, _req| {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", err.to_string()).into()
         });
+        let mcp = web::Data::new(crate::mcp::McpHttp::new(cairn.clone(), max_body));
         cfg.app_data(web::Data::new(cairn))
+            .app_data(mcp)
             .app_data(json)
             .app_data(query)
             .app_data(path)
@@ -1128,7 +1212,8 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                 .route(
                     "/sessions/{session}/read_transcript",
                     web::get().to(read_transcript),
-                ),
+                )
+                .route("/mcp", web::route().to(mcp_endpoint)),
             )
             .default_service(web::to(not_found));
     }

@@ -1,4 +1,5 @@
-//! The `cairn` command's library: the HTTP server ([`http`]), the load
+//! The `cairn` command's library: the HTTP server ([`http`]), the MCP
+//! server ([`mcp`]), the load
 //! generator ([`loadgen`]), the retrieval evaluation ([`eval`]) and the
 //! `MEMORY.md` briefing writer ([`brief`]).
 //!
@@ -12,3 +13,4 @@ pub mod eval;
 mod guard;
 pub mod http;
 pub mod loadgen;
+pub mod mcp;

@@ -11,6 +11,7 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod doctor;
 mod maintain;
 mod plugins;
 mod topics;
@@ -87,6 +88,22 @@ enum Command {
     Tokens {
         #[command(subcommand)]
         action: TokenAction,
+    },
+    /// Serve the memory tools over the Model Context Protocol on stdio
+    /// (memory_search, memory_get, memory_expand, session_list,
+    /// read_transcript, memory_note; the briefing and each session's
+    /// assembled context as resources). The workspace is --workspace, the
+    /// asking session --asking: no tool argument can name another.
+    Mcp {
+        /// Caller name memory_search's rate limit counts (default: the
+        /// client's name from its initialisation).
+        #[arg(long)]
+        caller: Option<String>,
+        /// Where the answers go, for the memory policy: local_model
+        /// (default), cloud_model, external_llm, subagent, share_link,
+        /// task_runtime, user_visible_ui.
+        #[arg(long)]
+        destination: Option<String>,
     },
     /// Append turns from a JSONL file (or `-` for stdin), one turn per line.
     Ingest {
@@ -349,6 +366,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What cairn found and what to do about anything missing: the
+    /// embedding model and ONNX Runtime (configured, or installed by
+    /// scripts/setup-embeddings.sh), the data dir, the store, the policy
+    /// plugins in force and the rules every surface applies. Exits 1 when a
+    /// check failed.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ingest a bundled sample conversation and show what cairn keeps and assembles.
     Demo {
         /// Token budget of the assembled block.
@@ -599,6 +626,9 @@ fn run(cli: Cli) -> Result<()> {
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
     }
+    if let Command::Doctor { json } = &cli.command {
+        return doctor::run(&config, cli.config.as_deref(), *json);
+    }
     match cli.command {
         Command::Demo { budget } => demo(config, cli.data_dir.is_some(), budget),
         Command::Plugins { action } => plugins::run(config, action),
@@ -614,6 +644,27 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             Ok(())
+        }
+        Command::Mcp {
+            caller,
+            destination,
+        } => {
+            let destination = match destination {
+                Some(d) => Some(Destination::parse(&d).with_context(|| {
+                    format!("unknown destination {d:?}; use local_model, cloud_model, external_llm, subagent, share_link, task_runtime or user_visible_ui")
+                })?),
+                None => None,
+            };
+            let cairn = Cairn::open(config)?;
+            let identity = cairn_cli::mcp::Identity {
+                workspace: ws_id,
+                caller,
+                asking: cli.asking.clone(),
+                destination,
+            };
+            let served = cairn_cli::mcp::serve_stdio(cairn.clone(), identity);
+            cairn.flush()?;
+            served
         }
         Command::Serve {
             listen,
@@ -1171,6 +1222,8 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             }
         },
         Command::Demo { .. }
+        | Command::Doctor { .. }
+        | Command::Mcp { .. }
         | Command::Serve { .. }
         | Command::Eval { .. }
         | Command::Plugins { .. }
@@ -1726,16 +1779,18 @@ fn demo_compaction(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<(
     Ok(())
 }
 
-/// Loads the embedding model named by `CAIRN_EMBEDDING__*`, or says clearly
+/// Loads the embedding model configured or found in the set-up script's
+/// cache (`CairnConfig::load` fills the paths), or says clearly
 /// why there is none (search then falls back to lexical results, flagged).
 fn load_embedder(
     embedding: &cairn::EmbeddingConfig,
 ) -> Option<std::sync::Arc<dyn cairn::search::Embedder>> {
     use cairn::search::{EmbedConfig, FastEmbedder};
-    if embedding.model_dir.is_empty() || embedding.ort_dylib.is_empty() {
+    if !embedding.is_set() {
         eprintln!(
-            "warning: no embedding model configured (CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB); \
-             run scripts/setup-embeddings.sh --print-env. Vector search is off: results are lexical and flagged."
+            "warning: no embedding model configured (CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB) \
+             or installed by scripts/setup-embeddings.sh (see `cairn doctor`). Vector search is off: \
+             results are lexical and flagged."
         );
         return None;
     }

@@ -178,15 +178,199 @@ impl Default for AssembleConfig {
 }
 
 /// Where the local embedding model lives (`scripts/setup-embeddings.sh
-/// --print-env` prints both as `CAIRN_EMBEDDING__*`). Empty: no model, search
+/// --print-env` prints both as `CAIRN_EMBEDDING__*`).
+///
+/// A path left empty is looked for where the set-up script installs it
+/// ([`embedding_cache_dir`]) when the configuration is loaded
+/// ([`CairnConfig::load`], unless `discover` is off); [`origin`](Self::origin)
+/// says which path came from where. Still empty after that: no model, search
 /// is lexical and says so.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbeddingConfig {
     /// Folder with `model.onnx` and the tokenizer files.
     pub model_dir: String,
     /// Path of `libonnxruntime.so`.
     pub ort_dylib: String,
+    /// Fill an empty path from the set-up script's cache folder when the
+    /// configuration is loaded (default on; `CAIRN_EMBEDDING__DISCOVER=false`
+    /// turns it off).
+    pub discover: bool,
+    /// Where the two paths came from: set by [`CairnConfig::load`], never
+    /// read from the configuration.
+    #[serde(skip)]
+    pub origin: EmbeddingOrigin,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        EmbeddingConfig {
+            model_dir: String::new(),
+            ort_dylib: String::new(),
+            discover: true,
+            origin: EmbeddingOrigin::default(),
+        }
+    }
+}
+
+/// Where each embedding path came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EmbeddingOrigin {
+    /// Of `model_dir`.
+    pub model_dir: PathOrigin,
+    /// Of `ort_dylib`.
+    pub ort_dylib: PathOrigin,
+    /// The cache folder looked in, when anything was looked for.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Where one configured path came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PathOrigin {
+    /// Neither configured nor found.
+    #[default]
+    Unset,
+    /// From `cairn.toml`, a `CAIRN_EMBEDDING__*` variable or the embedder.
+    Configured,
+    /// Found in the set-up script's cache folder.
+    Discovered,
+}
+
+/// The files a model folder must hold, as `scripts/setup-embeddings.sh`
+/// installs them.
+pub const MODEL_FILES: [&str; 5] = [
+    "model.onnx",
+    "tokenizer.json",
+    "config.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+];
+
+/// The model folder's name under `<cache>/models/`.
+pub const MODEL_NAME: &str = "all-minilm-l6-v2";
+
+/// Where `scripts/setup-embeddings.sh` installs: `$CAIRN_CACHE_DIR`, else
+/// `$HOME/.cache/cairn` (the script's own rule); `None` without either.
+pub fn embedding_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("CAIRN_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|home| PathBuf::from(home).join(".cache/cairn"))
+}
+
+/// The model folder under `cache` if it holds every file of [`MODEL_FILES`].
+///
+/// ```
+/// let cache = tempfile::tempdir()?;
+/// assert_eq!(cairn::find_model_dir(cache.path()), None);
+/// let dir = cache.path().join("models/all-minilm-l6-v2");
+/// std::fs::create_dir_all(&dir)?;
+/// for f in cairn::MODEL_FILES {
+///     std::fs::write(dir.join(f), b"x")?;
+/// }
+/// assert_eq!(cairn::find_model_dir(cache.path()), Some(dir));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn find_model_dir(cache: &Path) -> Option<PathBuf> {
+    let dir = cache.join("models").join(MODEL_NAME);
+    MODEL_FILES
+        .iter()
+        .all(|f| dir.join(f).is_file())
+        .then_some(dir)
+}
+
+/// ONNX Runtime under `<cache>/onnxruntime/`: the newest
+/// `libonnxruntime.so.<version>` (the file the script installs; its
+/// `libonnxruntime.so` link otherwise, or a macOS `libonnxruntime.dylib`).
+///
+/// ```
+/// let cache = tempfile::tempdir()?;
+/// let dir = cache.path().join("onnxruntime");
+/// std::fs::create_dir_all(&dir)?;
+/// assert_eq!(cairn::find_ort_dylib(cache.path()), None);
+/// for v in ["1.9.0", "1.32.0", "1.24.1"] {
+///     std::fs::write(dir.join(format!("libonnxruntime.so.{v}")), b"x")?;
+/// }
+/// assert_eq!(cairn::find_ort_dylib(cache.path()), Some(dir.join("libonnxruntime.so.1.32.0")));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn find_ort_dylib(cache: &Path) -> Option<PathBuf> {
+    let dir = cache.join("onnxruntime");
+    let version = |name: &str| -> Option<Vec<u64>> {
+        let v = name.strip_prefix("libonnxruntime.so.")?;
+        v.split('.').map(|n| n.parse().ok()).collect()
+    };
+    let newest = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let v = version(&name)?;
+            e.path().is_file().then_some((v, e.path()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, path)| path);
+    newest.or_else(|| {
+        ["libonnxruntime.so", "libonnxruntime.dylib"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.is_file())
+    })
+}
+
+impl EmbeddingConfig {
+    /// Fills the empty paths from `cache` (see [`find_model_dir`] and
+    /// [`find_ort_dylib`]) and records where each came from. With
+    /// `discover` off, or no `cache`, only the origins are set.
+    ///
+    /// ```
+    /// use cairn::{EmbeddingConfig, PathOrigin};
+    /// let cache = tempfile::tempdir()?;
+    /// let mut e = EmbeddingConfig { ort_dylib: "/opt/ort/libonnxruntime.so".into(), ..Default::default() };
+    /// e.discover_in(Some(cache.path()));
+    /// assert_eq!(e.origin.ort_dylib, PathOrigin::Configured);
+    /// assert_eq!(e.origin.model_dir, PathOrigin::Unset); // nothing installed there
+    /// assert!(e.model_dir.is_empty());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn discover_in(&mut self, cache: Option<&Path>) {
+        let configured = |p: &str| {
+            if p.is_empty() {
+                PathOrigin::Unset
+            } else {
+                PathOrigin::Configured
+            }
+        };
+        self.origin.model_dir = configured(&self.model_dir);
+        self.origin.ort_dylib = configured(&self.ort_dylib);
+        let Some(cache) = cache.filter(|_| self.discover) else {
+            return;
+        };
+        if self.model_dir.is_empty() || self.ort_dylib.is_empty() {
+            self.origin.cache_dir = Some(cache.to_owned());
+        }
+        if self.model_dir.is_empty() {
+            if let Some(dir) = find_model_dir(cache) {
+                self.model_dir = dir.to_string_lossy().into_owned();
+                self.origin.model_dir = PathOrigin::Discovered;
+            }
+        }
+        if self.ort_dylib.is_empty() {
+            if let Some(lib) = find_ort_dylib(cache) {
+                self.ort_dylib = lib.to_string_lossy().into_owned();
+                self.origin.ort_dylib = PathOrigin::Discovered;
+            }
+        }
+    }
+
+    /// True when both paths are set (configured or discovered).
+    pub fn is_set(&self) -> bool {
+        !self.model_dir.is_empty() && !self.ort_dylib.is_empty()
+    }
 }
 
 /// The memory tools' cross-surface rules.
@@ -275,7 +459,10 @@ pub fn default_data_dir() -> PathBuf {
 
 impl CairnConfig {
     /// Loads the configuration: defaults, then `file` (required if given;
-    /// otherwise `./cairn.toml` if it exists), then `CAIRN_*` variables.
+    /// otherwise `./cairn.toml` if it exists), then `CAIRN_*` variables;
+    /// an embedding path left empty is then looked for where
+    /// `scripts/setup-embeddings.sh` installs it (see
+    /// [`EmbeddingConfig::discover_in`]).
     pub fn load(file: Option<&Path>) -> Result<Self> {
         let defaults = config::Config::try_from(&CairnConfig::default())
             .map_err(|e| CairnError::ConfigLoad { source: e.into() })?;
@@ -300,11 +487,14 @@ impl CairnConfig {
                 .separator("__")
                 .try_parsing(true),
         );
-        let config: CairnConfig = builder
+        let mut config: CairnConfig = builder
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|e| CairnError::ConfigLoad { source: e.into() })?;
         config.validate()?;
+        config
+            .embedding
+            .discover_in(embedding_cache_dir().as_deref());
         Ok(config)
     }
 

@@ -427,11 +427,15 @@ fn model_extractor(
 /// then answers lexically and flags it.
 fn load_embedder(config: &CairnConfig) -> Option<Arc<dyn Embedder>> {
     let e = &config.embedding;
-    if e.model_dir.is_empty() || e.ort_dylib.is_empty() {
+    if !e.is_set() {
+        let looked = match &e.origin.cache_dir {
+            Some(cache) => format!(" and none found in {}", cache.display()),
+            None => String::new(),
+        };
         tracing::warn!(
             "no embedding model configured (embedding.model_dir / embedding.ort_dylib, or \
-             CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB): search is lexical only; \
-             run scripts/setup-embeddings.sh --print-env"
+             CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB){looked}: search is \
+             lexical only; run scripts/setup-embeddings.sh (`cairn doctor` says more)"
         );
         return None;
     }

@@ -76,8 +76,9 @@ pub use cairn_memory::{
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
-    AssembleConfig, CairnConfig, EmbeddingConfig, LogConfig, SearchConfig, ServerConfig, TlsConfig,
-    WorkspaceToken, default_data_dir,
+    AssembleConfig, CairnConfig, EmbeddingConfig, EmbeddingOrigin, LogConfig, MODEL_FILES,
+    MODEL_NAME, PathOrigin, SearchConfig, ServerConfig, TlsConfig, WorkspaceToken,
+    default_data_dir, embedding_cache_dir, find_model_dir, find_ort_dylib,
 };
 pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
@@ -93,7 +94,8 @@ pub use policy::{
 };
 pub use reads::ReadAs;
 pub use tools::{
-    MemoryItem, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP, Transcript, redact,
+    MemoryItem, NOTE_KINDS, Note, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP,
+    Transcript, redact,
 };
 /// The policy worlds' types, re-exported from the policy host: the
 /// requests and decisions of the three WIT worlds, generation ids, slots,

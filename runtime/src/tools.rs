@@ -13,8 +13,8 @@ use cairn_memory::search::{
     DocSource, ItemRef, MAX_QUERY_BYTES, SearchFilters, SearchMode, SearchOptions,
 };
 use cairn_memory::{
-    Entry, EntryFilter, EntryKind, EntryView, MemoryError, Provenance, Role, Session, SessionKind,
-    Turn, Workspace,
+    Entry, EntryFilter, EntryInput, EntryKind, EntryView, MemoryError, Provenance, Role, Session,
+    SessionKind, Turn, Workspace,
 };
 use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
@@ -178,6 +178,60 @@ pub struct Transcript {
     /// True when the 4,000-token cap cut the range short.
     pub truncated: bool,
 }
+
+/// A `memory_note` call: an agent writes one entry to the memory log,
+/// with provenance to the turns it is about.
+///
+/// ```
+/// let n = cairn::Note::new(cairn::EntryKind::Decision, "Retries go through the queue");
+/// assert!(n.session.is_none() && n.turns.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Note {
+    /// `fact`, `decision`, `task` or `question` (the kinds an agent may
+    /// write; the others are cairn's own).
+    #[schema(value_type = String)]
+    pub kind: EntryKind,
+    /// One sentence to a short paragraph.
+    pub content: String,
+    /// More: on a decision, why; on a fact, background.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// Subject slug (unknown slugs are registered).
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The session the note comes from (its provenance); the asking
+    /// session when absent. A sub-agent may name its lineage only.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// The turns it is about, `[from, to]` inclusive; the session's last
+    /// turn when absent.
+    #[serde(default)]
+    pub turns: Option<[u64; 2]>,
+}
+
+impl Note {
+    /// A note with only a kind and its content.
+    pub fn new(kind: EntryKind, content: &str) -> Self {
+        Note {
+            kind,
+            content: content.to_owned(),
+            detail: None,
+            subject: None,
+            session: None,
+            turns: None,
+        }
+    }
+}
+
+/// The kinds `memory_note` writes.
+pub const NOTE_KINDS: [EntryKind; 4] = [
+    EntryKind::Fact,
+    EntryKind::Decision,
+    EntryKind::Task,
+    EntryKind::Question,
+];
 
 /// Callers the rate limiter tracks at most; past that the callers idle
 /// longest are forgotten first, so caller names cannot grow memory without
@@ -606,6 +660,78 @@ impl Cairn {
             notice,
             items,
         })
+    }
+
+    /// Tool `memory_note`: an agent writes one entry (a fact, decision,
+    /// task or question) with provenance to the turns it is about. The
+    /// provenance session is the note's `session`, else the `asking` one
+    /// (one of the two is needed); an asking sub-agent or cron session may
+    /// name only its lineage (`lineage_denied`); the session must exist and
+    /// hold the turns (`invalid` otherwise, naming the field). The entry is
+    /// written like any other ([`append_entry`](Self::append_entry)):
+    /// validated whole, indexed for search, redacted on every read.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, EntryKind, Note, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Retries go through the queue.")])?;
+    /// let entry = cairn.memory_note("acme", &Note::new(EntryKind::Decision, "Queue-based retries"), Some("s1"))?;
+    /// let p = entry.provenance.expect("provenance");
+    /// assert_eq!((p.session.as_str(), p.from_seq, p.to_seq), ("s1", 0, 0));
+    /// assert!(cairn.memory_note("acme", &Note::new(EntryKind::Directive, "x"), Some("s1")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn memory_note(&self, workspace: &str, note: &Note, asking: Option<&str>) -> Result<Entry> {
+        let invalid = |what: &'static str, reason: String| -> CairnError {
+            MemoryError::Invalid { what, reason }.into()
+        };
+        if !NOTE_KINDS.contains(&note.kind) {
+            return Err(invalid(
+                "kind",
+                format!(
+                    "{} is cairn's own; a note is a fact, decision, task or question",
+                    note.kind
+                ),
+            ));
+        }
+        let ws = self.memory().existing_workspace(workspace)?;
+        let Some(session) = note.session.as_deref().or(asking) else {
+            return Err(invalid(
+                "session",
+                "a note needs the session it comes from: name one, or ask as a session".to_owned(),
+            ));
+        };
+        self.check_lineage(&ws, asking, false, session)?;
+        let turns = ws.session(session)?.next_seq;
+        let (from, to) = match note.turns {
+            Some([from, to]) => (from, to),
+            None if turns > 0 => (turns - 1, turns - 1),
+            None => {
+                return Err(invalid(
+                    "turns",
+                    format!("session {session:?} has no turns yet to note anything about"),
+                ));
+            }
+        };
+        if from > to || to >= turns {
+            return Err(invalid(
+                "turns",
+                format!(
+                    "[{from}, {to}] is not a range of session {session:?}'s turns (0 to {})",
+                    turns.saturating_sub(1)
+                ),
+            ));
+        }
+        let mut input = EntryInput::new(note.kind, &note.content);
+        input.detail = note.detail.clone();
+        input.subject = note.subject.clone();
+        input.provenance = Some(Provenance {
+            session: session.to_owned(),
+            from_seq: from,
+            to_seq: to,
+        });
+        self.append_entry(workspace, &input)
     }
 
     /// Tool `memory_get`: an entry by id, or `session:<id>:<from>-<to>` (a

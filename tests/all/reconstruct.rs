@@ -32,6 +32,7 @@ fn embedding() -> EmbeddingConfig {
     EmbeddingConfig {
         model_dir: std::env::var("CAIRN_EMBEDDING__MODEL_DIR").unwrap_or_default(),
         ort_dylib: std::env::var("CAIRN_EMBEDDING__ORT_DYLIB").unwrap_or_default(),
+        ..EmbeddingConfig::default()
     }
 }
 
@@ -178,6 +179,7 @@ fn cli(data: &Path, args: &[&str]) -> Result<Output> {
         .env("RUST_LOG", "warn")
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .env_remove("CAIRN_EMBEDDING__ORT_DYLIB")
+        .env("CAIRN_EMBEDDING__DISCOVER", "false")
         .output()?)
 }
 
@@ -196,6 +198,7 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
         .env("RUST_LOG", "warn")
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .env_remove("CAIRN_EMBEDDING__ORT_DYLIB")
+        .env("CAIRN_EMBEDDING__DISCOVER", "false")
         .output()?;
     ensure!(
         out.status.success(),

@@ -344,12 +344,15 @@ fn cli_search_stats_and_get() -> Result<()> {
         ok && out.contains("queue-based retries") && out.contains("Rex"),
         "{out}{err}"
     );
-    // Without the model: lexical results, flagged, and a clear warning.
+    // Without the model (none configured, none installed in the cache):
+    // lexical results, flagged, and a clear warning.
+    let empty_cache = dir.path().join("empty-cache");
     let out = Command::new(cairn_bin())
         .arg("--data-dir")
         .arg(&data)
         .args(["search", "retries", "--k", "1", "--kind", "turn"])
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
+        .env("CAIRN_CACHE_DIR", &empty_cache)
         .output()?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
