@@ -6,6 +6,7 @@ mod actors;
 mod assembly;
 mod cli;
 mod compaction;
+mod cross_workspace;
 mod current;
 mod durability;
 mod erasure;

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Property-based fuzzing of `cairn serve` from its own OpenAPI description
+# (schemathesis, pinned, from PyPI).
+#
+# What it does, in order:
+#   1. installs schemathesis==$ST_VERSION into a venv under
+#      ${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}/ (idempotent: an existing venv of
+#      that version is reused, no network);
+#   2. builds the `cairn` binary (or uses $CAIRN_BIN);
+#   3. starts `cairn serve` on a temporary data dir, on a free loopback port,
+#      with an admin token and a workspace token configured (the limiter off,
+#      so the run measures the API and not the rate limit);
+#   4. runs schemathesis against /openapi.json with the admin token, bounded in
+#      examples per operation and in time, with a fixed seed, checking:
+#      no 5xx (not_a_server_error), every status documented
+#      (status_code_conformance), every content type documented
+#      (content_type_conformance), every JSON body matching its schema
+#      (response_schema_conformance);
+#   5. checks the server is still alive (/healthz answers 200) and stops it.
+# Exits non-zero if any check failed, the run timed out or the server died.
+#
+# Knobs (environment): CAIRN_FUZZ_EXAMPLES (per operation, default 25),
+# CAIRN_FUZZ_SEED (default 17), CAIRN_FUZZ_MAX_SECONDS (wall clock for
+# schemathesis, default 240), CAIRN_FUZZ_WORKERS (default 2), CAIRN_BIN (a
+# prebuilt binary), CAIRN_FUZZ_REPORT (a directory to keep the JUnit report
+# and the server's log in; default: a temporary one, printed on failure).
+#
+# The embedding model is needed by `cairn serve` (search starts with it): set
+# CAIRN_EMBEDDING__MODEL_DIR / CAIRN_EMBEDDING__ORT_DYLIB, or this script runs
+# scripts/setup-embeddings.sh (idempotent) to get them.
+set -euo pipefail
+
+ST_VERSION=4.32.5
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+examples="${CAIRN_FUZZ_EXAMPLES:-25}"
+seed="${CAIRN_FUZZ_SEED:-17}"
+max_seconds="${CAIRN_FUZZ_MAX_SECONDS:-240}"
+workers="${CAIRN_FUZZ_WORKERS:-2}"
+cache="${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}"
+venv="$cache/schemathesis-$ST_VERSION"
+
+# 1. schemathesis, pinned, in its own venv.
+if ! "$venv/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION"; then
+    log "schemathesis $ST_VERSION (PyPI) into $venv"
+    command -v python3 >/dev/null || { echo "error: python3 not found" >&2; exit 1; }
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
+fi
+
+# The model, for search (the server starts it at once).
+if [[ -z "${CAIRN_EMBEDDING__MODEL_DIR:-}" || -z "${CAIRN_EMBEDDING__ORT_DYLIB:-}" ]]; then
+    env_lines="$(scripts/setup-embeddings.sh --print-env)"
+    eval "$env_lines"
+    export CAIRN_EMBEDDING__MODEL_DIR CAIRN_EMBEDDING__ORT_DYLIB
+fi
+
+# 2. The binary.
+if [[ -z "${CAIRN_BIN:-}" ]]; then
+    log "building cairn"
+    cargo build --quiet -p cairn-cli --bin cairn
+    CAIRN_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/cairn"
+fi
+[[ -x "$CAIRN_BIN" ]] || { echo "error: no cairn binary at $CAIRN_BIN" >&2; exit 1; }
+
+# 3. The server, on a temporary data dir, with tokens.
+work="$(mktemp -d "${TMPDIR:-/tmp}/cairn-fuzz.XXXXXX")"
+report="${CAIRN_FUZZ_REPORT:-$work/report}"
+mkdir -p "$report"
+server_pid=""
+cleanup() {
+    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    # Keep the report if it was asked for, or if the run failed.
+    if [[ "${keep:-0}" == 1 || -n "${CAIRN_FUZZ_REPORT:-}" ]]; then
+        rm -rf "$work/data"
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+
+secret() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+admin="fuzz-admin-$(secret)"
+cat >"$work/cairn.toml" <<EOF
+[server]
+admin_token = "$admin"
+requests_per_minute = 0
+
+[[server.tokens]]
+token = "fuzz-ws-$(secret)"
+workspaces = ["default"]
+EOF
+
+log "starting cairn serve ($CAIRN_BIN)"
+RUST_LOG="${RUST_LOG:-warn}" "$CAIRN_BIN" serve --listen 127.0.0.1:0 \
+    --data-dir "$work/data" --config "$work/cairn.toml" \
+    >"$report/server.out" 2>"$report/server.log" &
+server_pid=$!
+base=""
+for _ in $(seq 1 300); do
+    line="$(head -n1 "$report/server.out" 2>/dev/null || true)"
+    if [[ "$line" == "cairn listening on "* ]]; then
+        base="${line#cairn listening on }"
+        break
+    fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [[ -z "$base" ]]; then
+    keep=1
+    echo "error: cairn serve did not start; its log:" >&2
+    cat "$report/server.log" >&2
+    exit 1
+fi
+log "fuzzing $base ($examples examples per operation, seed $seed, at most ${max_seconds}s)"
+
+# 4. schemathesis. The description is fetched from the server itself, so it
+# is the one the code serves. `timeout` bounds the wall clock whatever the
+# machine's speed; the example count and the seed keep the run the same
+# from one run to the next.
+status=0
+SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
+    timeout --kill-after=10 "$max_seconds" \
+    "$venv/bin/st" --no-color run "$base/openapi.json" \
+    --header "Authorization: Bearer $admin" \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+    --phases examples,coverage,fuzzing \
+    --max-examples "$examples" \
+    --seed "$seed" \
+    --generation-database none \
+    --workers "$workers" \
+    --request-timeout 30 \
+    --suppress-health-check all \
+    --report junit --report-dir "$report" \
+    || status=$?
+if [[ $status -eq 124 || $status -eq 137 ]]; then
+    echo "error: schemathesis did not finish in ${max_seconds}s" >&2
+fi
+
+# 5. Still alive?
+alive=0
+if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "error: cairn serve died during the run" >&2
+    alive=1
+elif ! code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$base/healthz")" \
+    || [[ "$code" != 200 ]]; then
+    echo "error: /healthz answered ${code:-nothing} after the run" >&2
+    alive=1
+fi
+if [[ $status -ne 0 || $alive -ne 0 ]]; then
+    keep=1
+    echo "fuzz run failed; report and server log in $report" >&2
+    tail -n 40 "$report/server.log" >&2 || true
+    exit 1
+fi
+log "fuzz run passed; the server is alive"
