@@ -19,7 +19,7 @@
 #   5. checks the server is still alive (/healthz answers 200) and stops it.
 # Exits non-zero if any check failed, the run timed out or the server died.
 #
-# Knobs (environment): CAIRN_FUZZ_EXAMPLES (per operation, default 25),
+# Knobs (environment): CAIRN_FUZZ_EXAMPLES (per operation, default 60),
 # CAIRN_FUZZ_SEED (default 17), CAIRN_FUZZ_MAX_SECONDS (wall clock for
 # schemathesis, default 240), CAIRN_FUZZ_WORKERS (default 2), CAIRN_BIN (a
 # prebuilt binary), CAIRN_FUZZ_REPORT (a directory to keep the JUnit report
@@ -37,7 +37,7 @@ cd "$root"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-examples="${CAIRN_FUZZ_EXAMPLES:-25}"
+examples="${CAIRN_FUZZ_EXAMPLES:-60}"
 seed="${CAIRN_FUZZ_SEED:-17}"
 max_seconds="${CAIRN_FUZZ_MAX_SECONDS:-240}"
 workers="${CAIRN_FUZZ_WORKERS:-2}"
@@ -120,6 +120,81 @@ if [[ -z "$base" ]]; then
     cat "$report/server.log" >&2
     exit 1
 fi
+
+# Content for the run to find: a workspace `fuzz` with sessions (a main one
+# and a sub-agent), turns, entries, a subject, topics (one fed through its
+# webhook), a capture, a compaction summary and a maintenance pass. The
+# schemathesis configuration below draws path ids from these most of the
+# time, so requests reach the handlers' logic and not only their 404s.
+api() {
+    local method="$1" path="$2" body="${3:-"{}"}"
+    curl -sS --fail-with-body --max-time 60 -X "$method" \
+        -H "Authorization: Bearer $admin" -H 'content-type: application/json' \
+        --data-binary "$body" "$base/v1/workspaces/fuzz$path"
+}
+log "seeding workspace fuzz"
+{
+    api POST /sessions '{"id":"s1","work_context":"launch"}'
+    api POST /sessions '{"id":"s2","kind":"subagent","parent":"s1"}'
+    turns=""
+    for i in $(seq 0 39); do
+        role=user
+        [[ $((i % 2)) -eq 1 ]] && role=assistant
+        text="Turn $i: we decided to ship the launch on April $((i % 28 + 1)). Should the invoice run move? TODO: tell the billing team."
+        turns+="${turns:+,}{\"session\":\"s1\",\"role\":\"$role\",\"content\":\"$text\"}"
+    done
+    api POST /turns "{\"turns\":[$turns]}"
+    api POST /turns '{"turns":[{"session":"s2","role":"user","content":"Sub-agent notes on the invoice run."}]}'
+    api POST /subjects '{"slug":"vault","kind":"project","display":"The vault"}'
+    api POST /entries '{"entries":[{"id":"e-decision","kind":"decision","subject":"vault","content":"Ship on April 1","provenance":{"session":"s1","from_seq":0,"to_seq":1}},{"id":"e-task","kind":"task","content":"Tell the billing team"}]}'
+    api POST /topics '{"name":"alerts","description":"Alerts","activation":"auto","priority":"critical","triggers":[{"kind":"webhook"}]}'
+    api POST /topics '{"name":"billing","description":"Invoices","activation":"gated","triggers":[{"kind":"keyword","value":"invoice"}]}'
+    api POST /topics/alerts/webhook '{"text":"The invoice run failed"}'
+    api POST /capture
+    api POST /sessions/s1/compaction '{"budget":300}' >"$work/compaction.json"
+    api POST /maintain
+} >/dev/null
+summary="$("$venv/bin/python" -c '
+import json, sys
+view = json.load(open(sys.argv[1]))["view"]["items"]
+print(next((i["id"] for i in view if i.get("type") == "summary"), "sum-none"))
+' "$work/compaction.json")"
+
+# Dictionaries of the seeded ids: each path parameter is drawn from its
+# dictionary three times in four, and generated otherwise.
+cat >"$work/schemathesis.toml" <<TOML
+[dictionaries.workspaces]
+values = ["fuzz"]
+[dictionaries.sessions]
+values = ["s1", "s2"]
+[dictionaries.ids]
+values = ["e-decision", "e-task", "$summary", "session:s1:0-5", "entry:e-decision"]
+[dictionaries.slugs]
+values = ["vault"]
+[dictionaries.topics]
+values = ["alerts", "billing"]
+[dictionaries.turns]
+values = ["s1/0", "s1/3", "tool/0"]
+[dictionaries.worlds]
+values = ["memory-policy", "significance-gate", "topic-directive"]
+[dictionaries.runs]
+values = ["run-1"]
+
+[parameters]
+"path.workspace" = { dictionary = "workspaces", probability = 0.75 }
+"path.session" = { dictionary = "sessions", probability = 0.75 }
+"path.id" = { dictionary = "ids", probability = 0.75 }
+"path.slug" = { dictionary = "slugs", probability = 0.75 }
+"path.name" = { dictionary = "topics", probability = 0.75 }
+"path.turn" = { dictionary = "turns", probability = 0.75 }
+"path.world" = { dictionary = "worlds", probability = 0.75 }
+"path.run" = { dictionary = "runs", probability = 0.75 }
+"query.asking" = { dictionary = "sessions", probability = 0.5 }
+"query.session" = { dictionary = "sessions", probability = 0.5 }
+"body.session" = { dictionary = "sessions", probability = 0.5 }
+"body.turns[*].session" = { dictionary = "sessions", probability = 0.5 }
+TOML
+
 log "fuzzing $base ($examples examples per operation, seed $seed, at most ${max_seconds}s)"
 
 # 4. schemathesis. The description is fetched from the server itself, so it
@@ -129,7 +204,7 @@ log "fuzzing $base ($examples examples per operation, seed $seed, at most ${max_
 status=0
 SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
     timeout --kill-after=10 "$max_seconds" \
-    "$venv/bin/st" --no-color run "$base/openapi.json" \
+    "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
     --header "Authorization: Bearer $admin" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
     --phases examples,coverage,fuzzing \

@@ -431,7 +431,8 @@ async fn healthz(cairn: web::Data<Cairn>) -> web::Json<Health> {
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions", request_body = SessionSpec,
-    responses((status = 200, body = Session), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Session), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context")))]
 async fn bootstrap(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -559,7 +560,8 @@ async fn transcript(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/turns", request_body = IngestBody,
-    responses((status = 200, body = IngestReply), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, body = IngestReply), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: a turn names another work context than its session's")))]
 async fn ingest(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -573,7 +575,8 @@ async fn ingest(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries", request_body = EntriesBody,
-    responses((status = 200, body = EntriesReply), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = EntriesReply), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`duplicate_entry_id` or `already_replaced`")))]
 async fn append_entries(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -656,7 +659,7 @@ async fn rename_subject(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/merge", request_body = MergeBody,
-    responses((status = 200, body = Subject), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Subject), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn merge_subjects(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,

@@ -222,6 +222,8 @@ fn probes(
             }
         }
     }
+    // Erasing last, so the reads and writes before find what they name.
+    out.sort_by_key(|probe| probe.method == "DELETE");
     Ok(out)
 }
 
