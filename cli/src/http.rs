@@ -1031,6 +1031,13 @@ pub fn api_doc() -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// What an id may hold, as a pattern for the description (the rule is
+/// `cairn_memory::ids::validate_id`: letters, digits and `. _ : @ / + = -`).
+const ID_PATTERN: &str = "^[A-Za-z0-9._:@/+=-]+$";
+
+/// The longest id, in bytes.
+const MAX_ID_BYTES: usize = 128;
+
 /// Declares every `{name}` of every path as a required string path
 /// parameter where the annotation did not: a client (or a fuzzer) reading
 /// the description can then fill them.
@@ -1063,17 +1070,24 @@ fn declare_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
                     "turn" => "A turn, `session/seq`",
                     _ => "An id (letters, digits and `. _ : @ / + = -`)",
                 };
+                let mut schema = ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1));
+                // Workspace, session and entry ids follow the id rule
+                // (`cairn_memory::ids::validate_id`); the rest have rules
+                // of their own (slugs, topic names, `session/seq`).
+                if matches!(*name, "workspace" | "session" | "id" | "run") {
+                    schema = schema
+                        .max_length(Some(MAX_ID_BYTES))
+                        .pattern(Some(ID_PATTERN));
+                }
                 parameters.push(
                     ParameterBuilder::new()
                         .name(*name)
                         .parameter_in(ParameterIn::Path)
                         .required(Required::True)
                         .description(Some(description))
-                        .schema(Some(
-                            ObjectBuilder::new()
-                                .schema_type(Type::String)
-                                .min_length(Some(1)),
-                        ))
+                        .schema(Some(schema))
                         .build(),
                 );
             }
