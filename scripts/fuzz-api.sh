@@ -206,7 +206,7 @@ SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
     timeout --kill-after=10 "$max_seconds" \
     "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
     --header "Authorization: Bearer $admin" \
-    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,ignored_auth \
     --phases examples,coverage,fuzzing \
     --max-examples "$examples" \
     --seed "$seed" \

@@ -1027,8 +1027,43 @@ async fn openapi() -> HttpResponse {
 pub fn api_doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi().merge_from(maintain_routes::MaintainApi::openapi());
     declare_path_parameters(&mut doc);
+    declare_bearer_auth(&mut doc);
     document_refusals(&mut doc);
     doc
+}
+
+/// Declares the bearer token (`Authorization: Bearer …`) as the security
+/// of every operation the guard checks (all but `/healthz`).
+fn declare_bearer_auth(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+    let mut bearer = Http::new(HttpAuthScheme::Bearer);
+    bearer.description = Some(
+        "The admin token (`server.admin_token`) or a workspace token (`server.tokens`), \
+         which opens `/v1/workspaces/{its workspaces}/…` only. Needed whenever a token is \
+         configured; a loopback server without tokens is open."
+            .to_owned(),
+    );
+    doc.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme("bearer", SecurityScheme::Http(bearer));
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if path == "/healthz" {
+            continue;
+        }
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in operations.into_iter().flatten() {
+            op.security = Some(vec![SecurityRequirement::new(
+                "bearer",
+                Vec::<String>::new(),
+            )]);
+        }
+    }
 }
 
 /// What an id may hold, as a pattern for the description (the rule is
