@@ -49,7 +49,10 @@ if ! "$venv/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION"; then
     log "schemathesis $ST_VERSION (PyPI) into $venv"
     command -v python3 >/dev/null || { echo "error: python3 not found" >&2; exit 1; }
     rm -rf "$venv"
-    python3 -m venv "$venv"
+    python3 -m venv "$venv" || {
+        echo "error: python3 -m venv failed (on Debian: apt-get install python3-venv)" >&2
+        exit 1
+    }
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi
 

@@ -498,6 +498,10 @@ fn the_description_declares_parameters_and_refusals() -> Result<()> {
             let mut needed = vec!["200", "403"];
             if path != "/healthz" {
                 needed.extend(["401", "429"]);
+                ensure!(
+                    op["security"][0]["bearer"].is_array(),
+                    "{method} {path} does not declare the bearer token"
+                );
             }
             if path.contains('{') || op["requestBody"].is_object() {
                 needed.push("400");
