@@ -10,18 +10,20 @@
 #   3. starts `cairn serve` on a temporary data dir, on a free loopback port,
 #      with an admin token and a workspace token configured (the limiter off,
 #      so the run measures the API and not the rate limit);
-#   4. runs schemathesis against /openapi.json with the admin token, bounded in
-#      examples per operation and in time, with a fixed seed, checking:
+#   4. runs schemathesis against /openapi.json, as the workspace token then as
+#      the admin, bounded in examples per operation and in time, with a fixed
+#      seed, checking:
 #      no 5xx (not_a_server_error), every status documented
 #      (status_code_conformance), every content type documented
 #      (content_type_conformance), every JSON body matching its schema
-#      (response_schema_conformance);
+#      (response_schema_conformance), the token needed where it is declared
+#      (ignored_auth);
 #   5. checks the server is still alive (/healthz answers 200) and stops it.
 # Exits non-zero if any check failed, the run timed out or the server died.
 #
 # Knobs (environment): CAIRN_FUZZ_EXAMPLES (per operation, default 60),
 # CAIRN_FUZZ_SEED (default 17), CAIRN_FUZZ_MAX_SECONDS (wall clock for
-# schemathesis, default 240), CAIRN_FUZZ_WORKERS (default 2), CAIRN_BIN (a
+# each schemathesis pass, default 240), CAIRN_FUZZ_WORKERS (default 2), CAIRN_BIN (a
 # prebuilt binary), CAIRN_FUZZ_REPORT (a directory to keep the JUnit report
 # and the server's log in; default: a temporary one, printed on failure).
 #
@@ -92,14 +94,15 @@ trap cleanup EXIT
 
 secret() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 admin="fuzz-admin-$(secret)"
+ws_token="fuzz-ws-$(secret)"
 cat >"$work/cairn.toml" <<EOF
 [server]
 admin_token = "$admin"
 requests_per_minute = 0
 
 [[server.tokens]]
-token = "fuzz-ws-$(secret)"
-workspaces = ["default"]
+token = "$ws_token"
+workspaces = ["fuzz"]
 EOF
 
 log "starting cairn serve ($CAIRN_BIN)"
@@ -198,29 +201,37 @@ values = ["run-1"]
 "body.turns[*].session" = { dictionary = "sessions", probability = 0.5 }
 TOML
 
-log "fuzzing $base ($examples examples per operation, seed $seed, at most ${max_seconds}s)"
-
-# 4. schemathesis. The description is fetched from the server itself, so it
-# is the one the code serves. `timeout` bounds the wall clock whatever the
-# machine's speed; the example count and the seed keep the run the same
-# from one run to the next.
+# 4. schemathesis, twice: as the `fuzz` workspace's token (a quarter of the
+# examples: the handlers' paths that depend on who asks, and every other
+# workspace and admin route refused as described), then as the admin. The
+# description is fetched from the server itself, so it is the one the code
+# serves. `timeout` bounds each pass's wall clock whatever the machine's
+# speed; the example count and the seed keep a run the same as the last.
 status=0
-SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
-    timeout --kill-after=10 "$max_seconds" \
-    "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
-    --header "Authorization: Bearer $admin" \
-    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,ignored_auth \
-    --phases examples,coverage,fuzzing \
-    --max-examples "$examples" \
-    --seed "$seed" \
-    --generation-database none \
-    --workers "$workers" \
-    --request-timeout 30 \
-    --suppress-health-check all \
-    --report junit --report-dir "$report" \
-    || status=$?
-if [[ $status -eq 124 || $status -eq 137 ]]; then
-    echo "error: schemathesis did not finish in ${max_seconds}s" >&2
+fuzz_as() {
+    local who="$1" token="$2" count="$3"
+    log "fuzzing $base as $who ($count examples per operation, seed $seed, at most ${max_seconds}s)"
+    SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
+        timeout --kill-after=10 "$max_seconds" \
+        "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
+        --header "Authorization: Bearer $token" \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,ignored_auth \
+        --phases examples,coverage,fuzzing \
+        --max-examples "$count" \
+        --seed "$seed" \
+        --generation-database none \
+        --workers "$workers" \
+        --request-timeout 30 \
+        --suppress-health-check all \
+        --report junit --report-dir "$report/$who" \
+        || status=$?
+    if [[ $status -eq 124 || $status -eq 137 ]]; then
+        echo "error: schemathesis did not finish in ${max_seconds}s" >&2
+    fi
+}
+fuzz_as workspace-token "$ws_token" $(((examples + 3) / 4))
+if [[ $status -eq 0 ]]; then
+    fuzz_as admin "$admin" "$examples"
 fi
 
 # 5. Still alive?
