@@ -211,7 +211,9 @@ status=0
 fuzz_as() {
     local who="$1" token="$2" count="$3"
     log "fuzzing $base as $who ($count examples per operation, seed $seed, at most ${max_seconds}s)"
-    SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
+    # Run from the temporary dir: schemathesis keeps a `.schemathesis/`
+    # cache in its working directory.
+    (cd "$work" && SCHEMATHESIS_HOOKS="$root/scripts/fuzz_hooks.py" \
         timeout --kill-after=10 "$max_seconds" \
         "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
         --header "Authorization: Bearer $token" \
@@ -223,7 +225,7 @@ fuzz_as() {
         --workers "$workers" \
         --request-timeout 30 \
         --suppress-health-check all \
-        --report junit --report-dir "$report/$who" \
+        --report junit --report-dir "$report/$who") \
         || status=$?
     if [[ $status -eq 124 || $status -eq 137 ]]; then
         echo "error: schemathesis did not finish in ${max_seconds}s" >&2
