@@ -398,12 +398,12 @@ fn no_route_crosses_workspaces() -> Result<()> {
     let api = serde_json::to_value(cairn_cli::http::api_doc())?;
 
     // 1. Routes naming globex, as the acme token and as nobody: refused.
-    // The name is also tried percent-encoded and behind a `..` (the guard
-    // reads the path as sent).
+    // The name is also tried percent-encoded and behind a `..`, plain and
+    // encoded (the guard reads the path as sent).
     let other = probes(
         &api,
         &globex,
-        &["globex", "%67lobex", "acme/../globex"],
+        &["globex", "%67lobex", "acme/../globex", "acme%2F..%2Fglobex"],
         true,
     )?;
     let refused = |probe: &Probe, status: u16, _: &str| -> Result<()> {
