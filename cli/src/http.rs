@@ -27,6 +27,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
+mod describe;
 mod maintain_routes;
 mod topic_routes;
 pub use maintain_routes::MaintainBody;
@@ -1023,188 +1024,12 @@ async fn openapi() -> HttpResponse {
 }
 
 /// The served description: [`ApiDoc`] with the route modules' paths merged
-/// in, and the refusals every route can give added to each operation.
+/// in, completed for every operation by `describe.rs` (path parameters, the
+/// bearer token, the refusals of the guard and the extractors).
 pub fn api_doc() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi().merge_from(maintain_routes::MaintainApi::openapi());
-    declare_path_parameters(&mut doc);
-    declare_bearer_auth(&mut doc);
-    document_refusals(&mut doc);
+    describe::complete(&mut doc);
     doc
-}
-
-/// Declares the bearer token (`Authorization: Bearer …`) as the security
-/// of every operation the guard checks (all but `/healthz`).
-fn declare_bearer_auth(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
-    let mut bearer = Http::new(HttpAuthScheme::Bearer);
-    bearer.description = Some(
-        "The admin token (`server.admin_token`) or a workspace token (`server.tokens`), \
-         which opens `/v1/workspaces/{its workspaces}/…` only. Needed whenever a token is \
-         configured; a loopback server without tokens is open."
-            .to_owned(),
-    );
-    doc.components
-        .get_or_insert_with(Default::default)
-        .add_security_scheme("bearer", SecurityScheme::Http(bearer));
-    for (path, item) in doc.paths.paths.iter_mut() {
-        if path == "/healthz" {
-            continue;
-        }
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for op in operations.into_iter().flatten() {
-            op.security = Some(vec![SecurityRequirement::new(
-                "bearer",
-                Vec::<String>::new(),
-            )]);
-        }
-    }
-}
-
-/// What an id may hold, as a pattern for the description (the rule is
-/// `cairn_memory::ids::validate_id`: letters, digits and `. _ : @ / + = -`).
-const ID_PATTERN: &str = "^[A-Za-z0-9._:@/+=-]+$";
-
-/// The longest id, in bytes.
-const MAX_ID_BYTES: usize = 128;
-
-/// Declares every `{name}` of every path as a required string path
-/// parameter where the annotation did not: a client (or a fuzzer) reading
-/// the description can then fill them.
-fn declare_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
-    use utoipa::openapi::{ObjectBuilder, Required, Type};
-    for (path, item) in doc.paths.paths.iter_mut() {
-        let names: Vec<&str> = path
-            .split('/')
-            .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
-            .collect();
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for op in operations.into_iter().flatten() {
-            let parameters = op.parameters.get_or_insert_with(Vec::new);
-            for name in &names {
-                let declared = parameters
-                    .iter()
-                    .any(|p| p.name == *name && p.parameter_in == ParameterIn::Path);
-                if declared {
-                    continue;
-                }
-                let description = match *name {
-                    "workspace" => "The workspace's id",
-                    "turn" => "A turn, `session/seq`",
-                    _ => "An id (letters, digits and `. _ : @ / + = -`)",
-                };
-                let mut schema = ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .min_length(Some(1));
-                // Workspace, session and entry ids follow the id rule
-                // (`cairn_memory::ids::validate_id`); the rest have rules
-                // of their own (slugs, topic names, `session/seq`).
-                if matches!(*name, "workspace" | "session" | "id" | "run") {
-                    schema = schema
-                        .max_length(Some(MAX_ID_BYTES))
-                        .pattern(Some(ID_PATTERN));
-                }
-                parameters.push(
-                    ParameterBuilder::new()
-                        .name(*name)
-                        .parameter_in(ParameterIn::Path)
-                        .required(Required::True)
-                        .description(Some(description))
-                        .schema(Some(schema))
-                        .build(),
-                );
-            }
-        }
-    }
-}
-
-/// Adds to every operation the answers that come from the layers around
-/// its handler rather than from the handler itself, so that every status
-/// the server can give is described (the fuzz run, `scripts/fuzz-api.sh`,
-/// checks it): the guard's (403 for a `Host` not allowed, and where a token
-/// is needed 401, 403, 429), the extractors' (400 for a path, query or body
-/// that does not parse, 413 for a body over `server.max_body_bytes`), an
-/// unknown workspace's 404. A status an annotation already gives keeps its own description.
-fn document_refusals(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-    let error = |description: &str| {
-        RefOr::T(
-            ResponseBuilder::new()
-                .description(description)
-                .content(
-                    "application/json",
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name("ErrorBody")))
-                        .build(),
-                )
-                .build(),
-        )
-    };
-    for (path, item) in doc.paths.paths.iter_mut() {
-        // The guard leaves `/healthz` open (it still checks the Host).
-        let guarded = path != "/healthz";
-        let in_workspace = path.starts_with("/v1/workspaces/");
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for op in operations.into_iter().flatten() {
-            let body = op.request_body.is_some();
-            let input =
-                body || path.contains('{') || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
-            let mut refusals = vec![(
-                "403",
-                "`host_not_allowed`: the `Host` header is not in the allow-list; or \
-                 `forbidden`: the token does not open this route",
-            )];
-            if guarded {
-                refusals.push(("401", "`unauthorized`: no token, or an unknown one"));
-                refusals.push((
-                    "429",
-                    "`rate_limited`: over `server.requests_per_minute` for this token",
-                ));
-            }
-            if input {
-                refusals.push((
-                    "400",
-                    "The path, query or body does not parse, or a value in it is invalid",
-                ));
-            }
-            if body {
-                refusals.push((
-                    "413",
-                    "`body_too_large`: the body is over `server.max_body_bytes`",
-                ));
-            }
-            if in_workspace {
-                refusals.push((
-                    "404",
-                    "The workspace, or what the path names, does not exist",
-                ));
-            }
-            for (status, description) in refusals {
-                op.responses
-                    .responses
-                    .entry(status.to_owned())
-                    .or_insert_with(|| error(description));
-            }
-        }
-    }
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {
