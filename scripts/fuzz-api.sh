@@ -139,6 +139,7 @@ api() {
         --data-binary "$body" "$base/v1/workspaces/fuzz$path"
 }
 log "seeding workspace fuzz"
+keep=1 # until seeding is done: a failed call leaves the server's log
 {
     api POST /sessions '{"id":"s1","work_context":"launch"}'
     api POST /sessions '{"id":"s2","kind":"subagent","parent":"s1"}'
@@ -160,6 +161,7 @@ log "seeding workspace fuzz"
     api POST /sessions/s1/compaction '{"budget":300}' >"$work/compaction.json"
     api POST /maintain
 } >/dev/null
+keep=0
 summary="$("$venv/bin/python" -c '
 import json, sys
 view = json.load(open(sys.argv[1]))["view"]["items"]
