@@ -86,6 +86,9 @@ cleanup() {
     # Keep the report if it was asked for, or if the run failed.
     if [[ "${keep:-0}" == 1 || -n "${CAIRN_FUZZ_REPORT:-}" ]]; then
         rm -rf "$work/data"
+        if [[ "${keep:-0}" == 1 ]]; then
+            echo "the report and the server's log are in $report" >&2
+        fi
     else
         rm -rf "$work"
     fi
@@ -250,7 +253,7 @@ elif ! code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$base/healt
 fi
 if [[ $status -ne 0 || $alive -ne 0 ]]; then
     keep=1
-    echo "fuzz run failed; report and server log in $report" >&2
+    echo "fuzz run failed" >&2
     tail -n 40 "$report/server.log" >&2 || true
     exit 1
 fi
