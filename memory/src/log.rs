@@ -289,11 +289,11 @@ pub enum EntryStatus {
 
 /// An entry with what reading resolved about it.
 ///
-/// On the wire it is one flat object ([`EntryViewWire`]): the entry's
+/// On the wire it is one flat object (`EntryViewWire`): the entry's
 /// fields, `subject` the canonical slug, `status` the lifecycle, and the
 /// task's own status under `task_status`, so no key appears twice (a
 /// flattened [`Entry`] put `subject` and `status` in the object two times,
-/// and a client kept one of each at random).
+/// and which one a client kept was up to its JSON parser).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(from = "EntryViewWire", into = "EntryViewWire")]
 pub struct EntryView {
