@@ -39,6 +39,11 @@ run_tests() {
     fi
     log "doc tests"
     RUSTDOCFLAGS="-D warnings" cargo test --workspace --doc
+    # The HTTP API fuzzed from its own OpenAPI description (schemathesis,
+    # pinned, bounded in examples and time, fixed seed): no 5xx, every status
+    # and content type documented, the server alive afterwards.
+    log "API fuzzing (schemathesis against cairn serve)"
+    scripts/fuzz-api.sh
     mcp_clients
 }
 

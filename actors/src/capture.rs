@@ -54,6 +54,9 @@ use crate::gate::{CaptureGate, GateInput, Significance};
 
 /// Why a capture ran (docs/DESIGN.md, *Triggers* and *Session extraction*).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+// Named apart from the topics' `Trigger` in the OpenAPI description, where
+// one name is one schema.
+#[cfg_attr(feature = "openapi", schema(as = CaptureTrigger))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {

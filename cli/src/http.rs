@@ -27,6 +27,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
+mod describe;
 mod maintain_routes;
 mod token_routes;
 mod topic_routes;
@@ -437,7 +438,8 @@ async fn healthz(cairn: web::Data<Cairn>) -> web::Json<Health> {
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions", request_body = SessionSpec,
-    responses((status = 200, body = Session), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = Session), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context")))]
 async fn bootstrap(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -565,7 +567,8 @@ async fn transcript(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/turns", request_body = IngestBody,
-    responses((status = 200, body = IngestReply), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, body = IngestReply), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: a turn names another work context than its session's")))]
 async fn ingest(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -579,7 +582,8 @@ async fn ingest(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries", request_body = EntriesBody,
-    responses((status = 200, body = EntriesReply), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = EntriesReply), (status = 400, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`duplicate_entry_id` or `already_replaced`")))]
 async fn append_entries(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -662,7 +666,7 @@ async fn rename_subject(
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/subjects/{slug}/merge", request_body = MergeBody,
-    responses((status = 200, body = Subject), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Subject), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn merge_subjects(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String)>,
@@ -957,7 +961,8 @@ pub struct InstallQuery {
 #[utoipa::path(put, path = "/v1/plugins/{world}", params(
         ("world" = String, Path, description = "significance-gate, topic-directive or memory-policy"),
         InstallQuery),
-    request_body(content = Vec<u8>, content_type = "application/wasm"),
+    request_body(content = String, content_type = "application/wasm",
+        description = "The component's bytes"),
     responses((status = 200, body = InstallReport), (status = 400, body = ErrorBody),
         (status = 413, body = ErrorBody)))]
 async fn install_plugin(
@@ -1104,11 +1109,15 @@ async fn openapi() -> HttpResponse {
     HttpResponse::Ok().json(api_doc())
 }
 
-/// The served description: [`ApiDoc`] with the route modules' paths merged in.
+/// The served description: [`ApiDoc`] with the route modules' paths merged
+/// in, completed for every operation by `describe.rs` (path parameters, the
+/// bearer token, the refusals of the guard and the extractors).
 pub fn api_doc() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+    let mut doc = ApiDoc::openapi()
         .merge_from(maintain_routes::MaintainApi::openapi())
-        .merge_from(token_routes::TokenApi::openapi())
+        .merge_from(token_routes::TokenApi::openapi());
+    describe::complete(&mut doc);
+    doc
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {

@@ -288,11 +288,16 @@ pub enum EntryStatus {
 }
 
 /// An entry with what reading resolved about it.
+///
+/// On the wire it is one flat object (`EntryViewWire`): the entry's
+/// fields, `subject` the canonical slug, `status` the lifecycle, and the
+/// task's own status under `task_status`, so no key appears twice (a
+/// flattened [`Entry`] put `subject` and `status` in the object two times,
+/// and which one a client kept was up to its JSON parser).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(from = "EntryViewWire", into = "EntryViewWire")]
 pub struct EntryView {
     /// The stored entry.
-    #[serde(flatten)]
     pub entry: Entry,
     /// Canonical subject slug after renames and merges.
     pub subject: Option<String>,
@@ -300,6 +305,120 @@ pub struct EntryView {
     pub status: EntryStatus,
     /// When the entry decays (none: it does not).
     pub decay_at: Option<DateTime<Utc>>,
+}
+
+/// The wire form of an [`EntryView`] (JSON, and the OpenAPI schema).
+#[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = EntryView))]
+pub(crate) struct EntryViewWire {
+    /// Id.
+    id: String,
+    /// The kind.
+    kind: EntryKind,
+    /// The information.
+    content: String,
+    /// More information.
+    detail: Option<String>,
+    /// Canonical subject slug after renames and merges.
+    subject: Option<String>,
+    /// Work context.
+    work_context: String,
+    /// Source session and turns.
+    provenance: Option<Provenance>,
+    /// The entry this one corrects.
+    replaces: Option<String>,
+    /// A task's status (open or done).
+    #[serde(default)]
+    task_status: Option<TaskStatus>,
+    /// When it was captured.
+    timestamp: DateTime<Utc>,
+    /// When cairn recorded it.
+    recorded_at: DateTime<Utc>,
+    /// For captured entries: the significance-gate generation that made
+    /// the work context dirty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gate_generation: Option<String>,
+    /// Live, replaced, expired or archived.
+    status: EntryStatus,
+    /// When the entry decays (none: it does not).
+    decay_at: Option<DateTime<Utc>>,
+}
+
+impl From<EntryView> for EntryViewWire {
+    fn from(view: EntryView) -> Self {
+        let EntryView {
+            entry,
+            subject,
+            status,
+            decay_at,
+        } = view;
+        EntryViewWire {
+            id: entry.id,
+            kind: entry.kind,
+            content: entry.content,
+            detail: entry.detail,
+            subject,
+            work_context: entry.work_context,
+            provenance: entry.provenance,
+            replaces: entry.replaces,
+            task_status: entry.status,
+            timestamp: entry.timestamp,
+            recorded_at: entry.recorded_at,
+            gate_generation: entry.gate_generation,
+            status,
+            decay_at,
+        }
+    }
+}
+
+impl From<EntryViewWire> for EntryView {
+    /// The subject as written is not on the wire: the canonical one stands
+    /// for it.
+    fn from(wire: EntryViewWire) -> Self {
+        EntryView {
+            entry: Entry {
+                id: wire.id,
+                kind: wire.kind,
+                content: wire.content,
+                detail: wire.detail,
+                subject: wire.subject.clone(),
+                work_context: wire.work_context,
+                provenance: wire.provenance,
+                replaces: wire.replaces,
+                status: wire.task_status,
+                timestamp: wire.timestamp,
+                recorded_at: wire.recorded_at,
+                gate_generation: wire.gate_generation,
+            },
+            subject: wire.subject,
+            status: wire.status,
+            decay_at: wire.decay_at,
+        }
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for EntryView {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <EntryViewWire as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for EntryView {
+    fn name() -> std::borrow::Cow<'static, str> {
+        <EntryViewWire as utoipa::ToSchema>::name()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <EntryViewWire as utoipa::ToSchema>::schemas(schemas);
+    }
 }
 
 impl EntryView {

@@ -1,7 +1,7 @@
 //! The HTTP API: happy paths, the OpenAPI description, and bad input that
 //! must come back as a 4xx `{code, message}` with nothing written.
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::support::Server;
@@ -431,5 +431,102 @@ fn forget_then_reuse_and_hostile_numbers() -> Result<()> {
     // Still alive.
     let (s, _) = server.get("/healthz")?;
     ensure!(s == 200);
+    Ok(())
+}
+
+/// Regression (found by `scripts/fuzz-api.sh`): an entry view flattened its
+/// entry, so `subject` and `status` were each in the object twice and a
+/// task's own status was lost to the lifecycle's. Now each key is there
+/// once and the task's status is `task_status`.
+#[test]
+fn an_entry_view_names_each_key_once() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(dir.path())?;
+    let (s, body) = server.post(
+        "/v1/workspaces/w/entries",
+        &json!({"entries": [{"id": "t1", "kind": "task", "content": "Call Dana", "status": "open"}]}),
+    )?;
+    ensure!(s == 200, "{body}");
+    let host = server.base.trim_start_matches("http://").to_owned();
+    for path in [
+        "/v1/workspaces/w/entries",
+        "/v1/workspaces/w/entries/t1",
+        "/v1/workspaces/w/items/t1",
+    ] {
+        let (s, text) =
+            server.raw_text("GET", path, &[("host", &host)], "application/json", b"")?;
+        ensure!(s == 200, "{path}: {text}");
+        for key in ["\"status\":", "\"subject\":", "\"task_status\":"] {
+            ensure!(text.matches(key).count() == 1, "{path}: {key} in {text}");
+        }
+        ensure!(text.contains("\"task_status\":\"open\""), "{path}: {text}");
+        ensure!(
+            text.contains("\"status\":{\"state\":\"live\"}"),
+            "{path}: {text}"
+        );
+    }
+    Ok(())
+}
+
+/// The description is complete enough for a client (or a fuzzer) to use:
+/// every `{parameter}` of a path is declared, every operation lists the
+/// guard's refusals, and each schema name means one type (the capture's
+/// trigger once shadowed the topics' one).
+#[test]
+fn the_description_declares_parameters_and_refusals() -> Result<()> {
+    let api = serde_json::to_value(cairn_cli::http::api_doc())?;
+    let paths = api["paths"].as_object().context("paths")?;
+    for (path, item) in paths {
+        for (method, op) in item.as_object().context("item")? {
+            let params: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "path")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            for name in path
+                .split('/')
+                .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+            {
+                ensure!(
+                    params.contains(&name),
+                    "{method} {path}: {{{name}}} undeclared"
+                );
+            }
+            let responses = &op["responses"];
+            let mut needed = vec!["200", "403"];
+            if path != "/healthz" {
+                needed.extend(["401", "429"]);
+                ensure!(
+                    op["security"][0]["bearer"].is_array(),
+                    "{method} {path} does not declare the bearer token"
+                );
+            }
+            if path.contains('{') || op["requestBody"].is_object() {
+                needed.push("400");
+            }
+            if op["requestBody"].is_object() {
+                needed.push("413");
+            }
+            if path.starts_with("/v1/workspaces/") {
+                needed.push("404");
+            }
+            for status in needed {
+                ensure!(
+                    responses[status].is_object(),
+                    "{method} {path} does not describe {status}"
+                );
+            }
+        }
+    }
+    let schemas = &api["components"]["schemas"];
+    ensure!(
+        schemas["CaptureReport"]["properties"]["trigger"]["$ref"]
+            == "#/components/schemas/CaptureTrigger",
+        "{}",
+        schemas["CaptureReport"]
+    );
+    ensure!(schemas["EntryView"]["properties"]["task_status"].is_object());
     Ok(())
 }

@@ -7,6 +7,7 @@ mod actors;
 mod assembly;
 mod cli;
 mod compaction;
+mod cross_workspace;
 mod current;
 mod doctor;
 mod durability;

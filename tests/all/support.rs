@@ -110,18 +110,52 @@ impl Server {
         self.exchange(&request)
     }
 
-    /// Writes `request` on a fresh connection and reads the status and the
-    /// JSON body (`null` when empty) of the answer.
-    fn exchange(&self, request: &str) -> Result<(u16, Value)> {
+    /// Like [`Server::raw`] with a body of any bytes, answering the status
+    /// and the whole answer (headers and body) as text, whatever it holds.
+    pub(crate) fn raw_text(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<(u16, String)> {
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "content-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        ));
+        let mut request = request.into_bytes();
+        request.extend_from_slice(body);
+        let text = self.send(&request)?;
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("no status in {text:?}"))?;
+        Ok((status, text))
+    }
+
+    /// Writes `request` on a fresh connection and reads the whole answer.
+    fn send(&self, request: &[u8]) -> Result<String> {
         use std::io::{Read, Write};
         let addr = self.base.trim_start_matches("http://");
         let mut conn = std::net::TcpStream::connect(addr)?;
         conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-        conn.write_all(request.as_bytes())?;
+        conn.write_all(request)?;
         conn.flush()?;
         let mut raw = Vec::new();
         conn.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw);
+        Ok(String::from_utf8_lossy(&raw).into_owned())
+    }
+
+    /// Writes `request` on a fresh connection and reads the status and the
+    /// JSON body (`null` when empty) of the answer.
+    fn exchange(&self, request: &str) -> Result<(u16, Value)> {
+        let text = self.send(request.as_bytes())?;
         let (top, body) = text
             .split_once("\r\n\r\n")
             .with_context(|| format!("no end of headers in {text:?}"))?;
