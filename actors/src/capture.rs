@@ -259,13 +259,17 @@ fn put_json<T: Serialize>(ws: &Workspace, key: &StateKey, value: &T) -> Result<(
 /// Takes an erased session out of its work context's capture record: its
 /// high-water mark (so a new session with the same id is captured from its
 /// first turn) and the spans past captures name it by.
-pub(crate) fn forget_session(
+pub(crate) fn forget_session<T>(
     ws: &Workspace,
     locks: &CaptureLocks,
     work_context: &str,
     session: &str,
-) -> Result<()> {
+    erase: impl FnOnce() -> std::result::Result<T, cairn_memory::MemoryError>,
+) -> Result<T> {
+    // Under the capture lock: a capture of this work context that read the
+    // session's turns cannot write what it made from them after the erase.
     let _guard = locks.lock(ws.id(), work_context);
+    let erased = erase()?;
     let mut record = load_record(ws, work_context)?;
     let before = record.clone();
     record.high_water.remove(session);
@@ -276,7 +280,7 @@ pub(crate) fn forget_session(
     if record != before {
         put_json(ws, &context_key(work_context), &record)?;
     }
-    Ok(())
+    Ok(erased)
 }
 
 /// Striped locks serialising captures per (workspace, work context).

@@ -39,7 +39,9 @@ use std::time::{Duration as StdDuration, Instant};
 
 use actix::prelude::*;
 use cairn_memory::extractor::ModelExtractor;
-use cairn_memory::{Ack, MaintainOptions, MaintainTrigger, Memory, Session, TurnInput, Workspace};
+use cairn_memory::{
+    Ack, MaintainOptions, MaintainTrigger, Memory, MemoryError, Session, TurnInput, Workspace,
+};
 use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -718,18 +720,26 @@ impl ActorRuntime {
         self.inner.focus.lock().remove(workspace);
     }
 
-    /// After a session of `work_context` was erased: drops its actor and
-    /// its work context's actor (whose state names the session's turns)
-    /// from the registry, and takes the session out of the context's
-    /// capture record, so a new session with the same id starts clean.
-    pub fn forget_session(&self, workspace: &str, session: &str, work_context: &str) -> Result<()> {
+    /// Erases a session of `work_context` with `erase`, under the work
+    /// context's capture lock (so no capture in flight writes what it made
+    /// from the session's turns after the erase); drops its actor and its
+    /// work context's actor (whose state names the session's turns) from
+    /// the registry, and takes the session out of the context's capture
+    /// record, so a new session with the same id starts clean.
+    pub fn forget_session<T>(
+        &self,
+        workspace: &str,
+        session: &str,
+        work_context: &str,
+        erase: impl FnOnce() -> std::result::Result<T, MemoryError>,
+    ) -> Result<T> {
         self.inner
             .sessions
             .lock()
             .remove(&(workspace.to_owned(), session.to_owned()));
         self.inner.drop_context(workspace, work_context);
         let ws = self.inner.memory.existing_workspace(workspace)?;
-        crate::capture::forget_session(&ws, &self.inner.locks, work_context, session)
+        crate::capture::forget_session(&ws, &self.inner.locks, work_context, session, erase)
     }
 
     /// Pre-compaction capture of the session's work context (mandatory: runs

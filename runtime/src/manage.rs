@@ -170,13 +170,18 @@ impl Cairn {
                     ForgetTarget::Session(session) => Some(ws.session(session)?.work_context),
                     _ => None,
                 };
-                let tombstone = ws.forget(target, reason)?;
-                if let (ForgetTarget::Session(session), Some(wc)) = (target, work_context) {
-                    self.actors.forget_session(workspace, session, &wc)?;
-                    self.policies().decision_log().scrub_session(session)?;
-                    self.memory().sync()?;
+                match (target, work_context) {
+                    (ForgetTarget::Session(session), Some(wc)) => {
+                        let tombstone =
+                            self.actors.forget_session(workspace, session, &wc, || {
+                                ws.forget(target, reason)
+                            })?;
+                        self.policies().decision_log().scrub_session(session)?;
+                        self.memory().sync()?;
+                        tombstone
+                    }
+                    _ => ws.forget(target, reason)?,
                 }
-                tombstone
             }
         };
         self.nudge_search();
