@@ -40,6 +40,17 @@ impl Principal {
         }
     }
 
+    /// A read-scoped token: the MCP endpoint refuses its writing tool.
+    pub(crate) fn reads_only(&self) -> bool {
+        matches!(
+            self,
+            Principal::Workspaces {
+                scope: TokenScope::Read,
+                ..
+            }
+        )
+    }
+
     /// The key rate limits count this caller's requests under: its token,
     /// never a name the client picks (`None` on a server without tokens).
     pub(crate) fn rate_key(&self) -> Option<String> {
@@ -69,12 +80,14 @@ pub(crate) enum Refusal {
     Unavailable(String),
 }
 
-/// Whether a request only reads: `GET`/`HEAD`, and the two `POST`s whose
-/// body is a question (search, assemble). A read-scoped token may make
-/// these only.
+/// Whether a request only reads: `GET`/`HEAD`, and the `POST`s whose
+/// body is a question (search, assemble) or an MCP message (whose one
+/// writing tool, `memory_note`, refuses a read-scoped token itself). A
+/// read-scoped token may make these only.
 pub(crate) fn is_read(method: &str, path: &str) -> bool {
     matches!(method, "GET" | "HEAD")
-        || (method == "POST" && (path.ends_with("/search") || path.ends_with("/assemble")))
+        || (method == "POST"
+            && (path.ends_with("/search") || path.ends_with("/assemble") || path.ends_with("/mcp")))
 }
 
 /// Requests per caller key, a token bucket per key (`governor`).
@@ -403,6 +416,7 @@ mod tests {
         assert!(is_read("GET", "/v1/workspaces/acme/entries"));
         assert!(is_read("POST", "/v1/workspaces/acme/search"));
         assert!(is_read("POST", "/v1/workspaces/acme/assemble"));
+        assert!(is_read("POST", "/v1/workspaces/acme/mcp"));
         assert!(!is_read("POST", "/v1/workspaces/acme/turns"));
         assert!(!is_read("POST", "/v1/workspaces/acme/forget"));
         assert!(!is_read("DELETE", "/v1/tokens/0123456789ab"));

@@ -883,15 +883,16 @@ async fn mcp_endpoint(
         .to_owned();
     let query = web::Query::<McpQuery>::from_query(req.query_string())
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.to_string()))?;
-    let caller = req
-        .extensions()
-        .get::<Principal>()
-        .and_then(Principal::rate_key);
+    let (caller, read_only) = match req.extensions().get::<Principal>() {
+        Some(p) => (p.rate_key(), p.reads_only()),
+        None => (None, false),
+    };
     let identity = crate::mcp::Identity {
         workspace,
         caller,
         asking: query.asking.clone(),
         destination: query.destination,
+        read_only,
     };
     let mut request = http::Request::builder()
         .method(req.method().as_str())

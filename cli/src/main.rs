@@ -661,6 +661,7 @@ fn run(cli: Cli) -> Result<()> {
                 caller,
                 asking: cli.asking.clone(),
                 destination,
+                read_only: false,
             };
             let served = cairn_cli::mcp::serve_stdio(cairn.clone(), identity);
             cairn.flush()?;

@@ -61,6 +61,9 @@ pub struct Identity {
     /// Where what the tools return goes (the memory policy decides per
     /// destination); `local_model` when absent.
     pub destination: Option<Destination>,
+    /// Reads only: `memory_note` is refused (a read-scoped token over
+    /// HTTP).
+    pub read_only: bool,
 }
 
 /// The MCP server: the facade and who asks.
@@ -476,6 +479,10 @@ impl CairnMcp {
                     "transcript",
                 )
             }
+            "memory_note" if id.read_only => Err(ToolError {
+                code: "forbidden".to_owned(),
+                message: "this token may read only; memory_note writes".to_owned(),
+            }),
             "memory_note" => {
                 let a: NoteArgs = args(name, arguments)?;
                 let note = Note {
@@ -734,6 +741,7 @@ impl McpHttp {
                 caller: None,
                 asking: None,
                 destination: None,
+                read_only: false,
             },
         )
         .serving_http();

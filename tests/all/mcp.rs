@@ -313,6 +313,18 @@ fn cairn_serve_mcp_endpoint_follows_the_token_and_the_asking_query() -> Result<(
         "[[server.tokens]]\ntoken = \"acme-token-0123456789\"\nworkspaces = [\"default\"]\n",
     )?;
     let config = config.to_str().context("path")?;
+    // A read-scoped stored token too.
+    let made = std::process::Command::new(crate::support::cairn_bin())
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["tokens", "create", "--scope", "read"])
+        .output()?;
+    ensure!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let reader = String::from_utf8(made.stdout)?.trim().to_owned();
     let server = crate::support::Server::start_with(&data, &["--config", config])?;
     let token = Some("acme-token-0123456789");
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -377,6 +389,32 @@ fn cairn_serve_mcp_endpoint_follows_the_token_and_the_asking_query() -> Result<(
     ensure!(
         status == 400,
         "an unknown query parameter is refused: {status}"
+    );
+    // The read-scoped token reads over MCP, and its note is refused.
+    let reader = Some(reader.as_str());
+    let (status, read) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp",
+        reader,
+        &call("session_list", json!({})),
+    )?;
+    ensure!(
+        status == 200 && read["result"]["isError"] != true,
+        "{status} {read}"
+    );
+    let (_, note) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp",
+        reader,
+        &call(
+            "memory_note",
+            json!({"kind": "fact", "content": "Read tokens write nothing."}),
+        ),
+    )?;
+    ensure!(
+        note["result"]["isError"] == true
+            && note["result"]["structuredContent"]["code"] == "forbidden",
+        "{note}"
     );
     Ok(())
 }
