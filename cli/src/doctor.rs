@@ -321,6 +321,36 @@ fn store_checks(config: &CairnConfig) -> Vec<Check> {
             format!("opened, but cannot list workspaces: {err}"),
         )),
     }
+    match cairn.tokens() {
+        Ok(tokens) if tokens.is_empty() => checks.push(Check::new(
+            "tokens",
+            Status::Info,
+            "no stored access tokens (cairn tokens create makes one)",
+        )),
+        Ok(tokens) => {
+            let listed: Vec<Value> = tokens
+                .iter()
+                .map(|t| json!({"id": t.id, "workspace": t.workspace, "scope": t.scope}))
+                .collect();
+            checks.push(
+                Check::new(
+                    "tokens",
+                    Status::Info,
+                    format!(
+                        "{} stored access token(s): cairn serve requires a bearer token on \
+                         every request",
+                        tokens.len()
+                    ),
+                )
+                .details(json!({ "tokens": listed })),
+            );
+        }
+        Err(err) => checks.push(Check::new(
+            "tokens",
+            Status::Fail,
+            format!("the access tokens cannot be read: {err}"),
+        )),
+    }
     match cairn.plugins() {
         Ok(report) => {
             for p in &report.plugins {
@@ -376,7 +406,8 @@ fn rules_check(config: &CairnConfig) -> Vec<Check> {
             server.requests_per_minute
         )
     } else {
-        "no tokens: open, loopback only".to_owned()
+        "no tokens configured: open and loopback only, unless tokens are stored (see `tokens`)"
+            .to_owned()
     };
     vec![
         Check::new(

@@ -163,6 +163,18 @@ fn stored_tokens_open_one_workspace_for_their_scope_until_revoked() -> Result<()
     cairn(&data, &["tokens", "revoke", id])?;
     let listed: Value = serde_json::from_str(&cairn(&data, &["tokens", "list", "--json"])?)?;
     ensure!(listed.as_array().map(Vec::len) == Some(2), "{listed}");
+    // The doctor says a server on this data dir needs a token.
+    let doctor: Value = serde_json::from_str(&cairn(&data, &["doctor", "--json"])?)?;
+    let tokens = doctor["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "tokens")
+        .context("no tokens check")?;
+    ensure!(
+        tokens["details"]["tokens"].as_array().map(Vec::len) == Some(2),
+        "{tokens}"
+    );
     Ok(())
 }
 
