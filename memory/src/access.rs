@@ -106,6 +106,15 @@ fn random_hex(n: usize) -> Result<String> {
     Ok(hex(&bytes))
 }
 
+/// A stored record, or `Corrupt` naming its key.
+fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored> {
+    serde_json::from_slice(bytes).map_err(|e| MemoryError::Corrupt {
+        what: "access token",
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
 /// Splits `cairn_<id>_<secret>`; `None` for anything else.
 fn parse(token: &str) -> Option<(&str, &str)> {
     let rest = token.strip_prefix("cairn_")?;
@@ -125,13 +134,7 @@ impl Memory {
         let Some(bytes) = self.shared.store.meta_get(key.as_bytes())? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| MemoryError::Corrupt {
-                what: "access token",
-                key,
-                reason: e.to_string(),
-            })
+        decode(key.as_bytes(), &bytes).map(Some)
     }
 
     /// Makes a token opening `workspace` with `scope`; returns its listing
@@ -181,14 +184,8 @@ impl Memory {
     /// Every stored token (never the secrets), oldest first.
     pub fn access_tokens(&self) -> Result<Vec<AccessToken>> {
         let mut all = Vec::new();
-        for kv in self.shared.store.meta_scan_prefix(PREFIX.as_bytes())? {
-            let stored: Stored =
-                serde_json::from_slice(&kv.1).map_err(|e| MemoryError::Corrupt {
-                    what: "access token",
-                    key: String::from_utf8_lossy(&kv.0).into_owned(),
-                    reason: e.to_string(),
-                })?;
-            all.push(stored.token);
+        for (key, value) in self.shared.store.meta_scan_prefix(PREFIX.as_bytes())? {
+            all.push(decode(&key, &value)?.token);
         }
         all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(all)
