@@ -20,7 +20,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Map, Value, json};
 
-use crate::support::Server;
+use crate::support::{Server, admin_and_acme};
 
 const ADMIN: &str = "admin-token-cross-0123456789";
 const ACME: &str = "acme-token-cross-0123456789";
@@ -383,17 +383,7 @@ fn try_all(
 #[test]
 fn no_route_crosses_workspaces() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nadmin_token = \"{ADMIN}\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
-        ),
-    )?;
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().context("path")?],
-    )?;
+    let server = Server::start_configured(dir.path(), &admin_and_acme(ADMIN, ACME))?;
     let host = server.base.trim_start_matches("http://").to_owned();
     let admin_auth = format!("Bearer {ADMIN}");
     let acme_auth = format!("Bearer {ACME}");

@@ -15,7 +15,7 @@ use cairn::{
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 
-use crate::support::{Server, cairn_bin};
+use crate::support::{Server, admin_and_acme, cairn_bin};
 
 fn start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0)
@@ -324,16 +324,9 @@ fn cli_maintain_dry_run_writes_nothing_then_runs_restores_and_undoes() -> Result
 fn http_maintain_is_guarded_and_described() -> Result<()> {
     const ACME: &str = "acme-token-0123456789abcdef";
     let dir = tempfile::tempdir()?;
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nadmin_token = \"admin-token-0123456789abcdef\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
-        ),
-    )?;
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().context("path")?],
+    let server = Server::start_configured(
+        dir.path(),
+        &admin_and_acme("admin-token-0123456789abcdef", ACME),
     )?;
     let host = server.base.trim_start_matches("http://").to_owned();
     let auth = format!("Bearer {ACME}");

@@ -12,6 +12,14 @@ pub(crate) fn cairn_bin() -> &'static str {
     env!("CARGO_BIN_EXE_cairn")
 }
 
+/// A `[server]` configuration with an admin token and one workspace token
+/// that opens `acme`.
+pub(crate) fn admin_and_acme(admin: &str, acme: &str) -> String {
+    format!(
+        "[server]\nadmin_token = \"{admin}\"\n[[server.tokens]]\ntoken = \"{acme}\"\nworkspaces = [\"acme\"]\n"
+    )
+}
+
 /// A running `cairn serve`; killed with SIGKILL when dropped.
 pub(crate) struct Server {
     child: Child,
@@ -22,6 +30,15 @@ pub(crate) struct Server {
 impl Server {
     pub(crate) fn start(data_dir: &Path) -> Result<Server> {
         Server::start_with(data_dir, &[])
+    }
+
+    /// Starts `cairn serve` on `dir/data` with `toml` as its configuration
+    /// (written to `dir/cairn.toml`).
+    pub(crate) fn start_configured(dir: &Path, toml: &str) -> Result<Server> {
+        let config = dir.join("cairn.toml");
+        std::fs::write(&config, toml)?;
+        let config = config.to_str().context("config path")?;
+        Server::start_with(&dir.join("data"), &["--config", config])
     }
 
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).

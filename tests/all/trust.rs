@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, ensure};
 
-use crate::support::{Server, cairn_bin};
+use crate::support::{Server, admin_and_acme, cairn_bin};
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
 const ACME: &str = "acme-token-0123456789abcdef";
@@ -14,15 +14,7 @@ const ACME: &str = "acme-token-0123456789abcdef";
 #[test]
 fn tokens_open_their_workspaces_and_nothing_else() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nadmin_token = \"{ADMIN}\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
-        ),
-    )?;
-    let data = dir.path().join("data");
-    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let server = Server::start_configured(dir.path(), &admin_and_acme(ADMIN, ACME))?;
     let host = server.base.trim_start_matches("http://").to_owned();
     let acme = format!("Bearer {ACME}");
     let admin = format!("Bearer {ADMIN}");
@@ -149,15 +141,9 @@ fn a_public_address_needs_tokens() -> Result<()> {
 #[test]
 fn requests_are_limited_per_token_not_per_claimed_name() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nrequests_per_minute = 20\nadmin_token = \"{ADMIN}\"\n[[server.tokens]]\ntoken = \"{ACME}\"\nworkspaces = [\"acme\"]\n"
-        ),
-    )?;
-    let data = dir.path().join("data");
-    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let toml =
+        admin_and_acme(ADMIN, ACME).replace("[server]\n", "[server]\nrequests_per_minute = 20\n");
+    let server = Server::start_configured(dir.path(), &toml)?;
     let host = server.base.trim_start_matches("http://").to_owned();
     let get = |token: &str| {
         let auth = format!("Bearer {token}");
