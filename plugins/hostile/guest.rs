@@ -12,9 +12,9 @@ wit_bindgen::generate!({
         package cairn:hostile;
 
         world hostile {
-            include cairn:policy/significance-gate@0.1.0;
-            include cairn:policy/topic-directive@0.1.0;
-            include cairn:policy/memory-policy@0.1.0;
+            include cairn:policy/significance-gate@0.1.1;
+            include cairn:policy/topic-directive@0.1.1;
+            include cairn:policy/memory-policy-batch@0.1.1;
         }
     "#,
     path: "../../../wit",
@@ -90,6 +90,10 @@ impl Guest for Hostile {
             reason_codes: vec![ReasonCode::DefaultRule],
             note: calls_note(),
         }
+    }
+
+    fn decide_batch(requests: Vec<PolicyRequest>) -> Vec<MemoryPolicyDecision> {
+        requests.into_iter().map(Self::decide).collect()
     }
 }
 

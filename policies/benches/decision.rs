@@ -145,6 +145,32 @@ struct Fixture {
     sig: SignificanceInput,
     topic: TopicInput,
     request: PolicyRequest,
+    /// An assembly's worth of candidates: 50 requests, distinct objects.
+    batch: Vec<PolicyRequest>,
+}
+
+/// The candidates of one assembly: 50 objects of mixed kinds, sessions and
+/// sensitivities.
+fn assembly_requests() -> Vec<PolicyRequest> {
+    (0..50)
+        .map(|i| {
+            let mut request = policy_request();
+            request.object_ref.id = format!("s-{}:{i}", i % 7);
+            request.object_ref.kind = if i % 3 == 0 {
+                ObjectKind::Entry
+            } else {
+                ObjectKind::Turn
+            };
+            request.object_ref.session_id = Some(format!("s-{}", i % 7));
+            request.object_ref.sensitivity = match i % 10 {
+                0 => Sensitivity::Secret,
+                1 | 2 => Sensitivity::Personal,
+                _ => Sensitivity::Normal,
+            };
+            request.destination = Some(Destination::LocalModel);
+            request
+        })
+        .collect()
 }
 
 fn fixture() -> Fixture {
@@ -157,6 +183,7 @@ fn fixture() -> Fixture {
         sig: significance_input(&text),
         topic: topic_input(&text),
         request: policy_request(),
+        batch: assembly_requests(),
     }
 }
 
@@ -193,6 +220,27 @@ fn criterion_groups(c: &mut Criterion, f: &Fixture) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("wasm", |b| {
         b.iter(|| f.set.memory.decide(black_box(&f.request)).expect("decide"))
+    });
+    g.finish();
+
+    // An assembly's 50 candidates: one call each (the baseline, as before
+    // 0.1.1) against one batched call (target: <= 50 µs).
+    let mut g = c.benchmark_group("plugin_call/memory_policy_50");
+    g.throughput(Throughput::Elements(f.batch.len() as u64));
+    g.bench_function("50 single calls (baseline)", |b| {
+        b.iter(|| {
+            for request in &f.batch {
+                black_box(f.set.memory.decide(black_box(request)).expect("decide"));
+            }
+        })
+    });
+    g.bench_function("one batched call", |b| {
+        b.iter(|| {
+            f.set
+                .memory
+                .decide_many(black_box(&f.batch))
+                .expect("decide")
+        })
     });
     g.finish();
 }
@@ -249,6 +297,20 @@ fn percentiles(f: &Fixture, n: usize) {
             "memory-policy wasm",
             samples(n, n / 5, || {
                 black_box(f.set.memory.decide(&f.request).expect("decide"));
+            }),
+        ),
+        (
+            "memory-policy, 50 single calls",
+            samples(n / 50, n / 250, || {
+                for request in &f.batch {
+                    black_box(f.set.memory.decide(request).expect("decide"));
+                }
+            }),
+        ),
+        (
+            "memory-policy, one batch of 50",
+            samples(n / 50, n / 250, || {
+                black_box(f.set.memory.decide_many(&f.batch).expect("decide"));
             }),
         ),
     ];

@@ -33,3 +33,14 @@ pub(crate) mod memory {
         },
     });
 }
+
+pub(crate) mod memory_batch {
+    wasmtime::component::bindgen!({
+        world: "memory-policy-batch",
+        path: "../wit",
+        with: {
+            "cairn:policy/types": crate::bindings::significance::cairn::policy::types,
+            "cairn:policy/memory": crate::bindings::memory::cairn::policy::memory,
+        },
+    });
+}

@@ -228,6 +228,14 @@ pub trait DecisionSink: Send + Sync + 'static {
     /// Records one decision. An error is returned to the caller of
     /// `decide` as [`PolicyError::DecisionLog`](crate::PolicyError::DecisionLog).
     fn record(&self, record: &DecisionRecord) -> Result<(), SinkError>;
+
+    /// Records the decisions of one batched call (or of one operation, such
+    /// as an assembly) together. A durable sink should keep them as one
+    /// record that still answers for each decision id; the default records
+    /// them one by one.
+    fn record_batch(&self, records: &[DecisionRecord]) -> Result<(), SinkError> {
+        records.iter().try_for_each(|record| self.record(record))
+    }
 }
 
 /// An in-memory decision log that keeps the most recent records.

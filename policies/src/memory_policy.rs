@@ -11,6 +11,7 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use crate::bindings::memory as b;
+use crate::bindings::memory_batch as bb;
 use crate::decisions::DecisionOutput;
 use crate::digest::{Feed, InputsDigest};
 use crate::fault::{self, Fault};
@@ -385,25 +386,50 @@ fn accept(
     })
 }
 
+/// A memory-policy component, type-checked: one that exports the batched
+/// call (`memory-policy-batch`, 0.1.1) or one that only decides one request
+/// at a time (`memory-policy`, still served).
+#[derive(Clone)]
+#[doc(hidden)]
+#[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
+pub enum MemoryPre {
+    Batch(bb::MemoryPolicyBatchPre<StoreState>),
+    Single(b::MemoryPolicyPre<StoreState>),
+}
+
+/// An instance of either kind of memory-policy component.
+#[doc(hidden)]
+#[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
+pub enum MemoryInstance {
+    Batch(bb::MemoryPolicyBatch),
+    Single(b::MemoryPolicy),
+}
+
 impl World for MemoryPolicy {
     type Input = PolicyRequest;
     type Decision = MemoryPolicyDecision;
     const KIND: WorldKind = WorldKind::MemoryPolicy;
     const EXPORT: &'static str = "decide";
 
-    type Pre = b::MemoryPolicyPre<StoreState>;
-    type Instance = b::MemoryPolicy;
+    type Pre = MemoryPre;
+    type Instance = MemoryInstance;
     type Raw = b::MemoryPolicyDecision;
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
-        b::MemoryPolicyPre::new(pre)
+        match bb::MemoryPolicyBatchPre::new(pre.clone()) {
+            Ok(batch) => Ok(MemoryPre::Batch(batch)),
+            Err(_) => b::MemoryPolicyPre::new(pre).map(MemoryPre::Single),
+        }
     }
 
     fn instantiate(
         pre: &Self::Pre,
         store: &mut Store<StoreState>,
     ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
+        match pre {
+            MemoryPre::Batch(pre) => pre.instantiate(store).map(MemoryInstance::Batch),
+            MemoryPre::Single(pre) => pre.instantiate(store).map(MemoryInstance::Single),
+        }
     }
 
     fn call(
@@ -411,7 +437,24 @@ impl World for MemoryPolicy {
         store: &mut Store<StoreState>,
         input: &Self::Input,
     ) -> wasmtime::Result<Self::Raw> {
-        instance.call_decide(store, &to_wit(input))
+        match instance {
+            MemoryInstance::Batch(i) => i.call_decide(store, &to_wit(input)),
+            MemoryInstance::Single(i) => i.call_decide(store, &to_wit(input)),
+        }
+    }
+
+    fn call_many(
+        instance: &Self::Instance,
+        store: &mut Store<StoreState>,
+        inputs: &[Self::Input],
+    ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
+        match instance {
+            MemoryInstance::Batch(i) => {
+                let requests: Vec<b::PolicyRequest> = inputs.iter().map(to_wit).collect();
+                Some(i.call_decide_batch(store, &requests))
+            }
+            MemoryInstance::Single(_) => None,
+        }
     }
 
     fn accept(raw: Self::Raw, max_output_bytes: usize) -> Result<Self::Decision, Fault> {

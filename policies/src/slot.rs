@@ -39,7 +39,7 @@ use wasmtime::Store;
 
 use crate::decisions::{DecisionId, DecisionRecord, Outcome, PolicyGenerationId};
 use crate::error::{PolicyError, Result};
-use crate::fault::{Fault, FaultKind};
+use crate::fault::{self, Fault, FaultKind};
 use crate::host::{HostInner, Limits, PreparedPlugin};
 use crate::store::StoreState;
 use crate::vocab::ReasonCode;
@@ -220,6 +220,124 @@ impl<W: World> PolicySlot<W> {
                 source,
             })?;
         Ok(decided)
+    }
+
+    /// Decides about every input, in order, with one plugin call when the
+    /// plugin exports a batched call (the `memory-policy-batch` world), and
+    /// logs the decisions as **one** decision-log record
+    /// ([`DecisionSink::record_batch`](crate::DecisionSink::record_batch)),
+    /// each still with its own decision id.
+    ///
+    /// A plugin without a batched call is called once per input. A fault in
+    /// a batched call fails the whole call: every input gets the fail-safe
+    /// (a batch is judged all or nothing, never half by a faulting plugin).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cairn_policies::*;
+    ///
+    /// # fn main() -> Result<(), PolicyError> {
+    /// let sink = Arc::new(MemorySink::default());
+    /// let host = PolicyHost::new(HostConfig::default(), sink.clone())?;
+    /// let slot = host.slot(&host.prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)?)?;
+    /// let object = |id: &str| ContentReference {
+    ///     kind: ObjectKind::Turn, id: id.into(), work_context_id: None, session_id: None,
+    ///     sensitivity: Sensitivity::Normal, low_trust: false,
+    /// };
+    /// let requests: Vec<PolicyRequest> = ["s:1", "s:2", "s:3"]
+    ///     .iter()
+    ///     .map(|id| PolicyRequest::new(object(id), Action::RenderInline, Some(Destination::LocalModel)))
+    ///     .collect();
+    /// let decided = slot.decide_many(&requests)?;
+    /// assert_eq!(decided.len(), 3);
+    /// assert!(decided.iter().all(|d| d.outcome.is_plugin()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn decide_many(&self, inputs: &[W::Input]) -> Result<Vec<Decided<W::Decision>>> {
+        let (decided, records) = self.judge_many(inputs);
+        self.log_batch(&records)?;
+        Ok(decided)
+    }
+
+    /// [`PolicySlot::decide_many`] without the logging: the decisions and
+    /// their records, which the caller must hand to
+    /// [`PolicySlot::log_batch`] (possibly with the records of other calls,
+    /// so that one operation leaves one record) before it uses them.
+    pub fn judge_many(
+        &self,
+        inputs: &[W::Input],
+    ) -> (Vec<Decided<W::Decision>>, Vec<DecisionRecord>) {
+        if inputs.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let started = Instant::now();
+        let generation = self.inner.current.load_full();
+        let judged: Vec<(W::Decision, Outcome)>;
+        let mut fuel_consumed = None;
+        if self.inner.is_held.load(Ordering::Acquire) {
+            judged = inputs
+                .iter()
+                .map(|input| {
+                    (
+                        W::fail_safe(input, ReasonCode::CircuitOpen),
+                        Outcome::CircuitOpen,
+                    )
+                })
+                .collect();
+        } else {
+            let (answers, fuel) = generation.decide_many(&self.inner.host, inputs);
+            judged = answers;
+            fuel_consumed = fuel;
+        }
+        let elapsed = started.elapsed();
+        // Each decision's share of the call.
+        let share = elapsed / u32::try_from(inputs.len()).unwrap_or(u32::MAX);
+        let mut decided = Vec::with_capacity(inputs.len());
+        let mut records = Vec::with_capacity(inputs.len());
+        for (input, (decision, outcome)) in inputs.iter().zip(judged) {
+            let d = Decided {
+                decision,
+                decision_id: DecisionId::new(),
+                generation: generation.id.clone(),
+                outcome,
+                duration: share,
+            };
+            records.push(DecisionRecord {
+                decision_id: d.decision_id,
+                world: W::KIND,
+                plugin: generation.plugin.to_string(),
+                generation: d.generation.clone(),
+                inputs_digest: W::digest(input),
+                output: W::output(&d.decision),
+                outcome: d.outcome.clone(),
+                duration: share,
+                // The call's fuel, on its first record only.
+                fuel_consumed: if records.is_empty() {
+                    fuel_consumed
+                } else {
+                    None
+                },
+                session: W::session_of(input).map(str::to_owned),
+            });
+            decided.push(d);
+        }
+        (decided, records)
+    }
+
+    /// Hands `records` to the decision sink as one batch.
+    pub fn log_batch(&self, records: &[DecisionRecord]) -> Result<()> {
+        let Some(first) = records.first() else {
+            return Ok(());
+        };
+        self.inner
+            .host
+            .sink
+            .record_batch(records)
+            .map_err(|source| PolicyError::DecisionLog {
+                decision_id: first.decision_id,
+                source,
+            })
     }
 
     /// Makes `plugin` the slot's new generation and returns its id.
@@ -421,6 +539,105 @@ impl<W: World> Generation<W> {
                 self.faulted(input, fault, used)
             }
         }
+    }
+
+    /// Every input in one call when the plugin has a batched call; one call
+    /// per input otherwise. Returns each decision with its outcome, and the
+    /// fuel the batched call used.
+    fn decide_many(
+        &self,
+        host: &HostInner,
+        inputs: &[W::Input],
+    ) -> (Vec<(W::Decision, Outcome)>, Option<u64>) {
+        let one_by_one = |this: &Self| {
+            let answers = inputs
+                .iter()
+                .map(|input| {
+                    let (decision, outcome, _) = this.decide(host, input);
+                    (decision, outcome)
+                })
+                .collect();
+            (answers, None)
+        };
+        if self.breaker.is_open() {
+            return one_by_one(self);
+        }
+        let pooled = self.idle.lock().pop();
+        let mut warm = match pooled {
+            Some(warm) => warm,
+            None => match self.instantiate(host) {
+                Ok(warm) => warm,
+                Err(fault) => return self.all_faulted(inputs, fault, None),
+            },
+        };
+        // The batch gets the fuel of as many single calls.
+        let n = u64::try_from(inputs.len()).unwrap_or(u64::MAX);
+        let fuel = self.limits.fuel.saturating_mul(n);
+        warm.store.data_mut().rearm();
+        if let Err(err) = warm.store.set_fuel(fuel) {
+            self.discard(warm);
+            return self.all_faulted(inputs, Fault::new(FaultKind::Trap, err.to_string()), None);
+        }
+        let Some(result) = W::call_many(&warm.instance, &mut warm.store, inputs) else {
+            // No batched call: back to the pool, then one call per input.
+            self.check_in(warm);
+            return one_by_one(self);
+        };
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let used = fuel.saturating_sub(warm.store.get_fuel().unwrap_or(0));
+        let checked = match result {
+            Ok(raws) if raws.len() == inputs.len() => raws
+                .into_iter()
+                .map(|raw| W::accept(raw, self.limits.max_output_bytes))
+                .collect::<Result<Vec<_>, Fault>>(),
+            Ok(raws) => Err(fault::invalid(format!(
+                "{} decisions for {} requests",
+                raws.len(),
+                inputs.len()
+            ))),
+            Err(err) => Err(Fault::from_call_error(
+                &err,
+                warm.store.data().memory_denied(),
+            )),
+        };
+        match checked {
+            Ok(decisions) => {
+                warm.calls += 1;
+                self.check_in(warm);
+                self.breaker.success();
+                let answers = decisions
+                    .into_iter()
+                    .map(|d| (d, Outcome::Plugin))
+                    .collect();
+                (answers, Some(used))
+            }
+            Err(fault) => {
+                self.discard(warm);
+                self.all_faulted(inputs, fault, Some(used))
+            }
+        }
+    }
+
+    /// One fault for a whole batched call: counted once, every input gets
+    /// the fail-safe.
+    fn all_faulted(
+        &self,
+        inputs: &[W::Input],
+        fault: Fault,
+        fuel: Option<u64>,
+    ) -> (Vec<(W::Decision, Outcome)>, Option<u64>) {
+        let Some((first, rest)) = inputs.split_first() else {
+            return (Vec::new(), fuel);
+        };
+        let (decision, outcome, _) = self.faulted(first, fault, fuel);
+        let mut answers = vec![(decision, outcome.clone())];
+        for input in rest {
+            answers.push((
+                W::fail_safe(input, ReasonCode::PluginFault),
+                outcome.clone(),
+            ));
+        }
+        (answers, fuel)
     }
 
     /// One call with a full tank and a re-armed limiter, its output checked;

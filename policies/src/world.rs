@@ -111,6 +111,19 @@ pub trait World: sealed::Sealed + Send + Sync + Sized + 'static {
         input: &Self::Input,
     ) -> wasmtime::Result<Self::Raw>;
 
+    /// One call deciding every input, when the plugin exports a batched
+    /// call (`Some`): the raw answers, which the host checks one per input.
+    /// `None` when the plugin (or the world) has no batched call: the host
+    /// then calls [`World::call`] once per input.
+    #[doc(hidden)]
+    fn call_many(
+        _instance: &Self::Instance,
+        _store: &mut Store<StoreState>,
+        _inputs: &[Self::Input],
+    ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
+        None
+    }
+
     /// Checks the guest's output (size first, then meaning) and converts it.
     #[doc(hidden)]
     fn accept(raw: Self::Raw, max_output_bytes: usize) -> Result<Self::Decision, Fault>;

@@ -7,6 +7,7 @@
 //! (`Cairn::policies`), so a hot swap applies to the next assembly and every
 //! decision lands in the durable decision log with its generation.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 
 use cairn_memory::assemble::{
@@ -17,12 +18,13 @@ use cairn_memory::redact::{Exposure, exposure};
 use cairn_memory::search::{SearchService, search_options};
 use cairn_memory::{SessionKind, Workspace};
 use cairn_policies::{
-    Action, MemoryPolicy, ObjectKind, PolicySlot, PrincipalKind, PrincipalRef, Sensitivity,
+    Action, DecisionRecord, MemoryPolicy, ObjectKind, PolicySlot, PrincipalKind, PrincipalRef,
+    Sensitivity,
 };
 
 use crate::error::Result;
 use crate::host::Cairn;
-use crate::reads::{Asker, Object, decide};
+use crate::reads::{Asker, Object, request_for, verdict_of};
 
 /// The `Retriever` seam over the search service: turn hits by `session:seq`,
 /// entry hits by entry id. Sub-agent sessions see only their lineage.
@@ -79,21 +81,55 @@ pub fn policy_destination(destination: Destination) -> cairn_policies::Destinati
 
 /// How sensitive a text looks: a credential makes it secret, an e-mail
 /// address or phone number personal.
+///
+/// The scan runs once per text: the answer is remembered under the text's
+/// BLAKE3 hash (texts up to 8 KiB, the last 65,536 of them), so a turn or
+/// entry judged by every assembly is scanned when first read, not per call.
+///
+/// ```
+/// use cairn::assembly::sensitivity_of;
+/// use cairn_policies::Sensitivity;
+/// assert_eq!(sensitivity_of("the key is sk-live-0123456789abcdef0123"), Sensitivity::Secret);
+/// assert_eq!(sensitivity_of("lunch at noon"), Sensitivity::Normal);
+/// ```
 pub fn sensitivity_of(text: &str) -> Sensitivity {
-    match exposure(text) {
+    const MEMO_MAX_BYTES: usize = 8 * 1024;
+    const MEMO_ENTRIES: usize = 65_536;
+    static MEMO: std::sync::OnceLock<quick_cache::sync::Cache<[u8; 32], Sensitivity>> =
+        std::sync::OnceLock::new();
+    let scan = |text: &str| match exposure(text) {
         Exposure::Secret => Sensitivity::Secret,
         Exposure::Personal => Sensitivity::Personal,
         Exposure::Clean => Sensitivity::Normal,
+    };
+    if text.len() > MEMO_MAX_BYTES {
+        return scan(text);
     }
+    let memo = MEMO.get_or_init(|| quick_cache::sync::Cache::new(MEMO_ENTRIES));
+    let key = *blake3::hash(text.as_bytes()).as_bytes();
+    if let Some(known) = memo.get(&key) {
+        return known;
+    }
+    let found = scan(text);
+    memo.insert(key, found);
+    found
 }
 
 /// The `PolicyCheck` seam over the memory-policy world: every candidate is
 /// a `render-inline` request for the block's destination, asked by the
 /// agent of the requesting session.
+///
+/// The candidates an assembly asks about together are judged in one plugin
+/// call ([`PolicySlot::judge_many`]), and the decisions of the whole
+/// assembly are logged as one decision-log record when it is done
+/// ([`WasmPolicyCheck::log`], or when the check is dropped), each still
+/// with its own decision id.
 #[derive(Debug)]
 pub struct WasmPolicyCheck<'a> {
     slot: &'a PolicySlot<MemoryPolicy>,
     lineage: Option<HashSet<String>>,
+    /// The decisions made so far, not yet logged.
+    pending: RefCell<Vec<DecisionRecord>>,
 }
 
 impl<'a> WasmPolicyCheck<'a> {
@@ -101,7 +137,73 @@ impl<'a> WasmPolicyCheck<'a> {
     /// requesting session may read in full (`None`: a main session, which
     /// may read its whole workspace).
     pub fn new(slot: &'a PolicySlot<MemoryPolicy>, lineage: Option<HashSet<String>>) -> Self {
-        WasmPolicyCheck { slot, lineage }
+        WasmPolicyCheck {
+            slot,
+            lineage,
+            pending: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Hands the decisions made so far to the decision log, as one record.
+    pub fn log(&self) -> Result<()> {
+        let records = std::mem::take(&mut *self.pending.borrow_mut());
+        Ok(self.slot.log_batch(&records)?)
+    }
+
+    /// The host's own directives are not memory: they pass as they are,
+    /// stamped with the generation in force.
+    fn directive(&self) -> PolicyVerdict {
+        PolicyVerdict {
+            fidelity: Fidelity::Full,
+            reason_codes: vec!["host-directive".to_owned()],
+            generation: self.slot.generation().as_str().to_owned(),
+            label_low_trust: false,
+        }
+    }
+}
+
+impl Drop for WasmPolicyCheck<'_> {
+    /// An assembly that failed half-way still logs what was decided.
+    fn drop(&mut self) {
+        if let Err(error) = self.log() {
+            tracing::warn!(%error, "an assembly's policy decisions could not be logged");
+        }
+    }
+}
+
+/// The policy's view of an assembly candidate; `None` for a directive.
+fn object_of<'i>(item: &PolicyItem<'i>) -> Option<Object<'i>> {
+    let (kind, id) = match item.source {
+        ItemSource::Directive { .. } => return None,
+        ItemSource::Turn { session, seq } => (ObjectKind::Turn, format!("{session}:{seq}")),
+        ItemSource::Entry { id, .. } | ItemSource::Missing { id } => {
+            (ObjectKind::Entry, id.clone())
+        }
+        // A summary is made of the session's turns: judged as one.
+        ItemSource::Summary { id } => (ObjectKind::Turn, id.clone()),
+        // A topic's collection is a turn, judged as that turn.
+        ItemSource::Topic { session, seq, .. } => (ObjectKind::Turn, format!("{session}:{seq}")),
+    };
+    Some(Object {
+        kind,
+        id,
+        session: item.session,
+        work_context: item.work_context,
+        text: item.text,
+        low_trust: item.low_trust,
+    })
+}
+
+fn asker_of(context: &PolicyContext<'_>) -> Asker {
+    Asker {
+        action: Action::RenderInline,
+        destination: Some(context.destination),
+        principal: PrincipalRef {
+            kind: PrincipalKind::Agent,
+            id: context.session.to_owned(),
+        },
+        surface: "assemble",
+        work_context: Some(context.work_context.to_owned()),
     }
 }
 
@@ -111,54 +213,44 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
         item: &PolicyItem<'_>,
         context: &PolicyContext<'_>,
     ) -> std::result::Result<PolicyVerdict, SeamError> {
-        let (kind, id) = match item.source {
-            // The host's own directives are not memory: they pass as they
-            // are, stamped with the generation in force.
-            ItemSource::Directive { .. } => {
-                return Ok(PolicyVerdict {
-                    fidelity: Fidelity::Full,
-                    reason_codes: vec!["host-directive".to_owned()],
-                    generation: self.slot.generation().as_str().to_owned(),
-                    label_low_trust: false,
-                });
-            }
-            ItemSource::Turn { session, seq } => (ObjectKind::Turn, format!("{session}:{seq}")),
-            ItemSource::Entry { id, .. } | ItemSource::Missing { id } => {
-                (ObjectKind::Entry, id.clone())
-            }
-            // A summary is made of the session's turns: judged as one.
-            ItemSource::Summary { id } => (ObjectKind::Turn, id.clone()),
-            // A topic's collection is a turn, judged as that turn.
-            ItemSource::Topic { session, seq, .. } => {
-                (ObjectKind::Turn, format!("{session}:{seq}"))
-            }
-        };
-        let asker = Asker {
-            action: Action::RenderInline,
-            destination: Some(context.destination),
-            principal: PrincipalRef {
-                kind: PrincipalKind::Agent,
-                id: context.session.to_owned(),
-            },
-            surface: "assemble",
-            work_context: Some(context.work_context.to_owned()),
-        };
-        let object = Object {
-            kind,
-            id,
-            session: item.session,
-            work_context: item.work_context,
-            text: item.text,
-            low_trust: item.low_trust,
-        };
-        let verdict = decide(self.slot, &asker, self.lineage.as_ref(), &object)
-            .map_err(|e| SeamError(e.to_string()))?;
-        Ok(PolicyVerdict {
-            fidelity: verdict.fidelity,
-            reason_codes: verdict.reason_codes,
-            generation: verdict.generation,
-            label_low_trust: verdict.label_low_trust,
-        })
+        let mut verdicts = self.check_many(std::slice::from_ref(item), context)?;
+        verdicts
+            .pop()
+            .ok_or_else(|| SeamError("the policy gave no verdict".to_owned()))
+    }
+
+    fn check_many(
+        &self,
+        items: &[PolicyItem<'_>],
+        context: &PolicyContext<'_>,
+    ) -> std::result::Result<Vec<PolicyVerdict>, SeamError> {
+        let asker = asker_of(context);
+        let objects: Vec<Option<Object<'_>>> = items.iter().map(object_of).collect();
+        let requests: Vec<_> = objects
+            .iter()
+            .flatten()
+            .map(|object| request_for(&asker, self.lineage.as_ref(), object))
+            .collect();
+        let (decided, records) = self.slot.judge_many(&requests);
+        self.pending.borrow_mut().extend(records);
+        let mut decided = decided.iter();
+        objects
+            .iter()
+            .map(|object| match object {
+                None => Ok(self.directive()),
+                Some(_) => {
+                    let verdict = verdict_of(decided.next().ok_or_else(|| {
+                        SeamError("the policy gave fewer verdicts than asked".to_owned())
+                    })?);
+                    Ok(PolicyVerdict {
+                        fidelity: verdict.fidelity,
+                        reason_codes: verdict.reason_codes,
+                        generation: verdict.generation,
+                        label_low_trust: verdict.label_low_trust,
+                    })
+                }
+            })
+            .collect()
     }
 }
 
@@ -208,6 +300,8 @@ impl Cairn {
             let retriever = SearchRetriever::new(self.search(), workspace, lineage);
             ws.assemble(&request, &retriever, &policy)?
         };
+        // The decisions are in the log before the block is handed out.
+        policy.log()?;
         Ok(block)
     }
 }

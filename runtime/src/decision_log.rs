@@ -26,7 +26,9 @@
 //! # Layout
 //!
 //! In collection `State` of the system namespace: `r` + big-endian sequence
-//! number → the record as JSON; `c` + generation id → that generation's
+//! number → the record as JSON, or a JSON array of the records of one batch
+//! (an assembly's decisions, [`DecisionSink::record_batch`]; queries list
+//! each record of it); `c` + generation id → that generation's
 //! decision and fault counts; `m:first` / `m:next` → the oldest kept and the
 //! next sequence number. Retention keeps the newest
 //! [`DecisionLogConfig::keep`] records; older ones are deleted in the same
@@ -163,9 +165,10 @@ impl DecisionQuery {
 /// Counters of the decision log.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DecisionLogStats {
-    /// Records written since the log was created (the next sequence number).
+    /// Records written since the log was created (the next sequence
+    /// number). The decisions of one batch (an assembly) are one record.
     pub written: u64,
-    /// Records kept now (at most the configured `keep`).
+    /// Records kept now (at most the configured `keep`; a batch counts one).
     pub kept: u64,
     /// Records dropped by this process because the writer fell behind.
     pub dropped: u64,
@@ -195,7 +198,9 @@ pub struct GenerationCounts {
 }
 
 enum Message {
-    Record(Box<DecisionRecord>),
+    /// One decision, or the decisions of one batched call or operation
+    /// (stored together, as one value).
+    Records(Vec<DecisionRecord>),
     /// Answer once everything queued before is written (and synced, if
     /// asked).
     Barrier {
@@ -302,19 +307,13 @@ impl DecisionLog {
             for (key, value) in
                 store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)?
             {
-                let record: DecisionRecord = serde_json::from_slice(&value).map_err(|e| {
-                    CairnError::decision_log_from(
-                        format!(
-                            "record {} does not decode",
-                            seq_of(&key).unwrap_or_default()
-                        ),
-                        e,
-                    )
-                })?;
-                if query.matches(&record) {
-                    out.push(record);
-                    if out.len() == limit {
-                        return Ok(out);
+                // Newest first: a batch's decisions in reverse order too.
+                for record in decode_stored(&key, &value)?.into_iter().rev() {
+                    if query.matches(&record) {
+                        out.push(record);
+                        if out.len() == limit {
+                            return Ok(out);
+                        }
                     }
                 }
             }
@@ -345,29 +344,22 @@ impl DecisionLog {
             prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
             let mut batch = WriteBatch::default();
             for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
-                let mut record: serde_json::Value =
-                    serde_json::from_slice(&value).map_err(|e| {
-                        CairnError::decision_log_from(
-                            format!(
-                                "record {} does not decode",
-                                seq_of(&key).unwrap_or_default()
-                            ),
-                            e,
-                        )
-                    })?;
-                if record.get("session").and_then(serde_json::Value::as_str) != Some(session) {
+                let mut stored: serde_json::Value = serde_json::from_slice(&value)
+                    .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+                let hits = match &mut stored {
+                    serde_json::Value::Array(records) => records
+                        .iter_mut()
+                        .map(|record| u64::from(scrub_record(record, session)))
+                        .sum(),
+                    record => u64::from(scrub_record(record, session)),
+                };
+                if hits == 0 {
                     continue;
                 }
-                if let Some(fields) = record.as_object_mut() {
-                    fields.remove("session");
-                    if let Some(output) = fields.get_mut("output") {
-                        strip_notes(output);
-                    }
-                }
-                let bytes = serde_json::to_vec(&record)
+                let bytes = serde_json::to_vec(&stored)
                     .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
                 batch.put(Collection::State, key, bytes);
-                scrubbed += 1;
+                scrubbed += hits;
             }
             if !batch.is_empty() {
                 store.apply(batch)?;
@@ -435,9 +427,31 @@ impl Drop for LogInner {
 impl DecisionSink for DecisionLog {
     fn record(&self, record: &DecisionRecord) -> std::result::Result<(), SinkError> {
         let sent = match self.inner.tx.lock().as_ref() {
-            Some(tx) => tx.try_send(Message::Record(Box::new(record.clone()))),
+            Some(tx) => tx.try_send(Message::Records(vec![record.clone()])),
             None => return Ok(()),
         };
+        self.sent(sent)
+    }
+
+    fn record_batch(&self, records: &[DecisionRecord]) -> std::result::Result<(), SinkError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let sent = match self.inner.tx.lock().as_ref() {
+            Some(tx) => tx.try_send(Message::Records(records.to_vec())),
+            None => return Ok(()),
+        };
+        self.sent(sent)
+    }
+}
+
+impl DecisionLog {
+    /// Accounts for a record that could not be queued (never an error: a
+    /// decision is not held up by its log).
+    fn sent(
+        &self,
+        sent: std::result::Result<(), TrySendError<Message>>,
+    ) -> std::result::Result<(), SinkError> {
         match sent {
             Ok(()) => Ok(()),
             Err(TrySendError::Disconnected(_)) => {
@@ -500,7 +514,7 @@ impl Writer {
                 let mut next = Some(message);
                 while let Some(message) = next.take() {
                     match message {
-                        Message::Record(record) => records.push(*record),
+                        Message::Records(batch) => records.push(batch),
                         Message::Barrier { sync, done } => {
                             want_sync |= sync;
                             waiters.push(done);
@@ -536,25 +550,31 @@ impl Writer {
         }
     }
 
-    fn write(&mut self, records: &[DecisionRecord]) -> std::result::Result<(), String> {
+    fn write(&mut self, stored: &[Vec<DecisionRecord>]) -> std::result::Result<(), String> {
         let mut batch = WriteBatch::default();
         let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
         let mut next = self.next;
-        for record in records {
-            let value = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+        for records in stored {
+            let value = match records.as_slice() {
+                [one] => serde_json::to_vec(one),
+                many => serde_json::to_vec(many),
+            }
+            .map_err(|e| e.to_string())?;
             batch.put(Collection::State, record_key(next), value);
             next += 1;
-            let generation = record.generation.as_str();
-            let counts = match touched.get_mut(generation) {
-                Some(counts) => counts,
-                None => {
-                    let base = self.load_counts(generation)?;
-                    touched.entry(generation.to_owned()).or_insert(base)
+            for record in records {
+                let generation = record.generation.as_str();
+                let counts = match touched.get_mut(generation) {
+                    Some(counts) => counts,
+                    None => {
+                        let base = self.load_counts(generation)?;
+                        touched.entry(generation.to_owned()).or_insert(base)
+                    }
+                };
+                counts.decisions += 1;
+                if !record.outcome.is_plugin() {
+                    counts.faults += 1;
                 }
-            };
-            counts.decisions += 1;
-            if !record.outcome.is_plugin() {
-                counts.faults += 1;
             }
         }
         for (generation, counts) in &touched {
@@ -651,6 +671,36 @@ fn decode_counts(bytes: &[u8]) -> GenerationCounts {
         decisions: word(0),
         faults: word(8),
     }
+}
+
+/// What a stored value says of the decision log: one record (a JSON
+/// object) or the records of one batch (a JSON array).
+fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
+    let decoded = if value.first() == Some(&b'[') {
+        serde_json::from_slice(value)
+    } else {
+        serde_json::from_slice(value).map(|record| vec![record])
+    };
+    decoded.map_err(|e| CairnError::decision_log_from(undecodable(key), e))
+}
+
+fn undecodable(key: &[u8]) -> String {
+    format!("record {} does not decode", seq_of(key).unwrap_or_default())
+}
+
+/// Scrubs one record (as JSON) if it is about `session`: its session
+/// reference and every plugin note go. Returns whether it was.
+fn scrub_record(record: &mut serde_json::Value, session: &str) -> bool {
+    if record.get("session").and_then(serde_json::Value::as_str) != Some(session) {
+        return false;
+    }
+    if let Some(fields) = record.as_object_mut() {
+        fields.remove("session");
+        if let Some(output) = fields.get_mut("output") {
+            strip_notes(output);
+        }
+    }
+    true
 }
 
 /// Removes every `note` field under `value` (a plugin's free text).

@@ -26,8 +26,8 @@ use cairn_memory::compact::SummaryNode;
 use cairn_memory::redact::{redact, redact_personal};
 use cairn_memory::{Entry, Role, SessionKind, Turn, Workspace};
 use cairn_policies::{
-    Action, ContentFidelity, ContentReference, MemoryPolicy, ObjectKind, PolicyObligation,
-    PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef,
+    Action, ContentFidelity, ContentReference, Decided, MemoryPolicy, MemoryPolicyDecision,
+    ObjectKind, PolicyObligation, PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef,
 };
 
 use crate::assembly::{policy_destination, sensitivity_of};
@@ -144,14 +144,25 @@ pub(crate) struct Asker {
 }
 
 /// Asks `slot` about `object` for `asker`, who may read the sessions in
-/// `lineage` in full (`None`: all): the one place a memory-policy request
-/// is built, for assembly and for every read.
+/// `lineage` in full (`None`: all).
 pub(crate) fn decide(
     slot: &PolicySlot<MemoryPolicy>,
     asker: &Asker,
     lineage: Option<&HashSet<String>>,
     object: &Object<'_>,
 ) -> std::result::Result<Verdict, cairn_policies::PolicyError> {
+    let decided = slot.decide(&request_for(asker, lineage, object))?;
+    Ok(verdict_of(&decided))
+}
+
+/// The memory-policy request about `object` for `asker`, who may read the
+/// sessions in `lineage` in full (`None`: all): the one place such a
+/// request is built, for assembly and for every read.
+pub(crate) fn request_for(
+    asker: &Asker,
+    lineage: Option<&HashSet<String>>,
+    object: &Object<'_>,
+) -> PolicyRequest {
     let mut request = PolicyRequest::new(
         ContentReference {
             kind: object.kind,
@@ -172,7 +183,11 @@ pub(crate) fn decide(
         (Some(l), Some(s)) => l.contains(s),
         (Some(_), None) => false,
     };
-    let decided = slot.decide(&request)?;
+    request
+}
+
+/// What a decision lets a reader see.
+pub(crate) fn verdict_of(decided: &Decided<MemoryPolicyDecision>) -> Verdict {
     let d = &decided.decision;
     let fidelity = if !d.allows_content() {
         Fidelity::Blocked
@@ -185,7 +200,7 @@ pub(crate) fn decide(
             _ => Fidelity::Blocked,
         }
     };
-    Ok(Verdict {
+    Verdict {
         fidelity,
         reason_codes: d
             .reason_codes
@@ -194,7 +209,7 @@ pub(crate) fn decide(
             .collect(),
         generation: decided.generation.as_str().to_owned(),
         label_low_trust: d.obligations.contains(&PolicyObligation::LabelLowTrust),
-    })
+    }
 }
 
 /// A read's judge: one asker, many objects.

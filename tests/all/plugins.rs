@@ -599,3 +599,99 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
     );
     Ok(())
 }
+
+/// An assembly asks the memory policy about its candidates in one plugin
+/// call and leaves one decision-log record holding every decision (each
+/// with its own id); a plugin built for the single-request world is asked
+/// once per candidate, and the assembly still leaves one record.
+#[test]
+fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
+            .single()
+            .context("time")?,
+    );
+    let cairn = open(dir.path(), &clock)?;
+    let turns: Vec<TurnInput> = (0..12)
+        .map(|i| {
+            turn(
+                "s1",
+                "launch",
+                &format!("Turn {i}: we keep the launch on track."),
+            )
+        })
+        .collect();
+    cairn.ingest("w", &turns)?;
+    let mut request = cairn::AssembleRequest::new("s1", 4_000);
+    request.retrieval = cairn::RetrievalMode::Off;
+
+    // Decisions of other worlds (the significance gate deciding about the
+    // ingested turns, in the actors) may land meanwhile, one record each:
+    // a snapshot is the records written and those of other worlds, read
+    // until a read of both sees nothing land in between.
+    let snapshot = || -> Result<(u64, u64)> {
+        let others = || -> Result<u64> {
+            let all = cairn.policies().log(&DecisionQuery {
+                limit: 10_000,
+                ..DecisionQuery::default()
+            })?;
+            Ok(all
+                .iter()
+                .filter(|r| r.world != WorldKind::MemoryPolicy)
+                .count() as u64)
+        };
+        loop {
+            let before = others()?;
+            let written = cairn.policies().decision_log().stats()?.written;
+            if others()? == before {
+                return Ok((written, before));
+            }
+        }
+    };
+    let assemble = |expect_calls: &dyn Fn(usize) -> u64| -> Result<()> {
+        let (written, others_before) = snapshot()?;
+        let calls = cairn.policies().memory_policy().status().calls;
+        let block = cairn.assemble("w", &request)?;
+        let judged = block.trace.iter().filter(|t| t.policy.is_some()).count();
+        ensure!(judged >= 12, "{judged} items judged");
+        let (after, others_after) = snapshot()?;
+        let meanwhile = others_after - others_before;
+        ensure!(
+            after == written + 1 + meanwhile,
+            "one record for the assembly: {written} -> {after}, {meanwhile} of other worlds"
+        );
+        let records = cairn.policies().log(&DecisionQuery {
+            world: Some(WorldKind::MemoryPolicy),
+            limit: 1_000,
+            ..DecisionQuery::default()
+        })?;
+        let generation = cairn.policies().memory_policy().generation();
+        let mine: Vec<_> = records
+            .iter()
+            .filter(|r| r.generation == generation)
+            .collect();
+        ensure!(
+            mine.len() >= judged,
+            "{} records, {judged} judged",
+            mine.len()
+        );
+        let ids: std::collections::HashSet<_> = mine.iter().map(|r| r.decision_id).collect();
+        ensure!(ids.len() == mine.len(), "every decision keeps its own id");
+        let made = cairn.policies().memory_policy().status().calls - calls;
+        ensure!(
+            made == expect_calls(mine.len()),
+            "{made} plugin calls for {} decisions",
+            mine.len()
+        );
+        Ok(())
+    };
+    assemble(&|_| 1)?;
+    cairn.policies().install(
+        WorldKind::MemoryPolicy,
+        "local-only",
+        defaults::EXAMPLE_CUSTOM.wasm,
+    )?;
+    assemble(&|decisions| decisions as u64)?;
+    Ok(())
+}

@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -20,7 +21,7 @@ use chrono::{DateTime, Utc};
 use super::MAX_BUDGET_TOKENS;
 use super::render::{self, CLOSE, RULES, RULES_CLOSE, RULES_OPEN};
 use super::seams::{
-    CandidateRef, PolicyCheck, PolicyContext, PolicyItem, RetrievalQuery, Retriever,
+    CandidateRef, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retriever,
 };
 use super::tiers::{self, ResumePart};
 use super::{
@@ -84,6 +85,36 @@ struct Ctx<'a> {
     resume_attrs: String,
     /// Token costs of section headers and rule lines, counted once per call.
     key_costs: RefCell<HashMap<&'static str, usize>>,
+    /// The policy's verdicts, asked in batches ahead of the offers.
+    verdicts: HashMap<VerdictKey, PolicyVerdict>,
+}
+
+/// What a verdict is about: the item, and (a hash of) the text judged,
+/// since one entry may be offered as its content or as a briefing line.
+type VerdictKey = (ItemSource, u64);
+
+fn verdict_key(source: &ItemSource, text: &str) -> VerdictKey {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    (source.clone(), hasher.finish())
+}
+
+fn policy_item<'r>(raw: &'r Raw<'_>) -> PolicyItem<'r> {
+    PolicyItem {
+        source: &raw.source,
+        section: raw.section,
+        text: raw.text,
+        work_context: raw.work_context.as_deref(),
+        session: raw.session.as_deref(),
+        low_trust: raw.low_trust,
+    }
+}
+
+fn policy_error(e: super::SeamError) -> MemoryError {
+    MemoryError::AssemblySeam {
+        seam: "policy",
+        message: e.0,
+    }
 }
 
 /// Pieces per section, in section order.
@@ -216,31 +247,64 @@ impl<'a> Ctx<'a> {
         self.trace.len() - 1
     }
 
+    fn policy_context(&self) -> PolicyContext<'a> {
+        PolicyContext {
+            destination: self.destination,
+            session: &self.session.id,
+            work_context: &self.session.work_context,
+        }
+    }
+
+    /// Asks the policy about every candidate in `raws` not judged yet, in
+    /// one call ([`PolicyCheck::check_many`]); [`Ctx::offer`] then finds
+    /// the verdicts. Judging a candidate that is not offered in the end
+    /// costs little; a call per candidate costs much more.
+    fn prejudge(&mut self, raws: &[Raw<'_>]) -> Result<()> {
+        let mut keys = Vec::new();
+        let mut items = Vec::new();
+        let mut asked = HashSet::new();
+        for raw in raws {
+            let key = verdict_key(&raw.source, raw.text);
+            if self.verdicts.contains_key(&key) || !asked.insert(key.clone()) {
+                continue;
+            }
+            keys.push(key);
+            items.push(policy_item(raw));
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        let verdicts = self
+            .policy
+            .check_many(&items, &self.policy_context())
+            .map_err(policy_error)?;
+        if verdicts.len() != items.len() {
+            return Err(policy_error(super::SeamError(format!(
+                "{} verdicts for {} items",
+                verdicts.len(),
+                items.len()
+            ))));
+        }
+        self.verdicts.extend(keys.into_iter().zip(verdicts));
+        Ok(())
+    }
+
     /// Asks the policy, renders, and adds the candidate if `cap` (tokens
     /// still free in its part, headers and rule lines included) and the
     /// whole budget allow. `rule`/`reason` describe an inclusion.
     fn offer(&mut self, raw: Raw<'_>, cap: usize, rule: &str, reason: &str) -> Result<Offer> {
-        let verdict = self
-            .policy
-            .check(
-                &PolicyItem {
-                    source: &raw.source,
-                    section: raw.section,
-                    text: raw.text,
-                    work_context: raw.work_context.as_deref(),
-                    session: raw.session.as_deref(),
-                    low_trust: raw.low_trust,
-                },
-                &PolicyContext {
-                    destination: self.destination,
-                    session: &self.session.id,
-                    work_context: &self.session.work_context,
-                },
-            )
-            .map_err(|e| MemoryError::AssemblySeam {
-                seam: "policy",
-                message: e.0,
-            })?;
+        let key = verdict_key(&raw.source, raw.text);
+        let verdict = match self.verdicts.get(&key) {
+            Some(verdict) => verdict.clone(),
+            None => {
+                let verdict = self
+                    .policy
+                    .check(&policy_item(&raw), &self.policy_context())
+                    .map_err(policy_error)?;
+                self.verdicts.insert(key, verdict.clone());
+                verdict
+            }
+        };
         self.generations.insert(verdict.generation.clone());
         let note = PolicyNote {
             fidelity: verdict.fidelity,
@@ -464,6 +528,8 @@ struct Inputs<'r> {
     /// What the topics following the session collected lately: per topic
     /// (highest priority first), its newest memberships.
     topics: Vec<(String, Vec<Membership>)>,
+    /// The newest live handoff of the session's work context.
+    handoff: Option<EntryView>,
 }
 
 /// Checks the request and reads everything the steps need.
@@ -535,6 +601,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
             .unwrap_or_default()
     });
     let topics = topic_candidates(ws, &session, &settings)?;
+    let handoff = ws.latest_handoff(&session.work_context)?;
     let mut pinned: Vec<EntryView> = Vec::new();
     for id in ws.pinned()? {
         let current = match live.iter().find(|v| v.entry.id == id) {
@@ -564,6 +631,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         pinned,
         summaries,
         topics,
+        handoff,
     })
 }
 
@@ -674,8 +742,10 @@ pub(super) fn assemble(
         generations: BTreeSet::new(),
         resume_attrs,
         key_costs: RefCell::new(HashMap::new()),
+        verdicts: HashMap::new(),
         session: &inputs.session,
     };
+    prejudge_known(&mut cx, &inputs, &resume)?;
 
     let mut parts = hard_invariants(&mut cx, &inputs)?;
     let base_start = minimum_tail(&mut cx, &inputs, &mut parts)?;
@@ -690,7 +760,7 @@ pub(super) fn assemble(
             },
         });
     }
-    handoff(&mut cx, ws, &inputs)?;
+    handoff(&mut cx, &inputs)?;
     let mut tier_reports = Vec::new();
     let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
     let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
@@ -715,13 +785,13 @@ pub(super) fn assemble(
 /// Step 2b, the last-session handoff: the newest live handoff of the
 /// session's work context, when another session wrote it before this one
 /// started; within its cap and the budget, or traced out.
-fn handoff(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
+fn handoff(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
     let cap = inputs.settings.handoff_max_tokens;
     if cap == 0 {
         return Ok(());
     }
     let session = &inputs.session;
-    let Some(v) = ws.latest_handoff(&session.work_context)? else {
+    let Some(v) = &inputs.handoff else {
         return Ok(());
     };
     let from = v.entry.provenance.as_ref().map(|p| p.session.as_str());
@@ -729,7 +799,7 @@ fn handoff(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> 
         // This session's own, or written after it started: not a handoff to it.
         return Ok(());
     }
-    let mut raw = entry_raw(&v, Section::Handoff, Some(Warrant::Orientation));
+    let mut raw = entry_raw(v, Section::Handoff, Some(Warrant::Orientation));
     raw.prefix = format!(
         "Last session, {} ago: ",
         render::age(inputs.now, v.entry.timestamp)
@@ -785,16 +855,26 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
             lines.push((format!("{} {}", item.text, item.reference()), v, prefix));
         }
     }
-    let before = cx.used;
-    let mut added = Vec::new();
-    let mut over = Vec::new();
-    for (text, v, prefix) in &lines {
-        if cx.in_block.contains(&entry_source(v)) {
-            continue;
-        }
+    fn briefing_raw<'t>((text, v, prefix): &'t (String, &'t EntryView, &'static str)) -> Raw<'t> {
         let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
         raw.text = text;
         raw.prefix = (*prefix).to_owned();
+        raw
+    }
+    let candidates: Vec<Raw<'_>> = lines
+        .iter()
+        .filter(|(_, v, _)| !cx.in_block.contains(&entry_source(v)))
+        .map(briefing_raw)
+        .collect();
+    cx.prejudge(&candidates)?;
+    let before = cx.used;
+    let mut added = Vec::new();
+    let mut over = Vec::new();
+    for line in &lines {
+        if cx.in_block.contains(&entry_source(line.1)) {
+            continue;
+        }
+        let raw = briefing_raw(line);
         let free = cap.saturating_sub(section_total(cx, Section::Briefing));
         match cx.offer(
             raw,
@@ -960,12 +1040,9 @@ fn extend_tail(
     inputs: &Inputs<'_>,
     base_start: usize,
 ) -> Result<HashSet<ItemSource>> {
-    let settings = &inputs.settings;
     let tail_turns = &inputs.tail_turns;
     let wc = &inputs.session.work_context;
-    let tail_target = settings.tail_budget_tokens.unwrap_or(
-        inputs.request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100,
-    );
+    let tail_target = tail_target(inputs);
     let mut tail_start = base_start;
     while tail_start > 0 {
         let last = tail_start - 1;
@@ -1016,6 +1093,73 @@ fn extend_tail(
         .collect())
 }
 
+/// The tokens the recent tail may take.
+fn tail_target(inputs: &Inputs<'_>) -> usize {
+    let settings = &inputs.settings;
+    settings.tail_budget_tokens.unwrap_or(
+        inputs.request.budget_tokens * usize::from(settings.tail_share_percent.min(100)) / 100,
+    )
+}
+
+/// Step 0, the policy's verdicts on every candidate known from the inputs
+/// alone (pinned entries, the tail the budget can hold, the three tiers,
+/// the summaries, the topics' collections, the handoff), in one call.
+/// What only later steps find (retrieved items, briefing lines, tail turns
+/// beyond the estimate) is judged when found.
+fn prejudge_known(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    resume: &std::result::Result<tiers::Resume<'_>, String>,
+) -> Result<()> {
+    let settings = &inputs.settings;
+    let wc = &inputs.session.work_context;
+    let mut raws: Vec<Raw<'_>> = Vec::new();
+    raws.extend(
+        inputs
+            .pinned
+            .iter()
+            .map(|v| entry_raw(v, Section::Pinned, None)),
+    );
+    // The tail, newest first, while it could fit the tail budget (about
+    // four bytes a token; the last m turns always).
+    let target = tail_target(inputs);
+    let mut bytes = 0usize;
+    for (i, t) in inputs.tail_turns.iter().rev().enumerate() {
+        if i >= settings.min_tail_turns && bytes / 4 > target {
+            break;
+        }
+        bytes += t.content.len();
+        raws.push(turn_raw(t, wc, Section::Tail, None));
+    }
+    raws.extend(
+        tiers::living_memory(&inputs.live, &inputs.subjects)
+            .into_iter()
+            .map(|v| entry_raw(v, Section::LivingMemory, None)),
+    );
+    raws.extend(inputs.summaries.iter().map(|node| summary_raw(node, wc)));
+    let mut exclude = vec![wc.as_str()];
+    if let Ok(r) = resume {
+        raws.extend(
+            r.lines
+                .iter()
+                .map(|(_, v)| entry_raw(v, Section::Resume, None)),
+        );
+        exclude.push(r.work_context.as_str());
+    }
+    raws.extend(
+        tiers::recent_activity(&inputs.live, &exclude, inputs.now, settings)
+            .into_iter()
+            .map(|v| entry_raw(v, Section::RecentActivity, None)),
+    );
+    for (topic, members) in &inputs.topics {
+        raws.extend(members.iter().map(|m| topic_raw(topic, m)));
+    }
+    if let Some(v) = &inputs.handoff {
+        raws.push(entry_raw(v, Section::Handoff, None));
+    }
+    cx.prejudge(&raws)
+}
+
 /// Step 4b, the compacted history: for a compacted session, the summaries
 /// standing for the turns before the tail, newest first while they fit;
 /// the trace names each one and how to expand it.
@@ -1023,23 +1167,8 @@ fn compacted(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
     let wc = &inputs.session.work_context;
     let mut closed = false;
     for node in inputs.summaries.iter().rev() {
-        let support = node.expand_hint();
-        let raw = Raw {
-            source: ItemSource::Summary {
-                id: node.id.clone(),
-            },
-            section: Section::Compacted,
-            text: &node.text,
-            role: "summary".to_owned(),
-            warrant: Warrant::Recorded,
-            support: support.clone(),
-            at: Some(node.latest),
-            work_context: Some(wc.clone()),
-            session: Some(node.session.clone()),
-            low_trust: false,
-            prefix: String::new(),
-            score: None,
-        };
+        let raw = summary_raw(node, wc);
+        let support = raw.support.clone();
         if closed {
             let trace = cx.push_trace(&raw, "compacted.closed", String::new());
             cx.mark_out(
@@ -1071,6 +1200,25 @@ fn compacted(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn summary_raw<'t>(node: &'t SummaryNode, work_context: &str) -> Raw<'t> {
+    Raw {
+        source: ItemSource::Summary {
+            id: node.id.clone(),
+        },
+        section: Section::Compacted,
+        text: &node.text,
+        role: "summary".to_owned(),
+        warrant: Warrant::Recorded,
+        support: node.expand_hint(),
+        at: Some(node.latest),
+        work_context: Some(work_context.to_owned()),
+        session: Some(node.session.clone()),
+        low_trust: false,
+        prefix: String::new(),
+        score: None,
+    }
 }
 
 /// Step 5, tier 1, the resume card, within what the tiers have left. Returns the
@@ -1271,28 +1419,7 @@ fn topic_collections(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
             if cx.in_block.contains(&turn) {
                 continue;
             }
-            let raw = Raw {
-                source: ItemSource::Topic {
-                    topic: topic.clone(),
-                    session: m.turn.session.clone(),
-                    seq: m.turn.seq,
-                },
-                section: Section::Topics,
-                text: &m.snippet,
-                role: "turn".to_owned(),
-                warrant: if m.low_trust {
-                    Warrant::LowTrust
-                } else {
-                    Warrant::Verbatim
-                },
-                support: format!("{}:{} via topic {topic}", m.turn.session, m.turn.seq),
-                at: Some(m.collected_at),
-                work_context: m.work_context.clone(),
-                session: Some(m.turn.session.clone()),
-                low_trust: m.low_trust,
-                prefix: String::new(),
-                score: Some(m.score),
-            };
+            let raw = topic_raw(topic, m);
             let free = cap.saturating_sub(section_total(cx, Section::Topics));
             if let Offer::TooBig {
                 trace, over_cap, ..
@@ -1319,6 +1446,31 @@ fn topic_collections(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn topic_raw<'t>(topic: &str, m: &'t Membership) -> Raw<'t> {
+    Raw {
+        source: ItemSource::Topic {
+            topic: topic.to_owned(),
+            session: m.turn.session.clone(),
+            seq: m.turn.seq,
+        },
+        section: Section::Topics,
+        text: &m.snippet,
+        role: "turn".to_owned(),
+        warrant: if m.low_trust {
+            Warrant::LowTrust
+        } else {
+            Warrant::Verbatim
+        },
+        support: format!("{}:{} via topic {topic}", m.turn.session, m.turn.seq),
+        at: Some(m.collected_at),
+        work_context: m.work_context.clone(),
+        session: Some(m.turn.session.clone()),
+        low_trust: m.low_trust,
+        prefix: String::new(),
+        score: Some(m.score),
+    }
 }
 
 /// Step 7, projection: retrieval over the rest of memory, in score order, while
@@ -1365,6 +1517,15 @@ fn projection(
         .iter()
         .map(|v| (v.entry.id.as_str(), v))
         .collect();
+    // First the point reads and the skips, then one policy call for what
+    // is left, then the offers, in score order with the skips traced where
+    // they fall.
+    enum Step<'v> {
+        Skip(ItemSource, f32, &'static str, &'static str),
+        Turn(Turn, f32),
+        Entry(&'v EntryView, f32),
+    }
+    let mut steps = Vec::new();
     let mut seen: HashSet<CandidateRef> = HashSet::new();
     for cand in found.candidates.iter().take(k) {
         if !seen.insert(cand.target.clone()) {
@@ -1377,64 +1538,74 @@ fn projection(
                     seq: *seq,
                 };
                 if tail_sources.contains(&source) || cx.in_block.contains(&source) {
-                    trace_skip(
-                        cx,
+                    steps.push(Step::Skip(
                         source,
                         cand.score,
                         "projection.partition",
                         "already in the recent tail",
-                    );
+                    ));
                     continue;
                 }
                 // A point read; the turn carries its session's work context.
-                let turn = match ws.turn(session, *seq)? {
-                    Some(found) => found,
-                    None => {
-                        trace_skip(
-                            cx,
-                            source,
-                            cand.score,
-                            "projection.missing",
-                            "no longer in the record (forgotten)",
-                        );
-                        continue;
-                    }
-                };
-                let raw = turn_raw(
-                    &turn,
-                    &turn.work_context,
-                    Section::Retrieved,
-                    Some(cand.score),
-                );
-                offer_projected(cx, raw)?;
+                match ws.turn(session, *seq)? {
+                    Some(turn) => steps.push(Step::Turn(turn, cand.score)),
+                    None => steps.push(Step::Skip(
+                        source,
+                        cand.score,
+                        "projection.missing",
+                        "no longer in the record (forgotten)",
+                    )),
+                }
             }
             CandidateRef::Entry { id } => {
                 let Some(v) = live_by_id.get(id.as_str()) else {
-                    let source = ItemSource::Missing { id: id.clone() };
-                    trace_skip(
-                        cx,
-                        source,
+                    steps.push(Step::Skip(
+                        ItemSource::Missing { id: id.clone() },
                         cand.score,
                         "projection.not_live",
                         "not live (replaced, expired or forgotten)",
-                    );
+                    ));
                     continue;
                 };
                 let source = entry_source(v);
                 if cx.in_block.contains(&source) {
-                    trace_skip(
-                        cx,
+                    steps.push(Step::Skip(
                         source,
                         cand.score,
                         "projection.duplicate",
                         "already in the block",
-                    );
+                    ));
                     continue;
                 }
-                let mut raw = entry_raw(v, Section::Retrieved, None);
-                raw.score = Some(cand.score);
-                offer_projected(cx, raw)?;
+                steps.push(Step::Entry(v, cand.score));
             }
+        }
+    }
+    fn raw_of<'t>(step: &'t Step<'t>) -> Option<Raw<'t>> {
+        match step {
+            Step::Turn(turn, score) => Some(turn_raw(
+                turn,
+                &turn.work_context,
+                Section::Retrieved,
+                Some(*score),
+            )),
+            Step::Entry(v, score) => {
+                let mut raw = entry_raw(v, Section::Retrieved, None);
+                raw.score = Some(*score);
+                Some(raw)
+            }
+            Step::Skip(..) => None,
+        }
+    }
+    let candidates: Vec<Raw<'_>> = steps.iter().filter_map(raw_of).collect();
+    cx.prejudge(&candidates)?;
+    for step in &steps {
+        match (step, raw_of(step)) {
+            (Step::Skip(source, score, rule, reason), _) => {
+                trace_skip(cx, source.clone(), *score, rule, reason);
+            }
+            (_, Some(raw)) => offer_projected(cx, raw)?,
+            (_, None) => {}
         }
     }
     Ok(retrieval)

@@ -177,6 +177,18 @@ pub trait PolicyCheck {
         item: &PolicyItem<'_>,
         context: &PolicyContext<'_>,
     ) -> Result<PolicyVerdict, SeamError>;
+
+    /// The verdicts on `items`, in order, one per item. An assembly asks
+    /// about the candidates it knows of in one such call; a policy that can
+    /// judge many items at once (one plugin call, one log record) overrides
+    /// this. The default asks [`PolicyCheck::check`] once per item.
+    fn check_many(
+        &self,
+        items: &[PolicyItem<'_>],
+        context: &PolicyContext<'_>,
+    ) -> Result<Vec<PolicyVerdict>, SeamError> {
+        items.iter().map(|item| self.check(item, context)).collect()
+    }
 }
 
 /// Shows everything in full. For embedders that run no policy host and for

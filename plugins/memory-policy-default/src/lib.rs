@@ -19,7 +19,7 @@
 //!    learned from beyond its scope.
 
 wit_bindgen::generate!({
-    world: "memory-policy",
+    world: "memory-policy-batch",
     path: "../../wit",
 });
 
@@ -153,6 +153,12 @@ impl Guest for DefaultPolicy {
             d.reason(ReasonCode::DefaultRule);
         }
         d.finish()
+    }
+
+    /// One call for every candidate of an assembly: the same rules, applied
+    /// to each request in order.
+    fn decide_batch(requests: Vec<PolicyRequest>) -> Vec<MemoryPolicyDecision> {
+        requests.into_iter().map(Self::decide).collect()
     }
 }
 

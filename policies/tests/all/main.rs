@@ -5,6 +5,7 @@
 // Test helpers outside `#[test]` functions fail loudly on purpose.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+mod batch;
 mod breaker;
 mod cache;
 mod containment;

@@ -1,0 +1,199 @@
+//! The batched memory policy (`memory-policy-batch`, 0.1.1): one plugin call
+//! and one decision-log record for many requests, the same decisions as
+//! one call each, a plugin built for the single-request world still served,
+//! and a fault in a batch contained for the whole batch.
+
+use std::sync::Arc;
+
+use cairn_policies::*;
+use parking_lot::Mutex;
+
+use crate::support::{HOSTILE, policy_request, shared_cache_dir, wasm};
+
+/// A sink that keeps what it is handed, batch by batch.
+#[derive(Default)]
+struct Batches(Mutex<Vec<Vec<DecisionRecord>>>);
+
+impl DecisionSink for Batches {
+    fn record(&self, record: &DecisionRecord) -> Result<(), SinkError> {
+        self.0.lock().push(vec![record.clone()]);
+        Ok(())
+    }
+
+    fn record_batch(&self, records: &[DecisionRecord]) -> Result<(), SinkError> {
+        self.0.lock().push(records.to_vec());
+        Ok(())
+    }
+}
+
+fn host_with_batches() -> (PolicyHost, Arc<Batches>) {
+    let sink = Arc::new(Batches::default());
+    let config = HostConfig::default()
+        .prewarm_instances(1)
+        .max_idle_instances(1)
+        .breaker_trip_after(1_000)
+        .cache_dir(shared_cache_dir(), [3; 32]);
+    let host = PolicyHost::new(config, sink.clone()).unwrap();
+    (host, sink)
+}
+
+/// Requests that take different paths through the default policy.
+fn requests() -> Vec<PolicyRequest> {
+    let mut out = Vec::new();
+    let destinations = [
+        Destination::LocalModel,
+        Destination::CloudModel,
+        Destination::ShareLink,
+        Destination::UserVisibleUi,
+    ];
+    let sensitivities = [
+        Sensitivity::Normal,
+        Sensitivity::Personal,
+        Sensitivity::Confidential,
+        Sensitivity::Secret,
+    ];
+    for (i, destination) in destinations.into_iter().enumerate() {
+        for (j, sensitivity) in sensitivities.into_iter().enumerate() {
+            let mut request = policy_request(&format!("e-{i}-{j}"), destination);
+            request.object_ref.sensitivity = sensitivity;
+            if j == 2 {
+                request.object_ref.work_context_id = Some("elsewhere".into());
+            }
+            request.object_ref.low_trust = i == 3;
+            out.push(request);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_batch_is_one_call_and_one_record_with_the_same_decisions() {
+    let (host, sink) = host_with_batches();
+    let slot = host
+        .slot(
+            &host
+                .prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)
+                .unwrap(),
+        )
+        .unwrap();
+    let requests = requests();
+    let one_by_one: Vec<MemoryPolicyDecision> = requests
+        .iter()
+        .map(|r| slot.decide(r).unwrap().decision)
+        .collect();
+    sink.0.lock().clear();
+    let calls_before = slot.status().calls;
+
+    let decided = slot.decide_many(&requests).unwrap();
+
+    assert_eq!(slot.status().calls, calls_before + 1, "one plugin call");
+    let batched: Vec<MemoryPolicyDecision> = decided.iter().map(|d| d.decision.clone()).collect();
+    assert_eq!(batched, one_by_one);
+    assert!(decided.iter().all(|d| d.outcome.is_plugin()));
+    // Some requests were narrowed, so the comparison is not vacuous.
+    assert!(batched.iter().any(|d| !d.allows_content()));
+    assert!(
+        batched
+            .iter()
+            .any(|d| d.content_fidelity == ContentFidelity::Full)
+    );
+
+    let logged = sink.0.lock().clone();
+    assert_eq!(logged.len(), 1, "one record for the batch");
+    let ids: Vec<DecisionId> = logged[0].iter().map(|r| r.decision_id).collect();
+    assert_eq!(
+        ids,
+        decided.iter().map(|d| d.decision_id).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        logged[0]
+            .iter()
+            .filter(|r| r.fuel_consumed.is_some())
+            .count(),
+        1,
+        "the call's fuel is recorded once"
+    );
+}
+
+#[test]
+fn a_plugin_for_the_single_request_world_is_still_served() {
+    let (host, sink) = host_with_batches();
+    let slot = host
+        .slot(
+            &host
+                .prepare::<MemoryPolicy>("example-custom", defaults::EXAMPLE_CUSTOM.wasm)
+                .unwrap(),
+        )
+        .unwrap();
+    let requests = requests();
+    let calls_before = slot.status().calls;
+    sink.0.lock().clear();
+
+    let decided = slot.decide_many(&requests).unwrap();
+
+    assert_eq!(
+        slot.status().calls,
+        calls_before + requests.len() as u64,
+        "one call per request"
+    );
+    for (d, r) in decided.iter().zip(&requests) {
+        assert!(d.outcome.is_plugin());
+        let external = r.destination != Some(Destination::LocalModel)
+            && r.destination != Some(Destination::UserVisibleUi);
+        assert_eq!(d.decision.locality == Locality::Blocked, external, "{r:?}");
+    }
+    assert_eq!(sink.0.lock().len(), 1, "still one record");
+}
+
+#[test]
+fn a_fault_in_a_batch_gives_every_request_the_fail_safe() {
+    for &(name, path, expected) in HOSTILE {
+        let (host, _) = host_with_batches();
+        let slot = host
+            .slot(&host.prepare::<MemoryPolicy>(name, &wasm(path)).unwrap())
+            .unwrap();
+        let fine = vec![
+            policy_request("e-1", Destination::LocalModel),
+            policy_request("e-2", Destination::LocalModel),
+        ];
+        assert!(
+            slot.decide_many(&fine)
+                .unwrap()
+                .iter()
+                .all(|d| d.outcome.is_plugin()),
+            "{name}"
+        );
+        let faults_before = slot.status().faults;
+        let mixed = vec![
+            policy_request("e-1", Destination::LocalModel),
+            policy_request("HOSTILE", Destination::LocalModel),
+            policy_request("e-3", Destination::LocalModel),
+        ];
+
+        let decided = slot.decide_many(&mixed).unwrap();
+
+        assert_eq!(decided.len(), 3);
+        for d in &decided {
+            assert_eq!(
+                d.outcome.fault().map(|f| f.kind),
+                Some(expected),
+                "{name}: {:?}",
+                d.outcome
+            );
+            assert!(!d.decision.allows_content(), "{name}: fail-safe must deny");
+            assert_eq!(
+                d.decision.reason_codes,
+                [ReasonCode::FailSafe, ReasonCode::PluginFault]
+            );
+        }
+        assert_eq!(slot.status().faults, faults_before + 1, "{name}: one fault");
+        // The faulted store is gone: the next call runs on a fresh instance.
+        let after = slot.decide_many(&fine).unwrap();
+        assert!(after.iter().all(|d| d.outcome.is_plugin()), "{name}");
+        assert_eq!(
+            after[0].decision.note.as_deref(),
+            Some("calls=1"),
+            "{name}: store reused"
+        );
+    }
+}
