@@ -13,6 +13,7 @@ use super::filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 use super::fuse::{Fusion, RecipeParams, rrf_term};
 use super::lexical::LexicalIndex;
 use super::vector::{VectorIndex, cosine};
+use super::when::{Period, TimeMention, asks_when, named_periods, resolve_times};
 use super::{SearchError, SearchResultOf};
 
 /// The longest query text searched, in bytes: a longer one is cut at a
@@ -254,6 +255,11 @@ pub struct SearchHit {
     /// True for an archived entry or turn (only returned when asked).
     #[serde(default)]
     pub archived: bool,
+    /// The time expressions of the item resolved against its timestamp,
+    /// as `expression → period` ("last Saturday → 20 May 2023"): what a
+    /// question about a date matched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub times: Vec<String>,
 }
 
 /// The answer of [`SearchIndex::search`].
@@ -284,8 +290,24 @@ struct DocMeta {
     pos: u64,
     speaker_key: Option<String>,
     attrs: DocAttrs,
+    /// Its time expressions resolved against `attrs.timestamp`.
+    times: Vec<TimeMention>,
+    /// Its text (the second pass reads the words of the best hits).
+    text: Box<str>,
     /// A hash of the indexed text (for `reconstruct`'s comparison).
     digest: [u8; 16],
+}
+
+impl DocMeta {
+    /// Whether the item was said in the period or names a time inside it.
+    fn in_period(&self, p: &Period) -> bool {
+        let said = self
+            .attrs
+            .timestamp
+            .map(|t| t.date_naive())
+            .is_some_and(|d| p.start <= d && d < p.end);
+        said || self.times.iter().any(|m| m.overlaps(p.start, p.end))
+    }
 }
 
 /// One workspace's hybrid index. Not internally synchronised: wrap it in a
@@ -305,6 +327,8 @@ pub struct SearchIndex {
     archived: (HashSet<String>, HashMap<String, u64>),
     /// Live documents with a decay time.
     decaying: usize,
+    /// Whether resolved dates are added to the lexical text.
+    time_terms: bool,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -338,7 +362,16 @@ impl SearchIndex {
             replaced: HashSet::new(),
             archived: (HashSet::new(), HashMap::new()),
             decaying: 0,
+            time_terms: true,
         })
+    }
+
+    /// Whether documents added from now on get the absolute dates of their
+    /// time expressions appended to their lexical text (on by default:
+    /// "yesterday" said on 8 May 2023 is also indexed as "7 May 2023").
+    /// The expressions are resolved and shown on hits either way.
+    pub fn set_time_terms(&mut self, on: bool) {
+        self.time_terms = on;
     }
 
     /// Whether vectors are available.
@@ -416,7 +449,16 @@ impl SearchIndex {
         let mut items = Vec::with_capacity(vectors.len());
         for (i, d) in docs.iter().enumerate() {
             let n = self.docs.len();
-            let text = d.lexical_text();
+            let times = d
+                .attrs
+                .timestamp
+                .map(|t| resolve_times(&d.text, t))
+                .unwrap_or_default();
+            let mut text = d.lexical_text();
+            if self.time_terms && !times.is_empty() {
+                let labels: Vec<String> = times.iter().map(TimeMention::label).collect();
+                text.push_str(&format!(" [{}]", labels.join("; ")));
+            }
             self.lexical.add(n as u64, &text)?;
             let mut digest = [0u8; 16];
             digest.copy_from_slice(&blake3::hash(text.as_bytes()).as_bytes()[..16]);
@@ -433,6 +475,8 @@ impl SearchIndex {
                 pos: d.pos,
                 speaker_key,
                 attrs: d.attrs.clone(),
+                times,
+                text: d.text.as_str().into(),
                 digest,
             }));
             self.by_id.insert(d.id.clone(), n);
@@ -538,6 +582,9 @@ impl SearchIndex {
                 }
                 Fusion::Recipe(p) => {
                     scored = self.recipe(query, query_vector, &lexical, &dense, &p);
+                    if p.follow > 0.0 {
+                        self.follow(query, &mut scored, n, allowed.clone(), &p)?;
+                    }
                 }
             },
         }
@@ -584,6 +631,7 @@ impl SearchIndex {
                     attrs: m.attrs.clone(),
                     replaced: self.replaced.contains(&m.id),
                     archived: self.is_archived(m),
+                    times: m.times.iter().map(TimeMention::explain).collect(),
                 })
             })
             .collect();
@@ -823,6 +871,81 @@ impl SearchIndex {
                 }
             }
         }
+        self.time_boosts(query, &mut h, p);
         h
+    }
+
+    /// The bounded second pass (one extra BM25 query): the rarest words of
+    /// the best first-pass hits that the question lacks are added to its
+    /// words, and what that query finds is added to the scores.
+    fn follow(
+        &self,
+        query: &str,
+        scored: &mut HashMap<usize, f32>,
+        n: usize,
+        allowed: Option<Arc<Vec<bool>>>,
+        p: &RecipeParams,
+    ) -> SearchResultOf<()> {
+        let mut best: Vec<(usize, f32)> = scored.iter().map(|(&d, &s)| (d, s)).collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let Some(&(_, top)) = best.first() else {
+            return Ok(());
+        };
+        let asked = self.lexical.query_terms(query);
+        let names: HashSet<&str> = self.speakers.keys().map(String::as_str).collect();
+        let mut words: Vec<(u64, String)> = Vec::new();
+        let mut seen: HashSet<String> = asked.iter().cloned().collect();
+        for &(d, _) in best.iter().take(p.follow_seeds) {
+            let Some(m) = self.meta(d) else { continue };
+            for term in self.lexical.query_terms(&m.text) {
+                if names.contains(term.as_str()) || term.chars().all(|c| c.is_ascii_digit()) {
+                    continue;
+                }
+                if seen.insert(term.clone()) {
+                    // A word only the hit itself holds leads nowhere.
+                    let df = self.lexical.doc_freq(&term);
+                    if df >= 2 {
+                        words.push((df, term));
+                    }
+                }
+            }
+        }
+        words.sort();
+        let mut terms = asked;
+        terms.extend(words.into_iter().take(p.follow_terms).map(|w| w.1));
+        let found = self.lexical.search_terms(&terms, n, allowed)?;
+        let max = found.iter().map(|x| x.1).fold(0.0f32, f32::max);
+        if max <= 0.0 {
+            return Ok(());
+        }
+        for (d, s) in found {
+            *scored.entry(d as usize).or_default() += p.follow * top * s / max;
+        }
+        Ok(())
+    }
+
+    /// Time boosts: a question asking "when" lifts the items that name a
+    /// time; a question naming a period ("in July 2023") lifts the items
+    /// said in it or naming a time inside it. Both scale with the best score.
+    fn time_boosts(&self, query: &str, h: &mut HashMap<usize, f32>, p: &RecipeParams) {
+        let when = p.when_boost > 0.0 && asks_when(query);
+        let periods = if p.period_boost > 0.0 {
+            named_periods(query)
+        } else {
+            Vec::new()
+        };
+        if !when && periods.is_empty() {
+            return;
+        }
+        let top = h.values().copied().fold(0.0f32, f32::max);
+        for (d, v) in h.iter_mut() {
+            let Some(m) = self.meta(*d) else { continue };
+            if when && !m.times.is_empty() {
+                *v += p.when_boost * top;
+            }
+            if periods.iter().any(|x| m.in_period(x)) {
+                *v += p.period_boost * top;
+            }
+        }
     }
 }
