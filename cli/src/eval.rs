@@ -144,7 +144,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             recipe: RecipeParams::default(),
-            time_terms: true,
+            time_terms: false,
         }
     }
 }
@@ -741,10 +741,10 @@ mod time_tests {
     #[test]
     fn settings_are_checked() {
         let mut t = Tuning::default();
-        t.set("when_boost=0.2").unwrap();
-        t.set("time_terms=0").unwrap();
-        assert_eq!(t.recipe.when_boost, 0.2);
-        assert!(!t.time_terms);
+        t.set("when_boost=0.5").unwrap();
+        t.set("time_terms=1").unwrap();
+        assert_eq!(t.recipe.when_boost, 0.5);
+        assert!(t.time_terms);
         assert!(t.set("nonsense=1").is_err());
         assert!(t.set("follow").is_err());
         assert!(t.set("follow=x").is_err());

@@ -317,6 +317,9 @@ pub struct SearchIndex {
     docs: Vec<Option<DocMeta>>,
     by_id: HashMap<String, usize>,
     sessions: HashMap<String, BTreeMap<u64, usize>>,
+    /// Entries by the session their provenance names (what the second pass
+    /// follows from a turn to the entries derived from it).
+    derived: HashMap<String, HashSet<usize>>,
     lexical: LexicalIndex,
     vector: VectorIndex,
     /// Lower-cased first names of speakers → number of docs.
@@ -356,20 +359,23 @@ impl SearchIndex {
             docs: Vec::new(),
             by_id: HashMap::new(),
             sessions: HashMap::new(),
+            derived: HashMap::new(),
             lexical: LexicalIndex::new()?,
             vector: VectorIndex::new(1024),
             speakers: HashMap::new(),
             replaced: HashSet::new(),
             archived: (HashSet::new(), HashMap::new()),
             decaying: 0,
-            time_terms: true,
+            time_terms: false,
         })
     }
 
     /// Whether documents added from now on get the absolute dates of their
-    /// time expressions appended to their lexical text (on by default:
-    /// "yesterday" said on 8 May 2023 is also indexed as "7 May 2023").
-    /// The expressions are resolved and shown on hits either way.
+    /// time expressions appended to their lexical text ("yesterday" said on
+    /// 8 May 2023 also indexed as "7 May 2023"). Off by default: it did not
+    /// help recall in every LoCoMo conversation (`docs/retrieval-research.md`).
+    /// The expressions are resolved, used by the time boosts and shown on
+    /// hits either way.
     pub fn set_time_terms(&mut self, on: bool) {
         self.time_terms = on;
     }
@@ -484,6 +490,9 @@ impl SearchIndex {
                 .entry(d.session.clone())
                 .or_default()
                 .insert(d.pos, n);
+            if let (DocSource::Entry, Some(p)) = (d.attrs.source, &d.attrs.provenance) {
+                self.derived.entry(p.session.clone()).or_default().insert(n);
+            }
             if let Some(v) = vectors.get(i) {
                 items.push((n, v.clone()));
             }
@@ -500,6 +509,11 @@ impl SearchIndex {
         if let Some(meta) = self.docs.get_mut(n).and_then(Option::take) {
             if let Some(s) = self.sessions.get_mut(&meta.session) {
                 s.remove(&meta.pos);
+            }
+            if let Some(p) = &meta.attrs.provenance {
+                if let Some(e) = self.derived.get_mut(&p.session) {
+                    e.remove(&n);
+                }
             }
             if let Some(k) = &meta.speaker_key {
                 if let Some(c) = self.speakers.get_mut(k) {
@@ -913,15 +927,62 @@ impl SearchIndex {
         words.sort();
         let mut terms = asked;
         terms.extend(words.into_iter().take(p.follow_terms).map(|w| w.1));
-        let found = self.lexical.search_terms(&terms, n, allowed)?;
+        let found = self.lexical.search_terms(&terms, n, allowed.clone())?;
         let max = found.iter().map(|x| x.1).fold(0.0f32, f32::max);
-        if max <= 0.0 {
-            return Ok(());
+        if max > 0.0 {
+            for (d, s) in found {
+                *scored.entry(d as usize).or_default() += p.follow * top * s / max;
+            }
         }
-        for (d, s) in found {
-            *scored.entry(d as usize).or_default() += p.follow * top * s / max;
-        }
+        let seeds: Vec<usize> = best.iter().take(p.follow_seeds).map(|x| x.0).collect();
+        self.follow_provenance(&seeds, scored, allowed.as_deref(), p);
         Ok(())
+    }
+
+    /// The second pass along provenance: an entry among the best hits lifts
+    /// the turns it was extracted from to its own score (they are its
+    /// evidence), and a turn among them lifts the entries derived from it
+    /// by `follow` times its score.
+    fn follow_provenance(
+        &self,
+        seeds: &[usize],
+        scored: &mut HashMap<usize, f32>,
+        allowed: Option<&Vec<bool>>,
+        p: &RecipeParams,
+    ) {
+        let mut lifts: Vec<(usize, f32)> = Vec::new();
+        let mut lift = |d: usize, to: f32| lifts.push((d, to));
+        for &d in seeds {
+            let score = scored.get(&d).copied().unwrap_or(0.0);
+            let Some(m) = self.meta(d) else { continue };
+            match (m.attrs.source, &m.attrs.provenance) {
+                (DocSource::Entry, Some(prov)) => {
+                    if let Some(turns) = self.sessions.get(&prov.session) {
+                        for (_, &t) in turns.range(prov.from_seq..=prov.to_seq) {
+                            lift(t, score);
+                        }
+                    }
+                }
+                (DocSource::Turn, _) => {
+                    for &e in self.derived.get(&m.session).into_iter().flatten() {
+                        let covers = self
+                            .meta(e)
+                            .and_then(|x| x.attrs.provenance.as_ref())
+                            .is_some_and(|x| x.from_seq <= m.pos && m.pos <= x.to_seq);
+                        if covers {
+                            lift(e, p.follow * score);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (d, to) in lifts {
+            if allowed.is_none_or(|a| a.get(d).copied().unwrap_or(false)) {
+                let v = scored.entry(d).or_default();
+                *v = v.max(to);
+            }
+        }
     }
 
     /// Time boosts: a question asking "when" lifts the items that name a

@@ -274,14 +274,15 @@ fn a_turn_saying_last_saturday_is_found_by_its_resolved_date() {
     let query = "Who ran a race on 20 May 2023?";
     let opts = SearchOptions::new(2).mode(SearchMode::Bm25);
     let mut index = SearchIndex::new(None).unwrap();
+    index.set_time_terms(true);
     index.add(&d).unwrap();
     let r = index.search(query, &opts).unwrap();
     assert_eq!(r.hits[0].id, "a");
     assert_eq!(r.hits[0].times, ["last Saturday → 20 May 2023"]);
     assert!(r.hits[1].times.is_empty());
 
+    // The default.
     let mut plain = SearchIndex::new(None).unwrap();
-    plain.set_time_terms(false);
     plain.add(&d).unwrap();
     let r = plain.search(query, &opts).unwrap();
     assert_eq!(r.hits[0].id, "b");
@@ -312,6 +313,7 @@ fn time_boosts_follow_the_question() {
     };
     let off = RecipeParams {
         session_boost: 0.0,
+        when_boost: 0.0,
         ..RecipeParams::default()
     };
     assert_eq!(first("When did Ana adopt a puppy?", off), "a");
@@ -378,6 +380,50 @@ fn the_second_pass_follows_what_the_first_found() {
     assert_eq!(rank(&on, "b"), Some(1));
 }
 
+/// The second pass follows provenance: a memory-log entry among the best
+/// hits lifts the turn it was extracted from (its evidence).
+#[test]
+fn the_second_pass_follows_an_entry_to_its_turns() {
+    let entry = DocAttrs {
+        source: DocSource::Entry,
+        provenance: Some(crate::Provenance {
+            session: "s1".into(),
+            from_seq: 0,
+            to_seq: 0,
+        }),
+        ..DocAttrs::default()
+    };
+    let d = vec![
+        SearchDoc::new("s1:0", "s1", 0, "ok, let's go with the elephant one").with_speaker("Ana"),
+        SearchDoc::new("s2:0", "s2", 0, "which database do you like for billing?")
+            .with_speaker("Ben"),
+        SearchDoc::new(
+            "e1",
+            "entry:e1",
+            0,
+            "Decision: the billing database is Postgres",
+        )
+        .with_attrs(entry),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let ranked = |p: RecipeParams| {
+        let o = SearchOptions::new(3).fusion(Fusion::Recipe(p));
+        let r = index
+            .search("Which database did we pick for billing?", &o)
+            .unwrap();
+        r.hits.into_iter().map(|h| h.id).collect::<Vec<_>>()
+    };
+    let off = ranked(RecipeParams::default());
+    let on = ranked(RecipeParams {
+        follow: 0.3,
+        ..RecipeParams::default()
+    });
+    let pos = |v: &[String], id: &str| v.iter().position(|x| x == id).unwrap_or(usize::MAX);
+    assert!(pos(&off, "s1:0") > pos(&off, "s2:0"), "{off:?}");
+    assert!(pos(&on, "s1:0") < pos(&on, "s2:0"), "{on:?}");
+}
+
 #[test]
 fn embedding_throughput_is_sane() {
     let m = model();
@@ -409,8 +455,10 @@ mod service {
         ws.append_turns(&turns).unwrap();
     }
 
-    /// End to end: a turn stored at a known time saying "last Saturday" is
-    /// found by a search for the date it means, and the hit says why.
+    /// End to end, with the defaults: a turn stored at a known time saying
+    /// "last Saturday" is resolved to the date it means, a question asking
+    /// when finds it before a closer match that names no time, and the hit
+    /// says why.
     #[test]
     fn a_stored_turn_is_found_by_the_date_its_words_mean() {
         use chrono::TimeZone;
@@ -427,20 +475,30 @@ mod service {
         let ws = memory.workspace("acme").unwrap();
         ws.append_turns(&[
             TurnInput::new("s1", Role::User, "I ran a charity race last Saturday!"),
-            TurnInput::new("s1", Role::User, "I ran a race."),
+            TurnInput::new("s2", Role::User, "I ran a race."),
         ])
         .unwrap();
-        let search = SearchService::new(memory.clone(), None);
+        let search = SearchService::new(memory.clone(), Some(model()));
         search.catch_up().unwrap();
+        let query = "When did I run a race?";
+        let r = search
+            .search("acme", query, &SearchOptions::new(2))
+            .unwrap();
+        assert_eq!(r.hits[0].id, "s1:0", "{r:?}");
+        assert_eq!(r.hits[0].times, ["last Saturday → 20 May 2023"]);
+        // Without the "when" boost the closer wording wins.
+        let off = RecipeParams {
+            when_boost: 0.0,
+            ..RecipeParams::default()
+        };
         let r = search
             .search(
                 "acme",
-                "race on 20 May 2023",
-                &SearchOptions::new(2).mode(SearchMode::Bm25),
+                query,
+                &SearchOptions::new(2).fusion(Fusion::Recipe(off)),
             )
             .unwrap();
-        assert_eq!(r.hits[0].id, "s1:0");
-        assert_eq!(r.hits[0].times, ["last Saturday → 20 May 2023"]);
+        assert_eq!(r.hits[0].id, "s2:0", "{r:?}");
     }
 
     #[test]
