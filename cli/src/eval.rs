@@ -132,21 +132,13 @@ fn session_time(header: &str) -> Option<DateTime<Utc>> {
 }
 
 /// What an evaluation may change from the shipped defaults (`--set`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Tuning {
     /// The recipe hybrid search uses (and the leave-one-out grid varies).
     pub recipe: RecipeParams,
-    /// Whether resolved dates are added to the lexical text.
+    /// Whether resolved dates are added to the lexical text (off, as in
+    /// [`SearchIndex`] by default).
     pub time_terms: bool,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            recipe: RecipeParams::default(),
-            time_terms: false,
-        }
-    }
 }
 
 impl Tuning {
@@ -176,6 +168,7 @@ impl Tuning {
             "follow" => r.follow = float()?,
             "follow_seeds" => r.follow_seeds = count()?,
             "follow_terms" => r.follow_terms = count()?,
+            "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
             "session_boost" => r.session_boost = float()?,

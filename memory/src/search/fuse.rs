@@ -41,6 +41,10 @@ pub struct RecipeParams {
     pub follow_seeds: usize,
     /// How many words the second pass adds.
     pub follow_terms: usize,
+    /// Whether the second pass's query looks only outside the sessions of
+    /// the hits it follows (the other part of a two-part question is often
+    /// said on another day).
+    pub follow_elsewhere: bool,
 }
 
 impl Default for RecipeParams {
@@ -56,6 +60,7 @@ impl Default for RecipeParams {
             follow: 0.0,
             follow_seeds: 3,
             follow_terms: 6,
+            follow_elsewhere: false,
         }
     }
 }

@@ -927,14 +927,33 @@ impl SearchIndex {
         words.sort();
         let mut terms = asked;
         terms.extend(words.into_iter().take(p.follow_terms).map(|w| w.1));
-        let found = self.lexical.search_terms(&terms, n, allowed.clone())?;
+        let seeds: Vec<usize> = best.iter().take(p.follow_seeds).map(|x| x.0).collect();
+        let elsewhere = if p.follow_elsewhere {
+            let near: HashSet<&str> = seeds
+                .iter()
+                .filter_map(|&d| self.meta(d).map(|m| m.session.as_str()))
+                .collect();
+            let bitmap: Vec<bool> = (0..self.docs.len())
+                .map(|d| {
+                    let open = allowed
+                        .as_ref()
+                        .is_none_or(|a| a.get(d).copied().unwrap_or(false));
+                    open && self
+                        .meta(d)
+                        .is_some_and(|m| !near.contains(m.session.as_str()))
+                })
+                .collect();
+            Some(Arc::new(bitmap))
+        } else {
+            allowed.clone()
+        };
+        let found = self.lexical.search_terms(&terms, n, elsewhere)?;
         let max = found.iter().map(|x| x.1).fold(0.0f32, f32::max);
         if max > 0.0 {
             for (d, s) in found {
                 *scored.entry(d as usize).or_default() += p.follow * top * s / max;
             }
         }
-        let seeds: Vec<usize> = best.iter().take(p.follow_seeds).map(|x| x.0).collect();
         self.follow_provenance(&seeds, scored, allowed.as_deref(), p);
         Ok(())
     }
