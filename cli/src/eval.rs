@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cairn::search::{
-    Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex, SearchMode, SearchOptions,
+    DocAttrs, Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex, SearchMode,
+    SearchOptions,
 };
+use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -120,6 +122,64 @@ fn format_err(path: &Path, reason: &str) -> EvalError {
     }
 }
 
+/// A LoCoMo session header ("1:56 pm on 8 May, 2023") as a time, read as
+/// UTC (the data names no zone).
+fn session_time(header: &str) -> Option<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(header.trim(), "%I:%M %P on %d %B, %Y")
+        .or_else(|_| NaiveDateTime::parse_from_str(header.trim(), "%I:%M %p on %d %B, %Y"))
+        .ok()
+        .map(|t| t.and_utc())
+}
+
+/// What an evaluation may change from the shipped defaults (`--set`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning {
+    /// The recipe hybrid search uses (and the leave-one-out grid varies).
+    pub recipe: RecipeParams,
+    /// Whether resolved dates are added to the lexical text (off, as in
+    /// [`SearchIndex`] by default).
+    pub time_terms: bool,
+}
+
+impl Tuning {
+    /// Applies one `key=value` (`when_boost`, `period_boost`, `follow`,
+    /// `follow_seeds`, `follow_terms`, `lexical_weight`, `smoothing`,
+    /// `session_boost`, `speaker_boost`, `time_terms`).
+    pub fn set(&mut self, assignment: &str) -> Result<(), String> {
+        let (key, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| format!("`{assignment}` is not key=value"))?;
+        let float = || {
+            value
+                .trim()
+                .parse::<f32>()
+                .map_err(|e| format!("{key}: {e}"))
+        };
+        let count = || {
+            value
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{key}: {e}"))
+        };
+        let r = &mut self.recipe;
+        match key.trim() {
+            "when_boost" => r.when_boost = float()?,
+            "period_boost" => r.period_boost = float()?,
+            "follow" => r.follow = float()?,
+            "follow_seeds" => r.follow_seeds = count()?,
+            "follow_terms" => r.follow_terms = count()?,
+            "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
+            "lexical_weight" => r.lexical_weight = float()?,
+            "smoothing" => r.smoothing = float()?,
+            "session_boost" => r.session_boost = float()?,
+            "speaker_boost" => r.speaker_boost = float()?,
+            "time_terms" => self.time_terms = count()? != 0,
+            other => return Err(format!("unknown setting `{other}`")),
+        }
+        Ok(())
+    }
+}
+
 fn parse(path: &Path) -> Result<Conversation, EvalError> {
     let bytes = std::fs::read(path).map_err(|source| EvalError::Io {
         path: path.to_owned(),
@@ -149,6 +209,7 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
             .get(&format!("session_{n}_date_time"))
             .and_then(Value::as_str)
             .map(str::to_owned);
+        let timestamp = date.as_deref().and_then(session_time);
         for (pos, t) in list.iter().enumerate() {
             let (Some(id), Some(speaker), Some(text)) = (
                 t.get("dia_id").and_then(Value::as_str),
@@ -160,7 +221,12 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
                     &format!("{session} turn {pos} lacks dia_id/speaker/text"),
                 ));
             };
-            let mut doc = SearchDoc::new(id, &session, pos as u64, text).with_speaker(speaker);
+            let mut doc = SearchDoc::new(id, &session, pos as u64, text)
+                .with_speaker(speaker)
+                .with_attrs(DocAttrs {
+                    timestamp,
+                    ..DocAttrs::default()
+                });
             if let Some(d) = &date {
                 doc = doc.with_date(d);
             }
@@ -315,13 +381,14 @@ pub struct Params {
 }
 
 impl Params {
-    fn recipe(self) -> RecipeParams {
+    /// `base` with these four parameters.
+    fn recipe(self, base: RecipeParams) -> RecipeParams {
         RecipeParams {
             lexical_weight: self.lexical_weight,
             smoothing: self.smoothing,
             session_boost: self.session_boost,
             speaker_boost: self.speaker_boost,
-            ..RecipeParams::default()
+            ..base
         }
     }
 
@@ -355,9 +422,17 @@ fn grid() -> Vec<Params> {
     all
 }
 
-/// One conversation's name and, per grid point, each question's recall@10
-/// and category.
-type Scored = (String, Vec<Vec<(f64, u64)>>);
+/// One question's numbers at one grid point.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    recall_10: f64,
+    mrr: f64,
+    ndcg_10: f64,
+    category: u64,
+}
+
+/// One conversation's name and, per grid point, each question's row.
+type Scored = (String, Vec<Vec<Row>>);
 
 /// One leave-one-conversation-out fold: parameters chosen on the other
 /// conversations, then scored on the held-out one.
@@ -373,6 +448,11 @@ pub struct Fold {
     pub held_out_recall_10: f64,
     /// The held-out recall@10 per category.
     pub held_out_by_category: BTreeMap<String, f64>,
+    /// The held-out mean reciprocal rank of the first evidence turn (top 100).
+    pub held_out_mrr: f64,
+    /// The held-out nDCG@10.
+    #[serde(rename = "held_out_ndcg@10")]
+    pub held_out_ndcg_10: f64,
     /// The shipped recipe's recall@10 on the held-out conversation (the
     /// recipe was chosen on all of them: an in-sample number).
     pub shipped_recall_10: f64,
@@ -403,6 +483,7 @@ pub fn run_locomo(
     k: usize,
     embedder: Option<Arc<dyn Embedder>>,
     loo: bool,
+    tuning: &Tuning,
 ) -> Result<EvalReport, EvalError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| EvalError::Io {
@@ -425,7 +506,7 @@ pub fn run_locomo(
     let modes: [(&str, SearchMode, Fusion); 4] = [
         ("bm25", SearchMode::Bm25, Fusion::default()),
         ("dense", SearchMode::Dense, Fusion::default()),
-        ("hybrid", SearchMode::Hybrid, Fusion::default()),
+        ("hybrid", SearchMode::Hybrid, Fusion::Recipe(tuning.recipe)),
         ("hybrid_rrf", SearchMode::Hybrid, Fusion::rrf()),
     ];
     let mut accs: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
@@ -442,6 +523,7 @@ pub fn run_locomo(
         );
         let conv = parse(file)?;
         let mut index = SearchIndex::new(embedder.clone())?;
+        index.set_time_terms(tuning.time_terms);
         let t = Instant::now();
         index.add(&conv.docs)?;
         index_secs += t.elapsed().as_secs_f64();
@@ -469,17 +551,19 @@ pub fn run_locomo(
                 None => None,
             };
             for (point, out) in grid.iter().zip(per_point.iter_mut()) {
-                let opts = SearchOptions::new(10)
+                let opts = SearchOptions::new(depth)
                     .mode(SearchMode::Hybrid)
-                    .fusion(Fusion::Recipe(point.recipe()));
+                    .fusion(Fusion::Recipe(point.recipe(tuning.recipe)));
                 let r = index.search_with_vector(&q.text, vector.as_deref(), &opts)?;
-                let found = r
-                    .hits
-                    .iter()
-                    .take(10)
-                    .filter(|h| q.evidence.contains(&h.id))
-                    .count();
-                out.push((found as f64 / q.evidence.len() as f64, q.category));
+                let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
+                let mut one = Acc::default();
+                one.add(q, &ranked, k, 0.0);
+                out.push(Row {
+                    recall_10: one.r10,
+                    mrr: one.mrr,
+                    ndcg_10: one.ndcg,
+                    category: q.category,
+                });
             }
         }
         conversations.insert(
@@ -512,28 +596,27 @@ pub fn run_locomo(
             .zip(accs.into_iter().map(Acc::report))
             .collect(),
         conversations,
-        loo: loo.then(|| leave_one_out(&grid, &scored)),
+        loo: loo.then(|| leave_one_out(&grid, &scored, Params::of(tuning.recipe))),
     })
 }
 
 /// Chooses, for each conversation, the grid point with the best mean
 /// recall@10 over the *other* conversations, and scores it on this one.
-fn leave_one_out(grid: &[Params], scored: &[Scored]) -> LooReport {
-    let mean = |rows: &[(f64, u64)]| -> f64 {
+fn leave_one_out(grid: &[Params], scored: &[Scored], shipped: Params) -> LooReport {
+    let mean_of = |rows: &[Row], f: fn(&Row) -> f64| -> f64 {
         if rows.is_empty() {
             0.0
         } else {
-            rows.iter().map(|r| r.0).sum::<f64>() / rows.len() as f64
+            rows.iter().map(f).sum::<f64>() / rows.len() as f64
         }
     };
-    let shipped = grid
-        .iter()
-        .position(|p| *p == Params::of(RecipeParams::default()));
+    let mean = |rows: &[Row]| mean_of(rows, |r| r.recall_10);
+    let shipped = grid.iter().position(|p| *p == shipped);
     let mut folds = Vec::new();
     let (mut sum, mut n) = (0.0, 0usize);
     for (held, (name, rows)) in scored.iter().enumerate() {
         let train = |point: usize| -> f64 {
-            let all: Vec<(f64, u64)> = scored
+            let all: Vec<Row> = scored
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| *i != held)
@@ -551,13 +634,13 @@ fn leave_one_out(grid: &[Params], scored: &[Scored]) -> LooReport {
         }
         let held_rows = &rows[best.0];
         let mut by_cat: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-        for (r, c) in held_rows {
-            let e = by_cat.entry(c.to_string()).or_default();
-            e.0 += r;
+        for r in held_rows {
+            let e = by_cat.entry(r.category.to_string()).or_default();
+            e.0 += r.recall_10;
             e.1 += 1;
         }
         let held_out_recall_10 = mean(held_rows);
-        sum += held_rows.iter().map(|r| r.0).sum::<f64>();
+        sum += held_rows.iter().map(|r| r.recall_10).sum::<f64>();
         n += held_rows.len();
         folds.push(Fold {
             held_out: name.clone(),
@@ -568,6 +651,8 @@ fn leave_one_out(grid: &[Params], scored: &[Scored]) -> LooReport {
                 .into_iter()
                 .map(|(c, (s, m))| (c, s / m as f64))
                 .collect(),
+            held_out_mrr: mean_of(held_rows, |r| r.mrr),
+            held_out_ndcg_10: mean_of(held_rows, |r| r.ndcg_10),
             shipped_recall_10: shipped.map_or(f64::NAN, |p| mean(&rows[p])),
         });
     }
@@ -597,10 +682,16 @@ mod tests {
     fn each_fold_chooses_on_the_others_and_scores_on_its_own() {
         // Point 0 wins on a and b, point 1 only on c.
         let grid = [point(0.5), point(0.9)];
+        let row = |r: f64, category: u64| Row {
+            recall_10: r,
+            mrr: r / 2.0,
+            ndcg_10: r,
+            category,
+        };
         let conv = |name: &str, p0: f64, p1: f64| {
             (
                 name.to_owned(),
-                vec![vec![(p0, 1), (p0, 2)], vec![(p1, 1), (p1, 2)]],
+                vec![vec![row(p0, 1), row(p0, 2)], vec![row(p1, 1), row(p1, 2)]],
             )
         };
         let scored = [
@@ -608,12 +699,14 @@ mod tests {
             conv("b", 0.7, 0.5),
             conv("c", 0.2, 0.9),
         ];
-        let r = leave_one_out(&grid, &scored);
+        let r = leave_one_out(&grid, &scored, Params::of(RecipeParams::default()));
         let chose: Vec<f32> = r.folds.iter().map(|f| f.chosen.lexical_weight).collect();
         // Holding out a: b+c means are p0 .45, p1 .70 -> p1; and so on.
         assert_eq!(chose, [0.9, 0.9, 0.5]);
         let held: Vec<f64> = r.folds.iter().map(|f| f.held_out_recall_10).collect();
         assert_eq!(held, [0.4, 0.5, 0.2]);
+        let mrr: Vec<f64> = r.folds.iter().map(|f| f.held_out_mrr).collect();
+        assert_eq!(mrr, [0.2, 0.25, 0.1]);
         assert!((r.held_out_recall_10 - (0.4 + 0.5 + 0.2) / 3.0).abs() < 1e-9);
         assert_eq!(r.worst_fold_recall_10, 0.2);
         // The shipped recipe is grid point 0 here.
@@ -624,5 +717,29 @@ mod tests {
     #[test]
     fn the_grid_holds_the_shipped_recipe() {
         assert!(grid().contains(&Params::of(RecipeParams::default())));
+    }
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn session_headers_are_times() {
+        let t = session_time("1:56 pm on 8 May, 2023").map(|t| t.to_rfc3339());
+        assert_eq!(t.as_deref(), Some("2023-05-08T13:56:00+00:00"));
+        assert_eq!(session_time("yesterday"), None);
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let mut t = Tuning::default();
+        t.set("when_boost=0.5").unwrap();
+        t.set("time_terms=1").unwrap();
+        assert_eq!(t.recipe.when_boost, 0.5);
+        assert!(t.time_terms);
+        assert!(t.set("nonsense=1").is_err());
+        assert!(t.set("follow").is_err());
+        assert!(t.set("follow=x").is_err());
     }
 }

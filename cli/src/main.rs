@@ -457,6 +457,12 @@ enum EvalCommand {
         /// numbers.
         #[arg(long)]
         loo: bool,
+        /// Change one recipe parameter for this run, `KEY=VALUE`
+        /// (repeatable): `when_boost`, `period_boost`, `follow`,
+        /// `follow_seeds`, `follow_terms`, `lexical_weight`, `smoothing`,
+        /// `session_boost`, `speaker_boost`, `time_terms` (0 or 1).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
 }
 
@@ -618,10 +624,21 @@ fn run(cli: Cli) -> Result<()> {
     }
     let ws_id = config.workspace.clone();
     if let Command::Eval {
-        bench: EvalCommand::Locomo { data, k, json, loo },
+        bench:
+            EvalCommand::Locomo {
+                data,
+                k,
+                json,
+                loo,
+                set,
+            },
     } = &cli.command
     {
-        return eval_locomo(&config.embedding, data, *k, *json, *loo);
+        let mut tuning = cairn_cli::eval::Tuning::default();
+        for s in set {
+            tuning.set(s).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+        }
+        return eval_locomo(&config.embedding, data, *k, *json, *loo, &tuning);
     }
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
@@ -1811,9 +1828,10 @@ fn eval_locomo(
     k: usize,
     json: bool,
     loo: bool,
+    tuning: &cairn_cli::eval::Tuning,
 ) -> Result<()> {
     let embedder = load_embedder(embedding);
-    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo)?;
+    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo, tuning)?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -1899,9 +1917,11 @@ fn eval_locomo(
                 .collect();
             writeln!(
                 out,
-                "  held out {:<14} R@10 {:.3} (train {:.3}; shipped recipe {:.3})  [{}]  chose w={} smooth={} session={} speaker={}",
+                "  held out {:<14} R@10 {:.3} MRR {:.3} nDCG@10 {:.3} (train {:.3}; shipped recipe {:.3})  [{}]  chose w={} smooth={} session={} speaker={}",
                 f.held_out,
                 f.held_out_recall_10,
+                f.held_out_mrr,
+                f.held_out_ndcg_10,
                 f.train_recall_10,
                 f.shipped_recall_10,
                 cats.join(" "),

@@ -111,9 +111,10 @@ pub use cairn_policies::{DecisionRecord, PolicyGenerationId, WorldKind};
 /// [`Cairn::memory_search`].
 pub mod search {
     pub use cairn_memory::search::{
-        DocAttrs, DocSource, EmbedConfig, Embedder, FastEmbedder, Fusion, IndexStats, ItemRef,
-        RecipeParams, SearchDoc, SearchError, SearchFilters, SearchHit, SearchIndex, SearchMode,
-        SearchOptions, SearchResult, ServiceError, UnitCosine,
+        DocAttrs, DocSource, EmbedConfig, Embedder, FastEmbedder, Fusion, Granularity, IndexStats,
+        ItemRef, Period, RecipeParams, SearchDoc, SearchError, SearchFilters, SearchHit,
+        SearchIndex, SearchMode, SearchOptions, SearchResult, ServiceError, TimeMention,
+        UnitCosine, asks_when, named_periods, resolve_times,
     };
 }
 

@@ -136,6 +136,11 @@ pub struct SearchItem {
     pub expired: bool,
     /// True for an archived entry or turn (only with `include_archived`).
     pub archived: bool,
+    /// The item's time expressions resolved against its timestamp, as
+    /// `expression → period` ("last Saturday → 20 May 2023"); absent when
+    /// it names no time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub times: Vec<String>,
 }
 
 /// A `memory_search` answer.
@@ -635,6 +640,7 @@ impl Cairn {
                 replaced: hit.replaced,
                 expired: a.decay_at.is_some_and(|at| at <= now),
                 archived: hit.archived,
+                times: hit.times.clone(),
             });
         }
         let mut notes = Vec::new();

@@ -26,7 +26,7 @@ fn ingest(server: &Server) -> Result<()> {
             {"session": "main", "role": "user", "content": "I adopted a puppy named Rex from the shelter."},
             {"session": "main", "role": "assistant", "content": "Congratulations on the new dog!"},
             {"session": "helper", "role": "assistant", "content": "Found the deploy token ghp_abcdefghijklmnopqrstuvwxyz123456 in the vault."},
-            {"session": "other", "role": "user", "content": "My sister plays the violin in an orchestra."},
+            {"session": "other", "role": "user", "content": "My sister played the violin in an orchestra last Saturday."},
         ]}),
     )?;
     ensure!(s == 200, "{body}");
@@ -57,6 +57,17 @@ fn memory_tools_over_http() -> Result<()> {
     ensure!(r["mode"] == "hybrid", "{r}");
     ensure!(r["items"][0]["id"] == "session:main:0-0", "{r}");
     ensure!(r["items"][0]["vector_rank"].is_number(), "{r}");
+
+    // A time expression is resolved against the turn's time and shown.
+    let (s, r) = server.post(
+        "/v1/workspaces/acme/search",
+        &json!({"query": "When did my sister play the violin?", "k": 1, "caller": "t"}),
+    )?;
+    ensure!(s == 200, "{r}");
+    ensure!(r["items"][0]["id"] == "session:other:0-0", "{r}");
+    let times = r["items"][0]["times"].to_string();
+    ensure!(times.contains("last Saturday → "), "{r}");
+    ensure!(r["items"][1].is_null(), "{r}");
 
     // Sub-agent lineage: `helper` sees main and itself, not `other`.
     let (s, r) = server.post(

@@ -21,6 +21,30 @@ pub struct RecipeParams {
     /// Share of the best score added to the turns of the one speaker the
     /// query names.
     pub speaker_boost: f32,
+    /// Share of the best score added, for a question that asks "when", to
+    /// every item with a resolved time expression (0: off; 0.2 by default,
+    /// measured leave-one-conversation-out in `docs/retrieval-research.md`).
+    pub when_boost: f32,
+    /// Share of the best score added, for a question naming a period ("in
+    /// July 2023"), to the items said in it or naming a time inside it
+    /// (0: off, the default: it changed no recall on LoCoMo).
+    pub period_boost: f32,
+    /// Weight of the second pass that follows the first pass's best hits
+    /// (0: off, the default: it did not help in every LoCoMo conversation).
+    /// See [`RecipeParams::follow_seeds`].
+    pub follow: f32,
+    /// How many of the first pass's best hits the second pass follows: the
+    /// rarest words of their texts that the question lacks (the entities
+    /// and subjects they name) are added to the question's words for one
+    /// more BM25 query, whose max-normalised scores are added with weight
+    /// [`RecipeParams::follow`] times the best first-pass score.
+    pub follow_seeds: usize,
+    /// How many words the second pass adds.
+    pub follow_terms: usize,
+    /// Whether the second pass's query looks only outside the sessions of
+    /// the hits it follows (the other part of a two-part question is often
+    /// said on another day).
+    pub follow_elsewhere: bool,
 }
 
 impl Default for RecipeParams {
@@ -31,6 +55,12 @@ impl Default for RecipeParams {
             window: 2,
             session_boost: 0.2,
             speaker_boost: 0.1,
+            when_boost: 0.2,
+            period_boost: 0.0,
+            follow: 0.0,
+            follow_seeds: 3,
+            follow_terms: 6,
+            follow_elsewhere: false,
         }
     }
 }

@@ -13,6 +13,7 @@ use super::filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 use super::fuse::{Fusion, RecipeParams, rrf_term};
 use super::lexical::LexicalIndex;
 use super::vector::{VectorIndex, cosine};
+use super::when::{Period, TimeMention, asks_when, named_periods, resolve_times};
 use super::{SearchError, SearchResultOf};
 
 /// The longest query text searched, in bytes: a longer one is cut at a
@@ -254,6 +255,11 @@ pub struct SearchHit {
     /// True for an archived entry or turn (only returned when asked).
     #[serde(default)]
     pub archived: bool,
+    /// The time expressions of the item resolved against its timestamp,
+    /// as `expression → period` ("last Saturday → 20 May 2023"): what a
+    /// question about a date matched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub times: Vec<String>,
 }
 
 /// The answer of [`SearchIndex::search`].
@@ -284,8 +290,24 @@ struct DocMeta {
     pos: u64,
     speaker_key: Option<String>,
     attrs: DocAttrs,
+    /// Its time expressions resolved against `attrs.timestamp`.
+    times: Vec<TimeMention>,
+    /// Its text (the second pass reads the words of the best hits).
+    text: Box<str>,
     /// A hash of the indexed text (for `reconstruct`'s comparison).
     digest: [u8; 16],
+}
+
+impl DocMeta {
+    /// Whether the item was said in the period or names a time inside it.
+    fn in_period(&self, p: &Period) -> bool {
+        let said = self
+            .attrs
+            .timestamp
+            .map(|t| t.date_naive())
+            .is_some_and(|d| p.start <= d && d < p.end);
+        said || self.times.iter().any(|m| m.overlaps(p.start, p.end))
+    }
 }
 
 /// One workspace's hybrid index. Not internally synchronised: wrap it in a
@@ -295,6 +317,9 @@ pub struct SearchIndex {
     docs: Vec<Option<DocMeta>>,
     by_id: HashMap<String, usize>,
     sessions: HashMap<String, BTreeMap<u64, usize>>,
+    /// Entries by the session their provenance names (what the second pass
+    /// follows from a turn to the entries derived from it).
+    derived: HashMap<String, HashSet<usize>>,
     lexical: LexicalIndex,
     vector: VectorIndex,
     /// Lower-cased first names of speakers → number of docs.
@@ -305,6 +330,8 @@ pub struct SearchIndex {
     archived: (HashSet<String>, HashMap<String, u64>),
     /// Live documents with a decay time.
     decaying: usize,
+    /// Whether resolved dates are added to the lexical text.
+    time_terms: bool,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -332,13 +359,25 @@ impl SearchIndex {
             docs: Vec::new(),
             by_id: HashMap::new(),
             sessions: HashMap::new(),
+            derived: HashMap::new(),
             lexical: LexicalIndex::new()?,
             vector: VectorIndex::new(1024),
             speakers: HashMap::new(),
             replaced: HashSet::new(),
             archived: (HashSet::new(), HashMap::new()),
             decaying: 0,
+            time_terms: false,
         })
+    }
+
+    /// Whether documents added from now on get the absolute dates of their
+    /// time expressions appended to their lexical text ("yesterday" said on
+    /// 8 May 2023 also indexed as "7 May 2023"). Off by default: it did not
+    /// help recall in every LoCoMo conversation (`docs/retrieval-research.md`).
+    /// The expressions are resolved, used by the time boosts and shown on
+    /// hits either way.
+    pub fn set_time_terms(&mut self, on: bool) {
+        self.time_terms = on;
     }
 
     /// Whether vectors are available.
@@ -416,7 +455,16 @@ impl SearchIndex {
         let mut items = Vec::with_capacity(vectors.len());
         for (i, d) in docs.iter().enumerate() {
             let n = self.docs.len();
-            let text = d.lexical_text();
+            let times = d
+                .attrs
+                .timestamp
+                .map(|t| resolve_times(&d.text, t))
+                .unwrap_or_default();
+            let mut text = d.lexical_text();
+            if self.time_terms && !times.is_empty() {
+                let labels: Vec<String> = times.iter().map(TimeMention::label).collect();
+                text.push_str(&format!(" [{}]", labels.join("; ")));
+            }
             self.lexical.add(n as u64, &text)?;
             let mut digest = [0u8; 16];
             digest.copy_from_slice(&blake3::hash(text.as_bytes()).as_bytes()[..16]);
@@ -433,6 +481,8 @@ impl SearchIndex {
                 pos: d.pos,
                 speaker_key,
                 attrs: d.attrs.clone(),
+                times,
+                text: d.text.as_str().into(),
                 digest,
             }));
             self.by_id.insert(d.id.clone(), n);
@@ -440,6 +490,9 @@ impl SearchIndex {
                 .entry(d.session.clone())
                 .or_default()
                 .insert(d.pos, n);
+            if let (DocSource::Entry, Some(p)) = (d.attrs.source, &d.attrs.provenance) {
+                self.derived.entry(p.session.clone()).or_default().insert(n);
+            }
             if let Some(v) = vectors.get(i) {
                 items.push((n, v.clone()));
             }
@@ -456,6 +509,11 @@ impl SearchIndex {
         if let Some(meta) = self.docs.get_mut(n).and_then(Option::take) {
             if let Some(s) = self.sessions.get_mut(&meta.session) {
                 s.remove(&meta.pos);
+            }
+            if let Some(p) = &meta.attrs.provenance {
+                if let Some(e) = self.derived.get_mut(&p.session) {
+                    e.remove(&n);
+                }
             }
             if let Some(k) = &meta.speaker_key {
                 if let Some(c) = self.speakers.get_mut(k) {
@@ -538,6 +596,9 @@ impl SearchIndex {
                 }
                 Fusion::Recipe(p) => {
                     scored = self.recipe(query, query_vector, &lexical, &dense, &p);
+                    if p.follow > 0.0 {
+                        self.follow(query, &mut scored, n, allowed.clone(), &p)?;
+                    }
                 }
             },
         }
@@ -584,6 +645,7 @@ impl SearchIndex {
                     attrs: m.attrs.clone(),
                     replaced: self.replaced.contains(&m.id),
                     archived: self.is_archived(m),
+                    times: m.times.iter().map(TimeMention::explain).collect(),
                 })
             })
             .collect();
@@ -823,6 +885,147 @@ impl SearchIndex {
                 }
             }
         }
+        self.time_boosts(query, &mut h, p);
         h
+    }
+
+    /// The bounded second pass (one extra BM25 query): the rarest words of
+    /// the best first-pass hits that the question lacks are added to its
+    /// words, and what that query finds is added to the scores.
+    fn follow(
+        &self,
+        query: &str,
+        scored: &mut HashMap<usize, f32>,
+        n: usize,
+        allowed: Option<Arc<Vec<bool>>>,
+        p: &RecipeParams,
+    ) -> SearchResultOf<()> {
+        let mut best: Vec<(usize, f32)> = scored.iter().map(|(&d, &s)| (d, s)).collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let Some(&(_, top)) = best.first() else {
+            return Ok(());
+        };
+        let asked = self.lexical.query_terms(query);
+        let names: HashSet<&str> = self.speakers.keys().map(String::as_str).collect();
+        let mut words: Vec<(u64, String)> = Vec::new();
+        let mut seen: HashSet<String> = asked.iter().cloned().collect();
+        for &(d, _) in best.iter().take(p.follow_seeds) {
+            let Some(m) = self.meta(d) else { continue };
+            for term in self.lexical.query_terms(&m.text) {
+                if names.contains(term.as_str()) || term.chars().all(|c| c.is_ascii_digit()) {
+                    continue;
+                }
+                if seen.insert(term.clone()) {
+                    // A word only the hit itself holds leads nowhere.
+                    let df = self.lexical.doc_freq(&term);
+                    if df >= 2 {
+                        words.push((df, term));
+                    }
+                }
+            }
+        }
+        words.sort();
+        let mut terms = asked;
+        terms.extend(words.into_iter().take(p.follow_terms).map(|w| w.1));
+        let seeds: Vec<usize> = best.iter().take(p.follow_seeds).map(|x| x.0).collect();
+        let elsewhere = if p.follow_elsewhere {
+            let near: HashSet<&str> = seeds
+                .iter()
+                .filter_map(|&d| self.meta(d).map(|m| m.session.as_str()))
+                .collect();
+            let bitmap: Vec<bool> = (0..self.docs.len())
+                .map(|d| {
+                    let open = allowed
+                        .as_ref()
+                        .is_none_or(|a| a.get(d).copied().unwrap_or(false));
+                    open && self
+                        .meta(d)
+                        .is_some_and(|m| !near.contains(m.session.as_str()))
+                })
+                .collect();
+            Some(Arc::new(bitmap))
+        } else {
+            allowed.clone()
+        };
+        let found = self.lexical.search_terms(&terms, n, elsewhere)?;
+        let max = found.iter().map(|x| x.1).fold(0.0f32, f32::max);
+        if max > 0.0 {
+            for (d, s) in found {
+                *scored.entry(d as usize).or_default() += p.follow * top * s / max;
+            }
+        }
+        self.follow_provenance(&seeds, scored, allowed.as_deref(), p);
+        Ok(())
+    }
+
+    /// The second pass along provenance: an entry among the best hits lifts
+    /// the turns it was extracted from to its own score (they are its
+    /// evidence), and a turn among them lifts the entries derived from it
+    /// by `follow` times its score.
+    fn follow_provenance(
+        &self,
+        seeds: &[usize],
+        scored: &mut HashMap<usize, f32>,
+        allowed: Option<&Vec<bool>>,
+        p: &RecipeParams,
+    ) {
+        let mut lifts: Vec<(usize, f32)> = Vec::new();
+        let mut lift = |d: usize, to: f32| lifts.push((d, to));
+        for &d in seeds {
+            let score = scored.get(&d).copied().unwrap_or(0.0);
+            let Some(m) = self.meta(d) else { continue };
+            match (m.attrs.source, &m.attrs.provenance) {
+                (DocSource::Entry, Some(prov)) => {
+                    if let Some(turns) = self.sessions.get(&prov.session) {
+                        for (_, &t) in turns.range(prov.from_seq..=prov.to_seq) {
+                            lift(t, score);
+                        }
+                    }
+                }
+                (DocSource::Turn, _) => {
+                    for &e in self.derived.get(&m.session).into_iter().flatten() {
+                        let covers = self
+                            .meta(e)
+                            .and_then(|x| x.attrs.provenance.as_ref())
+                            .is_some_and(|x| x.from_seq <= m.pos && m.pos <= x.to_seq);
+                        if covers {
+                            lift(e, p.follow * score);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (d, to) in lifts {
+            if allowed.is_none_or(|a| a.get(d).copied().unwrap_or(false)) {
+                let v = scored.entry(d).or_default();
+                *v = v.max(to);
+            }
+        }
+    }
+
+    /// Time boosts: a question asking "when" lifts the items that name a
+    /// time; a question naming a period ("in July 2023") lifts the items
+    /// said in it or naming a time inside it. Both scale with the best score.
+    fn time_boosts(&self, query: &str, h: &mut HashMap<usize, f32>, p: &RecipeParams) {
+        let when = p.when_boost > 0.0 && asks_when(query);
+        let periods = if p.period_boost > 0.0 {
+            named_periods(query)
+        } else {
+            Vec::new()
+        };
+        if !when && periods.is_empty() {
+            return;
+        }
+        let top = h.values().copied().fold(0.0f32, f32::max);
+        for (d, v) in h.iter_mut() {
+            let Some(m) = self.meta(*d) else { continue };
+            if when && !m.times.is_empty() {
+                *v += p.when_boost * top;
+            }
+            if periods.iter().any(|x| m.in_period(x)) {
+                *v += p.period_boost * top;
+            }
+        }
     }
 }

@@ -144,7 +144,25 @@ impl LexicalIndex {
         n: usize,
         allowed: Option<Arc<Vec<bool>>>,
     ) -> SearchResultOf<Vec<(u64, f32)>> {
-        let terms = self.query_terms(query);
+        self.search_terms(&self.query_terms(query), n, allowed)
+    }
+
+    /// How many live documents hold an analysed term.
+    pub(crate) fn doc_freq(&self, term: &str) -> u64 {
+        self.reader
+            .searcher()
+            .doc_freq(&Term::from_field_text(self.text, term))
+            .unwrap_or(0)
+    }
+
+    /// Top `n` documents by BM25 for analysed terms (as from
+    /// [`Self::query_terms`]), best first.
+    pub(crate) fn search_terms(
+        &self,
+        terms: &[String],
+        n: usize,
+        allowed: Option<Arc<Vec<bool>>>,
+    ) -> SearchResultOf<Vec<(u64, f32)>> {
         if terms.is_empty() || n == 0 {
             return Ok(Vec::new());
         }

@@ -36,6 +36,7 @@ mod lexical;
 mod retriever;
 mod service;
 mod vector;
+mod when;
 
 pub use embed::{EmbedConfig, Embedder, FastEmbedder};
 pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
@@ -47,6 +48,7 @@ pub use index::{
 pub use retriever::{IndexRetriever, search_options};
 pub use service::{IndexStats, SearchService, ServiceError};
 pub use vector::UnitCosine;
+pub use when::{Granularity, Period, TimeMention, asks_when, named_periods, resolve_times};
 
 /// Errors of the search subsystem.
 #[derive(Debug, thiserror::Error)]

@@ -245,6 +245,185 @@ fn speaker_boost_prefers_the_named_speaker() {
     assert_eq!(r.hits[0].id, "b");
 }
 
+/// "last Saturday" said on Thursday 25 May 2023 is indexed as 20 May 2023:
+/// a search naming that date finds it; with the dates left out of the text
+/// the shorter turn without a date wins instead.
+#[test]
+fn a_turn_saying_last_saturday_is_found_by_its_resolved_date() {
+    use chrono::TimeZone;
+    let said = chrono::Utc
+        .with_ymd_and_hms(2023, 5, 25, 13, 14, 0)
+        .unwrap();
+    let dated = DocAttrs {
+        timestamp: Some(said),
+        ..DocAttrs::default()
+    };
+    let d = vec![
+        SearchDoc::new(
+            "a",
+            "s1",
+            0,
+            "I ran a charity race last Saturday, it was great.",
+        )
+        .with_speaker("Ana")
+        .with_attrs(dated.clone()),
+        SearchDoc::new("b", "s1", 1, "I ran a race.")
+            .with_speaker("Ana")
+            .with_attrs(dated),
+    ];
+    let query = "Who ran a race on 20 May 2023?";
+    let opts = SearchOptions::new(2).mode(SearchMode::Bm25);
+    let mut index = SearchIndex::new(None).unwrap();
+    index.set_time_terms(true);
+    index.add(&d).unwrap();
+    let r = index.search(query, &opts).unwrap();
+    assert_eq!(r.hits[0].id, "a");
+    assert_eq!(r.hits[0].times, ["last Saturday → 20 May 2023"]);
+    assert!(r.hits[1].times.is_empty());
+
+    // The default.
+    let mut plain = SearchIndex::new(None).unwrap();
+    plain.add(&d).unwrap();
+    let r = plain.search(query, &opts).unwrap();
+    assert_eq!(r.hits[0].id, "b");
+    // Resolved and shown all the same.
+    assert_eq!(r.hits[1].times, ["last Saturday → 20 May 2023"]);
+}
+
+/// A question asking "when" lifts the turn that names a time; one naming a
+/// period lifts the turn said in it.
+#[test]
+fn time_boosts_follow_the_question() {
+    use chrono::TimeZone;
+    let at = |m, d| DocAttrs {
+        timestamp: Some(chrono::Utc.with_ymd_and_hms(2023, m, d, 12, 0, 0).unwrap()),
+        ..DocAttrs::default()
+    };
+    let d = vec![
+        SearchDoc::new("a", "s1", 0, "Ana adopted a puppy.").with_attrs(at(5, 8)),
+        SearchDoc::new("b", "s2", 0, "We got the puppy yesterday.").with_attrs(at(7, 3)),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    // The boosts alone: no dates in the lexical text.
+    index.set_time_terms(false);
+    index.add(&d).unwrap();
+    let first = |q: &str, p: RecipeParams| {
+        let o = SearchOptions::new(2).fusion(Fusion::Recipe(p));
+        index.search(q, &o).unwrap().hits[0].id.clone()
+    };
+    let off = RecipeParams {
+        session_boost: 0.0,
+        when_boost: 0.0,
+        ..RecipeParams::default()
+    };
+    assert_eq!(first("When did Ana adopt a puppy?", off), "a");
+    let when = RecipeParams {
+        when_boost: 1.0,
+        ..off
+    };
+    assert_eq!(first("When did Ana adopt a puppy?", when), "b");
+    assert_eq!(first("Did Ana adopt a puppy?", when), "a");
+    let period = RecipeParams {
+        period_boost: 1.0,
+        ..off
+    };
+    assert_eq!(first("Who adopted a puppy in July 2023?", off), "a");
+    assert_eq!(first("Who adopted a puppy in July 2023?", period), "b");
+}
+
+/// The second pass follows the best hit's rare words to the other part of
+/// a two-part question.
+#[test]
+fn the_second_pass_follows_what_the_first_found() {
+    let d = vec![
+        SearchDoc::new(
+            "a",
+            "s1",
+            0,
+            "Ana moved here from her home country four years ago.",
+        )
+        .with_speaker("Ana"),
+        SearchDoc::new(
+            "b",
+            "s2",
+            0,
+            "This necklace is from my grandma in my home country, Sweden.",
+        )
+        .with_speaker("Ana"),
+        SearchDoc::new("c", "s3", 0, "Ben bought a new bike for the summer.").with_speaker("Ben"),
+        SearchDoc::new("d", "s4", 0, "Ben thinks the summer is too hot.").with_speaker("Ben"),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let hits = |p: RecipeParams| {
+        let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
+        let r = index.search("Where did Ana move from?", &o).unwrap();
+        r.hits
+            .into_iter()
+            .map(|h| (h.id, h.score))
+            .collect::<Vec<_>>()
+    };
+    let off = hits(RecipeParams::default());
+    let on = hits(RecipeParams {
+        follow: 0.5,
+        ..RecipeParams::default()
+    });
+    assert_eq!(off[0].0, "a");
+    let rank = |v: &[(String, f32)], id: &str| v.iter().position(|x| x.0 == id);
+    let gain = |v: &[(String, f32)]| {
+        let b = v.iter().find(|x| x.0 == "b").map_or(0.0, |x| x.1);
+        let c = v.iter().find(|x| x.0 == "c").map_or(0.0, |x| x.1);
+        b - c
+    };
+    // "home country" leads from a to b: b gains on an unrelated turn.
+    assert!(gain(&on) > gain(&off), "{off:?} vs {on:?}");
+    assert_eq!(rank(&on, "b"), Some(1));
+}
+
+/// The second pass follows provenance: a memory-log entry among the best
+/// hits lifts the turn it was extracted from (its evidence).
+#[test]
+fn the_second_pass_follows_an_entry_to_its_turns() {
+    let entry = DocAttrs {
+        source: DocSource::Entry,
+        provenance: Some(crate::Provenance {
+            session: "s1".into(),
+            from_seq: 0,
+            to_seq: 0,
+        }),
+        ..DocAttrs::default()
+    };
+    let d = vec![
+        SearchDoc::new("s1:0", "s1", 0, "ok, let's go with the elephant one").with_speaker("Ana"),
+        SearchDoc::new("s2:0", "s2", 0, "which database do you like for billing?")
+            .with_speaker("Ben"),
+        SearchDoc::new(
+            "e1",
+            "entry:e1",
+            0,
+            "Decision: the billing database is Postgres",
+        )
+        .with_attrs(entry),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let ranked = |p: RecipeParams| {
+        let o = SearchOptions::new(3).fusion(Fusion::Recipe(p));
+        let r = index
+            .search("Which database did we pick for billing?", &o)
+            .unwrap();
+        r.hits.into_iter().map(|h| h.id).collect::<Vec<_>>()
+    };
+    let off = ranked(RecipeParams::default());
+    let on = ranked(RecipeParams {
+        follow: 0.3,
+        ..RecipeParams::default()
+    });
+    let pos = |v: &[String], id: &str| v.iter().position(|x| x == id).unwrap_or(usize::MAX);
+    assert!(pos(&off, "s1:0") > pos(&off, "s2:0"), "{off:?}");
+    assert!(pos(&on, "s1:0") < pos(&on, "s2:0"), "{on:?}");
+}
+
 #[test]
 fn embedding_throughput_is_sane() {
     let m = model();
@@ -274,6 +453,52 @@ mod service {
             .map(|d| TurnInput::new(&d.session, Role::User, &d.dense_text()))
             .collect();
         ws.append_turns(&turns).unwrap();
+    }
+
+    /// End to end, with the defaults: a turn stored at a known time saying
+    /// "last Saturday" is resolved to the date it means, a question asking
+    /// when finds it before a closer match that names no time, and the hit
+    /// says why.
+    #[test]
+    fn a_stored_turn_is_found_by_the_date_its_words_mean() {
+        use chrono::TimeZone;
+        let dir = tempfile::tempdir().unwrap();
+        let said = chrono::Utc
+            .with_ymd_and_hms(2023, 5, 25, 13, 14, 0)
+            .unwrap();
+        let memory = Memory::open_sled(
+            dir.path(),
+            MemoryConfig::default(),
+            Arc::new(crate::ManualClock::new(said)),
+        )
+        .unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        ws.append_turns(&[
+            TurnInput::new("s1", Role::User, "I ran a charity race last Saturday!"),
+            TurnInput::new("s2", Role::User, "I ran a race."),
+        ])
+        .unwrap();
+        let search = SearchService::new(memory.clone(), Some(model()));
+        search.catch_up().unwrap();
+        let query = "When did I run a race?";
+        let r = search
+            .search("acme", query, &SearchOptions::new(2))
+            .unwrap();
+        assert_eq!(r.hits[0].id, "s1:0", "{r:?}");
+        assert_eq!(r.hits[0].times, ["last Saturday → 20 May 2023"]);
+        // Without the "when" boost the closer wording wins.
+        let off = RecipeParams {
+            when_boost: 0.0,
+            ..RecipeParams::default()
+        };
+        let r = search
+            .search(
+                "acme",
+                query,
+                &SearchOptions::new(2).fusion(Fusion::Recipe(off)),
+            )
+            .unwrap();
+        assert_eq!(r.hits[0].id, "s2:0", "{r:?}");
     }
 
     #[test]
