@@ -396,6 +396,9 @@ impl MemoryError {
             | MemoryError::Tokenizer { .. }
             | MemoryError::Corrupt { .. } => ErrorKind::Internal,
             MemoryError::Store(e) if e.is_retryable() => ErrorKind::Unavailable,
+            MemoryError::Store(StoreError::Unsupported { .. } | StoreError::Config(_)) => {
+                ErrorKind::Invalid
+            }
             MemoryError::Store(_) => ErrorKind::Internal,
         }
     }

@@ -36,6 +36,7 @@ fn wait_indexed(cairn: &Cairn) -> Result<()> {
 fn open(dir: &Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(&dir),
         ..CairnConfig::default()
     })?)
 }
@@ -113,6 +114,7 @@ fn forget_then_vacuum_leaves_no_byte_of_the_session() -> Result<()> {
     }
     // The store rewritten (through the binary, as an operator would).
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["vacuum", "--json"])
@@ -174,6 +176,7 @@ fn vacuum_refuses_a_store_in_use() -> Result<()> {
     let cairn = open(dir.path())?;
     cairn.ingest("acme", &[TurnInput::new("s", Role::User, "hello")])?;
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .arg("vacuum")
