@@ -197,6 +197,7 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
         .args(["--sessions", "8", "--duration", "2", "--concurrency", "4"])
         .args(["--rate", "200", "--json", "--data-dir"])
         .arg(&data)
+        .envs(crate::support::backend_env(&data))
         .env("RUST_LOG", "warn")
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .env_remove("CAIRN_EMBEDDING__ORT_DYLIB")

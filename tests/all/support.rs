@@ -267,8 +267,13 @@ fn database_for(data_dir: &Path) -> Option<String> {
                 let (client, connection) =
                     tokio_postgres::connect(&admin, tokio_postgres::NoTls).await?;
                 let task = tokio::spawn(connection);
+                // Two statements: neither may run in a transaction block.
+                // A name left by an earlier run (process ids repeat) is reused.
                 client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+                    .await?;
+                client
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
                     .await?;
                 drop(client);
                 task.await??;
@@ -303,6 +308,33 @@ pub(crate) fn fresh_key() -> std::path::PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::path::PathBuf::from(format!("fresh-{n}"))
+}
+
+/// On the postgres leg, how many pairs of `data_dir`'s database hold
+/// `needle` in their key or value (any workspace, system namespace or the
+/// metadata space). Errors on sled.
+pub(crate) fn rows_containing(data_dir: &Path, needle: &[u8]) -> Result<i64> {
+    let url = database_for(data_dir).context("rows_containing: not on the postgres leg")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM cairn_kv
+                         WHERE position($1::bytea IN key) > 0 OR position($1::bytea IN value) > 0)
+                      + (SELECT count(*) FROM cairn_meta
+                         WHERE position($1::bytea IN key) > 0 OR position($1::bytea IN value) > 0)",
+                &[&needle],
+            )
+            .await?;
+        let count: i64 = row.try_get(0)?;
+        drop(client);
+        task.await??;
+        Ok(count)
+    })
 }
 
 /// The environment that puts a `cairn` process on `data_dir` onto the
