@@ -304,8 +304,10 @@ fn store_checks(config: &CairnConfig) -> Vec<Check> {
         Ok(c) => c,
         Err(err) => {
             let fix = if postgres {
-                "is the database up and reachable from here, and does storage.postgres.url \
-                 (CAIRN_STORAGE__POSTGRES__URL) name it with a user that may create tables?"
+                "if `cairn serve` (or another cairn) runs on this database it holds its writer \
+                 lock: ask it (GET /healthz, GET /v1/plugins); otherwise, is the database up and \
+                 reachable from here, and does storage.postgres.url (CAIRN_STORAGE__POSTGRES__URL) \
+                 name it with a user that may create tables?"
             } else {
                 "if `cairn serve` (or another cairn) runs on this data dir it holds the \
                  store's lock: stop it, or ask it (GET /healthz, GET /v1/plugins)"

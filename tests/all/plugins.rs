@@ -352,13 +352,9 @@ fn http_install_list_log_and_refusals() -> Result<()> {
 
     // The CLI talks to the running server (which holds the store's lock).
     let url = server.base.clone();
-    if crate::support::postgres_admin_url().is_none() {
-        // sled's file lock: only the server may open the store. (A database
-        // is shared; the CLI could open it too.)
-        let direct = cairn(dir.path(), &["plugins", "list"])?;
-        ensure!(!direct.status.success());
-        ensure!(String::from_utf8_lossy(&direct.stderr).contains("--server"));
-    }
+    let direct = cairn(dir.path(), &["plugins", "list"])?;
+    ensure!(!direct.status.success());
+    ensure!(String::from_utf8_lossy(&direct.stderr).contains("--server"));
     let out = ok(&cairn(
         dir.path(),
         &[

@@ -112,6 +112,15 @@ pub enum StoreError {
         /// The newest version this binary knows.
         binary: i32,
     },
+    /// Another cairn process has this database open (it holds the
+    /// database's writer lock).
+    #[error(
+        "another cairn process has the database ({target}) open: `cairn serve` or a CLI command; stop it, or ask it (cairn serve's HTTP API)"
+    )]
+    Locked {
+        /// The database, without its password.
+        target: String,
+    },
     /// The storage configuration is invalid (a malformed URL).
     #[error("invalid storage configuration: {0}")]
     Config(String),

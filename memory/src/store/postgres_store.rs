@@ -82,6 +82,10 @@ pub const MIGRATIONS: &[(i32, &str)] = &[(
 /// once migrate one after the other (any constant; "cairn" in ASCII).
 const MIGRATION_LOCK: i64 = 0x63_61_69_72_6e;
 
+/// The advisory lock the process that has the database open holds for as
+/// long as it runs (see [`PostgresStore::connect`]).
+const WRITER_LOCK: i64 = 0x63_61_69_72_6e_77;
+
 /// `cairn_spaces.kind` of a workspace.
 const WORKSPACE: i16 = 0;
 /// `cairn_spaces.kind` of a system namespace.
@@ -116,6 +120,12 @@ struct Inner {
     call_timeout: Duration,
     /// Where the database is, without a password (for messages).
     target: String,
+    /// How to open the connection that holds [`WRITER_LOCK`].
+    pg: tokio_postgres::Config,
+    /// That connection: while it is open, no other cairn process writes
+    /// to this database. A std-style mutex: held for a cheap check, or
+    /// across a reconnect that every writer must wait for anyway.
+    writer: parking_lot::Mutex<Option<tokio_postgres::Client>>,
     /// Spaces this process created or found, so a handle does not ask the
     /// database on every open. A space dropped here is removed; one dropped
     /// by another node makes writes through it fail (foreign key).
@@ -180,7 +190,7 @@ impl PostgresStore {
                 reason: format!("cannot start the database client's runtime: {e}"),
             })?;
         let manager = Manager::from_config(
-            pg,
+            pg.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -200,11 +210,69 @@ impl PostgresStore {
                 pool,
                 call_timeout: config.call_timeout(),
                 target,
+                pg,
+                writer: parking_lot::Mutex::new(None),
                 known: RwLock::new(HashSet::new()),
             }),
         };
         store.run("migrate", |pool| migrate(pool, SCHEMA_VERSION, MIGRATIONS))?;
+        // A store of this process that was just dropped releases the lock
+        // when the server sees its connection close, a moment later: retry
+        // briefly on that error only. Another live process still fails.
+        let mut attempts = 0;
+        loop {
+            match store.hold_writer_lock() {
+                Err(StoreError::Locked { .. }) if attempts < 40 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other?,
+            }
+        }
         Ok(store)
+    }
+
+    /// Makes sure this process holds the database's writer lock, taking it
+    /// (again, after a lost connection) if needed; every write asks first.
+    ///
+    /// Why: the stores' callers serialise a session's appends with
+    /// in-process locks (docs/DURABILITY.md), which is sound while one
+    /// process writes the database, the rule sled's file lock enforces on a
+    /// data dir. This lock enforces it on a database: a second `cairn serve`
+    /// or CLI command on it is refused with [`StoreError::Locked`]. Sharing
+    /// one database between live nodes needs work-context leases with
+    /// fencing tokens checked in each write transaction (issue 19, next
+    /// part). The lock is a session-level advisory lock on a dedicated
+    /// connection: the server releases it when that connection ends (the
+    /// process exits or dies), so a crash leaves nothing to clean up.
+    fn hold_writer_lock(&self) -> Result<(), StoreError> {
+        let mut writer = self.inner.writer.lock();
+        if writer.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(());
+        }
+        *writer = None;
+        let pg = self.inner.pg.clone();
+        let target = self.inner.target.clone();
+        let client = self.run("take the writer lock", move |_| async move {
+            let op = "take the writer lock";
+            let (client, connection) = pg.connect(NoTls).await.map_err(|e| classify(op, e))?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "postgres: the writer lock's connection ended");
+                }
+            });
+            let row = client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&WRITER_LOCK])
+                .await
+                .map_err(|e| classify(op, e))?;
+            if column::<bool>(&row, 0, op)? {
+                Ok(client)
+            } else {
+                Err(StoreError::Locked { target })
+            }
+        })?;
+        *writer = Some(client);
+        Ok(())
     }
 
     /// Where this store connects (host, port, database, user; never the
@@ -372,6 +440,7 @@ impl Store for PostgresStore {
     }
 
     fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
+        self.hold_writer_lock()?;
         self.inner
             .known
             .write()
@@ -425,6 +494,7 @@ impl Store for PostgresStore {
     }
 
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.hold_writer_lock()?;
         let (key, value) = (key.to_vec(), value.to_vec());
         self.run("meta put", move |pool| async move {
             let client = pool.get().await.map_err(|e| pool_error("meta put", e))?;
@@ -441,6 +511,7 @@ impl Store for PostgresStore {
     }
 
     fn meta_delete(&self, key: &[u8]) -> Result<(), StoreError> {
+        self.hold_writer_lock()?;
         let key = key.to_vec();
         self.run("meta delete", move |pool| async move {
             let client = pool.get().await.map_err(|e| pool_error("meta delete", e))?;
@@ -628,6 +699,7 @@ impl WorkspaceStore for PostgresSpace {
         if batch.is_empty() {
             return Ok(());
         }
+        self.store.hold_writer_lock()?;
         let mut last: BTreeMap<(i16, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for op in batch.into_ops() {
             match op {

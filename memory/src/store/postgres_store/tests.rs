@@ -219,27 +219,35 @@ fn a_failing_batch_leaves_nothing() -> anyhow::Result<()> {
 }
 
 /// A database migrated by a newer cairn is refused, naming both versions;
-/// nodes starting at once migrate it once.
+/// nodes starting at once migrate it once, and one of them holds it.
 #[test]
 fn migrations_run_once_and_a_newer_schema_is_refused() -> anyhow::Result<()> {
     let Some(config) = fresh_database("migrations_run_once_and_a_newer_schema_is_refused")? else {
         return Ok(());
     };
-    let stores = std::thread::scope(|s| {
+    let starts = std::thread::scope(|s| {
         let starts: Vec<_> = (0..4)
             .map(|_| s.spawn(|| PostgresStore::connect(&config)))
             .collect();
         starts
             .into_iter()
-            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a start panicked"))?.map_err(anyhow::Error::from))
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a start panicked")))
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    assert_eq!(stores[0].schema_version()?, SCHEMA_VERSION);
+    let (opened, refused): (Vec<_>, Vec<_>) = starts.into_iter().partition(Result::is_ok);
+    assert_eq!(opened.len(), 1, "{refused:?}");
+    for err in refused.into_iter().filter_map(Result::err) {
+        assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    }
+    let store = opened.into_iter().next().context("one start")??;
+    assert_eq!(store.schema_version()?, SCHEMA_VERSION);
+    store.meta_put(b"m", b"1")?;
+    drop(store);
     // A second start on a migrated database changes nothing.
     let again = PostgresStore::connect(&config)?;
     assert_eq!(again.schema_version()?, SCHEMA_VERSION);
-    again.meta_put(b"m", b"1")?;
-    drop((stores, again));
+    assert_eq!(again.meta_get(b"m")?, Some(b"1".to_vec()));
+    drop(again);
 
     let newer = SCHEMA_VERSION + 1;
     execute(
@@ -259,6 +267,49 @@ fn migrations_run_once_and_a_newer_schema_is_refused() -> anyhow::Result<()> {
         "{message}"
     );
     assert!(!err.is_retryable());
+    Ok(())
+}
+
+/// One process has a database open at a time, as one has a sled data dir:
+/// a second is refused while the first lives, and may open it once the
+/// first is gone; a lost lock connection is taken again before a write.
+#[test]
+fn one_process_writes_a_database_at_a_time() -> anyhow::Result<()> {
+    let Some(config) = fresh_database("one_process_writes_a_database_at_a_time")? else {
+        return Ok(());
+    };
+    let first = PostgresStore::connect(&config)?;
+    let err = PostgresStore::connect(&config)
+        .err()
+        .context("a second process opened the database")?;
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains("cairn serve"), "{err}");
+    // The server ends the lock's connection (as a restart would): the next
+    // write takes the lock again on a new one.
+    execute(
+        &config.url,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+    )?;
+    let ws = first.workspace("acme")?;
+    let mut batch = WriteBatch::default();
+    batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+    let mut written = ws.apply(batch.clone());
+    for _ in 0..40 {
+        if written.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        written = ws.apply(batch.clone());
+    }
+    written?;
+    assert!(PostgresStore::connect(&config).is_err());
+    drop((ws, first));
+    let next = PostgresStore::connect(&config)?;
+    assert_eq!(
+        next.workspace("acme")?.get(Collection::State, b"k")?,
+        Some(b"v".to_vec())
+    );
     Ok(())
 }
 
