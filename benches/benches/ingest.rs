@@ -57,8 +57,13 @@ fn postgres_memory() -> Option<Memory> {
     };
     let dir = std::env::temp_dir();
     Some(
-        Memory::open_storage(&dir, &storage, MemoryConfig::default(), Arc::new(SystemClock))
-            .expect("postgres memory"),
+        Memory::open_storage(
+            &dir,
+            &storage,
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )
+        .expect("postgres memory"),
     )
 }
 

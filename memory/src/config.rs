@@ -188,7 +188,7 @@ fn redact_password(url: &str) -> String {
     }
     url.split_whitespace()
         .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key == "password" => "password=***".to_owned(),
+            Some(("password", _)) => "password=***".to_owned(),
             _ => pair.to_owned(),
         })
         .collect::<Vec<_>>()

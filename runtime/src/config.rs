@@ -535,7 +535,8 @@ impl CairnConfig {
                 self.log.format
             )));
         }
-        if self.storage.backend == StorageBackend::Postgres && self.storage.postgres.url.is_empty() {
+        if self.storage.backend == StorageBackend::Postgres && self.storage.postgres.url.is_empty()
+        {
             return Err(CairnError::Config(
                 "storage.backend is \"postgres\" but storage.postgres.url is empty \
                  (CAIRN_STORAGE__POSTGRES__URL)"

@@ -39,7 +39,7 @@ fn setup_cache(cache: &Path) -> Result<()> {
 /// script's cache folder.
 fn cairn(data: &Path, cache: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
-        .envs(crate::support::backend_env(&data))
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)

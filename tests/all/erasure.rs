@@ -36,7 +36,7 @@ fn wait_indexed(cairn: &Cairn) -> Result<()> {
 fn open(dir: &Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
-        storage: crate::support::storage(&dir),
+        storage: crate::support::storage(dir),
         ..CairnConfig::default()
     })?)
 }
@@ -128,7 +128,11 @@ fn forget_then_vacuum_leaves_no_byte_of_the_session() -> Result<()> {
         );
         for needle in [MARK.as_bytes(), SESSION.as_bytes(), b"Dana Smith"] {
             let rows = crate::support::rows_containing(&data, needle)?;
-            ensure!(rows == 0, "{:?} still in {rows} row(s)", String::from_utf8_lossy(needle));
+            ensure!(
+                rows == 0,
+                "{:?} still in {rows} row(s)",
+                String::from_utf8_lossy(needle)
+            );
         }
         // The check can fail: what was kept is found.
         ensure!(crate::support::rows_containing(&data, b"Unrelated notes")? > 0);
@@ -204,7 +208,7 @@ fn vacuum_refuses_a_store_in_use() -> Result<()> {
     let cairn = open(dir.path())?;
     cairn.ingest("acme", &[TurnInput::new("s", Role::User, "hello")])?;
     let out = Command::new(cairn_bin())
-        .envs(crate::support::backend_env(&dir.path()))
+        .envs(crate::support::backend_env(dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .arg("vacuum")

@@ -31,7 +31,7 @@ fn open(
     let clock = ManualClock::new(start());
     let mut config = CairnConfig {
         data_dir: dir.to_owned(),
-        storage: crate::support::storage(&dir),
+        storage: crate::support::storage(dir),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..ActorConfig::default()
@@ -211,7 +211,7 @@ fn promotions_undo_back_to_the_original_entries() -> Result<()> {
 
 fn run_cli(data: &std::path::Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
-        .envs(crate::support::backend_env(&data))
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)

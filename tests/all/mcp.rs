@@ -24,7 +24,7 @@ struct Mcp {
 impl Mcp {
     fn start(data: &Path, args: &[&str]) -> Result<Mcp> {
         let mut child = Command::new(cairn_bin())
-            .envs(crate::support::backend_env(&data))
+            .envs(crate::support::backend_env(data))
             .arg("--data-dir")
             .arg(data)
             .args(args)
@@ -124,7 +124,7 @@ impl Drop for Mcp {
 fn fixture(data: &Path) -> Result<()> {
     let cairn = Cairn::open(CairnConfig {
         data_dir: data.to_owned(),
-        storage: crate::support::storage(&data),
+        storage: crate::support::storage(data),
         ..CairnConfig::default()
     })?;
     cairn.ingest(

@@ -54,7 +54,7 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
     );
     let config = CairnConfig {
         data_dir: dir.path().to_owned(),
-        storage: crate::support::storage(&dir.path()),
+        storage: crate::support::storage(dir.path()),
         embedding: embedding(),
         ..CairnConfig::default()
     };
@@ -174,7 +174,7 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
 /// minute; the demo test above checks vectors with the model.
 fn cli(data: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
-        .envs(crate::support::backend_env(&data))
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)

@@ -44,7 +44,7 @@ impl Server {
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
         let mut child = Command::new(cairn_bin())
-            .envs(crate::support::backend_env(&data_dir))
+            .envs(crate::support::backend_env(data_dir))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(args)
@@ -253,11 +253,7 @@ fn database_for(data_dir: &Path) -> Option<String> {
     if let Some((_, url)) = known.iter().find(|(dir, _)| dir == data_dir) {
         return Some(url.clone());
     }
-    let name = format!(
-        "cairn_e2e_{}_{}",
-        std::process::id(),
-        known.len() + 1
-    );
+    let name = format!("cairn_e2e_{}_{}", std::process::id(), known.len() + 1);
     let made = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

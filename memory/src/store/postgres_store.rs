@@ -284,9 +284,15 @@ impl PostgresStore {
     /// The schema version of the database (0 before any migration).
     pub fn schema_version(&self) -> Result<i32, StoreError> {
         self.run("schema version", |pool| async move {
-            let client = pool.get().await.map_err(|e| pool_error("schema version", e))?;
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| pool_error("schema version", e))?;
             let row = client
-                .query_one("SELECT coalesce(max(version), 0) FROM cairn_migrations", &[])
+                .query_one(
+                    "SELECT coalesce(max(version), 0) FROM cairn_migrations",
+                    &[],
+                )
                 .await
                 .map_err(|e| classify("schema version", e))?;
             column(&row, 0, "schema version")
@@ -380,7 +386,10 @@ async fn migrate(
     .await
     .map_err(|e| classify(op, e))?;
     let row = tx
-        .query_one("SELECT coalesce(max(version), 0) FROM cairn_migrations", &[])
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM cairn_migrations",
+            &[],
+        )
         .await
         .map_err(|e| classify(op, e))?;
     let database: i32 = column(&row, 0, op)?;
@@ -411,7 +420,10 @@ impl Store for PostgresStore {
     fn has_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
         let name = workspace.to_owned();
         self.run("has workspace", move |pool| async move {
-            let client = pool.get().await.map_err(|e| pool_error("has workspace", e))?;
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| pool_error("has workspace", e))?;
             let row = client
                 .query_opt(
                     "SELECT 1 FROM cairn_spaces WHERE kind = $1 AND name = $2",
@@ -448,7 +460,10 @@ impl Store for PostgresStore {
         let name = workspace.to_owned();
         // One statement, so one transaction: the cascade removes every pair.
         self.run("drop workspace", move |pool| async move {
-            let client = pool.get().await.map_err(|e| pool_error("drop workspace", e))?;
+            let client = pool
+                .get()
+                .await
+                .map_err(|e| pool_error("drop workspace", e))?;
             let removed = client
                 .execute(
                     "DELETE FROM cairn_spaces WHERE kind = $1 AND name = $2",
@@ -588,9 +603,14 @@ impl PostgresSpace {
                 "SELECT key, value FROM cairn_kv
                  WHERE kind = $1 AND space = $2 AND collection = $3 AND key >= $4{bound}
                  ORDER BY key {order}{}",
-                limit.map(|_| format!(" LIMIT ${limit_at}")).unwrap_or_default()
+                limit
+                    .map(|_| format!(" LIMIT ${limit_at}"))
+                    .unwrap_or_default()
             );
-            let statement = client.prepare_cached(&sql).await.map_err(|e| classify(op, e))?;
+            let statement = client
+                .prepare_cached(&sql)
+                .await
+                .map_err(|e| classify(op, e))?;
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                 vec![&kind, &space, &tag, &lower];
             if let Some(upper) = &upper {
@@ -614,7 +634,8 @@ impl WorkspaceStore for PostgresSpace {
     }
 
     fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let (kind, space, tag, key) = (self.kind, self.space.clone(), tag(collection), key.to_vec());
+        let (kind, space, tag, key) =
+            (self.kind, self.space.clone(), tag(collection), key.to_vec());
         self.store.run("get", move |pool| async move {
             let client = pool.get().await.map_err(|e| pool_error("get", e))?;
             let statement = client

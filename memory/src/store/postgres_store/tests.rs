@@ -56,7 +56,10 @@ fn fresh_database(test: &str) -> anyhow::Result<Option<PostgresConfig>> {
     let Some(admin) = admin_url(test) else {
         return Ok(None);
     };
-    let name = format!("cairn_unit_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let name = format!(
+        "cairn_unit_{}",
+        ulid::Ulid::new().to_string().to_lowercase()
+    );
     execute(&admin, &format!("CREATE DATABASE {name}"))?;
     Ok(Some(PostgresConfig {
         url: with_database(&admin, &name),
@@ -145,7 +148,11 @@ fn scans_match_sled_byte_for_byte() -> anyhow::Result<()> {
     ];
     for prefix in &prefixes {
         let c = Collection::Turns;
-        assert_eq!(p.scan_prefix(c, prefix)?, s.scan_prefix(c, prefix)?, "{prefix:?}");
+        assert_eq!(
+            p.scan_prefix(c, prefix)?,
+            s.scan_prefix(c, prefix)?,
+            "{prefix:?}"
+        );
         for limit in [0, 1, 2, 100] {
             assert_eq!(
                 p.scan_prefix_rev(c, prefix, limit)?,
@@ -160,7 +167,11 @@ fn scans_match_sled_byte_for_byte() -> anyhow::Result<()> {
                 );
             }
         }
-        assert_eq!(p.last_with_prefix(c, prefix)?, s.last_with_prefix(c, prefix)?, "{prefix:?}");
+        assert_eq!(
+            p.last_with_prefix(c, prefix)?,
+            s.last_with_prefix(c, prefix)?,
+            "{prefix:?}"
+        );
     }
     // The whole collection, in sled's order, holds only its own pairs.
     let all = p.scan_prefix(Collection::Turns, &[])?;
@@ -199,7 +210,10 @@ fn a_failing_batch_leaves_nothing() -> anyhow::Result<()> {
     batch.delete(Collection::State, b"kept".to_vec());
     batch.put(Collection::State, b"new".to_vec(), b"2".to_vec());
     batch.put(Collection::Turns, b"poison".to_vec(), b"3".to_vec());
-    let err = ws.apply(batch).err().context("the poisoned batch was applied")?;
+    let err = ws
+        .apply(batch)
+        .err()
+        .context("the poisoned batch was applied")?;
     assert!(!err.is_retryable(), "{err}");
     assert!(err.to_string().contains("poisoned key"), "{err}");
     assert_eq!(ws.get(Collection::State, b"kept")?, Some(b"1".to_vec()));
@@ -263,7 +277,8 @@ fn migrations_run_once_and_a_newer_schema_is_refused() -> anyhow::Result<()> {
     );
     let message = err.to_string();
     assert!(
-        message.contains(&format!("version {newer}")) && message.contains(&format!("({SCHEMA_VERSION})")),
+        message.contains(&format!("version {newer}"))
+            && message.contains(&format!("({SCHEMA_VERSION})")),
         "{message}"
     );
     assert!(!err.is_retryable());
@@ -377,7 +392,10 @@ fn an_unreachable_database_is_a_retryable_error() -> anyhow::Result<()> {
         .err()
         .context("connected to nothing")?;
     assert!(err.is_retryable(), "{err:?}");
-    assert!(matches!(err, StoreError::Unavailable { op: "migrate", .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::Unavailable { op: "migrate", .. }),
+        "{err:?}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     let memory_error = crate::MemoryError::from(err);
     assert_eq!(memory_error.kind(), crate::ErrorKind::Unavailable);
@@ -386,8 +404,13 @@ fn an_unreachable_database_is_a_retryable_error() -> anyhow::Result<()> {
         url: "postgresql://[::1".to_owned(),
         ..PostgresConfig::default()
     };
-    let err = PostgresStore::connect(&bad).err().context("a bad URL was accepted")?;
-    assert!(matches!(err, StoreError::Config(_)) && !err.is_retryable(), "{err:?}");
+    let err = PostgresStore::connect(&bad)
+        .err()
+        .context("a bad URL was accepted")?;
+    assert!(
+        matches!(err, StoreError::Config(_)) && !err.is_retryable(),
+        "{err:?}"
+    );
     Ok(())
 }
 
