@@ -19,7 +19,7 @@
 //! collections in a PostgreSQL database (a table keyed by `(workspace,
 //! collection, key)`, one transaction per [`WorkspaceStore::apply`]), so
 //! several nodes can share them; callers do not change. [`open`] picks one
-//! by configuration ([`StorageConfig`](crate::config::StorageConfig)).
+//! by configuration ([`StorageConfig`]).
 
 mod maint_keys;
 mod postgres_store;
