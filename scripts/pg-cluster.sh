@@ -28,12 +28,14 @@ pg_bindir() {
 install_postgres() {
     [[ $(id -u) -eq 0 ]] || { echo "error: PostgreSQL is not installed and this is not root; install the 'postgresql' package" >&2; exit 1; }
     log "installing PostgreSQL (apt-get install postgresql)"
-    # The package would make and start a cluster of its own: not needed.
-    mkdir -p /etc/postgresql-common
-    [[ -e /etc/postgresql-common/createcluster.conf ]] ||
-        echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
+    # The server package would make and start a cluster of its own: tell
+    # postgresql-common not to (the way container images do), then install.
+    apt-get install -y -qq --no-install-recommends postgresql-common >&2
+    if [[ -f /etc/postgresql-common/createcluster.conf ]]; then
+        sed -ri 's/^#?\s*create_main_cluster\s*=.*$/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf
+    fi
     apt-get install -y -qq --no-install-recommends postgresql >&2
 }
 
