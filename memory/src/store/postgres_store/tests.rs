@@ -33,6 +33,21 @@ fn execute(url: &str, sql: &str) -> anyhow::Result<()> {
     })
 }
 
+/// The `bigint` `sql` answers on the database at `url`.
+fn query_count(url: &str, sql: &str) -> anyhow::Result<i64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+        let task = tokio::spawn(connection);
+        let count: i64 = client.query_one(sql, &[]).await?.try_get(0)?;
+        drop(client);
+        task.await??;
+        Ok(count)
+    })
+}
+
 /// `admin` with its database replaced by `name`.
 fn with_database(admin: &str, name: &str) -> String {
     if admin.contains("://") {
@@ -299,26 +314,39 @@ fn one_process_writes_a_database_at_a_time() -> anyhow::Result<()> {
         .context("a second process opened the database")?;
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
     assert!(err.to_string().contains("cairn serve"), "{err}");
-    // The server ends the lock's connection (as a restart would): the next
-    // write takes the lock again on a new one.
+    // The server ends the lock's connection (as a restart would): a write,
+    // once the client has seen the connection close, takes the lock again
+    // on a new one.
+    let holders = "SELECT count(*) FROM pg_locks
+                   WHERE locktype = 'advisory' AND granted
+                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    assert_eq!(query_count(&config.url, holders)?, 1);
     execute(
         &config.url,
         "SELECT pg_terminate_backend(pid) FROM pg_locks
-         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     )?;
     let ws = first.workspace("acme")?;
     let mut batch = WriteBatch::default();
     batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
-    let mut written = ws.apply(batch.clone());
-    for _ in 0..40 {
-        if written.is_ok() {
+    let mut retaken = false;
+    for _ in 0..100 {
+        if query_count(&config.url, holders)? == 1 {
+            retaken = true;
             break;
         }
+        // Fails while the lock's connection is known lost and not yet
+        // taken again; succeeds (and takes it) otherwise.
+        let _ = ws.apply(batch.clone());
         std::thread::sleep(std::time::Duration::from_millis(50));
-        written = ws.apply(batch.clone());
     }
-    written?;
-    assert!(PostgresStore::connect(&config).is_err());
+    assert!(retaken, "no write took the lock again");
+    ws.apply(batch)?;
+    assert!(matches!(
+        PostgresStore::connect(&config),
+        Err(StoreError::Locked { .. })
+    ));
     drop((ws, first));
     let next = PostgresStore::connect(&config)?;
     assert_eq!(
