@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`
-# (`scripts/dev.sh test-mcp` runs only the MCP client suites).
+# (`scripts/dev.sh test-mcp` runs only the MCP client suites,
+# `scripts/dev.sh test-postgres` only the suite's PostgreSQL leg).
 # Each command first installs what it needs, idempotently, from the package
 # registries only (see `setup` below), so both work on a fresh machine that has
 # the Rust toolchain, Python 3 and Node.
@@ -39,12 +40,38 @@ run_tests() {
     fi
     log "doc tests"
     RUSTDOCFLAGS="-D warnings" cargo test --workspace --doc
+    postgres_leg
     # The HTTP API fuzzed from its own OpenAPI description (schemathesis,
     # pinned, bounded in examples and time, fixed seed): no 5xx, every status
     # and content type documented, the server alive afterwards.
     log "API fuzzing (schemathesis against cairn serve)"
     scripts/fuzz-api.sh
     mcp_clients
+}
+
+# The storage matrix's second leg: the end-to-end suite again, and the
+# PostgreSQL store's own tests, on a throwaway PostgreSQL cluster
+# (scripts/pg-cluster.sh: installed from Debian's packages when missing,
+# loopback only, removed on exit even when a test fails). Each test makes a
+# database of its own on it (tests/all/support.rs, `backend_env`).
+postgres_leg() {
+    local pgdir url
+    pgdir="$(mktemp -d "${TMPDIR:-/tmp}/cairn-pg.XXXXXX")"
+    # shellcheck disable=SC2064 # the folder is fixed now
+    trap "scripts/pg-cluster.sh stop '$pgdir'" EXIT
+    log "a throwaway PostgreSQL cluster ($pgdir)"
+    url="$(scripts/pg-cluster.sh start "$pgdir")"
+    if cargo nextest --version >/dev/null 2>&1; then
+        log "end-to-end tests and the postgres store's tests on PostgreSQL (nextest)"
+        CAIRN_TEST_POSTGRES_URL="$url" cargo nextest run --workspace --all-targets --no-fail-fast \
+            -E 'binary_id(cairn-cli::all) | test(/postgres_store::/)'
+    else
+        log "end-to-end tests and the postgres store's tests on PostgreSQL (cargo test)"
+        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-cli --test all --no-fail-fast
+        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-memory --lib postgres_store::
+    fi
+    scripts/pg-cluster.sh stop "$pgdir"
+    trap - EXIT
 }
 
 # `cairn mcp` driven by the official MCP SDKs, each spawning the real binary:
@@ -86,11 +113,15 @@ case "${1:-}" in
         setup
         mcp_clients
         ;;
+    test-postgres)
+        setup
+        postgres_leg
+        ;;
     setup)
         setup
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|test-mcp|setup" >&2
+        echo "usage: scripts/dev.sh demo|test|test-mcp|test-postgres|setup" >&2
         exit 2
         ;;
 esac

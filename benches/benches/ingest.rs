@@ -9,6 +9,11 @@
 //! - `ingest/concurrent_8x`: 8 threads each appending single turns to their
 //!   own session; group commit shares fsyncs between them.
 //!
+//! With `CAIRN_BENCH_POSTGRES_URL` set (a database cairn may create its
+//! tables in), each group also measures `cairn_append_turn*_postgres`: the
+//! same full path on the PostgreSQL backend, where an acknowledgement is a
+//! committed transaction (`synchronous_commit = on`) instead of an fsync.
+//!
 //! Run: `cargo bench -p cairn-benches --bench ingest`. Results: docs/BENCHMARKS.md.
 
 use std::sync::Arc;
@@ -38,6 +43,33 @@ fn stored_turn_bytes() -> Vec<u8> {
         content_hash: cairn_memory::record::content_hash(CONTENT),
     };
     serde_json::to_vec(&turn).unwrap_or_default()
+}
+
+/// Memory on the PostgreSQL database `CAIRN_BENCH_POSTGRES_URL` names, if set.
+fn postgres_memory() -> Option<Memory> {
+    let url = std::env::var("CAIRN_BENCH_POSTGRES_URL").ok()?;
+    let storage = cairn_memory::StorageConfig {
+        backend: cairn_memory::StorageBackend::Postgres,
+        postgres: cairn_memory::PostgresConfig {
+            url,
+            ..cairn_memory::PostgresConfig::default()
+        },
+    };
+    let dir = std::env::temp_dir();
+    Some(
+        Memory::open_storage(
+            &dir,
+            &storage,
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )
+        .expect("postgres memory"),
+    )
+}
+
+/// A workspace no earlier run used (the database outlives the bench).
+fn fresh_workspace() -> String {
+    format!("bench-{}", ulid::Ulid::new().to_string().to_lowercase())
 }
 
 fn single(c: &mut Criterion) {
@@ -74,6 +106,17 @@ fn single(c: &mut Criterion) {
             ws.append_turn(&turn("s", i)).expect("append");
         })
     });
+    drop((ws, memory));
+    if let Some(memory) = postgres_memory() {
+        let ws = memory.workspace(&fresh_workspace()).expect("workspace");
+        let mut i = 0u64;
+        group.bench_function("cairn_append_turn_postgres", |b| {
+            b.iter(|| {
+                i += 1;
+                ws.append_turn(&turn("s", i)).expect("append");
+            })
+        });
+    }
     group.finish();
 }
 
@@ -122,6 +165,25 @@ fn batch(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    drop((ws, memory));
+    if let Some(memory) = postgres_memory() {
+        let ws = memory.workspace(&fresh_workspace()).expect("workspace");
+        let mut i = 0u64;
+        group.bench_function("cairn_append_turns_postgres", |b| {
+            b.iter_batched(
+                || {
+                    (0..100)
+                        .map(|_| {
+                            i += 1;
+                            turn("s", i)
+                        })
+                        .collect::<Vec<_>>()
+                },
+                |turns| ws.append_turns(&turns).expect("append"),
+                BatchSize::SmallInput,
+            )
+        });
+    }
     group.finish();
 }
 
@@ -135,27 +197,34 @@ fn concurrent(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
         .expect("memory");
-    let ws = memory.workspace("bench").expect("workspace");
-    let counter = std::sync::atomic::AtomicU64::new(0);
-    group.bench_function("cairn_append_turn_8_threads", |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                std::thread::scope(|s| {
-                    for t in 0..THREADS {
-                        let (ws, counter) = (&ws, &counter);
-                        s.spawn(move || {
-                            for _ in 0..50 {
-                                let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                ws.append_turn(&turn(&format!("s{t}"), i)).expect("append");
-                            }
-                        });
-                    }
-                });
-            }
-            start.elapsed()
-        })
-    });
+    let mut stores = vec![("cairn_append_turn_8_threads", memory)];
+    if let Some(memory) = postgres_memory() {
+        stores.push(("cairn_append_turn_8_threads_postgres", memory));
+    }
+    for (name, memory) in stores {
+        let ws = memory.workspace(&fresh_workspace()).expect("workspace");
+        let counter = std::sync::atomic::AtomicU64::new(0);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    std::thread::scope(|s| {
+                        for t in 0..THREADS {
+                            let (ws, counter) = (&ws, &counter);
+                            s.spawn(move || {
+                                for _ in 0..50 {
+                                    let i =
+                                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    ws.append_turn(&turn(&format!("s{t}"), i)).expect("append");
+                                }
+                            });
+                        }
+                    });
+                }
+                start.elapsed()
+            })
+        });
+    }
     group.finish();
 }
 

@@ -276,7 +276,15 @@ fn data_dir_check(dir: &Path) -> Check {
 
 /// The store and the plugins it serves (when the data dir exists).
 fn store_checks(config: &CairnConfig) -> Vec<Check> {
-    if !config.data_dir.is_dir() {
+    let backend_name = config.storage.backend.as_str();
+    let postgres = config.storage.backend == cairn::StorageBackend::Postgres;
+    // Where the store is, as the checks report it (never a password).
+    let backend = if postgres {
+        format!("postgres at {}", config.storage.postgres.redacted_url())
+    } else {
+        "sled".to_owned()
+    };
+    if !postgres && !config.data_dir.is_dir() {
         return vec![
             Check::new("store", Status::Info, "not created yet (no data dir)"),
             Check::new(
@@ -295,13 +303,28 @@ fn store_checks(config: &CairnConfig) -> Vec<Check> {
     let cairn = match Cairn::open(config) {
         Ok(c) => c,
         Err(err) => {
+            let fix = if postgres {
+                "if `cairn serve` (or another cairn) runs on this database it holds its writer \
+                 lock: ask it (GET /healthz, GET /v1/plugins); otherwise, is the database up and \
+                 reachable from here, and does storage.postgres.url (CAIRN_STORAGE__POSTGRES__URL) \
+                 name it with a user that may create tables?"
+            } else {
+                "if `cairn serve` (or another cairn) runs on this data dir it holds the \
+                 store's lock: stop it, or ask it (GET /healthz, GET /v1/plugins)"
+            };
             return vec![
-                Check::new("store", Status::Fail, format!("cannot be opened: {err}"))
-                    .fix(
-                        "if `cairn serve` (or another cairn) runs on this data dir it holds the \
-                         store's lock: stop it, or ask it (GET /healthz, GET /v1/plugins)",
-                    )
-                    .details(json!({ "error": err.to_string(), "code": err.code() })),
+                Check::new(
+                    "store",
+                    Status::Fail,
+                    format!("{backend}: cannot be opened: {err}"),
+                )
+                .fix(fix)
+                .details(json!({
+                    "backend": backend_name,
+                    "error": err.to_string(),
+                    "code": err.code(),
+                    "retryable": err.kind() == cairn::ErrorKind::Unavailable,
+                })),
             ];
         }
     };
@@ -311,9 +334,9 @@ fn store_checks(config: &CairnConfig) -> Vec<Check> {
             Check::new(
                 "store",
                 Status::Ok,
-                format!("opened (sled): {} workspace(s)", ws.len()),
+                format!("opened ({backend}): {} workspace(s)", ws.len()),
             )
-            .details(json!({ "workspaces": ws })),
+            .details(json!({ "backend": backend_name, "workspaces": ws })),
         ),
         Err(err) => checks.push(Check::new(
             "store",

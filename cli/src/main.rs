@@ -651,7 +651,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Plugins { action } => plugins::run(config, action),
         Command::Topics { action } => topics::run(config, &ws_id, action),
         Command::Vacuum { json } => {
-            let report = Cairn::rewrite_store(&config.data_dir)?;
+            let report = Cairn::vacuum(&config)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

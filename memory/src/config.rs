@@ -65,3 +65,132 @@ impl Default for MemoryConfig {
         }
     }
 }
+
+/// Which store holds the data: `[storage]`.
+///
+/// ```
+/// use cairn_memory::config::{StorageBackend, StorageConfig};
+/// let storage = StorageConfig::default();
+/// assert_eq!(storage.backend, StorageBackend::Sled);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `sled` (embedded, in the data directory; the default) or `postgres`.
+    pub backend: StorageBackend,
+    /// The database, when `backend = "postgres"` (`[storage.postgres]`).
+    pub postgres: PostgresConfig,
+}
+
+/// A storage backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum StorageBackend {
+    /// sled, embedded: files in the data directory.
+    #[default]
+    Sled,
+    /// A PostgreSQL server ([`crate::store::PostgresStore`]).
+    Postgres,
+}
+
+impl StorageBackend {
+    /// The name used in the configuration (`sled`, `postgres`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageBackend::Sled => "sled",
+            StorageBackend::Postgres => "postgres",
+        }
+    }
+}
+
+/// The PostgreSQL database of the `postgres` backend: `[storage.postgres]`.
+///
+/// ```
+/// let pg = cairn_memory::config::PostgresConfig::default();
+/// assert_eq!(pg.pool_size, 8);
+/// ```
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// A libpq-style connection string: a URL
+    /// (`postgresql://user:password@host:5432/db`) or `key=value` pairs
+    /// (`host=/run/postgresql dbname=cairn`). No TLS: keep the database on
+    /// loopback or a private network.
+    pub url: String,
+    /// Most connections the pool opens.
+    pub pool_size: usize,
+    /// Longest wait for a connection (to open one, or for a free one), in ms.
+    pub connect_timeout_ms: u64,
+    /// Longest one SQL statement may run (the server's `statement_timeout`), in ms.
+    pub statement_timeout_ms: u64,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: String::new(),
+            pool_size: 8,
+            connect_timeout_ms: 5_000,
+            statement_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl PostgresConfig {
+    /// The longest one store call may take: a connection, then a few
+    /// statements.
+    pub fn call_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.connect_timeout_ms
+                .saturating_mul(2)
+                .saturating_add(self.statement_timeout_ms.saturating_mul(3)),
+        )
+    }
+
+    /// The URL with any password replaced by `***`, for logs and reports.
+    ///
+    /// ```
+    /// let pg = cairn_memory::config::PostgresConfig {
+    ///     url: "postgresql://cairn:s3cret@db:5432/cairn".into(),
+    ///     ..Default::default()
+    /// };
+    /// assert_eq!(pg.redacted_url(), "postgresql://cairn:***@db:5432/cairn");
+    /// ```
+    pub fn redacted_url(&self) -> String {
+        redact_password(&self.url)
+    }
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &self.redacted_url())
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("statement_timeout_ms", &self.statement_timeout_ms)
+            .finish()
+    }
+}
+
+/// `url` with the password of a URL's user info, or of a `password=` pair,
+/// replaced by `***`.
+fn redact_password(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        if let Some((userinfo, host)) = authority.rsplit_once('@') {
+            if let Some((user, _)) = userinfo.split_once(':') {
+                return format!("{scheme}://{user}:***@{host}{tail}");
+            }
+        }
+        return url.to_owned();
+    }
+    url.split_whitespace()
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=***".to_owned(),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -394,8 +394,12 @@ impl MemoryError {
             MemoryError::AssemblySeam { .. }
             | MemoryError::SummaryMismatch { .. }
             | MemoryError::Tokenizer { .. }
-            | MemoryError::Corrupt { .. }
-            | MemoryError::Store(_) => ErrorKind::Internal,
+            | MemoryError::Corrupt { .. } => ErrorKind::Internal,
+            MemoryError::Store(e) if e.is_retryable() => ErrorKind::Unavailable,
+            MemoryError::Store(StoreError::Unsupported { .. } | StoreError::Config(_)) => {
+                ErrorKind::Invalid
+            }
+            MemoryError::Store(_) => ErrorKind::Internal,
         }
     }
 

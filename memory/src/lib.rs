@@ -66,7 +66,7 @@ pub use assemble::{
     ItemSource, RetrievalMode, Section, TraceItem,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Limits, MemoryConfig};
+pub use config::{Limits, MemoryConfig, PostgresConfig, StorageBackend, StorageConfig};
 pub use error::{ErrorKind, MemoryError, Result};
 pub use forget::{ForgetTarget, Removed, Tombstone, TombstoneTarget};
 pub use log::{

@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::Clock;
-use crate::config::MemoryConfig;
+use crate::config::{MemoryConfig, StorageBackend, StorageConfig};
 use crate::error::{MemoryError, Result};
 use crate::ids::{validate_id, validate_slug};
 use crate::log::{Entry, EntryView};
@@ -223,6 +223,23 @@ impl Memory {
     pub fn open_sled(dir: &Path, config: MemoryConfig, clock: Arc<dyn Clock>) -> Result<Self> {
         let store = SledStore::open_with_cache(dir, config.cache_mb.saturating_mul(1 << 20))?;
         Memory::open(Arc::new(store), config, clock)
+    }
+
+    /// Opens memory on the store `storage` selects (see
+    /// [`store::open`](crate::store::open)): sled in `dir`, or PostgreSQL.
+    pub fn open_storage(
+        dir: &Path,
+        storage: &StorageConfig,
+        config: MemoryConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let store = crate::store::open(storage, dir, config.cache_mb.saturating_mul(1 << 20))?;
+        Memory::open(store, config, clock)
+    }
+
+    /// The backend that holds this memory's store.
+    pub fn backend(&self) -> StorageBackend {
+        self.shared.store.backend()
     }
 
     /// A key for `context` derived from this install's secret (32 random

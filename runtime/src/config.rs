@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn_actors::ActorConfig;
-use cairn_memory::MemoryConfig;
+use cairn_memory::{MemoryConfig, StorageBackend, StorageConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
@@ -401,8 +401,12 @@ impl Default for SearchConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CairnConfig {
-    /// Where the store lives.
+    /// Where the store lives (sled), and the files each node keeps for
+    /// itself on any backend (the policies' compile cache).
     pub data_dir: PathBuf,
+    /// Which store holds the data: `[storage]` (`backend = "sled"`, the
+    /// default, or `"postgres"` with `[storage.postgres] url`).
+    pub storage: StorageConfig,
     /// Workspace used by the CLI when `--workspace` is not given.
     pub workspace: String,
     /// The memory core.
@@ -431,6 +435,7 @@ impl Default for CairnConfig {
     fn default() -> Self {
         CairnConfig {
             data_dir: default_data_dir(),
+            storage: StorageConfig::default(),
             workspace: "default".to_owned(),
             memory: MemoryConfig::default(),
             server: ServerConfig::default(),
@@ -529,6 +534,20 @@ impl CairnConfig {
                 "log.format {:?} must be \"text\" or \"json\"",
                 self.log.format
             )));
+        }
+        if self.storage.backend == StorageBackend::Postgres && self.storage.postgres.url.is_empty()
+        {
+            return Err(CairnError::Config(
+                "storage.backend is \"postgres\" but storage.postgres.url is empty \
+                 (CAIRN_STORAGE__POSTGRES__URL)"
+                    .to_owned(),
+            ));
+        }
+        if self.storage.postgres.pool_size == 0 || self.storage.postgres.connect_timeout_ms == 0 {
+            return Err(CairnError::Config(
+                "storage.postgres.pool_size and connect_timeout_ms must be greater than zero"
+                    .to_owned(),
+            ));
         }
         self.actors.validate().map_err(CairnError::Config)?;
         self.policies.validate().map_err(CairnError::Config)?;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use cairn_actors::{ActorRuntime, CaptureReport, ExtractionOutcome, Trigger};
-use cairn_memory::store::{RewriteReport, SledStore};
+use cairn_memory::StorageBackend;
+use cairn_memory::store::{RewriteReport, SledStore, StoreError};
 use cairn_memory::{
     Ack, Clock, Memory, MemoryError, Session, SessionSpec, SessionState, SystemClock, TurnInput,
     Workspace,
@@ -118,6 +119,33 @@ impl Cairn {
         Ok(SledStore::rewrite(data_dir).map_err(MemoryError::from)?)
     }
 
+    /// `cairn vacuum`: [`Cairn::rewrite_store`] on the store `config`
+    /// selects. Only sled keeps erased bytes in files of its own; on the
+    /// `postgres` backend this is refused with a
+    /// [`StoreError::Unsupported`](cairn_memory::store::StoreError) that says
+    /// what to run instead (PostgreSQL reclaims space with `VACUUM`).
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, StorageBackend};
+    /// let mut config = CairnConfig::default();
+    /// config.storage.backend = StorageBackend::Postgres;
+    /// let err = Cairn::vacuum(&config).unwrap_err();
+    /// assert!(err.to_string().contains("VACUUM FULL"));
+    /// ```
+    pub fn vacuum(config: &CairnConfig) -> Result<RewriteReport> {
+        match config.storage.backend {
+            StorageBackend::Postgres => Err(MemoryError::from(StoreError::Unsupported {
+                what: "cairn vacuum (rewriting the store's files)",
+                backend: "postgres",
+                hint: "erased rows leave the tables at once; their bytes leave the database files \
+                       when PostgreSQL vacuums them (autovacuum, or `VACUUM FULL cairn_kv` \
+                       run by the database's operator)",
+            })
+            .into()),
+            _ => Cairn::rewrite_store(&config.data_dir),
+        }
+    }
+
     /// Opens cairn on `config.data_dir` with the system clock.
     pub fn open(config: CairnConfig) -> Result<Self> {
         Cairn::open_with_clock(config, Arc::new(SystemClock))
@@ -125,7 +153,12 @@ impl Cairn {
 
     /// Opens cairn with a clock of the caller's (tests drive a `ManualClock`).
     pub fn open_with_clock(config: CairnConfig, clock: Arc<dyn Clock>) -> Result<Self> {
-        let memory = Memory::open_sled(&config.data_dir, config.memory.clone(), clock)?;
+        let memory = Memory::open_storage(
+            &config.data_dir,
+            &config.storage,
+            config.memory.clone(),
+            clock,
+        )?;
         // The installed significance gate decides what the actors capture.
         let policies = Policies::open(&memory, &config.data_dir, &config.policies)?;
         let topic_gate = Arc::new(crate::topics::TopicGate::default());
@@ -139,7 +172,11 @@ impl Cairn {
             }),
         )?;
         actors.set_extractor(model_extractor(&config));
-        tracing::info!(data_dir = %config.data_dir.display(), "cairn opened");
+        tracing::info!(
+            data_dir = %config.data_dir.display(),
+            backend = config.storage.backend.as_str(),
+            "cairn opened"
+        );
         Ok(Cairn {
             memory,
             actors,

@@ -70,9 +70,9 @@ pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::{
     AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
     EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
-    MemoryConfig, MemoryError, Provenance, Removed, Role, Session, SessionKind, SessionSpec,
-    SessionState, Subject, SubjectKind, SystemClock, TaskStatus, TokenScope, Tombstone,
-    TombstoneTarget, TraceItem, Turn, TurnInput,
+    MemoryConfig, MemoryError, PostgresConfig, Provenance, Removed, Role, Session, SessionKind,
+    SessionSpec, SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock,
+    TaskStatus, TokenScope, Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
 };
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{

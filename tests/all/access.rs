@@ -16,6 +16,7 @@ const ADMIN: &str = "admin-token-0123456789abcdef";
 /// Runs `cairn --data-dir DIR ARGS…`; stdout on success.
 fn cairn(data: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -218,6 +219,7 @@ impl SocketServer {
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix:{}", socket.display()))
+            .envs(crate::support::backend_env(data))
             .arg("--data-dir")
             .arg(data)
             .env("RUST_LOG", "warn")
@@ -296,6 +298,7 @@ fn a_unix_socket_is_served_to_its_owner_only() -> Result<()> {
         .arg("serve")
         .arg("--listen")
         .arg(format!("unix:{}", socket.display()))
+        .envs(crate::support::backend_env(dir.path().join("other")))
         .arg("--data-dir")
         .arg(dir.path().join("other"))
         .output()?;
@@ -317,6 +320,7 @@ fn a_unix_socket_is_served_to_its_owner_only() -> Result<()> {
         .arg("serve")
         .arg("--listen")
         .arg(format!("unix:{}", plain.display()))
+        .envs(crate::support::backend_env(dir.path().join("third")))
         .arg("--data-dir")
         .arg(dir.path().join("third"))
         .output()?;
@@ -389,6 +393,7 @@ fn serve_speaks_tls_with_the_configured_certificate() -> Result<()> {
     // A key that is not a key stops `serve` before it listens, naming it.
     std::fs::write(&key, "not a key")?;
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(dir.path().join("data")))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path().join("data"))
         .args(["--tls-cert", cert_arg, "--tls-key", key_arg])

@@ -24,6 +24,7 @@ fn open(dir: &std::path::Path, actors: ActorConfig) -> Result<(Cairn, ManualCloc
     let clock = ManualClock::new(at(9, 0));
     let config = CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..actors
@@ -590,6 +591,7 @@ fn manual_capture_over_http_and_cli() -> Result<()> {
         ensure!(status == 404, "{body}");
     }
     let out = std::process::Command::new(crate::support::cairn_bin())
+        .envs(crate::support::backend_env(dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .args(["--workspace", "w", "capture"])

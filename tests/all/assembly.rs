@@ -23,6 +23,7 @@ fn open(dir: &std::path::Path) -> Result<(Cairn, ManualClock)> {
     );
     let config = CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         ..CairnConfig::default()
     };
     Ok((
@@ -205,6 +206,7 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
         )?;
     }
     let out = std::process::Command::new(crate::support::cairn_bin())
+        .envs(crate::support::backend_env(dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .args([
@@ -238,6 +240,7 @@ fn cli_explains_and_http_returns_the_trace() -> Result<()> {
     ensure!(text.contains("projection.partition"), "{text}");
     ensure!(text.contains("[policy memory-policy-default@"), "{text}");
     let bad = std::process::Command::new(crate::support::cairn_bin())
+        .envs(crate::support::backend_env(dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .args(["assemble", "s1", "--destination", "moon"])

@@ -19,6 +19,7 @@ fn cairn_with_env(
     env: &[(&str, &str)],
 ) -> Result<Output> {
     let mut child = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data_dir))
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
@@ -211,6 +212,7 @@ fn bad_configuration_is_named() -> Result<()> {
     // `cairn sessions` with one setting from the environment.
     let sessions_with = |key: &str, value: &str| {
         Command::new(cairn_bin())
+            .envs(crate::support::backend_env(dir.path()))
             .args(["--data-dir"])
             .arg(dir.path())
             .args(["sessions"])
@@ -269,6 +271,7 @@ fn cli_applies_the_facade_rules() -> Result<()> {
         // A sub-agent of `main`, as a gateway would start one.
         let cairn = cairn::Cairn::open(cairn::CairnConfig {
             data_dir: dir.path().to_owned(),
+            storage: crate::support::storage(dir.path()),
             ..cairn::CairnConfig::default()
         })?;
         cairn.bootstrap(

@@ -16,6 +16,7 @@ use crate::support::{Server, cairn_bin};
 
 fn cairn(data_dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) -> Result<Output> {
     let mut child = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data_dir))
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
@@ -316,6 +317,7 @@ fn methods_with(url: String) -> Result<Vec<SummaryMethod>> {
     let dir = tempfile::tempdir()?;
     let mut config = CairnConfig {
         data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
         ..CairnConfig::default()
     };
     config.compaction.model = ModelConfig {
@@ -391,6 +393,7 @@ fn after_turn_compacts_once_the_view_passes_its_share_of_the_window() -> Result<
     let dir = tempfile::tempdir()?;
     let mut config = CairnConfig {
         data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
         ..CairnConfig::default()
     };
     config.compaction.window_tokens = 2_000;

@@ -23,6 +23,7 @@ fn open(dir: &std::path::Path) -> Result<(Cairn, ManualClock)> {
     let clock = ManualClock::new(start());
     let config = CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..ActorConfig::default()

@@ -39,6 +39,7 @@ fn setup_cache(cache: &Path) -> Result<()> {
 /// script's cache folder.
 fn cairn(data: &Path, cache: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -122,7 +123,12 @@ fn search_uses_the_model_the_setup_script_installed_with_no_variables() -> Resul
         search["status"] == "ok" && search["details"]["lexical_fallback"] == false,
         "{search}"
     );
-    ensure!(!data.exists(), "doctor created the data dir");
+    // On postgres the store is the database; the data dir only holds this
+    // node's compile cache, which opening the store makes.
+    ensure!(
+        !data.exists() || crate::support::postgres_admin_url().is_some(),
+        "doctor created the data dir"
+    );
 
     // A plain `cairn search` uses the model: no lexical fallback.
     ingest(&data, &cache, dir.path())?;
@@ -210,6 +216,7 @@ fn without_a_model_search_is_flagged_lexical_and_doctor_says_what_to_do() -> Res
 
     // Discovery off: nothing is looked for.
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["doctor", "--json"])
@@ -234,6 +241,7 @@ fn doctor_fails_on_a_broken_configured_model_and_a_locked_store() -> Result<()> 
     std::fs::create_dir_all(&cache)?;
     // A configured path that does not exist is a failure, not a warning.
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["doctor", "--json"])

@@ -80,6 +80,7 @@ fn capture_with(url: Option<String>) -> Result<(CaptureReport, Cairn, tempfile::
     let dir = tempfile::tempdir()?;
     let mut config = CairnConfig {
         data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..ActorConfig::default()

@@ -34,7 +34,17 @@ fn loadgen_on(file: &str, args: &[&str]) -> Result<(Output, Value)> {
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios")
         .join(file);
+    // On the postgres leg: the database of the data dir given, or a fresh one.
+    let store = match args.iter().position(|a| *a == "--data-dir") {
+        Some(i) => args.get(i + 1).map(std::path::PathBuf::from),
+        None => None,
+    };
+    let backend = match store {
+        Some(data) => crate::support::backend_env(data),
+        None => crate::support::backend_env(crate::support::fresh_key()),
+    };
     let out = Command::new(cairn_bin())
+        .envs(backend)
         .arg("loadgen")
         .arg("--scenario")
         .arg(&scenario)
@@ -87,6 +97,7 @@ fn loadgen_in_process_loses_nothing_and_swaps_the_policy() -> Result<()> {
     ensure!(report["embedding_model_loaded"] == false, "{report}");
     // --data-dir keeps the store: the sessions are there for the CLI too.
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["-w", "lg-ws-0", "sessions", "--json"])

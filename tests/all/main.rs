@@ -1,6 +1,12 @@
 //! End-to-end tests of the whole runtime: the real `cairn` binary on real
 //! sled in temp dirs, over real HTTP on loopback. One test binary (fewer
 //! binaries link faster); a module per area.
+//!
+//! The storage matrix: with `CAIRN_TEST_POSTGRES_URL` set (an admin URL of
+//! a PostgreSQL server; `scripts/dev.sh test` starts a throwaway one), every
+//! store the suite opens is on PostgreSQL instead, a fresh database per data
+//! directory (`support::backend_env`, `support::storage`); the few tests
+//! about sled's own files say why they skip (`support::sled_only`).
 
 mod access;
 mod actors;

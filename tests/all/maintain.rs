@@ -31,6 +31,7 @@ fn open(
     let clock = ManualClock::new(start());
     let mut config = CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..ActorConfig::default()
@@ -210,6 +211,7 @@ fn promotions_undo_back_to_the_original_entries() -> Result<()> {
 
 fn run_cli(data: &std::path::Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -235,6 +237,7 @@ fn cli_maintain_dry_run_writes_nothing_then_runs_restores_and_undoes() -> Result
         // Material from 100 days ago, written with the real clock's past.
         let cairn = Cairn::open(CairnConfig {
             data_dir: data.clone(),
+            storage: crate::support::storage(&data),
             ..CairnConfig::default()
         })?;
         let old = Utc::now() - Duration::days(100);

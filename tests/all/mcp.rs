@@ -24,6 +24,7 @@ struct Mcp {
 impl Mcp {
     fn start(data: &Path, args: &[&str]) -> Result<Mcp> {
         let mut child = Command::new(cairn_bin())
+            .envs(crate::support::backend_env(data))
             .arg("--data-dir")
             .arg(data)
             .args(args)
@@ -123,6 +124,7 @@ impl Drop for Mcp {
 fn fixture(data: &Path) -> Result<()> {
     let cairn = Cairn::open(CairnConfig {
         data_dir: data.to_owned(),
+        storage: crate::support::storage(data),
         ..CairnConfig::default()
     })?;
     cairn.ingest(
@@ -315,6 +317,7 @@ fn cairn_serve_mcp_endpoint_follows_the_token_and_the_asking_query() -> Result<(
     let config = config.to_str().context("path")?;
     // A read-scoped stored token too.
     let made = std::process::Command::new(crate::support::cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["tokens", "create", "--scope", "read"])

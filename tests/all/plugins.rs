@@ -21,6 +21,7 @@ use crate::support::{Server, cairn_bin};
 
 fn cairn(data_dir: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data_dir))
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
@@ -156,6 +157,7 @@ fn cli_install_swap_list_log_and_refusals() -> Result<()> {
     // process reads the log.
     let turns = b"{\"session\":\"s1\",\"role\":\"user\",\"content\":\"We decided to ship on Friday.\",\"work_context\":\"launch\"}\n";
     let mut child = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(["ingest", "-"])
@@ -410,6 +412,7 @@ fn http_install_list_log_and_refusals() -> Result<()> {
 fn open(dir: &Path, clock: &ManualClock) -> Result<Cairn> {
     let config = CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         actors: ActorConfig {
             tick_interval_secs: 0,
             ..ActorConfig::default()

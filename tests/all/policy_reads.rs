@@ -31,6 +31,7 @@ fn wait_indexed(cairn: &Cairn) -> Result<()> {
 fn open(dir: &std::path::Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         ..CairnConfig::default()
     })?)
 }

@@ -54,6 +54,7 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
     );
     let config = CairnConfig {
         data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
         embedding: embedding(),
         ..CairnConfig::default()
     };
@@ -173,6 +174,7 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
 /// minute; the demo test above checks vectors with the model.
 fn cli(data: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
+        .envs(crate::support::backend_env(data))
         .arg("--data-dir")
         .arg(data)
         .args(args)
@@ -195,6 +197,7 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
         .args(["--sessions", "8", "--duration", "2", "--concurrency", "4"])
         .args(["--rate", "200", "--json", "--data-dir"])
         .arg(&data)
+        .envs(crate::support::backend_env(&data))
         .env("RUST_LOG", "warn")
         .env_remove("CAIRN_EMBEDDING__MODEL_DIR")
         .env_remove("CAIRN_EMBEDDING__ORT_DYLIB")
@@ -222,6 +225,7 @@ fn cli_reconstruct_verifies_a_loadgen_run_and_fails_on_a_difference() -> Result<
     let workspace = {
         let cairn = Cairn::open(CairnConfig {
             data_dir: data.clone(),
+            storage: crate::support::storage(&data),
             ..CairnConfig::default()
         })?;
         let ws = cairn

@@ -287,6 +287,7 @@ fn cli_search_stats_and_get() -> Result<()> {
     )?;
     let run = |args: &[&str]| -> Result<(bool, String, String)> {
         let out = Command::new(cairn_bin())
+            .envs(crate::support::backend_env(&data))
             .arg("--data-dir")
             .arg(&data)
             .args(args)
@@ -359,6 +360,7 @@ fn cli_search_stats_and_get() -> Result<()> {
     // lexical results, flagged, and a clear warning.
     let empty_cache = dir.path().join("empty-cache");
     let out = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
         .arg("--data-dir")
         .arg(&data)
         .args(["search", "retries", "--k", "1", "--kind", "turn"])

@@ -44,6 +44,7 @@ impl Server {
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
         let mut child = Command::new(cairn_bin())
+            .envs(crate::support::backend_env(data_dir))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(args)
@@ -218,5 +219,144 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The admin URL of the PostgreSQL server the suite runs on, when the
+/// storage matrix's postgres leg runs (`CAIRN_TEST_POSTGRES_URL`).
+pub(crate) fn postgres_admin_url() -> Option<String> {
+    std::env::var("CAIRN_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
+/// True (after printing why) when this test is about sled's own files and
+/// the suite runs on PostgreSQL: the caller returns early.
+pub(crate) fn sled_only(test: &str, why: &str) -> bool {
+    if postgres_admin_url().is_some() {
+        eprintln!("{test}: skipped on the postgres backend: {why}");
+        return true;
+    }
+    false
+}
+
+/// The database of each data directory this test process used (a restart
+/// on the same directory finds the same database).
+static DATABASES: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The connection URL of the fresh database that stands for `data_dir` on
+/// the postgres leg (made on first use), or `None` on sled.
+fn database_for(data_dir: &Path) -> Option<String> {
+    let admin = postgres_admin_url()?;
+    let mut known = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, url)) = known.iter().find(|(dir, _)| dir == data_dir) {
+        return Some(url.clone());
+    }
+    let name = format!("cairn_e2e_{}_{}", std::process::id(), known.len() + 1);
+    let made = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| {
+            rt.block_on(async {
+                let (client, connection) =
+                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await?;
+                let task = tokio::spawn(connection);
+                // Two statements: neither may run in a transaction block.
+                // A name left by an earlier run (process ids repeat) is reused.
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+                    .await?;
+                client
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
+                    .await?;
+                drop(client);
+                task.await??;
+                Ok(())
+            })
+        });
+    if let Err(e) = made {
+        panic!("cannot create the test database {name} on {admin}: {e:#}");
+    }
+    let url = with_database(&admin, &name);
+    known.push((data_dir.to_owned(), url.clone()));
+    Some(url)
+}
+
+/// `admin` (a URL) with its database replaced by `name`.
+fn with_database(admin: &str, name: &str) -> String {
+    let (head, query) = match admin.split_once('?') {
+        Some((head, query)) => (head, format!("?{query}")),
+        None => (admin, String::new()),
+    };
+    let scheme_end = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[scheme_end..].find('/') {
+        Some(slash) => &head[..scheme_end + slash],
+        None => head,
+    };
+    format!("{base}/{name}{query}")
+}
+
+/// A data-dir key no other call used: a fresh database on the postgres
+/// leg for a process that makes its own temporary data dir.
+pub(crate) fn fresh_key() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::path::PathBuf::from(format!("fresh-{n}"))
+}
+
+/// On the postgres leg, how many pairs of `data_dir`'s database hold
+/// `needle` in their key or value (any workspace, system namespace or the
+/// metadata space). Errors on sled.
+pub(crate) fn rows_containing(data_dir: &Path, needle: &[u8]) -> Result<i64> {
+    let url = database_for(data_dir).context("rows_containing: not on the postgres leg")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        let row = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM cairn_kv
+                         WHERE position($1::bytea IN key) > 0 OR position($1::bytea IN value) > 0)
+                      + (SELECT count(*) FROM cairn_meta
+                         WHERE position($1::bytea IN key) > 0 OR position($1::bytea IN value) > 0)",
+                &[&needle],
+            )
+            .await?;
+        let count: i64 = row.try_get(0)?;
+        drop(client);
+        task.await??;
+        Ok(count)
+    })
+}
+
+/// The environment that puts a `cairn` process on `data_dir` onto the
+/// backend under test: nothing on sled; the postgres backend and the data
+/// dir's own database on the postgres leg.
+pub(crate) fn backend_env(data_dir: impl AsRef<Path>) -> Vec<(&'static str, String)> {
+    match database_for(data_dir.as_ref()) {
+        Some(url) => vec![
+            ("CAIRN_STORAGE__BACKEND", "postgres".to_owned()),
+            ("CAIRN_STORAGE__POSTGRES__URL", url),
+        ],
+        None => Vec::new(),
+    }
+}
+
+/// The `[storage]` configuration of an in-process `Cairn` on `data_dir`
+/// (see [`backend_env`]).
+pub(crate) fn storage(data_dir: impl AsRef<Path>) -> cairn::StorageConfig {
+    match database_for(data_dir.as_ref()) {
+        Some(url) => cairn::StorageConfig {
+            backend: cairn::StorageBackend::Postgres,
+            postgres: cairn::PostgresConfig {
+                url,
+                ..cairn::PostgresConfig::default()
+            },
+        },
+        None => cairn::StorageConfig::default(),
     }
 }

@@ -18,6 +18,7 @@ use crate::support::{Server, cairn_bin};
 fn open(dir: &Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
+        storage: crate::support::storage(dir),
         ..CairnConfig::default()
     })?)
 }
@@ -211,6 +212,7 @@ fn bad_topics_are_refused_naming_the_field() -> Result<()> {
 
 fn run(dir: &Path, args: &[&str]) -> Result<Output> {
     Ok(Command::new(cairn_bin())
+        .envs(crate::support::backend_env(dir))
         .arg("--data-dir")
         .arg(dir)
         .args(args)
@@ -261,6 +263,7 @@ fn cli_defines_a_topic_collects_and_explains() -> Result<()> {
     ensure!(bad.status.code() == Some(2), "{bad:?}");
     ensure!(String::from_utf8_lossy(&bad.stderr).contains("triggers[0].regex"));
     let ingest = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(dir.path()))
         .arg("--data-dir")
         .arg(dir.path())
         .args(["-w", "acme", "ingest"])
@@ -482,6 +485,7 @@ fn a_schedule_collects_what_came_since_its_last_run_on_the_tick() -> Result<()> 
     let cairn = Cairn::open_with_clock(
         CairnConfig {
             data_dir: dir.path().to_owned(),
+            storage: crate::support::storage(dir.path()),
             actors: cairn::ActorConfig {
                 tick_interval_secs: 0,
                 ..Default::default()

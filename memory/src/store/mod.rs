@@ -15,21 +15,50 @@
 //! [`Store::sync`] afterwards, which group-commits: concurrent callers share one
 //! fsync. See `docs/DURABILITY.md` for the write path.
 //!
-//! The embedded default is [`SledStore`]. A backend on a database server needs
-//! only these two traits (a table keyed by `(workspace, collection, key)` with
-//! transactions for [`WorkspaceStore::apply`]); callers do not change.
+//! The embedded default is [`SledStore`]. [`PostgresStore`] keeps the same
+//! collections in a PostgreSQL database (a table keyed by `(workspace,
+//! collection, key)`, one transaction per [`WorkspaceStore::apply`]), so
+//! several nodes can share them; callers do not change. [`open`] picks one
+//! by configuration ([`StorageConfig`]).
 
 mod maint_keys;
+mod postgres_store;
 mod sled_store;
 mod state;
 mod topic_keys;
 
 pub use maint_keys::{MaintFamily, MaintKey};
+pub use postgres_store::{MIGRATIONS, PostgresStore, SCHEMA_VERSION};
 pub use sled_store::{RewriteReport, SledStore};
 pub use state::{StateFamily, StateKey};
 pub use topic_keys::{TopicFamily, TopicKey};
 
+use std::path::Path;
 use std::sync::Arc;
+
+use crate::config::{StorageBackend, StorageConfig};
+
+/// Opens the store `storage` selects: sled in `dir` (with a page cache of
+/// about `cache_bytes`), or the PostgreSQL database it names (`dir` then
+/// holds no store files).
+///
+/// ```
+/// use cairn_memory::config::StorageConfig;
+/// let dir = tempfile::tempdir()?;
+/// let store = cairn_memory::store::open(&StorageConfig::default(), dir.path(), 8 << 20)?;
+/// assert!(store.workspaces()?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn open(
+    storage: &StorageConfig,
+    dir: &Path,
+    cache_bytes: u64,
+) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match storage.backend {
+        StorageBackend::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?),
+        StorageBackend::Postgres => Arc::new(PostgresStore::connect(&storage.postgres)?),
+    })
+}
 
 /// Errors of a storage backend.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +75,80 @@ pub enum StoreError {
         /// What failed.
         reason: String,
     },
+    /// The database could not be reached, or failed in a way that may pass
+    /// (connection refused or lost, server shutting down or starting, a
+    /// serialization failure or deadlock, a timeout): the same call may
+    /// succeed later. A write that failed this way may still have been
+    /// committed if the connection broke during the commit.
+    #[error("storage (postgres) unavailable during {op}: {reason}")]
+    Unavailable {
+        /// The operation (`apply`, `get`, `migrate`…).
+        op: &'static str,
+        /// What failed.
+        reason: String,
+        /// The client's error, when there is one.
+        #[source]
+        source: Option<tokio_postgres::Error>,
+    },
+    /// The database refused the operation; trying again will not help
+    /// (permissions, a constraint, a schema that is not cairn's).
+    #[error("storage (postgres) failed during {op}: {reason}")]
+    Database {
+        /// The operation.
+        op: &'static str,
+        /// What failed.
+        reason: String,
+        /// The client's error, when there is one.
+        #[source]
+        source: Option<tokio_postgres::Error>,
+    },
+    /// The database's schema was written by a newer cairn.
+    #[error(
+        "the database's cairn schema is version {database}, newer than this binary knows ({binary}): upgrade cairn, or point it at another database"
+    )]
+    SchemaTooNew {
+        /// The version the database holds.
+        database: i32,
+        /// The newest version this binary knows.
+        binary: i32,
+    },
+    /// Another cairn process has this database open (it holds the
+    /// database's writer lock).
+    #[error(
+        "another cairn process has the database ({target}) open: `cairn serve` or a CLI command; stop it, or ask it (cairn serve's HTTP API)"
+    )]
+    Locked {
+        /// The database, without its password.
+        target: String,
+    },
+    /// The storage configuration is invalid (a malformed URL).
+    #[error("invalid storage configuration: {0}")]
+    Config(String),
+    /// The operation exists only on another backend (rewriting sled's files
+    /// on a PostgreSQL store).
+    #[error("{what} is not available on the {backend} storage backend: {hint}")]
+    Unsupported {
+        /// The operation.
+        what: &'static str,
+        /// The backend in use.
+        backend: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+}
+
+impl StoreError {
+    /// True when the same call may succeed later (the database is
+    /// unreachable or was busy): a caller may retry, a server answers
+    /// "unavailable". False for errors that will recur.
+    ///
+    /// ```
+    /// use cairn_memory::store::StoreError;
+    /// assert!(!StoreError::SchemaTooNew { database: 2, binary: 1 }.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
 /// The collections inside a workspace. Each is an ordered map of its own.
@@ -257,6 +360,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// untouched by [`Store::drop_workspace`]. `name` must already be
     /// validated (lowercase ASCII letters, digits and `-`).
     fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError>;
+
+    /// Which backend this is.
+    fn backend(&self) -> StorageBackend;
 
     /// Blocks until every write applied before the call is durable on disk.
     /// Concurrent callers share one flush (group commit).

@@ -333,6 +333,10 @@ impl Store for SledStore {
         }))
     }
 
+    fn backend(&self) -> crate::config::StorageBackend {
+        crate::config::StorageBackend::Sled
+    }
+
     fn sync(&self) -> Result<(), StoreError> {
         self.inner.commit.sync(|| self.inner.db.flush().map(|_| ()))
     }
