@@ -22,7 +22,9 @@ const STOPWORDS: &[&str] = &[
     "think", "say", "says", "said", "tell", "told", "way", "thing", "things",
 ];
 
-const MONTHS: &[&str] = &[
+/// Month names, the twelve full names first (January first), then their
+/// abbreviations.
+pub(crate) const MONTHS: &[&str] = &[
     "january",
     "february",
     "march",

@@ -422,6 +422,15 @@ fn open(dir: &Path, clock: &ManualClock) -> Result<Cairn> {
     Ok(Cairn::open_with_clock(config, Arc::new(clock.clone()))?)
 }
 
+/// A clock the test drives, at 2026-03-02 09:00 UTC.
+fn march_clock() -> Result<ManualClock> {
+    Ok(ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
+            .single()
+            .context("time")?,
+    ))
+}
+
 fn turn(session: &str, wc: &str, content: &str) -> TurnInput {
     TurnInput::new(session, Role::User, content).in_context(wc)
 }
@@ -434,11 +443,7 @@ fn turn(session: &str, wc: &str, content: &str) -> TurnInput {
 #[test]
 fn the_installed_gate_decides_what_is_captured() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let clock = ManualClock::new(
-        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
-            .single()
-            .context("time")?,
-    );
+    let clock = march_clock()?;
     let cairn = open(dir.path(), &clock)?;
     let decision = "We decided to go with Postgres for the job queue.";
 
@@ -524,11 +529,7 @@ fn the_installed_gate_decides_what_is_captured() -> Result<()> {
 #[test]
 fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let clock = ManualClock::new(
-        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
-            .single()
-            .context("time")?,
-    );
+    let clock = march_clock()?;
     let cairn = open(dir.path(), &clock)?;
     let policies = cairn.policies().clone();
     let before = policies.decision_log().stats()?.written;
@@ -610,11 +611,7 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
 #[test]
 fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let clock = ManualClock::new(
-        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
-            .single()
-            .context("time")?,
-    );
+    let clock = march_clock()?;
     let cairn = open(dir.path(), &clock)?;
     let turns: Vec<TurnInput> = (0..12)
         .map(|i| {

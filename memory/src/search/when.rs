@@ -143,28 +143,13 @@ fn words(text: &str) -> Vec<Word> {
     out
 }
 
-const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
-
 /// 1-based month of a full month name or a three-letter abbreviation
 /// ("sept" too).
 fn month_of(w: &str) -> Option<u32> {
     if w.len() < 3 {
         return None;
     }
-    MONTHS
+    crate::text::MONTHS[..12]
         .iter()
         .position(|m| {
             *m == w || (w.len() == 3 && m.starts_with(w)) || (w == "sept" && *m == "september")
