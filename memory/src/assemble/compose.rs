@@ -745,7 +745,14 @@ pub(super) fn assemble(
         verdicts: HashMap::new(),
         session: &inputs.session,
     };
-    prejudge_known(&mut cx, &inputs, &resume)?;
+    // Tiers 3 and 2 draw from these lists; the verdicts are asked ahead.
+    let living = tiers::living_memory(&inputs.live, &inputs.subjects);
+    let mut exclude = vec![inputs.session.work_context.as_str()];
+    if let Ok(r) = &resume {
+        exclude.push(r.work_context.as_str());
+    }
+    let recent = tiers::recent_activity(&inputs.live, &exclude, inputs.now, settings);
+    prejudge_known(&mut cx, &inputs, &resume, &living, &recent)?;
 
     let mut parts = hard_invariants(&mut cx, &inputs)?;
     let base_start = minimum_tail(&mut cx, &inputs, &mut parts)?;
@@ -762,16 +769,15 @@ pub(super) fn assemble(
     }
     handoff(&mut cx, &inputs)?;
     let mut tier_reports = Vec::new();
-    let t3_tokens = tier3(&mut cx, &inputs, &mut tier_reports)?;
+    let t3_tokens = tier3(&mut cx, &inputs, &living, &mut tier_reports)?;
     let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
     compacted(&mut cx, &inputs)?;
     let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
     let t1_tokens = tier1(&mut cx, &inputs, &resume, tiers_left, &mut tier_reports)?;
-    let resume_wc = resume.as_ref().ok().map(|r| r.work_context.as_str());
     tier2(
         &mut cx,
         &inputs,
-        resume_wc,
+        &recent,
         t3_tokens + t1_tokens,
         &mut tier_reports,
     )?;
@@ -982,14 +988,18 @@ fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) 
 
 /// Step 3, tier 3: living memory, never dropped for anything below it. Returns
 /// the tokens it takes.
-fn tier3(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, reports: &mut Vec<TierReport>) -> Result<usize> {
+fn tier3(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    living: &[&EntryView],
+    reports: &mut Vec<TierReport>,
+) -> Result<usize> {
     let settings = &inputs.settings;
-    let living = tiers::living_memory(&inputs.live, &inputs.subjects);
     let t3_cap = settings
         .living_memory_max_tokens
         .min(settings.tiers_max_tokens);
     let mut t3_reason = String::new();
-    for v in &living {
+    for v in living {
         if cx.in_block.contains(&entry_source(v)) {
             continue;
         }
@@ -1110,6 +1120,8 @@ fn prejudge_known(
     cx: &mut Ctx<'_>,
     inputs: &Inputs<'_>,
     resume: &std::result::Result<tiers::Resume<'_>, String>,
+    living: &[&EntryView],
+    recent: &[&EntryView],
 ) -> Result<()> {
     let settings = &inputs.settings;
     let wc = &inputs.session.work_context;
@@ -1132,23 +1144,21 @@ fn prejudge_known(
         raws.push(turn_raw(t, wc, Section::Tail, None));
     }
     raws.extend(
-        tiers::living_memory(&inputs.live, &inputs.subjects)
-            .into_iter()
+        living
+            .iter()
             .map(|v| entry_raw(v, Section::LivingMemory, None)),
     );
     raws.extend(inputs.summaries.iter().map(|node| summary_raw(node, wc)));
-    let mut exclude = vec![wc.as_str()];
     if let Ok(r) = resume {
         raws.extend(
             r.lines
                 .iter()
                 .map(|(_, v)| entry_raw(v, Section::Resume, None)),
         );
-        exclude.push(r.work_context.as_str());
     }
     raws.extend(
-        tiers::recent_activity(&inputs.live, &exclude, inputs.now, settings)
-            .into_iter()
+        recent
+            .iter()
             .map(|v| entry_raw(v, Section::RecentActivity, None)),
     );
     for (topic, members) in &inputs.topics {
@@ -1307,17 +1317,12 @@ fn tier1(
 fn tier2(
     cx: &mut Ctx<'_>,
     inputs: &Inputs<'_>,
-    resume_wc: Option<&str>,
+    recent: &[&EntryView],
     tiers_used: usize,
     reports: &mut Vec<TierReport>,
 ) -> Result<()> {
     let settings = &inputs.settings;
     let now = inputs.now;
-    let mut exclude = vec![inputs.session.work_context.as_str()];
-    if let Some(w) = resume_wc {
-        exclude.push(w);
-    }
-    let recent = tiers::recent_activity(&inputs.live, &exclude, now, settings);
     let t2_cap = settings
         .recent_activity_max_tokens
         .min(settings.tiers_max_tokens.saturating_sub(tiers_used));
@@ -1339,7 +1344,7 @@ fn tier2(
     let before = cx.used;
     let mut added = Vec::new();
     let mut over = Vec::new();
-    for v in &recent {
+    for v in recent {
         if cx.in_block.contains(&entry_source(v)) {
             continue;
         }
