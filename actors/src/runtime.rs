@@ -834,7 +834,7 @@ impl ActorRuntime {
     pub fn gateway_start(&self) -> Result<Vec<SessionExtraction>> {
         let mut out = Vec::new();
         let extract_all = self.inner.config.triggers.extract_all_sessions;
-        for workspace in self.inner.memory.workspaces()? {
+        for workspace in self.inner.memory.served_workspaces()? {
             let ws = self.inner.memory.workspace(&workspace)?;
             for session in ws.sessions(None)? {
                 if !extractable(&session, extract_all) || session.next_seq == 0 {
@@ -945,7 +945,7 @@ impl ActorRuntime {
             .fetch_add(dropped as u64, Ordering::Relaxed);
         // Scheduled topic collections, per workspace; one failing does not
         // stop the others (the next tick retries it).
-        for id in inner.memory.workspaces()? {
+        for id in inner.memory.served_workspaces()? {
             let ws = inner.memory.workspace(&id)?;
             if let Err(error) = inner.topics.scheduled(&ws) {
                 tracing::warn!(workspace = %id, %error, "topic schedules failed; retried next tick");
@@ -967,7 +967,7 @@ impl ActorRuntime {
         if !memory.config().maintenance.nightly {
             return;
         }
-        let workspaces = match memory.workspaces() {
+        let workspaces = match memory.served_workspaces() {
             Ok(list) => list,
             Err(error) => {
                 tracing::warn!(%error, "nightly maintenance: cannot list workspaces");

@@ -54,6 +54,7 @@ fn postgres_memory() -> Option<Memory> {
             url,
             ..cairn_memory::PostgresConfig::default()
         },
+        ..cairn_memory::StorageConfig::default()
     };
     let dir = std::env::temp_dir();
     Some(

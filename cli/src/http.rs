@@ -28,6 +28,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::guard::{Guard, Principal, Refusal, is_loopback};
 
 mod describe;
+pub mod forward;
 mod maintain_routes;
 mod token_routes;
 mod topic_routes;
@@ -940,6 +941,14 @@ async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
     blocking(move || Ok(cairn.index_stats()?)).await
 }
 
+/// The cluster as this node sees it (`storage.cluster`): nodes, leases,
+/// the workspaces it holds, its take-overs. `null` outside a cluster.
+#[utoipa::path(get, path = "/v1/cluster",
+    responses((status = 200, description = "The cluster as this node sees it, or null", body = Object)))]
+async fn cluster_status(cairn: web::Data<Cairn>) -> ApiResult<Option<cairn::ClusterStatus>> {
+    blocking(move || Ok(cairn.cluster_status()?)).await
+}
+
 #[utoipa::path(get, path = "/v1/plugins",
     responses((status = 200, body = PluginsReport)))]
 async fn plugins(cairn: web::Data<Cairn>) -> ApiResult<PluginsReport> {
@@ -1085,6 +1094,7 @@ async fn generation_counts(
         memory_get,
         read_transcript,
         index_stats,
+        cluster_status,
         plugins,
         install_plugin,
         plugin_log,
@@ -1173,6 +1183,7 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/openapi.json", web::get().to(openapi))
             .route("/v1/gateway_start", web::post().to(gateway_start))
             .route("/v1/stats/index", web::get().to(index_stats))
+            .route("/v1/cluster", web::get().to(cluster_status))
             .route("/v1/plugins", web::get().to(plugins))
             .route("/v1/plugins/log", web::get().to(plugin_log))
             .route(
@@ -1290,9 +1301,12 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
     // from the record) on its own thread, off the server's threads.
     let warm = cairn.clone();
     std::thread::spawn(move || warm.start_search());
+    let node = cairn.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(guard.clone())
+            // The guard first (outermost), then the owner's node.
+            .wrap(from_fn(forward::route_requests))
             .wrap(from_fn(guard_requests))
             .configure(configure(cairn.clone()))
     });
@@ -1309,7 +1323,15 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
                 .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
             on_bound(&format!("{scheme}://{bound}"));
             tracing::info!(addr = %bound, "cairn serving");
-            server.run().await
+            if node.config().storage.cluster.advertise.is_empty() {
+                node.advertise(&format!("{scheme}://{bound}"));
+            }
+            let served = server.run().await;
+            // A graceful stop hands this node's workspaces over at once.
+            if let Err(error) = node.leave_cluster() {
+                tracing::warn!(%error, "cluster: leaving failed; the leases expire instead");
+            }
+            served
         }
         #[cfg(unix)]
         Listen::Unix(path) => {

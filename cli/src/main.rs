@@ -391,11 +391,18 @@ struct LoadgenArgs {
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
     /// Drive a running `cairn serve` at this address (127.0.0.1:PORT).
+    /// Repeat for the nodes of a cluster: calls go round them, and a node
+    /// that dies is passed over.
     #[arg(long, value_name = "ADDR")]
-    http: Option<String>,
+    http: Vec<String>,
     /// With --http: the server's pid, to report its peak RSS.
     #[arg(long, requires = "http")]
     server_pid: Option<u32>,
+    /// How long a turn is retried on retryable errors (backpressure, 503,
+    /// a node that does not answer), in seconds [default: 0 (six quick
+    /// attempts); 30 with several --http nodes].
+    #[arg(long)]
+    retry_secs: Option<f64>,
     /// Concurrent simulated sessions.
     #[arg(long)]
     sessions: Option<usize>,
@@ -724,12 +731,17 @@ fn loadgen(config: CairnConfig, data_dir: Option<PathBuf>, args: &LoadgenArgs) -
         topics => s.topics, rate => s.rate, concurrency => s.concurrency,
         duration => s.duration_secs, max_turns => s.max_turns, seed => s.seed,
         swap_every => s.swap_every_secs);
-    let target = match &args.http {
-        Some(addr) => Target::Http {
-            addr: addr.clone(),
+    if let Some(secs) = args.retry_secs {
+        s.retry_secs = secs;
+    } else if args.http.len() > 1 {
+        s.retry_secs = 30.0;
+    }
+    let target = match args.http.is_empty() {
+        false => Target::Http {
+            addrs: args.http.clone(),
             server_pid: args.server_pid,
         },
-        None => Target::InProcess {
+        true => Target::InProcess {
             config: Box::new(config),
             data_dir,
         },

@@ -80,6 +80,50 @@ pub struct StorageConfig {
     pub backend: StorageBackend,
     /// The database, when `backend = "postgres"` (`[storage.postgres]`).
     pub postgres: PostgresConfig,
+    /// This process as one node of several sharing the database
+    /// (`[storage.cluster]`; off while `node` is empty).
+    pub cluster: ClusterConfig,
+}
+
+/// Several `cairn serve` nodes on one PostgreSQL database:
+/// `[storage.cluster]`. Each workspace (with its work contexts, sessions
+/// and actors) is owned by one node at a time through a lease with a
+/// fencing token (see `docs/SCALING.md`).
+///
+/// ```
+/// let cluster = cairn_memory::config::ClusterConfig::default();
+/// assert!(!cluster.enabled());
+/// assert_eq!(cluster.lease_ms, 3_000);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's id (lowercase letters, digits, `-`); empty: not in a
+    /// cluster (the process then has the database to itself).
+    pub node: String,
+    /// The URL other nodes forward requests to (`http://10.0.0.5:7878`);
+    /// empty: the address `cairn serve` listens on.
+    pub advertise: String,
+    /// How long a lease lasts without renewal, in ms: the longest a dead
+    /// node's workspaces stay unserved. Renewed every third of it.
+    pub lease_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            node: String::new(),
+            advertise: String::new(),
+            lease_ms: 3_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// True when this process is a node of a cluster (`node` is set).
+    pub fn enabled(&self) -> bool {
+        !self.node.is_empty()
+    }
 }
 
 /// A storage backend.

@@ -321,6 +321,37 @@ impl Memory {
     pub fn workspaces(&self) -> Result<Vec<String>> {
         Ok(self.shared.store.workspaces()?)
     }
+
+    /// The workspaces this process serves, sorted: all of them, unless it
+    /// is a node of a cluster, where only those it holds the lease of
+    /// ([`Store::serves`](crate::store::Store::serves)). Background work
+    /// (indexing, schedules, maintenance, sweeps) walks these.
+    pub fn served_workspaces(&self) -> Result<Vec<String>> {
+        let mut all = self.workspaces()?;
+        all.retain(|ws| self.shared.store.serves(ws));
+        Ok(all)
+    }
+
+    /// True when this process may write `workspace` (see
+    /// [`Memory::served_workspaces`]).
+    pub fn serves(&self, workspace: &str) -> bool {
+        self.shared.store.serves(workspace)
+    }
+
+    /// The cluster's workspace leases, when this process is a node of one.
+    pub fn leases(&self) -> Option<&dyn crate::store::Leases> {
+        self.shared.store.leases()
+    }
+
+    /// Forgets what this process cached about `workspace` (the decoded log
+    /// and topics): after another node may have written it (its ownership
+    /// changed hands), the next read goes to the store.
+    pub fn evict(&self, workspace: &str) {
+        if let Some(cache) = self.shared.logs.lock().remove(workspace) {
+            cache.bump();
+            cache.bump_topics();
+        }
+    }
 }
 
 /// One workspace's memory. Cheap to clone.

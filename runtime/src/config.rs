@@ -549,6 +549,45 @@ impl CairnConfig {
                     .to_owned(),
             ));
         }
+        let cluster = &self.storage.cluster;
+        if cluster.enabled() {
+            if self.storage.backend != StorageBackend::Postgres {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.node is {:?} but storage.backend is {:?}: nodes of a cluster \
+                     share a PostgreSQL database (storage.backend = \"postgres\")",
+                    cluster.node,
+                    self.storage.backend.as_str()
+                )));
+            }
+            if !cluster
+                .node
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                || cluster.node.len() > 48
+            {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.node {:?}: use at most 48 lowercase letters, digits or '-'",
+                    cluster.node
+                )));
+            }
+            if !(cluster.advertise.is_empty()
+                || cluster.advertise.starts_with("http://")
+                || cluster.advertise.starts_with("https://"))
+            {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.advertise {:?}: the http:// or https:// URL other nodes \
+                     reach this node at (CAIRN_STORAGE__CLUSTER__ADVERTISE), or empty for the \
+                     address `cairn serve` listens on",
+                    cluster.advertise
+                )));
+            }
+            if cluster.lease_ms < 300 {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.lease_ms {} is too short: at least 300",
+                    cluster.lease_ms
+                )));
+            }
+        }
         self.actors.validate().map_err(CairnError::Config)?;
         self.policies.validate().map_err(CairnError::Config)?;
         if self.memory.limits.max_content_bytes == 0 || self.memory.limits.max_batch == 0 {

@@ -220,6 +220,8 @@ pub struct DecisionLog {
 struct LogInner {
     tx: Mutex<Option<SyncSender<Message>>>,
     store: Arc<dyn WorkspaceStore>,
+    /// In a cluster: the memory, to read the other nodes' logs.
+    cluster: Option<Memory>,
     dropped: AtomicU64,
     lost_writer_gone: AtomicU64,
     write_errors: Arc<AtomicU64>,
@@ -238,7 +240,8 @@ impl DecisionLog {
     /// Opens the log in `memory`'s system namespace and starts its writer.
     pub(crate) fn open(memory: &Memory, config: &DecisionLogConfig) -> Result<DecisionLog> {
         config.validate().map_err(CairnError::Config)?;
-        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let node = memory.leases().map(|l| l.node().to_owned());
+        let store = memory.system(&namespace_of(node.as_deref()))?;
         let first = read_u64(store.as_ref(), FIRST)?;
         let next = read_u64(store.as_ref(), NEXT)?;
         let (tx, rx) = mpsc::sync_channel(config.queue);
@@ -260,6 +263,7 @@ impl DecisionLog {
             inner: Arc::new(LogInner {
                 tx: Mutex::new(Some(tx)),
                 store,
+                cluster: node.is_some().then(|| memory.clone()),
                 dropped: AtomicU64::new(0),
                 lost_writer_gone: AtomicU64::new(0),
                 write_errors,
@@ -288,95 +292,67 @@ impl DecisionLog {
         self.barrier(true)
     }
 
-    /// The records matching `query`, newest first. Sees every record
-    /// handed to the log before the call.
-    pub fn query(&self, query: &DecisionQuery) -> Result<Vec<DecisionRecord>> {
-        self.barrier(false)?;
-        let store = self.inner.store.as_ref();
-        let first = read_u64(store, FIRST)?;
-        let next = read_u64(store, NEXT)?;
-        let limit = query.limit.min(MAX_QUERY_LIMIT);
-        let mut out = Vec::new();
-        if next == first || limit == 0 {
-            return Ok(out);
-        }
-        let mut page = (next - 1) >> PAGE_SHIFT;
-        loop {
-            let mut prefix = vec![RECORD];
-            prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
-            for (key, value) in
-                store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)?
-            {
-                // Newest first: a batch's decisions in reverse order too.
-                for record in decode_stored(&key, &value)?.into_iter().rev() {
-                    if query.matches(&record) {
-                        out.push(record);
-                        if out.len() == limit {
-                            return Ok(out);
-                        }
-                    }
+    /// This node's log, then, in a cluster, every other node's (each node
+    /// writes a log of its own: one writer per log, as on one node).
+    fn logs(&self) -> Result<Vec<Arc<dyn WorkspaceStore>>> {
+        let mut logs = vec![self.inner.store.clone()];
+        if let Some(memory) = &self.inner.cluster {
+            if let Some(leases) = memory.leases() {
+                let nodes = leases.nodes().map_err(cairn_memory::MemoryError::from)?;
+                for node in nodes.iter().filter(|n| n.node != leases.node()) {
+                    logs.push(memory.system(&namespace_of(Some(&node.node)))?);
                 }
             }
-            if page == 0 || (page << PAGE_SHIFT) <= first {
-                return Ok(out);
-            }
-            page -= 1;
         }
+        Ok(logs)
+    }
+
+    /// The records matching `query`, newest first. Sees every record
+    /// handed to the log before the call; in a cluster, every node's.
+    pub fn query(&self, query: &DecisionQuery) -> Result<Vec<DecisionRecord>> {
+        self.barrier(false)?;
+        let limit = query.limit.min(MAX_QUERY_LIMIT);
+        let mut out = Vec::new();
+        for log in self.logs()? {
+            out.extend(query_log(log.as_ref(), query, limit)?);
+        }
+        // Decision ids are ULIDs: newest first across the nodes' logs.
+        out.sort_by_cached_key(|r| std::cmp::Reverse(r.decision_id.to_string()));
+        out.truncate(limit);
+        Ok(out)
     }
 
     /// Scrubs the records about `session` (after it was erased): their
     /// session reference and every free-text `note` a plugin wrote, which
     /// may quote the session's words. The decisions themselves (codes,
     /// fidelity, generation) stay for audit. Sees every record handed to
-    /// the log before the call; not yet durable (the caller syncs). Returns
-    /// how many records were scrubbed.
+    /// the log before the call; in a cluster, every node's log is
+    /// scrubbed. Not yet durable (the caller syncs). Returns how many
+    /// records were scrubbed.
     pub fn scrub_session(&self, session: &str) -> Result<u64> {
         self.barrier(true)?;
-        let store = self.inner.store.as_ref();
-        let first = read_u64(store, FIRST)?;
-        let next = read_u64(store, NEXT)?;
         let mut scrubbed = 0;
-        if next == first {
-            return Ok(0);
-        }
-        for page in (first >> PAGE_SHIFT)..=((next - 1) >> PAGE_SHIFT) {
-            let mut prefix = vec![RECORD];
-            prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
-            let mut batch = WriteBatch::default();
-            for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
-                let mut stored: serde_json::Value = serde_json::from_slice(&value)
-                    .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
-                let hits = match &mut stored {
-                    serde_json::Value::Array(records) => records
-                        .iter_mut()
-                        .map(|record| u64::from(scrub_record(record, session)))
-                        .sum(),
-                    record => u64::from(scrub_record(record, session)),
-                };
-                if hits == 0 {
-                    continue;
-                }
-                let bytes = serde_json::to_vec(&stored)
-                    .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
-                batch.put(Collection::State, key, bytes);
-                scrubbed += hits;
-            }
-            if !batch.is_empty() {
-                store.apply(batch)?;
-            }
+        for log in self.logs()? {
+            scrubbed += scrub_log(log.as_ref(), session)?;
         }
         Ok(scrubbed)
     }
 
-    /// What the log counted for `generation` (durable, across restarts).
+    /// What the log counted for `generation` (durable, across restarts;
+    /// in a cluster, summed over every node's log).
     pub fn counts(&self, generation: &str) -> Result<GenerationCounts> {
         self.barrier(false)?;
         let mut key = vec![COUNTER];
         key.extend_from_slice(generation.as_bytes());
-        Ok(match self.inner.store.get(Collection::State, &key)? {
-            Some(bytes) => decode_counts(&bytes),
-            None => GenerationCounts::default(),
-        })
+        let mut total = GenerationCounts::default();
+        for log in self.logs()? {
+            if let Some(bytes) = log.get(Collection::State, &key)? {
+                let counts = decode_counts(&bytes);
+                total.decisions += counts.decisions;
+                total.faults += counts.faults;
+            }
+        }
+        Ok(total)
     }
 
     /// The log's counters.
@@ -623,6 +599,87 @@ impl Writer {
             .map(|bytes| decode_counts(&bytes))
             .unwrap_or_default())
     }
+}
+
+/// The system namespace of a node's decision log: `policy-decisions`
+/// alone, `policy-decisions-node-<id>` for a node of a cluster.
+fn namespace_of(node: Option<&str>) -> String {
+    match node {
+        Some(node) => format!("{DECISIONS_NAMESPACE}-node-{node}"),
+        None => DECISIONS_NAMESPACE.to_owned(),
+    }
+}
+
+/// The records of one log matching `query`, newest first, at most `limit`.
+fn query_log(
+    store: &dyn WorkspaceStore,
+    query: &DecisionQuery,
+    limit: usize,
+) -> Result<Vec<DecisionRecord>> {
+    let first = read_u64(store, FIRST)?;
+    let next = read_u64(store, NEXT)?;
+    let mut out = Vec::new();
+    if next == first || limit == 0 {
+        return Ok(out);
+    }
+    let mut page = (next - 1) >> PAGE_SHIFT;
+    loop {
+        let mut prefix = vec![RECORD];
+        prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+        for (key, value) in store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)? {
+            // Newest first: a batch's decisions in reverse order too.
+            for record in decode_stored(&key, &value)?.into_iter().rev() {
+                if query.matches(&record) {
+                    out.push(record);
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+        if page == 0 || (page << PAGE_SHIFT) <= first {
+            return Ok(out);
+        }
+        page -= 1;
+    }
+}
+
+/// Scrubs one log's records about `session` (see
+/// [`DecisionLog::scrub_session`]).
+fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
+    let first = read_u64(store, FIRST)?;
+    let next = read_u64(store, NEXT)?;
+    let mut scrubbed = 0;
+    if next == first {
+        return Ok(0);
+    }
+    for page in (first >> PAGE_SHIFT)..=((next - 1) >> PAGE_SHIFT) {
+        let mut prefix = vec![RECORD];
+        prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+        let mut batch = WriteBatch::default();
+        for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
+            let mut stored: serde_json::Value = serde_json::from_slice(&value)
+                .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+            let hits = match &mut stored {
+                serde_json::Value::Array(records) => records
+                    .iter_mut()
+                    .map(|record| u64::from(scrub_record(record, session)))
+                    .sum(),
+                record => u64::from(scrub_record(record, session)),
+            };
+            if hits == 0 {
+                continue;
+            }
+            let bytes = serde_json::to_vec(&stored)
+                .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
+            batch.put(Collection::State, key, bytes);
+            scrubbed += hits;
+        }
+        if !batch.is_empty() {
+            store.apply(batch)?;
+        }
+    }
+    Ok(scrubbed)
 }
 
 fn record_key(seq: u64) -> Vec<u8> {

@@ -94,6 +94,8 @@ pub struct Cairn {
     limiter: Arc<RateLimiter>,
     /// The live topic gate (compiled matchers, decision cache).
     topic_gate: Arc<crate::topics::TopicGate>,
+    /// This node's side of a cluster (`storage.cluster`), if in one.
+    pub(crate) cluster: Option<crate::cluster::Cluster>,
 }
 
 impl Cairn {
@@ -172,6 +174,12 @@ impl Cairn {
             }),
         )?;
         actors.set_extractor(model_extractor(&config));
+        let cluster = crate::cluster::Cluster::start(
+            &memory,
+            &actors,
+            &policies,
+            &config.storage.cluster.advertise,
+        );
         tracing::info!(
             data_dir = %config.data_dir.display(),
             backend = config.storage.backend.as_str(),
@@ -185,6 +193,7 @@ impl Cairn {
             search: Arc::new(std::sync::OnceLock::new()),
             limiter: Arc::new(RateLimiter::default()),
             topic_gate,
+            cluster,
         })
     }
 

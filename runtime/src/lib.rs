@@ -36,6 +36,7 @@
 
 pub mod assembly;
 mod briefing;
+mod cluster;
 mod compaction;
 mod config;
 mod decision_log;
@@ -65,8 +66,10 @@ pub use cairn_memory::brief::{
 pub use cairn_memory::compact::{
     CompactReport, CompactionView, Cover, Expanded, Expansion, SummaryMethod, SummaryNode,
 };
+pub use cairn_memory::config::ClusterConfig;
 pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::store::RewriteReport;
+pub use cairn_memory::store::{LeaseRow, NodeInfo};
 pub use cairn_memory::{
     AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
     EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
@@ -74,6 +77,7 @@ pub use cairn_memory::{
     SessionSpec, SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock,
     TaskStatus, TokenScope, Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
 };
+pub use cluster::{ClusterStatus, Route, Takeover};
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, EmbeddingOrigin, LogConfig, MODEL_FILES,

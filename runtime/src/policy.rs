@@ -387,6 +387,71 @@ impl Policies {
         }
     }
 
+    /// In a cluster, where every node serves the plugins of one shared
+    /// registry: serves what another node installed since this node last
+    /// looked, under the generation that node gave it (so decisions are
+    /// stamped alike on every node). Answers the worlds that changed. The
+    /// cluster loop calls it every turn.
+    pub(crate) fn follow_registry(&self) -> Result<Vec<WorldKind>> {
+        let mut changed = Vec::new();
+        if self.follow(&self.inner.significance)? {
+            changed.push(WorldKind::SignificanceGate);
+        }
+        if self.follow(&self.inner.topic)? {
+            changed.push(WorldKind::TopicDirective);
+        }
+        if self.follow(&self.inner.memory_policy)? {
+            changed.push(WorldKind::MemoryPolicy);
+        }
+        Ok(changed)
+    }
+
+    fn follow<W: World>(&self, world: &WorldSlot<W>) -> Result<bool> {
+        let _one = self.inner.install.lock();
+        let registry = self.inner.registry.as_ref();
+        let Some(bytes) = registry.get(Collection::State, &plugin_key(W::KIND))? else {
+            return Ok(false);
+        };
+        let record: InstalledPlugin = serde_json::from_slice(&bytes).map_err(|e| {
+            CairnError::decision_log(format!(
+                "the registry's record of the {} plugin does not decode: {e}",
+                W::KIND
+            ))
+        })?;
+        if world.serving.lock().1.generation == record.generation {
+            return Ok(false);
+        }
+        let wasm = if record.builtin {
+            builtin_for(W::KIND).wasm.to_vec()
+        } else {
+            registry
+                .get(Collection::State, &wasm_key(&record.content_hash))?
+                .ok_or_else(|| {
+                    CairnError::decision_log(format!(
+                        "the component of {} ({}) is missing from the registry",
+                        record.plugin, record.content_hash
+                    ))
+                })?
+        };
+        if blake3_hex(&wasm) != record.content_hash {
+            // Another build's default, or a damaged component: keep serving.
+            tracing::warn!(
+                world = %W::KIND, plugin = %record.plugin, generation = %record.generation,
+                "cluster: the registry names a component this node cannot match; not following"
+            );
+            return Ok(false);
+        }
+        let prepared = self
+            .inner
+            .host
+            .prepare::<W>(&record.plugin, &wasm)?
+            .at_generation(record.generation.number());
+        let generation = world.slot.swap(&prepared)?;
+        tracing::info!(world = %W::KIND, plugin = %record.plugin, %generation, "cluster: serving the plugin another node installed");
+        *world.serving.lock() = (prepared, record);
+        Ok(true)
+    }
+
     fn install_in<W: World>(
         &self,
         world: &WorldSlot<W>,

@@ -356,6 +356,7 @@ pub(crate) fn storage(data_dir: impl AsRef<Path>) -> cairn::StorageConfig {
                 url,
                 ..cairn::PostgresConfig::default()
             },
+            ..cairn::StorageConfig::default()
         },
         None => cairn::StorageConfig::default(),
     }

@@ -75,6 +75,9 @@ struct Shared {
     counters: Counters,
     first_error: Mutex<Option<String>>,
     deadline: Instant,
+    /// This run's tag in idempotency keys: a second run on the same
+    /// server replays no key of the first (session ids repeat).
+    run: String,
 }
 
 /// Per-worker histograms, merged at the end (no shared lock on the hot path).
@@ -229,11 +232,12 @@ impl Shared {
             role: turn.role,
             content: turn.content,
             tool_call_id: turn.tool_call_id,
-            idempotency_key: Some(format!("{}:{}", slot.sim.id, slot.sim.issued)),
+            idempotency_key: Some(format!("{}:{}:{}", self.run, slot.sim.id, slot.sim.issued)),
             timestamp: None,
         };
         slot.sim.issued += 1;
         let started = Instant::now();
+        let retry_until = started + Duration::from_secs_f64(s.retry_secs);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -244,9 +248,11 @@ impl Shared {
                     self.counters.acked.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
-                Err(e) if e.retryable && attempt < ATTEMPTS => {
+                // The same idempotency key every time: a turn the server
+                // stored before its answer was lost is acknowledged once.
+                Err(e) if e.retryable && (attempt < ATTEMPTS || Instant::now() < retry_until) => {
                     self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(1 << attempt));
+                    std::thread::sleep(Duration::from_millis(1 << attempt.min(8)));
                 }
                 Err(e) => {
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -311,7 +317,14 @@ pub(crate) fn run(
             ledger: Vec::new(),
         }));
     }
+    let run = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    );
     let shared = Arc::new(Shared {
+        run,
         target: target.clone(),
         scenario: s.clone(),
         topics: topic_names,
@@ -493,7 +506,9 @@ pub(crate) fn run(
         turns_duplicated: tally.duplicated,
         turns_failed: c.failed.load(Ordering::Relaxed),
         stored_unacked: tally.stored_unacked,
+        seq_gaps: tally.seq_gaps,
         retries: c.retries.load(Ordering::Relaxed),
+        failovers: 0,
         throughput_tps: acked as f64 / elapsed.as_secs_f64().max(1e-9),
         ack_p50_ms: Latencies::ms(&hists.ack, 50.0),
         ack_p99_ms: Latencies::ms(&hists.ack, 99.0),
@@ -572,11 +587,19 @@ struct Tally {
     duplicated: u64,
     /// Stored turns matching no acknowledged turn.
     stored_unacked: u64,
+    /// Stored turns not at their place in the session's 0, 1, 2… order.
+    seq_gaps: u64,
 }
 
 impl Tally {
     /// Compares one session's acknowledged turns with what storage holds.
     fn account(&mut self, acked: &[(u64, String)], stored: &[StoredTurn]) {
+        // A session's seqs are 0, 1, 2…: any other seq at a position is a gap.
+        self.seq_gaps += stored
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| t.seq != *i as u64)
+            .count() as u64;
         let by_seq: HashMap<u64, &str> = stored.iter().map(|t| (t.seq, t.hash.as_str())).collect();
         let mut copies: HashMap<&str, u64> = HashMap::new();
         for t in stored {
@@ -658,6 +681,10 @@ mod tests {
         );
         // A failed call whose write landed anyway: not a loss.
         check(&[(0, "a")], &[(0, "a"), (1, "c")], (0, 0, 1));
+        // A hole in the stored seqs is a gap (and the turn after it moved).
+        let mut tally = Tally::default();
+        tally.account(&[], &stored(&[(0, "a"), (2, "b")]));
+        assert_eq!(tally.seq_gaps, 1);
         // A corrupted turn (hash mismatch marked by read_back) is lost.
         check(&[(0, "a")], &[(0, "corrupt:a")], (1, 0, 1));
     }

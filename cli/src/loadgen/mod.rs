@@ -79,10 +79,12 @@ pub enum Target {
         /// Keep the data here instead of a temporary folder.
         data_dir: Option<PathBuf>,
     },
-    /// A running `cairn serve` at `addr` (`127.0.0.1:PORT`).
+    /// Running `cairn serve` nodes (`127.0.0.1:PORT`): one server, or
+    /// several nodes of one cluster, which the calls go round (a node that
+    /// does not answer is passed over; see `retry_secs`).
     Http {
-        /// `host:port` or `http://host:port`.
-        addr: String,
+        /// `host:port` or `http://host:port`, one per node.
+        addrs: Vec<String>,
         /// The server's pid, to report its peak RSS.
         server_pid: Option<u32>,
     },
@@ -117,10 +119,16 @@ pub fn run(options: &Options) -> Result<Report, LoadgenError> {
             }
             Ok(report)
         }
-        Target::Http { addr, server_pid } => {
-            let target = Arc::new(target::Http::connect(addr, options.scenario.concurrency)?);
-            let mut report = driver::run(target, &options.scenario, "http", &progress)?;
+        Target::Http { addrs, server_pid } => {
+            let target = Arc::new(target::Http::connect(addrs, options.scenario.concurrency)?);
+            let mode = if addrs.len() > 1 {
+                "http-cluster"
+            } else {
+                "http"
+            };
+            let mut report = driver::run(target.clone(), &options.scenario, mode, &progress)?;
             report.server_rss_mb = server_pid.map(|pid| report::rss_of(&pid.to_string()).1);
+            report.failovers = target.failovers();
             Ok(report)
         }
     }

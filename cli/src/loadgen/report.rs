@@ -43,8 +43,13 @@ pub struct Report {
     /// Stored turns that were never acknowledged (a call that failed after
     /// the write); not a loss.
     pub stored_unacked: u64,
+    /// Stored turns out of their session's gapless 0, 1, 2… sequence.
+    pub seq_gaps: u64,
     /// Retried calls (backpressure, 503, transport errors).
     pub retries: u64,
+    /// Over several `--http` nodes: calls that went to another node
+    /// because one did not answer.
+    pub failovers: u64,
     /// Acknowledged turns per second.
     pub throughput_tps: f64,
     /// Ingest acknowledgement latency, median.
@@ -105,9 +110,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// True when every acknowledged turn was read back exactly once.
+    /// True when every acknowledged turn was read back exactly once, and
+    /// every session's seqs are gapless.
     pub fn lossless(&self) -> bool {
-        self.turns_lost == 0 && self.turns_duplicated == 0
+        self.turns_lost == 0 && self.turns_duplicated == 0 && self.seq_gaps == 0
     }
 }
 
@@ -225,11 +231,12 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  loss       {} checked, {} lost, {} duplicated, {} stored but unacknowledged: {}",
+            "  loss       {} checked, {} lost, {} duplicated, {} stored but unacknowledged, {} seq gaps: {}",
             self.turns_checked,
             self.turns_lost,
             self.turns_duplicated,
             self.stored_unacked,
+            self.seq_gaps,
             if self.lossless() { "OK" } else { "FAILED" }
         )?;
         for note in &self.notes {

@@ -67,6 +67,11 @@ pub struct Scenario {
     /// minutes, fire within a short run). Over HTTP the server keeps its
     /// own clock.
     pub time_scale: f64,
+    /// How long a turn's ingest keeps being retried on retryable errors
+    /// (backpressure, 503, a node that does not answer), in seconds; 0:
+    /// six quick attempts. Several `--http` nodes default to 30, so a run
+    /// rides through a node's death and the take-over of its workspaces.
+    pub retry_secs: f64,
 }
 
 /// The turn mix of one exchange: a user turn, then zero or more tool
@@ -132,6 +137,7 @@ impl Default for Scenario {
             watched_topics: 0,
             swap_topic_plugin: false,
             time_scale: 60.0,
+            retry_secs: 0.0,
         }
     }
 }
@@ -219,6 +225,9 @@ impl Scenario {
         }
         if !(self.time_scale.is_finite() && self.time_scale >= 1.0) {
             return bad("time_scale must be a finite number >= 1");
+        }
+        if !(self.retry_secs.is_finite() && (0.0..=3600.0).contains(&self.retry_secs)) {
+            return bad("retry_secs must be a number between 0 and 3600");
         }
         let p = |v: f64| (0.0..=1.0).contains(&v);
         if !p(self.mix.tool_probability) || !p(self.idle.probability) {

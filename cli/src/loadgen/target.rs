@@ -357,9 +357,21 @@ impl Target for InProcess {
 /// run began.
 type Baseline = (String, (u64, u64));
 
-/// A running `cairn serve`.
+/// A node that did not answer is passed over this long.
+const DOWN_FOR: Duration = Duration::from_secs(1);
+
+/// One or several running `cairn serve` nodes (of one cluster: any node
+/// answers for any workspace). Calls go round the nodes; a node that does
+/// not answer is passed over for a moment and the call goes to the next,
+/// so a run survives a node's death.
 pub(crate) struct Http {
-    base: String,
+    bases: Vec<String>,
+    /// The next node to ask.
+    next: std::sync::atomic::AtomicUsize,
+    /// Per node: passed over until then.
+    down: parking_lot::Mutex<Vec<Option<Instant>>>,
+    /// Calls that went to another node because one did not answer.
+    failovers: std::sync::atomic::AtomicU64,
     agent: ureq::Agent,
     swap_unsupported: AtomicBool,
     /// Every significance generation that served during the run, with the
@@ -369,13 +381,21 @@ pub(crate) struct Http {
 }
 
 impl Http {
-    /// Checks that `addr` (`host:port`) answers `/healthz`.
-    pub(crate) fn connect(addr: &str, concurrency: usize) -> Result<Http, LoadgenError> {
-        let base = if addr.starts_with("http://") {
-            addr.trim_end_matches('/').to_owned()
-        } else {
-            format!("http://{}", addr.trim_end_matches('/'))
-        };
+    /// Checks that every address (`host:port`) answers `/healthz`.
+    pub(crate) fn connect(addrs: &[String], concurrency: usize) -> Result<Http, LoadgenError> {
+        if addrs.is_empty() {
+            return Err(LoadgenError::Setup("no --http address".to_owned()));
+        }
+        let bases: Vec<String> = addrs
+            .iter()
+            .map(|addr| {
+                if addr.starts_with("http://") || addr.starts_with("https://") {
+                    addr.trim_end_matches('/').to_owned()
+                } else {
+                    format!("http://{}", addr.trim_end_matches('/'))
+                }
+            })
+            .collect();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_idle_connections(concurrency.max(1) * 2)
@@ -384,17 +404,22 @@ impl Http {
             .build()
             .into();
         let http = Http {
-            base,
+            down: parking_lot::Mutex::new(vec![None; bases.len()]),
+            bases,
+            next: std::sync::atomic::AtomicUsize::new(0),
+            failovers: std::sync::atomic::AtomicU64::new(0),
             agent,
             swap_unsupported: AtomicBool::new(false),
             generations: parking_lot::Mutex::new(None),
         };
-        http.get("/healthz").map_err(|e| {
-            LoadgenError::Setup(format!(
-                "cairn serve at {} does not answer: {}",
-                http.base, e.message
-            ))
-        })?;
+        for base in &http.bases {
+            Http::answer(http.agent.get(format!("{base}/healthz")).call()).map_err(|e| {
+                LoadgenError::Setup(format!(
+                    "cairn serve at {base} does not answer: {}",
+                    e.message
+                ))
+            })?;
+        }
         match http.serving_significance() {
             Ok(serving) => *http.generations.lock() = Some(vec![serving]),
             Err(e) => {
@@ -436,8 +461,44 @@ impl Http {
         }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    /// Calls that went to another node because one did not answer.
+    pub(crate) fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
+    }
+
+    /// Sends a request with `send` (given the node's base URL) to the next
+    /// node that is not passed over; on a transport error, marks that node
+    /// down and tries the next, each node at most once.
+    fn call<T>(&self, send: impl Fn(&str) -> Result<T, ureq::Error>) -> Result<T, ureq::Error> {
+        let n = self.bases.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let order: Vec<usize> = {
+            let down = self.down.lock();
+            let mut up: Vec<usize> = (0..n)
+                .map(|k| (start + k) % n)
+                .filter(|&i| down[i].is_none_or(|until| until <= now))
+                .collect();
+            if up.is_empty() {
+                // Everyone is down: ask them all anyway.
+                up = (0..n).map(|k| (start + k) % n).collect();
+            }
+            up
+        };
+        let mut last = None;
+        for (tried, i) in order.into_iter().enumerate() {
+            if tried > 0 {
+                self.failovers.fetch_add(1, Ordering::Relaxed);
+            }
+            match send(&self.bases[i]) {
+                Err(e) if transport(&e) => {
+                    self.down.lock()[i] = Some(Instant::now() + DOWN_FOR);
+                    last = Some(e);
+                }
+                answer => return answer,
+            }
+        }
+        Err(last.unwrap_or(ureq::Error::ConnectionFailed))
     }
 
     fn answer(
@@ -463,12 +524,25 @@ impl Http {
     }
 
     fn get(&self, path: &str) -> Result<serde_json::Value, CallError> {
-        Http::answer(self.agent.get(self.url(path)).call())
+        Http::answer(self.call(|base| self.agent.get(format!("{base}{path}")).call()))
     }
 
     fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, CallError> {
-        Http::answer(self.agent.post(self.url(path)).send_json(body))
+        Http::answer(self.call(|base| self.agent.post(format!("{base}{path}")).send_json(body)))
     }
+}
+
+/// True for an error that says the node did not answer (refused, reset,
+/// timed out), as opposed to an answer.
+fn transport(e: &ureq::Error) -> bool {
+    matches!(
+        e,
+        ureq::Error::Io(_)
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::Timeout(_)
+            | ureq::Error::HostNotFound
+            | ureq::Error::Protocol(_)
+    )
 }
 
 /// Percent-encodes a path segment (ids are checked by the server; this only
@@ -549,11 +623,12 @@ impl Target for Http {
             return SwapOutcome::Unsupported(String::new());
         }
         let path = format!("/v1/plugins/{}", world.as_str());
-        let result = self
-            .agent
-            .put(self.url(&path))
-            .header("content-type", "application/wasm")
-            .send(default_plugin(world).wasm);
+        let result = self.call(|base| {
+            self.agent
+                .put(format!("{base}{path}"))
+                .header("content-type", "application/wasm")
+                .send(default_plugin(world).wasm)
+        });
         match result {
             // Only the significance gate's decisions are counted over HTTP.
             Ok(resp) if resp.status().is_success() && world != WorldKind::SignificanceGate => {

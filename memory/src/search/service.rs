@@ -348,7 +348,7 @@ impl SearchService {
         stats.embedded = embedded;
         stats.reused = reused;
         let indexes = self.inner.indexes.read().clone();
-        for id in self.inner.memory.workspaces()? {
+        for id in self.inner.memory.served_workspaces()? {
             let ws = self.inner.memory.existing_workspace(&id)?;
             let done: HashMap<String, u64> = indexes
                 .get(&id)
@@ -414,7 +414,7 @@ impl Inner {
 
     /// One indexing pass; the caller holds `pass`.
     fn catch_up_locked(&self) -> Res<()> {
-        let live: HashSet<String> = self.memory.workspaces()?.into_iter().collect();
+        let live: HashSet<String> = self.memory.served_workspaces()?.into_iter().collect();
         // A forgotten workspace takes its index with it.
         self.indexes.write().retain(|id, _| live.contains(id));
         for id in live {

@@ -21,12 +21,14 @@
 //! several nodes can share them; callers do not change. [`open`] picks one
 //! by configuration ([`StorageConfig`]).
 
+mod lease;
 mod maint_keys;
 mod postgres_store;
 mod sled_store;
 mod state;
 mod topic_keys;
 
+pub use lease::{LeaseRow, Leases, NodeInfo};
 pub use maint_keys::{MaintFamily, MaintKey};
 pub use postgres_store::{MIGRATIONS, PostgresStore, SCHEMA_VERSION};
 pub use sled_store::{RewriteReport, SledStore};
@@ -56,7 +58,10 @@ pub fn open(
 ) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match storage.backend {
         StorageBackend::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?),
-        StorageBackend::Postgres => Arc::new(PostgresStore::connect(&storage.postgres)?),
+        StorageBackend::Postgres => Arc::new(PostgresStore::connect_node(
+            &storage.postgres,
+            &storage.cluster,
+        )?),
     })
 }
 
@@ -121,6 +126,27 @@ pub enum StoreError {
         /// The database, without its password.
         target: String,
     },
+    /// In a cluster: this node holds no lease on the workspace, so it may
+    /// not write it (the request belongs to the workspace's owner).
+    #[error("node {node} does not own workspace {workspace}: its owner serves it")]
+    NotOwner {
+        /// The workspace.
+        workspace: String,
+        /// This node.
+        node: String,
+    },
+    /// In a cluster: a write carried a fencing token that is no longer the
+    /// workspace's (another node took the workspace over); nothing of it
+    /// was written.
+    #[error(
+        "the write to workspace {workspace} was fenced off: its lease (token {token}) passed to another node"
+    )]
+    Fenced {
+        /// The workspace.
+        workspace: String,
+        /// The token the write carried.
+        token: i64,
+    },
     /// The storage configuration is invalid (a malformed URL).
     #[error("invalid storage configuration: {0}")]
     Config(String),
@@ -147,7 +173,27 @@ impl StoreError {
     /// assert!(!StoreError::SchemaTooNew { database: 2, binary: 1 }.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable { .. })
+        matches!(
+            self,
+            StoreError::Unavailable { .. }
+                | StoreError::NotOwner { .. }
+                | StoreError::Fenced { .. }
+        )
+    }
+
+    /// True when the call failed because another node owns the workspace
+    /// ([`StoreError::NotOwner`], [`StoreError::Fenced`]): it belongs there.
+    ///
+    /// ```
+    /// use cairn_memory::store::StoreError;
+    /// let err = StoreError::Fenced { workspace: "acme".into(), token: 3 };
+    /// assert!(err.is_not_owner() && err.is_retryable());
+    /// ```
+    pub fn is_not_owner(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotOwner { .. } | StoreError::Fenced { .. }
+        )
     }
 }
 
@@ -363,6 +409,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Which backend this is.
     fn backend(&self) -> StorageBackend;
+
+    /// The workspace leases of a cluster sharing this store, when this
+    /// process is one of its nodes (`None`: it has the store to itself).
+    fn leases(&self) -> Option<&dyn Leases> {
+        None
+    }
+
+    /// True when this process may write `workspace`: always outside a
+    /// cluster; in one, while it holds the workspace's lease. Background
+    /// work (indexing, schedules, maintenance) runs on these only.
+    fn serves(&self, workspace: &str) -> bool {
+        let _ = workspace;
+        true
+    }
 
     /// Blocks until every write applied before the call is durable on disk.
     /// Concurrent callers share one flush (group commit).

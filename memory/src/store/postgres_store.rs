@@ -14,6 +14,10 @@
 //!   resurrecting it.
 //! - `cairn_meta (key, value)`: the store-wide metadata space.
 //! - `cairn_migrations (version, applied_at)`: the schema versions applied.
+//! - `cairn_nodes (node, url, lease_ms, started_at, heartbeat_at)` and
+//!   `cairn_leases (space, owner, token, acquired_at, expires_at)`: the
+//!   nodes of a cluster and which of them owns each workspace, with the
+//!   fencing token every write checks (`leases.rs`, `docs/SCALING.md`).
 //!
 //! Order: `bytea` compares bytewise (`memcmp`, then the shorter first),
 //! which is sled's order, so the ordered scans answer the same on both
@@ -37,7 +41,7 @@
 //! and the server's `statement_timeout`, and a whole call by
 //! [`PostgresConfig::call_timeout`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -49,16 +53,19 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
 use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp};
-use crate::config::PostgresConfig;
+use crate::config::{ClusterConfig, PostgresConfig};
+
+mod leases;
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The migrations, in order: `(version, SQL)`. Each runs once, inside the
 /// start-up transaction (see [`PostgresStore::connect`]).
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE cairn_spaces (
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE cairn_spaces (
          kind smallint NOT NULL,
          name text NOT NULL,
          PRIMARY KEY (kind, name)
@@ -76,7 +83,25 @@ pub const MIGRATIONS: &[(i32, &str)] = &[(
          key bytea PRIMARY KEY,
          value bytea NOT NULL
      );",
-)];
+    ),
+    (
+        2,
+        "CREATE TABLE cairn_nodes (
+         node text PRIMARY KEY,
+         url text NOT NULL,
+         lease_ms bigint NOT NULL,
+         started_at timestamptz NOT NULL,
+         heartbeat_at timestamptz NOT NULL
+     );
+     CREATE TABLE cairn_leases (
+         space text PRIMARY KEY,
+         owner text NOT NULL,
+         token bigint NOT NULL,
+         acquired_at timestamptz NOT NULL,
+         expires_at timestamptz NOT NULL
+     );",
+    ),
+];
 
 /// The advisory lock the start-up migration holds, so nodes starting at
 /// once migrate one after the other (any constant; "cairn" in ASCII).
@@ -130,6 +155,13 @@ struct Inner {
     /// database on every open. A space dropped here is removed; one dropped
     /// by another node makes writes through it fail (foreign key).
     known: RwLock<HashSet<(i16, String)>>,
+    /// This node, when the database is shared by a cluster (`None`: this
+    /// process has it to itself).
+    cluster: Option<ClusterConfig>,
+    /// In a cluster, the workspaces this node holds a lease on, with the
+    /// lease's fencing token; every write to a workspace checks its token
+    /// in its own transaction.
+    fences: RwLock<HashMap<String, i64>>,
 }
 
 impl Drop for Inner {
@@ -160,6 +192,18 @@ impl PostgresStore {
     /// ([`StoreError::SchemaTooNew`]); an unreachable one is
     /// [`StoreError::Unavailable`] (retryable).
     pub fn connect(config: &PostgresConfig) -> Result<Self, StoreError> {
+        PostgresStore::connect_node(config, &ClusterConfig::default())
+    }
+
+    /// [`PostgresStore::connect`] as node `cluster.node` of a cluster
+    /// sharing the database (see [`Leases`](super::Leases)); with
+    /// `cluster` off, as the database's only process. Cluster nodes share
+    /// the database's writer lock, so a process outside the cluster is
+    /// refused while any node runs, and the other way round.
+    pub fn connect_node(
+        config: &PostgresConfig,
+        cluster: &ClusterConfig,
+    ) -> Result<Self, StoreError> {
         let mut pg = tokio_postgres::Config::from_str(&config.url)
             .map_err(|e| StoreError::Config(format!("storage.postgres.url: {e}")))?;
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
@@ -213,6 +257,8 @@ impl PostgresStore {
                 pg,
                 writer: parking_lot::Mutex::new(None),
                 known: RwLock::new(HashSet::new()),
+                cluster: cluster.enabled().then(|| cluster.clone()),
+                fences: RwLock::new(HashMap::new()),
             }),
         };
         store.run("migrate", |pool| migrate(pool, SCHEMA_VERSION, MIGRATIONS))?;
@@ -239,10 +285,11 @@ impl PostgresStore {
     /// in-process locks (docs/DURABILITY.md), which is sound while one
     /// process writes the database, the rule sled's file lock enforces on a
     /// data dir. This lock enforces it on a database: a second `cairn serve`
-    /// or CLI command on it is refused with [`StoreError::Locked`]. Sharing
-    /// one database between live nodes needs work-context leases with
-    /// fencing tokens checked in each write transaction (issue 19, next
-    /// part). The lock is a session-level advisory lock on a dedicated
+    /// or CLI command on it is refused with [`StoreError::Locked`]. The
+    /// nodes of a cluster take the lock *shared* (they coordinate through
+    /// workspace leases whose fencing tokens each write transaction
+    /// checks), which still keeps every process outside the cluster out.
+    /// The lock is a session-level advisory lock on a dedicated
     /// connection: the server releases it when that connection ends (the
     /// process exits or dies), so a crash leaves nothing to clean up.
     fn hold_writer_lock(&self) -> Result<(), StoreError> {
@@ -253,6 +300,11 @@ impl PostgresStore {
         *writer = None;
         let pg = self.inner.pg.clone();
         let target = self.inner.target.clone();
+        let take = if self.inner.cluster.is_some() {
+            "SELECT pg_try_advisory_lock_shared($1)"
+        } else {
+            "SELECT pg_try_advisory_lock($1)"
+        };
         let client = self.run("take the writer lock", move |_| async move {
             let op = "take the writer lock";
             let (client, connection) = pg.connect(NoTls).await.map_err(|e| classify(op, e))?;
@@ -262,7 +314,7 @@ impl PostgresStore {
                 }
             });
             let row = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&WRITER_LOCK])
+                .query_one(take, &[&WRITER_LOCK])
                 .await
                 .map_err(|e| classify(op, e))?;
             if column::<bool>(&row, 0, op)? {
@@ -273,6 +325,38 @@ impl PostgresStore {
         })?;
         *writer = Some(client);
         Ok(())
+    }
+
+    /// The fencing token a write to `space` of `kind` must check: `None`
+    /// outside a cluster and for system namespaces; in a cluster, the
+    /// token of this node's lease on the workspace, or
+    /// [`StoreError::NotOwner`] when it holds none.
+    fn fence(&self, kind: i16, space: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let Some(cluster) = &self.inner.cluster else {
+            return Ok(None);
+        };
+        if kind != WORKSPACE {
+            return Ok(None);
+        }
+        match self.inner.fences.read().get(space) {
+            Some(token) => Ok(Some((cluster.node.clone(), *token))),
+            None => Err(StoreError::NotOwner {
+                workspace: space.to_owned(),
+                node: cluster.node.clone(),
+            }),
+        }
+    }
+
+    /// After a write was fenced off: this node no longer holds the lease.
+    fn fenced(&self, space: &str, token: i64) -> StoreError {
+        let mut fences = self.inner.fences.write();
+        if fences.get(space) == Some(&token) {
+            fences.remove(space);
+        }
+        StoreError::Fenced {
+            workspace: space.to_owned(),
+            token,
+        }
     }
 
     /// Where this store connects (host, port, database, user; never the
@@ -453,26 +537,38 @@ impl Store for PostgresStore {
 
     fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
         self.hold_writer_lock()?;
+        let fence = self.fence(WORKSPACE, workspace)?;
         self.inner
             .known
             .write()
             .remove(&(WORKSPACE, workspace.to_owned()));
         let name = workspace.to_owned();
-        // One statement, so one transaction: the cascade removes every pair.
-        self.run("drop workspace", move |pool| async move {
-            let client = pool
-                .get()
-                .await
-                .map_err(|e| pool_error("drop workspace", e))?;
-            let removed = client
+        let check = fence.clone();
+        // One transaction: the fence, then the cascade removes every pair.
+        let removed = self.run("drop workspace", move |pool| async move {
+            let op = "drop workspace";
+            let mut client = pool.get().await.map_err(|e| pool_error(op, e))?;
+            let tx = client.transaction().await.map_err(|e| classify(op, e))?;
+            if let Some((node, token)) = &check {
+                if !leases::holds(&tx, &name, node, *token).await? {
+                    return Ok(None);
+                }
+            }
+            let removed = tx
                 .execute(
                     "DELETE FROM cairn_spaces WHERE kind = $1 AND name = $2",
                     &[&WORKSPACE, &name],
                 )
                 .await
-                .map_err(|e| classify("drop workspace", e))?;
-            Ok(removed > 0)
-        })
+                .map_err(|e| classify(op, e))?;
+            tx.commit().await.map_err(|e| classify(op, e))?;
+            Ok(Some(removed > 0))
+        })?;
+        match (removed, fence) {
+            (Some(removed), _) => Ok(removed),
+            (None, Some((_, token))) => Err(self.fenced(workspace, token)),
+            (None, None) => Ok(false),
+        }
     }
 
     fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -544,6 +640,17 @@ impl Store for PostgresStore {
 
     fn backend(&self) -> crate::config::StorageBackend {
         crate::config::StorageBackend::Postgres
+    }
+
+    fn leases(&self) -> Option<&dyn super::Leases> {
+        self.inner
+            .cluster
+            .as_ref()
+            .map(|_| self as &dyn super::Leases)
+    }
+
+    fn serves(&self, workspace: &str) -> bool {
+        self.inner.cluster.is_none() || self.inner.fences.read().contains_key(workspace)
     }
 
     /// Nothing to do: every write was committed with `synchronous_commit =
@@ -721,6 +828,7 @@ impl WorkspaceStore for PostgresSpace {
             return Ok(());
         }
         self.store.hold_writer_lock()?;
+        let fence = self.store.fence(self.kind, &self.space)?;
         let mut last: BTreeMap<(i16, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for op in batch.into_ops() {
             match op {
@@ -748,10 +856,19 @@ impl WorkspaceStore for PostgresSpace {
             }
         }
         let (kind, space) = (self.kind, self.space.clone());
-        self.store.run("apply", move |pool| async move {
+        let check = fence.clone();
+        let applied = self.store.run("apply", move |pool| async move {
             let op = "apply";
             let mut client = pool.get().await.map_err(|e| pool_error(op, e))?;
             let tx = client.transaction().await.map_err(|e| classify(op, e))?;
+            // The fence first: the lease row stays share-locked until the
+            // commit, so a take-over (which bumps the token) waits for this
+            // transaction, and a write after it finds the token changed.
+            if let Some((node, token)) = &check {
+                if !leases::holds(&tx, &space, node, *token).await? {
+                    return Ok(false);
+                }
+            }
             if !del_keys.is_empty() {
                 let statement = tx
                     .prepare_cached(
@@ -782,8 +899,14 @@ impl WorkspaceStore for PostgresSpace {
                 .await
                 .map_err(|e| classify(op, e))?;
             }
-            tx.commit().await.map_err(|e| classify(op, e))
-        })
+            tx.commit().await.map_err(|e| classify(op, e))?;
+            Ok(true)
+        })?;
+        match (applied, fence) {
+            (true, _) => Ok(()),
+            (false, Some((_, token))) => Err(self.store.fenced(&self.space, token)),
+            (false, None) => Ok(()),
+        }
     }
 }
 

@@ -1,0 +1,246 @@
+//! Requests that belong to another node of the cluster: every route under
+//! `/v1/workspaces/{workspace}` is served by the node that owns the
+//! workspace ([`Cairn::route`]); a request that reaches another node is
+//! forwarded there as it came (method, path, query, headers, body) and its
+//! answer passed back. A client may therefore talk to any node.
+//!
+//! A forwarded request carries [`FORWARDED_BY`]; the node it reaches
+//! serves it or refuses it (503, retryable), never sends it on, so views
+//! of the cluster that differ for a moment cannot make a request go round
+//! in circles. An owner that does not answer is a 503 too: the client
+//! retries, by which time its workspaces have been taken over.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, HttpResponse, web};
+use cairn::{Cairn, Route};
+use futures_util::StreamExt;
+
+use super::ApiError;
+
+/// The header a forwarded request carries: the id of the node that
+/// forwarded it.
+pub const FORWARDED_BY: &str = "x-cairn-forwarded-by";
+
+/// The header every answer of a cluster node carries: the node that
+/// served the request.
+pub const SERVED_BY: &str = "x-cairn-node";
+
+/// Headers that describe one hop, not the request: never passed on.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// How long a forwarded request may take at its owner.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The workspace a path is about (`/v1/workspaces/{workspace}/...`), if it
+/// names a valid one.
+fn workspace_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/workspaces/")?;
+    let segment = rest.split('/').next()?;
+    percent_decode(segment).filter(|id| !id.is_empty())
+}
+
+fn percent_decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(Some(FORWARD_TIMEOUT))
+            .max_idle_connections(256)
+            .max_idle_connections_per_host(128)
+            .build()
+            .into()
+    })
+}
+
+/// The middleware: serves a workspace's request here when this node owns
+/// the workspace, else forwards it to the owner.
+pub(crate) async fn route_requests(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let cairn = req.app_data::<web::Data<Cairn>>().cloned();
+    let (Some(cairn), Some(workspace)) = (cairn, workspace_of(req.path())) else {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    };
+    let forwarded = req.headers().contains_key(FORWARDED_BY);
+    let asker = cairn.clone();
+    let route = match web::block(move || asker.route(&workspace, forwarded)).await {
+        Ok(Ok(route)) => route,
+        // A bad id: the route itself says what is wrong with it.
+        Ok(Err(e)) if e.kind() == cairn::ErrorKind::Invalid => Route::Local,
+        Ok(Err(e)) => return Ok(req.error_response(ApiError::from(e))),
+        Err(e) => {
+            let e = ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("worker failed: {e}"),
+            );
+            return Ok(req.error_response(e));
+        }
+    };
+    match route {
+        Route::Forward { node, url } => forward(req, &cairn, node, url).await,
+        _ => {
+            let mut res = next.call(req).await?.map_into_boxed_body();
+            let node = &cairn.config().storage.cluster.node;
+            if let Ok(value) = actix_web::http::header::HeaderValue::from_str(node) {
+                if !node.is_empty() {
+                    res.headers_mut().insert(
+                        actix_web::http::header::HeaderName::from_static(SERVED_BY),
+                        value,
+                    );
+                }
+            }
+            Ok(res)
+        }
+    }
+}
+
+/// Sends `req` to `node` at `url` and answers what it answered.
+async fn forward(
+    mut req: ServiceRequest,
+    cairn: &Cairn,
+    node: String,
+    url: String,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let limit = cairn.config().server.max_body_bytes;
+    let mut payload = req.take_payload();
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > limit {
+            let e = ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the request body is larger than server.max_body_bytes ({limit})"),
+            );
+            return Ok(req.error_response(e));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let target = format!(
+        "{}{}",
+        url.trim_end_matches('/'),
+        req.uri().path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut request = ureq::http::Request::builder()
+        .method(req.method().as_str())
+        .uri(&target);
+    for (name, value) in req.headers() {
+        if !HOP_BY_HOP.contains(&name.as_str()) && name.as_str() != FORWARDED_BY {
+            request = request.header(name.as_str(), value.as_bytes());
+        }
+    }
+    request = request.header(FORWARDED_BY, cairn.config().storage.cluster.node.as_str());
+    let request = match request.body(body.freeze().to_vec()) {
+        Ok(request) => request,
+        Err(e) => {
+            let e = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("cannot forward the request to node {node}: {e}"),
+            );
+            return Ok(req.error_response(e));
+        }
+    };
+    type Answer = (u16, Vec<(String, Vec<u8>)>, Vec<u8>);
+    let answer = web::block(move || -> Result<Answer, String> {
+        let mut resp = agent().run(request).map_err(|e| e.to_string())?;
+        let headers = resp
+            .headers()
+            .iter()
+            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .map_err(|e| e.to_string())?;
+        Ok((resp.status().as_u16(), headers, bytes))
+    })
+    .await;
+    match answer {
+        Ok(Ok((status, headers, bytes))) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut out = HttpResponse::build(status);
+            for (name, value) in headers {
+                out.insert_header((name, value));
+            }
+            Ok(req.into_response(out.body(bytes)))
+        }
+        Ok(Err(e)) => Ok(req.error_response(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "owner_unreachable",
+            format!("the workspace's owner, node {node} at {url}, did not answer ({e}); retry"),
+        ))),
+        Err(e) => Ok(req.error_response(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("worker failed: {e}"),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::workspace_of;
+
+    #[test]
+    fn the_workspace_is_read_from_the_path() {
+        assert_eq!(
+            workspace_of("/v1/workspaces/acme/turns").as_deref(),
+            Some("acme")
+        );
+        assert_eq!(
+            workspace_of("/v1/workspaces/lg-ws-1").as_deref(),
+            Some("lg-ws-1")
+        );
+        assert_eq!(
+            workspace_of("/v1/workspaces/a%2Db/x").as_deref(),
+            Some("a-b")
+        );
+        assert_eq!(workspace_of("/v1/plugins"), None);
+        assert_eq!(
+            workspace_of("/v1/workspaces/bad%20id/x").as_deref(),
+            Some("bad id")
+        );
+        assert_eq!(workspace_of("/v1/workspaces//x"), None);
+        assert_eq!(workspace_of("/v1/workspaces/%zz/x"), None);
+    }
+}
