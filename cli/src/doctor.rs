@@ -344,6 +344,30 @@ fn store_checks(config: &CairnConfig) -> Vec<Check> {
             format!("opened, but cannot list workspaces: {err}"),
         )),
     }
+    match cairn.cluster_status() {
+        Ok(None) => {}
+        Ok(Some(status)) => {
+            let live = status.nodes.iter().filter(|n| n.live).count();
+            checks.push(
+                Check::new(
+                    "cluster",
+                    Status::Info,
+                    format!(
+                        "node {} of a cluster: {live} of {} node(s) live, {} workspace lease(s)",
+                        status.node,
+                        status.nodes.len(),
+                        status.leases.len()
+                    ),
+                )
+                .details(json!({ "nodes": status.nodes, "leases": status.leases })),
+            );
+        }
+        Err(err) => checks.push(Check::new(
+            "cluster",
+            Status::Fail,
+            format!("cannot read the cluster's nodes and leases: {err}"),
+        )),
+    }
     match cairn.tokens() {
         Ok(tokens) if tokens.is_empty() => checks.push(Check::new(
             "tokens",

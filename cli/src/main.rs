@@ -628,6 +628,9 @@ fn run(cli: Cli) -> Result<()> {
         // Commands print their results on stdout; only warnings go to stderr.
         config.log.level = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".to_owned());
         init_tracing(&config);
+        // On a cluster's database a command is a guest, not a node: it
+        // advertises nothing, so it takes no workspace (and writes none).
+        config.storage.cluster.advertise.clear();
     }
     let ws_id = config.workspace.clone();
     if let Command::Eval {

@@ -238,7 +238,7 @@ impl Cluster {
             self.dropped(&workspace);
         }
         let rows: HashMap<String, LeaseRow> = leases
-            .leases()?
+            .list()?
             .into_iter()
             .map(|row| (row.workspace.clone(), row))
             .collect();
@@ -402,7 +402,7 @@ impl Cluster {
             url,
             lease_ms: leases.lease_ms(),
             nodes: self.inner.view.read().nodes.clone(),
-            leases: leases.leases()?,
+            leases: leases.list()?,
             held: leases.held(),
             takeovers: self.inner.takeovers.lock().iter().cloned().collect(),
         }))

@@ -12,6 +12,7 @@ mod access;
 mod actors;
 mod assembly;
 mod cli;
+mod cluster;
 mod compaction;
 mod cross_workspace;
 mod current;

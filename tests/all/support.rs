@@ -43,8 +43,18 @@ impl Server {
 
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
+        Server::start_env(data_dir, args, &crate::support::backend_env(data_dir))
+    }
+
+    /// Starts `cairn serve` with extra arguments and this environment (in
+    /// place of [`backend_env`]'s).
+    pub(crate) fn start_env(
+        data_dir: &Path,
+        args: &[&str],
+        env: &[(&'static str, String)],
+    ) -> Result<Server> {
         let mut child = Command::new(cairn_bin())
-            .envs(crate::support::backend_env(data_dir))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(args)
@@ -238,6 +248,11 @@ pub(crate) fn sled_only(test: &str, why: &str) -> bool {
         return true;
     }
     false
+}
+
+/// The URL of a fresh database on the postgres leg; `None` on sled.
+pub(crate) fn fresh_database_url() -> Option<String> {
+    database_for(&fresh_key())
 }
 
 /// The database of each data directory this test process used (a restart

@@ -76,7 +76,7 @@ pub trait Leases: Send + Sync + std::fmt::Debug {
     fn release(&self, workspace: &str) -> Result<(), StoreError>;
 
     /// Every lease in the store, sorted by workspace.
-    fn leases(&self) -> Result<Vec<LeaseRow>, StoreError>;
+    fn list(&self) -> Result<Vec<LeaseRow>, StoreError>;
 
     /// The workspaces this node holds, with their tokens.
     fn held(&self) -> Vec<(String, i64)>;

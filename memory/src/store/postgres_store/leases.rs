@@ -201,7 +201,7 @@ impl Leases for PostgresStore {
         })
     }
 
-    fn leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+    fn list(&self) -> Result<Vec<LeaseRow>, StoreError> {
         self.run("list leases", |pool| async move {
             let op = "list leases";
             let client = pool.get().await.map_err(|e| pool_error(op, e))?;

@@ -5,7 +5,7 @@
 //! say so and pass; the unreachable-server test needs none.
 
 use super::*;
-use crate::store::SledStore;
+use crate::store::{Leases, SledStore};
 
 /// The admin URL of the test cluster, or `None` (with the reason printed).
 fn admin_url(test: &str) -> Option<String> {
@@ -466,3 +466,168 @@ fn calls_from_inside_a_tokio_runtime_work() -> anyhow::Result<()> {
 }
 
 use anyhow::Context as _;
+
+/// A node of a cluster with a lease of `lease_ms`.
+fn node(config: &PostgresConfig, name: &str, lease_ms: u64) -> Result<PostgresStore, StoreError> {
+    PostgresStore::connect_node(
+        config,
+        &ClusterConfig {
+            node: name.to_owned(),
+            advertise: format!("http://{name}.invalid:1"),
+            lease_ms,
+        },
+    )
+}
+
+fn one_put(key: &[u8]) -> WriteBatch {
+    let mut batch = WriteBatch::default();
+    batch.put(Collection::State, key.to_vec(), b"v".to_vec());
+    batch
+}
+
+/// Nodes share the database, and a process outside the cluster is kept
+/// out while one runs (and the other way round).
+#[test]
+fn cluster_nodes_share_the_database_and_keep_others_out() -> anyhow::Result<()> {
+    let Some(config) = fresh_database("cluster_nodes_share_the_database_and_keep_others_out")?
+    else {
+        return Ok(());
+    };
+    let a = node(&config, "a", 3_000)?;
+    let b = node(&config, "b", 3_000)?;
+    let err = PostgresStore::connect(&config)
+        .err()
+        .context("a lone process opened a cluster's database")?;
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    drop((a, b));
+    let alone = PostgresStore::connect(&config)?;
+    let err = node(&config, "c", 3_000)
+        .err()
+        .context("a node joined a database a lone process has open")?;
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    drop(alone);
+    Ok(())
+}
+
+/// Only the lease holder writes a workspace; the token is checked in the
+/// write's own transaction, so a holder that was paused past its lease and
+/// lost it to another node cannot write afterwards (its write is fenced off
+/// and leaves nothing), while the new owner writes.
+#[test]
+fn a_former_owner_is_fenced_off_after_a_take_over() -> anyhow::Result<()> {
+    let Some(config) = fresh_database("a_former_owner_is_fenced_off_after_a_take_over")? else {
+        return Ok(());
+    };
+    let a = node(&config, "a", 400)?;
+    let b = node(&config, "b", 400)?;
+    a.heartbeat("http://a.invalid:1")?;
+    let nodes = b.heartbeat("http://b.invalid:1")?;
+    assert_eq!(
+        nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert!(nodes.iter().all(|n| n.live), "{nodes:?}");
+
+    // Nobody holds it: nobody writes it.
+    let on_a = a.workspace("acme")?;
+    let err = on_a.apply(one_put(b"k0")).err().context("wrote unowned")?;
+    assert!(
+        matches!(err, StoreError::NotOwner { .. }) && err.is_not_owner(),
+        "{err:?}"
+    );
+    assert!(!a.serves("acme"));
+
+    let token = a.acquire("acme")?.context("a free lease was refused")?;
+    assert_eq!(token, 1);
+    assert!(a.serves("acme") && !b.serves("acme"));
+    assert_eq!(b.acquire("acme")?, None, "a current lease was taken");
+    on_a.apply(one_put(b"k1"))?;
+    assert_eq!(a.renew()?, Vec::<String>::new());
+
+    // `a` pauses: no renewal; its lease expires and `b` takes over.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let taken = b.acquire("acme")?.context("an expired lease was refused")?;
+    assert_eq!(taken, 2, "the token grows at every change of hands");
+    // `a` wakes up and writes with its old token: fenced, nothing written.
+    let err = on_a
+        .apply(one_put(b"k2"))
+        .err()
+        .context("a stale token wrote")?;
+    assert!(
+        matches!(err, StoreError::Fenced { token: 1, .. }) && err.is_retryable(),
+        "{err:?}"
+    );
+    assert!(!a.serves("acme"), "a fenced write drops the lease");
+    let on_b = b.workspace("acme")?;
+    assert_eq!(on_b.get(Collection::State, b"k2")?, None);
+    assert_eq!(on_b.get(Collection::State, b"k1")?, Some(b"v".to_vec()));
+    on_b.apply(one_put(b"k3"))?;
+    // Renewing tells `a` nothing is left; `b` keeps it.
+    assert_eq!(a.renew()?, Vec::<String>::new());
+    assert_eq!(b.renew()?, Vec::<String>::new());
+    let leases = a.list()?;
+    assert_eq!(leases.len(), 1);
+    assert_eq!((leases[0].owner.as_str(), leases[0].token), ("b", 2));
+    assert!(leases[0].current());
+
+    // A graceful leave frees the lease at once; the next owner's token is
+    // greater still.
+    b.leave()?;
+    assert_eq!(a.acquire("acme")?, Some(3));
+    assert_eq!(a.nodes()?.len(), 1, "the leaving node's row is gone");
+    // Dropping a workspace is a write too: fenced for a non-owner.
+    let err = b
+        .drop_workspace("acme")
+        .err()
+        .context("a non-owner dropped it")?;
+    assert!(err.is_not_owner(), "{err:?}");
+    assert!(a.drop_workspace("acme")?);
+    Ok(())
+}
+
+/// A write in flight when another node takes over either commits before the
+/// take-over (and the new owner reads it) or is fenced off: the take-over
+/// waits for the share lock the write holds on the lease row.
+#[test]
+fn a_take_over_waits_for_a_write_in_flight() -> anyhow::Result<()> {
+    let Some(config) = fresh_database("a_take_over_waits_for_a_write_in_flight")? else {
+        return Ok(());
+    };
+    let a = node(&config, "a", 300)?;
+    let b = node(&config, "b", 300)?;
+    a.acquire("acme")?.context("a free lease was refused")?;
+    let on_a = a.workspace("acme")?;
+    let on_b = b.workspace("acme")?;
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    let mut committed = 0;
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let writer = s.spawn(|| {
+            (0..200u32)
+                .map(|i| on_a.apply(one_put(&i.to_be_bytes())).is_ok())
+                .take_while(|ok| *ok)
+                .count()
+        });
+        let taker = s.spawn(|| b.acquire("acme"));
+        committed = writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the writer panicked"))?;
+        let token = taker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the taker panicked"))??;
+        assert_eq!(token, Some(2));
+        Ok(())
+    })?;
+    // After the take-over `a` writes nothing more.
+    let err = on_a
+        .apply(one_put(b"late"))
+        .err()
+        .context("a stale token wrote")?;
+    assert!(err.is_not_owner(), "{err:?}");
+    // Every write `a` was told succeeded is there for `b`; none after.
+    let stored = on_b.scan_prefix(Collection::State, b"")?;
+    assert_eq!(stored.len(), committed, "{committed} acknowledged");
+    for (i, (key, _)) in stored.iter().enumerate() {
+        assert_eq!(key.as_slice(), (i as u32).to_be_bytes());
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Three `cairn serve` nodes on one PostgreSQL database (the storage
+//! matrix's postgres leg; on sled there is no cluster and these tests say
+//! so and return): load over all three, one node SIGKILLed in the middle,
+//! and nothing lost, duplicated or out of sequence; its workspaces taken
+//! over by the others.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use cairn::worlds::defaults;
+use serde_json::Value;
+
+use crate::support::{Server, cairn_bin, fresh_database_url};
+
+/// The lease time of the test nodes: a dead node's workspaces wait about
+/// this long before another node takes them.
+const LEASE_MS: u64 = 1_500;
+
+/// A fresh database, or `None` (said) on the sled leg.
+fn postgres_only(test: &str) -> Option<String> {
+    let url = fresh_database_url();
+    if url.is_none() {
+        eprintln!(
+            "{test}: skipped: a cluster needs the postgres backend (the postgres leg runs it)"
+        );
+    }
+    url
+}
+
+fn node_env(url: &str, node: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("CAIRN_STORAGE__BACKEND", "postgres".to_owned()),
+        ("CAIRN_STORAGE__POSTGRES__URL", url.to_owned()),
+        ("CAIRN_STORAGE__CLUSTER__NODE", node.to_owned()),
+        ("CAIRN_STORAGE__CLUSTER__LEASE_MS", LEASE_MS.to_string()),
+    ]
+}
+
+/// Starts nodes `n1`, `n2`… on the database at `url`, and waits until each
+/// sees all of them live.
+fn start_cluster(url: &str, dir: &std::path::Path, n: usize) -> Result<Vec<Server>> {
+    let mut nodes = Vec::new();
+    for i in 1..=n {
+        let data = dir.join(format!("n{i}"));
+        nodes.push(Server::start_env(
+            &data,
+            &[],
+            &node_env(url, &format!("n{i}")),
+        )?);
+    }
+    wait_for(
+        Duration::from_secs(20),
+        "every node to see every node live",
+        || {
+            nodes.iter().try_fold(true, |all, node| {
+                let status = cluster(node)?;
+                let live = status["nodes"]
+                    .as_array()
+                    .map_or(0, |all| all.iter().filter(|n| n["live"] == true).count());
+                Ok(all && live == n)
+            })
+        },
+    )?;
+    Ok(nodes)
+}
+
+/// `GET /v1/cluster` of a node.
+fn cluster(node: &Server) -> Result<Value> {
+    let (status, body) = node.get("/v1/cluster")?;
+    ensure!(status == 200 && body.is_object(), "{status} {body}");
+    Ok(body)
+}
+
+/// Polls `check` every 50 ms until it is true; the time it took.
+fn wait_for(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if check()? {
+            return Ok(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    anyhow::bail!("waited {limit:?} for {what}")
+}
+
+/// The workspaces whose lease `owner` holds, as `node` sees the leases.
+fn owned_by(node: &Server, owner: &str) -> Result<Vec<String>> {
+    Ok(cluster(node)?["leases"]
+        .as_array()
+        .context("leases")?
+        .iter()
+        .filter(|l| l["owner"] == owner)
+        .filter_map(|l| l["workspace"].as_str().map(str::to_owned))
+        .collect())
+}
+
+#[test]
+fn three_nodes_survive_a_sigkill_losing_and_duplicating_nothing() -> Result<()> {
+    let Some(url) = postgres_only("three_nodes_survive_a_sigkill_losing_and_duplicating_nothing")
+    else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster(&url, dir.path(), 3)?;
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| n.base.trim_start_matches("http://").to_owned())
+        .collect();
+    let loadgen = Command::new(cairn_bin())
+        .arg("loadgen")
+        .args([
+            "--http", &addrs[0], "--http", &addrs[1], "--http", &addrs[2],
+        ])
+        .args([
+            "--sessions",
+            "40",
+            "--workspaces",
+            "6",
+            "--work-contexts",
+            "12",
+        ])
+        .args(["--concurrency", "16", "--duration", "14", "--json"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting cairn loadgen")?;
+
+    // Under load, once n2 owns its share, kill it.
+    let mut victims = Vec::new();
+    wait_for(Duration::from_secs(20), "n2 to own a workspace", || {
+        victims = owned_by(&nodes[0], "n2")?;
+        Ok(!victims.is_empty())
+    })?;
+    std::thread::sleep(Duration::from_secs(3));
+    let victims = owned_by(&nodes[0], "n2")?;
+    ensure!(!victims.is_empty(), "n2 owns nothing any more");
+    nodes[1].sigkill()?;
+    let took = wait_for(
+        Duration::from_secs(20),
+        "n2's workspaces to be taken over",
+        || Ok(owned_by(&nodes[0], "n2")?.is_empty()),
+    )?;
+    eprintln!("take-over of {victims:?} after SIGKILL: {took:?} (lease {LEASE_MS} ms)");
+    ensure!(
+        took < Duration::from_millis(4 * LEASE_MS),
+        "take-over took {took:?}"
+    );
+
+    let out = loadgen.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "loadgen failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).context("loadgen JSON")?;
+    ensure!(report["mode"] == "http-cluster", "{report}");
+    ensure!(report["turns_acked"].as_u64() > Some(100), "{report}");
+    for zero in ["turns_lost", "turns_duplicated", "seq_gaps", "turns_failed"] {
+        ensure!(report[zero] == 0, "{zero}: {report}");
+    }
+    // The kill was felt: calls went to another node, or were retried.
+    ensure!(
+        report["failovers"].as_u64() > Some(0) || report["retries"].as_u64() > Some(0),
+        "{report}"
+    );
+
+    // The survivors took n2's workspaces over, each with a greater token.
+    let mut taken = Vec::new();
+    for node in [&nodes[0], &nodes[2]] {
+        for t in cluster(node)?["takeovers"]
+            .as_array()
+            .context("takeovers")?
+        {
+            if t["from"] == "n2" && t["token"].as_i64() > Some(1) {
+                taken.extend(t["workspace"].as_str().map(str::to_owned));
+            }
+        }
+    }
+    for workspace in &victims {
+        ensure!(
+            taken.contains(workspace),
+            "{workspace} not taken over: {taken:?}"
+        );
+    }
+
+    // Any node answers for any workspace: n3 forwards what n1 owns.
+    let on_n1 = owned_by(&nodes[2], "n1")?;
+    let workspace = on_n1.first().context("n1 owns nothing")?;
+    let resp = nodes[2]
+        .agent
+        .get(format!(
+            "{}/v1/workspaces/{workspace}/sessions",
+            nodes[2].base
+        ))
+        .call()?;
+    ensure!(resp.status() == 200, "{}", resp.status());
+    ensure!(
+        resp.headers()
+            .get("x-cairn-node")
+            .and_then(|v| v.to_str().ok())
+            == Some("n1"),
+        "served by {:?}",
+        resp.headers().get("x-cairn-node")
+    );
+    Ok(())
+}
+
+#[test]
+fn a_plugin_installed_on_one_node_is_served_by_all() -> Result<()> {
+    let Some(url) = postgres_only("a_plugin_installed_on_one_node_is_served_by_all") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster(&url, dir.path(), 2)?;
+    let mut resp = nodes[0]
+        .agent
+        .put(format!("{}/v1/plugins/significance-gate", nodes[0].base))
+        .header("content-type", "application/wasm")
+        .send(defaults::EXAMPLE_QUIET.wasm)?;
+    ensure!(resp.status() == 200, "{}", resp.status());
+    let installed: Value = resp.body_mut().read_json()?;
+    let generation = installed["generation"]
+        .as_str()
+        .context("generation")?
+        .to_owned();
+    let serving = |node: &Server| -> Result<Option<String>> {
+        let (_, plugins) = node.get("/v1/plugins")?;
+        Ok(plugins["plugins"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["world"] == "significance-gate"))
+            .and_then(|p| p["generation"].as_str())
+            .map(str::to_owned))
+    };
+    wait_for(Duration::from_secs(10), "n2 to serve n1's install", || {
+        Ok(serving(&nodes[1])? == Some(generation.clone()))
+    })?;
+    // Decisions made on both nodes are counted under the one generation,
+    // whichever node is asked.
+    // New workspaces until each node owns one (placement spreads them).
+    let mut ingested = 0u64;
+    for i in 0..40 {
+        let (status, body) = nodes[i % 2].post(
+            &format!("/v1/workspaces/w{i}/turns"),
+            &serde_json::json!({ "turns": [{ "session": "s", "role": "user", "content": "We decided to ship on Friday." }] }),
+        )?;
+        ensure!(status == 200, "{status} {body}");
+        ingested += 1;
+        let held = |node: &Server| -> Result<bool> {
+            Ok(cluster(node)?["held"]
+                .as_array()
+                .is_some_and(|h| !h.is_empty()))
+        };
+        if held(&nodes[0])? && held(&nodes[1])? {
+            break;
+        }
+    }
+    let path = format!(
+        "/v1/plugins/generations/{}",
+        generation.replace('@', "%40").replace('#', "%23")
+    );
+    for node in &nodes {
+        wait_for(
+            Duration::from_secs(10),
+            "both nodes' decisions to be counted",
+            || {
+                let (_, counts) = node.get(&path)?;
+                Ok(counts["decisions"].as_u64() >= Some(ingested))
+            },
+        )?;
+    }
+    Ok(())
+}
