@@ -178,6 +178,7 @@ def main():
     p.add_argument("--duration", type=float, default=20)
     p.add_argument("--sessions", type=int, default=200)
     p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--part", choices=["all", "throughput", "handover"], default="all")
     args = p.parse_args()
     pgdir = None
     admin_url = args.admin_url
@@ -187,8 +188,11 @@ def main():
                                    check=True, capture_output=True, text=True).stdout.strip()
     workdir = tempfile.mkdtemp(prefix="cairn-cluster-bench-")
     try:
-        for n, row in throughput(args, admin_url, workdir):
-            print(json.dumps({"nodes": n, **row}))
+        if args.part in ("all", "throughput"):
+            for n, row in throughput(args, admin_url, workdir):
+                print(json.dumps({"nodes": n, **row}), flush=True)
+        if args.part == "throughput":
+            return
         times, report = handover(args, admin_url, workdir)
         print(json.dumps({
             "handover_ms": [round(t) for t in times],

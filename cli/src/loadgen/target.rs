@@ -372,6 +372,11 @@ pub(crate) struct Http {
     down: parking_lot::Mutex<Vec<Option<Instant>>>,
     /// Calls that went to another node because one did not answer.
     failovers: std::sync::atomic::AtomicU64,
+    /// Node id → index in `bases` (from each node's `GET /v1/cluster`).
+    node_ids: std::collections::HashMap<String, usize>,
+    /// Workspace → the node that last served it (`x-cairn-node`): its
+    /// calls go there first, saving the forwarding hop.
+    affinity: parking_lot::Mutex<std::collections::HashMap<String, usize>>,
     agent: ureq::Agent,
     swap_unsupported: AtomicBool,
     /// Every significance generation that served during the run, with the
@@ -403,11 +408,23 @@ impl Http {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
+        let mut node_ids = std::collections::HashMap::new();
+        for (i, base) in bases.iter().enumerate() {
+            // A cluster node says its id; a lone server answers null (or,
+            // an older one, 404): no affinity then.
+            if let Ok(status) = Http::answer(agent.get(format!("{base}/v1/cluster")).call()) {
+                if let Some(node) = status["node"].as_str() {
+                    node_ids.insert(node.to_owned(), i);
+                }
+            }
+        }
         let http = Http {
             down: parking_lot::Mutex::new(vec![None; bases.len()]),
             bases,
             next: std::sync::atomic::AtomicUsize::new(0),
             failovers: std::sync::atomic::AtomicU64::new(0),
+            node_ids,
+            affinity: parking_lot::Mutex::new(std::collections::HashMap::new()),
             agent,
             swap_unsupported: AtomicBool::new(false),
             generations: parking_lot::Mutex::new(None),
@@ -466,12 +483,23 @@ impl Http {
         self.failovers.load(Ordering::Relaxed)
     }
 
-    /// Sends a request with `send` (given the node's base URL) to the next
-    /// node that is not passed over; on a transport error, marks that node
-    /// down and tries the next, each node at most once.
-    fn call<T>(&self, send: impl Fn(&str) -> Result<T, ureq::Error>) -> Result<T, ureq::Error> {
+    /// Sends the request for `path` with `send` (given the node's base URL)
+    /// to the node that last served its workspace, else to the next node
+    /// in turn, passing over nodes marked down; on a transport error, marks
+    /// that node down and tries the next, each node at most once.
+    fn call(
+        &self,
+        path: &str,
+        send: impl Fn(&str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let n = self.bases.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let workspace = path
+            .strip_prefix("/v1/workspaces/")
+            .and_then(|rest| rest.split('/').next())
+            .filter(|_| !self.node_ids.is_empty());
+        let start = workspace
+            .and_then(|ws| self.affinity.lock().get(ws).copied())
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let now = Instant::now();
         let order: Vec<usize> = {
             let down = self.down.lock();
@@ -494,6 +522,17 @@ impl Http {
                 Err(e) if transport(&e) => {
                     self.down.lock()[i] = Some(Instant::now() + DOWN_FOR);
                     last = Some(e);
+                }
+                Ok(resp) => {
+                    let served = resp
+                        .headers()
+                        .get("x-cairn-node")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|node| self.node_ids.get(node));
+                    if let (Some(ws), Some(&node)) = (workspace, served) {
+                        self.affinity.lock().insert(ws.to_owned(), node);
+                    }
+                    return Ok(resp);
                 }
                 answer => return answer,
             }
@@ -524,11 +563,13 @@ impl Http {
     }
 
     fn get(&self, path: &str) -> Result<serde_json::Value, CallError> {
-        Http::answer(self.call(|base| self.agent.get(format!("{base}{path}")).call()))
+        Http::answer(self.call(path, |base| self.agent.get(format!("{base}{path}")).call()))
     }
 
     fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, CallError> {
-        Http::answer(self.call(|base| self.agent.post(format!("{base}{path}")).send_json(body)))
+        Http::answer(self.call(path, |base| {
+            self.agent.post(format!("{base}{path}")).send_json(body)
+        }))
     }
 }
 
@@ -623,7 +664,7 @@ impl Target for Http {
             return SwapOutcome::Unsupported(String::new());
         }
         let path = format!("/v1/plugins/{}", world.as_str());
-        let result = self.call(|base| {
+        let result = self.call(&path, |base| {
             self.agent
                 .put(format!("{base}{path}"))
                 .header("content-type", "application/wasm")
