@@ -49,11 +49,13 @@ run_tests() {
     mcp_clients
 }
 
-# The storage matrix's second leg: the end-to-end suite again, and the
-# PostgreSQL store's own tests, on a throwaway PostgreSQL cluster
+# The storage matrix's second leg: the end-to-end suite and the unit tests of
+# the crates that store things (memory core, actors, runtime) again, on a
+# throwaway PostgreSQL cluster
 # (scripts/pg-cluster.sh: installed from Debian's packages when missing,
 # loopback only, removed on exit even when a test fails). Each test makes a
-# database of its own on it (tests/all/support.rs, `backend_env`).
+# database of its own on it (tests/all/support.rs `backend_env`,
+# memory/src/testing.rs).
 postgres_leg() {
     local pgdir url
     pgdir="$(mktemp -d "${TMPDIR:-/tmp}/cairn-pg.XXXXXX")"
@@ -62,13 +64,13 @@ postgres_leg() {
     log "a throwaway PostgreSQL cluster ($pgdir)"
     url="$(scripts/pg-cluster.sh start "$pgdir")"
     if cargo nextest --version >/dev/null 2>&1; then
-        log "end-to-end tests and the postgres store's tests on PostgreSQL (nextest)"
+        log "end-to-end and storing crates' unit tests on PostgreSQL (nextest)"
         CAIRN_TEST_POSTGRES_URL="$url" cargo nextest run --workspace --all-targets --no-fail-fast \
-            -E 'binary_id(cairn-cli::all) | test(/postgres_store::/)'
+            -E 'binary_id(cairn-cli::all) | (kind(lib) & (package(=cairn-memory) | package(=cairn-actors) | package(=cairn)))'
     else
-        log "end-to-end tests and the postgres store's tests on PostgreSQL (cargo test)"
+        log "end-to-end and storing crates' unit tests on PostgreSQL (cargo test)"
         CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-cli --test all --no-fail-fast
-        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-memory --lib postgres_store::
+        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-memory -p cairn-actors -p cairn --lib --no-fail-fast
     fi
     scripts/pg-cluster.sh stop "$pgdir"
     trap - EXIT

@@ -128,9 +128,7 @@ impl CaptureGate for HeuristicGate {
 mod tests {
     use std::sync::Arc;
 
-    use cairn_memory::{
-        EntryFilter, EntryKind, ManualClock, Memory, MemoryConfig, TurnInput, Workspace,
-    };
+    use cairn_memory::{EntryFilter, EntryKind, ManualClock, MemoryConfig, TurnInput, Workspace};
     use chrono::{Duration, TimeZone, Utc};
     use parking_lot::Mutex;
 
@@ -175,9 +173,12 @@ mod tests {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
-        let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
-                .unwrap();
+        let memory = cairn_memory::testing::memory(
+            dir.path(),
+            MemoryConfig::default(),
+            Arc::new(clock.clone()),
+        )
+        .unwrap();
         let gate = Arc::new(Scripted::default());
         let runtime = ActorRuntime::start_with_gate(
             memory.clone(),

@@ -941,12 +941,29 @@ async fn index_stats(cairn: web::Data<Cairn>) -> ApiResult<IndexStats> {
     blocking(move || Ok(cairn.index_stats()?)).await
 }
 
-/// The cluster as this node sees it (`storage.cluster`): nodes, leases,
-/// the workspaces it holds, its take-overs. `null` outside a cluster.
+/// `GET /v1/cluster`: `clustered` says whether this node is one of several
+/// sharing a PostgreSQL database (`storage.cluster`); when it is, the rest
+/// of the object is the cluster as this node sees it (nodes, leases, the
+/// workspaces it holds, its take-overs).
+#[derive(Debug, Serialize)]
+struct ClusterView {
+    clustered: bool,
+    #[serde(flatten)]
+    status: Option<cairn::ClusterStatus>,
+}
+
 #[utoipa::path(get, path = "/v1/cluster",
-    responses((status = 200, description = "The cluster as this node sees it, or null", body = Object)))]
-async fn cluster_status(cairn: web::Data<Cairn>) -> ApiResult<Option<cairn::ClusterStatus>> {
-    blocking(move || Ok(cairn.cluster_status()?)).await
+    responses((status = 200, description = "`{\"clustered\": false}` outside a cluster; \
+        else the cluster as this node sees it", body = Object)))]
+async fn cluster_status(cairn: web::Data<Cairn>) -> ApiResult<ClusterView> {
+    blocking(move || {
+        let status = cairn.cluster_status()?;
+        Ok(ClusterView {
+            clustered: status.is_some(),
+            status,
+        })
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/v1/plugins",

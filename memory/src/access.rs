@@ -240,7 +240,7 @@ mod tests {
     use std::sync::Arc;
 
     fn open(dir: &std::path::Path) -> Memory {
-        Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
+        crate::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
     }
 
     #[test]

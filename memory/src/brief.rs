@@ -774,9 +774,12 @@ mod tests {
         fn new() -> Fx {
             let dir = tempfile::tempdir().unwrap();
             let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap());
-            let memory =
-                Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
-                    .unwrap();
+            let memory = crate::testing::memory(
+                dir.path(),
+                MemoryConfig::default(),
+                Arc::new(clock.clone()),
+            )
+            .unwrap();
             Fx {
                 _dir: dir,
                 clock,

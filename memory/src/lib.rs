@@ -56,6 +56,8 @@ pub mod search;
 pub mod settle;
 pub mod store;
 pub mod subjects;
+#[doc(hidden)]
+pub mod testing;
 mod text;
 pub mod tokens;
 pub mod topics;

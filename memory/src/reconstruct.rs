@@ -415,7 +415,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
         let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
+            crate::testing::memory(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
                 .unwrap();
         let ws = memory.workspace("acme").unwrap();
         ws.append_turn(&TurnInput::new("s1", Role::User, "hello").in_context("wc"))

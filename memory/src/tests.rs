@@ -20,7 +20,8 @@ impl Fixture {
         let path = dir.path().to_owned();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
         let memory =
-            Memory::open_sled(&path, MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
+            crate::testing::memory(&path, MemoryConfig::default(), Arc::new(clock.clone()))
+                .unwrap();
         Fixture {
             _dir: dir,
             path,
@@ -43,7 +44,7 @@ fn reopen(fx: Fixture) -> Fixture {
     } = fx;
     drop(memory);
     let memory =
-        Memory::open_sled(&path, MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
+        crate::testing::memory(&path, MemoryConfig::default(), Arc::new(clock.clone())).unwrap();
     Fixture {
         _dir,
         path,

@@ -1082,7 +1082,8 @@ mod tests {
     };
 
     fn open(dir: &Path) -> Result<(Memory, Policies)> {
-        let memory = Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
+        let memory =
+            cairn_memory::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
         let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
         Ok((memory, policies))
     }

@@ -68,8 +68,23 @@ fn start_cluster(url: &str, dir: &std::path::Path, n: usize) -> Result<Vec<Serve
 /// `GET /v1/cluster` of a node.
 fn cluster(node: &Server) -> Result<Value> {
     let (status, body) = node.get("/v1/cluster")?;
-    ensure!(status == 200 && body.is_object(), "{status} {body}");
+    ensure!(
+        status == 200 && body["clustered"] == true,
+        "{status} {body}"
+    );
     Ok(body)
+}
+
+/// A node outside a cluster (either backend) says so with an object, not
+/// an empty answer, so a client can tell "lone node" from "no such route".
+#[test]
+fn a_lone_server_says_it_is_not_clustered() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(&dir.path().join("data"))?;
+    let (status, body) = server.get("/v1/cluster")?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(body == serde_json::json!({"clustered": false}), "{body}");
+    Ok(())
 }
 
 /// Polls `check` every 50 ms until it is true; the time it took.

@@ -410,8 +410,8 @@ impl Http {
             .into();
         let mut node_ids = std::collections::HashMap::new();
         for (i, base) in bases.iter().enumerate() {
-            // A cluster node says its id; a lone server answers null (or,
-            // an older one, 404): no affinity then.
+            // A cluster node says its id; a lone server answers
+            // `{"clustered": false}` (an older one, 404): no affinity then.
             if let Ok(status) = Http::answer(agent.get(format!("{base}/v1/cluster")).call()) {
                 if let Some(node) = status["node"].as_str() {
                     node_ids.insert(node.to_owned(), i);

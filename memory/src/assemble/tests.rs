@@ -26,7 +26,7 @@ impl Fx {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
         let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
+            crate::testing::memory(dir.path(), MemoryConfig::default(), Arc::new(clock.clone()))
                 .unwrap();
         Fx {
             _dir: dir,

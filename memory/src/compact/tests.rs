@@ -7,11 +7,11 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::record::Role;
-use crate::{Memory, MemoryConfig, SystemClock, TurnInput, Workspace};
+use crate::{MemoryConfig, SystemClock, TurnInput, Workspace};
 
 fn open() -> (tempfile::TempDir, Workspace) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
+    let memory = crate::testing::memory(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
         .expect("open");
     let ws = memory.workspace("w").expect("workspace");
     (dir, ws)

@@ -24,7 +24,7 @@ impl Fixture {
     fn with(config: MemoryConfig) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap());
-        let memory = Memory::open_sled(dir.path(), config, Arc::new(clock.clone())).unwrap();
+        let memory = crate::testing::memory(dir.path(), config, Arc::new(clock.clone())).unwrap();
         Fixture {
             _dir: dir,
             clock,

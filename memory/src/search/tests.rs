@@ -443,7 +443,7 @@ mod service {
     use crate::{ForgetTarget, Memory, MemoryConfig, Role, SystemClock, TurnInput};
 
     fn open(dir: &std::path::Path) -> Memory {
-        Memory::open_sled(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
+        crate::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
     }
 
     fn ingest(memory: &Memory) {
@@ -466,7 +466,7 @@ mod service {
         let said = chrono::Utc
             .with_ymd_and_hms(2023, 5, 25, 13, 14, 0)
             .unwrap();
-        let memory = Memory::open_sled(
+        let memory = crate::testing::memory(
             dir.path(),
             MemoryConfig::default(),
             Arc::new(crate::ManualClock::new(said)),

@@ -567,12 +567,13 @@ mod tests {
 
     use super::gate::{Effect, GateRecord, Membership, Outcome, Tier, TurnRef, Via};
     use super::*;
-    use crate::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
+    use crate::{MemoryConfig, Role, SystemClock, TurnInput};
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
         let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
+            crate::testing::memory(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
+                .unwrap();
         let ws = memory.workspace("acme").unwrap();
         (dir, ws)
     }

@@ -45,7 +45,7 @@ fn start() -> chrono::DateTime<Utc> {
 }
 
 fn open(dir: &std::path::Path, clock: &ManualClock) -> Memory {
-    Memory::open_sled(dir, MemoryConfig::default(), Arc::new(clock.clone())).unwrap()
+    crate::testing::memory(dir, MemoryConfig::default(), Arc::new(clock.clone())).unwrap()
 }
 
 /// Two sessions (a main one in `payments`, a sub-agent one in `infra`),

@@ -7,30 +7,15 @@
 use super::*;
 use crate::store::{Leases, SledStore};
 
+use crate::testing::{execute, with_database};
+
 /// The admin URL of the test cluster, or `None` (with the reason printed).
 fn admin_url(test: &str) -> Option<String> {
-    match std::env::var("CAIRN_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!("{test}: skipped, CAIRN_TEST_POSTGRES_URL is not set (no PostgreSQL server)");
-            None
-        }
+    let url = crate::testing::postgres_admin_url();
+    if url.is_none() {
+        eprintln!("{test}: skipped, CAIRN_TEST_POSTGRES_URL is not set (no PostgreSQL server)");
     }
-}
-
-/// Runs `sql` on the database at `url` (a plain client on a runtime of its own).
-fn execute(url: &str, sql: &str) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-        let task = tokio::spawn(connection);
-        client.batch_execute(sql).await?;
-        drop(client);
-        task.await??;
-        Ok(())
-    })
+    url
 }
 
 /// The `bigint` `sql` answers on the database at `url`.
@@ -46,24 +31,6 @@ fn query_count(url: &str, sql: &str) -> anyhow::Result<i64> {
         task.await??;
         Ok(count)
     })
-}
-
-/// `admin` with its database replaced by `name`.
-fn with_database(admin: &str, name: &str) -> String {
-    if admin.contains("://") {
-        let (head, query) = match admin.split_once('?') {
-            Some((head, query)) => (head, format!("?{query}")),
-            None => (admin, String::new()),
-        };
-        let scheme_end = head.find("://").map_or(0, |i| i + 3);
-        let base = match head[scheme_end..].find('/') {
-            Some(slash) => &head[..scheme_end + slash],
-            None => head,
-        };
-        format!("{base}/{name}{query}")
-    } else {
-        format!("{admin} dbname={name}")
-    }
 }
 
 /// A fresh, empty database on the test cluster.
