@@ -14,10 +14,11 @@
 //! deletes), and makes it durable with the store's group-committed `sync`
 //! at most every [`DecisionLogConfig::flush_ms`] milliseconds, or at once
 //! when someone waits for it ([`DecisionLog::flush`], [`DecisionLog::query`]).
-//! After a write the writer pauses for [`GATHER`] (at most `flush_ms`) so
-//! that the next batch gathers what arrived meanwhile instead of waking it
-//! per record: a hot loop of one decision per turn costs one store insert
-//! per pause, not one per decision.
+//! After a write that emptied the queue the writer pauses for [`GATHER`]
+//! (at most `flush_ms`) so that the next batch gathers what arrived
+//! meanwhile instead of waking it per record: a hot loop of one decision
+//! per turn costs one store insert per pause, not one per decision. A
+//! writer that is behind (its batch was full) does not pause.
 //!
 //! **What a crash can lose.** A process crash or power loss loses the
 //! records still queued and those written but not yet synced: at most the
@@ -75,9 +76,9 @@ const MAX_DELETES_PER_BATCH: u64 = 10_000;
 const CHUNK_V1: u8 = 1;
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
-const CHUNK_DECISIONS: usize = 512;
+const CHUNK_DECISIONS: usize = 64;
 /// The most records one chunk value holds.
-const CHUNK_RECORDS: usize = 128;
+const CHUNK_RECORDS: usize = 16;
 /// How long the writer lets records gather after a write (at most
 /// `flush_ms`): see the module docs.
 pub(crate) const GATHER: Duration = Duration::from_millis(10);
@@ -563,7 +564,9 @@ impl Writer {
             for done in waiters {
                 let _ = done.send(result.clone());
             }
-            if !records.is_empty() {
+            // Pause only when this batch emptied the queue: a writer that is
+            // behind keeps writing full batches.
+            if !records.is_empty() && records.len() < self.config.batch {
                 std::thread::sleep(gather);
             }
         }
@@ -942,18 +945,15 @@ mod tests {
     fn chunks_respect_their_limits() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let one = decisions(made.path(), 1)?;
-        let singles = vec![one.clone(); 300];
+        let singles = vec![one.clone(); 2 * CHUNK_RECORDS + 5];
         let lens: Vec<usize> = chunks(&singles).iter().map(|c| c.len()).collect();
-        assert_eq!(
-            lens,
-            vec![CHUNK_RECORDS, CHUNK_RECORDS, 300 - 2 * CHUNK_RECORDS]
-        );
+        assert_eq!(lens, vec![CHUNK_RECORDS, CHUNK_RECORDS, 5]);
         let big = vec![one[0].clone(); CHUNK_DECISIONS + 1];
         let mixed = vec![
             one.clone(),
             big,
             one.clone(),
-            vec![one[0].clone(); 300],
+            vec![one[0].clone(); CHUNK_DECISIONS - 2],
             one,
         ];
         let lens: Vec<usize> = chunks(&mixed).iter().map(|c| c.len()).collect();
