@@ -391,7 +391,7 @@ impl Memory {
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.sync()?;
         store.drop_workspace(id)?;
-        self.shared.log_cache(id).bump();
+        self.shared.workspace_dropped(id);
         tombstone.complete = true;
         store.meta_put(&key, &encode(&tombstone)?)?;
         store.meta_delete(&erasing)?;
@@ -426,7 +426,7 @@ impl Memory {
             })?;
             tracing::warn!(tombstone = %String::from_utf8_lossy(tombstone_id), "finishing an interrupted workspace erasure");
             store.drop_workspace(&workspace)?;
-            self.shared.log_cache(&workspace).bump();
+            self.shared.workspace_dropped(&workspace);
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone_id].concat();
             if let Some(bytes) = store.meta_get(&key)? {
                 let mut tombstone: Tombstone = decode("tombstone", &key, &bytes)?;

@@ -33,6 +33,7 @@ use crate::config::{MemoryConfig, StorageBackend, StorageConfig};
 use crate::error::{MemoryError, Result};
 use crate::ids::{validate_id, validate_slug};
 use crate::log::{Entry, EntryView};
+use crate::record::SessionHeads;
 use crate::store::{
     Collection, SledStore, StateFamily, StateKey, Store, WorkspaceStore, WriteBatch, WriteOp,
 };
@@ -72,6 +73,9 @@ pub(crate) struct Shared {
     stripes: Vec<Mutex<()>>,
     /// Decoded memory logs, per workspace (see [`LogCache`]).
     logs: Mutex<HashMap<String, Arc<LogCache>>>,
+    /// The heads of sessions (metadata, next seq, last turn time), per
+    /// workspace (see [`SessionHeads`]).
+    heads: Mutex<HashMap<String, Arc<SessionHeads>>>,
     /// This install's secret (see [`Memory::derive_key`]).
     install_key: [u8; 32],
 }
@@ -179,6 +183,21 @@ impl Shared {
             .clone()
     }
 
+    pub(crate) fn session_heads(&self, workspace: &str) -> Arc<SessionHeads> {
+        self.heads
+            .lock()
+            .entry(workspace.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets every cached fact about `workspace`: after it was dropped
+    /// from the store underneath its handles.
+    pub(crate) fn workspace_dropped(&self, workspace: &str) {
+        self.log_cache(workspace).bump();
+        self.session_heads(workspace).clear();
+    }
+
     pub(crate) fn stripe(&self, workspace: &str, key: &str) -> usize {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         workspace.hash(&mut hasher);
@@ -212,6 +231,7 @@ impl Memory {
                 tokens,
                 stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
                 logs: Mutex::new(HashMap::new()),
+                heads: Mutex::new(HashMap::new()),
                 install_key,
             }),
         };
@@ -302,6 +322,7 @@ impl Memory {
         Ok(Workspace {
             id: id.to_owned(),
             store,
+            heads: self.shared.session_heads(id),
             shared: self.shared.clone(),
         })
     }
@@ -343,13 +364,18 @@ impl Memory {
         self.shared.store.leases()
     }
 
-    /// Forgets what this process cached about `workspace` (the decoded log
-    /// and topics): after another node may have written it (its ownership
-    /// changed hands), the next read goes to the store.
+    /// Forgets what this process cached about `workspace` (the decoded log,
+    /// topics and session heads): after another node may have written it
+    /// (its ownership changed hands), the next read goes to the store.
     pub fn evict(&self, workspace: &str) {
         if let Some(cache) = self.shared.logs.lock().remove(workspace) {
             cache.bump();
             cache.bump_topics();
+        }
+        // Handles still open on the workspace share these heads: clear
+        // them, not only the map's entry.
+        if let Some(heads) = self.shared.heads.lock().remove(workspace) {
+            heads.clear();
         }
     }
 }
@@ -359,6 +385,8 @@ impl Memory {
 pub struct Workspace {
     pub(crate) id: String,
     pub(crate) store: Arc<dyn WorkspaceStore>,
+    /// This workspace's session heads, shared by every handle on it.
+    pub(crate) heads: Arc<SessionHeads>,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -413,7 +441,14 @@ impl Workspace {
     pub(crate) fn apply(&self, batch: WriteBatch) -> Result<()> {
         let log = touches_log(&batch);
         let topics = touches_topics(&batch);
-        self.store.apply(batch)?;
+        let sessions = crate::record::sessions_touched(&batch);
+        let applied = self.store.apply(batch);
+        // Even a failed apply may have changed something underneath (a
+        // backend error after the write): the heads are forgotten either way.
+        if !sessions.is_empty() {
+            self.heads.invalidate(&sessions);
+        }
+        applied?;
         if log {
             self.shared.log_cache(&self.id).bump();
         } else if topics {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{MemoryError, Result};
 use crate::ids::validate_id;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
-use crate::store::{Collection, WriteBatch};
+use crate::store::{Collection, WriteBatch, WriteOp};
 
 /// Who produced a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -257,6 +257,114 @@ pub(crate) fn work_context_key(work_context: &str, session: &str) -> Vec<u8> {
     out
 }
 
+/// The most session heads one workspace keeps; past it the cache starts
+/// over (a head is one point read and one reverse seek away).
+const MAX_CACHED_HEADS: usize = 65_536;
+
+/// A workspace's session heads as [`Workspace::load_session`] would derive
+/// them from the store (the session record, `next_seq` and `last_turn_at`
+/// from its last turn), so that an append reads nothing but its idempotency
+/// key and the actor's follow-up `session` reads nothing at all.
+///
+/// Correctness rests on three rules:
+/// - Every batch that writes a turn or a session record goes through
+///   [`Workspace::apply`], which afterwards bumps `epoch` and forgets the
+///   heads of the sessions it touched ([`sessions_touched`]); dropping a
+///   workspace forgets them all.
+/// - A writer holding a session's stripe lock (every writer of its turns
+///   and record holds it) publishes the head it has just written
+///   ([`SessionHeads::publish`]): nobody else can have changed it.
+/// - A reader that missed keeps what it read from the store only if no
+///   write bumped `epoch` since before its read ([`SessionHeads::offer`]),
+///   so a read racing a write never leaves a stale head behind.
+///
+/// Nothing is persisted: after a restart the cache starts empty and fills
+/// from the store. It assumes one process writes the workspace (the
+/// single-writer invariant; in a cluster, the lease holder, and
+/// [`crate::Memory::evict`] clears the heads whenever the lease may have
+/// changed hands).
+#[derive(Debug, Default)]
+pub(crate) struct SessionHeads {
+    inner: parking_lot::Mutex<HeadsInner>,
+}
+
+#[derive(Debug, Default)]
+struct HeadsInner {
+    epoch: u64,
+    heads: HashMap<String, Session>,
+}
+
+impl SessionHeads {
+    /// The cached head of `id`, or the epoch to hand to [`Self::offer`]
+    /// after reading it from the store.
+    fn get(&self, id: &str) -> std::result::Result<Session, u64> {
+        let inner = self.inner.lock();
+        inner.heads.get(id).cloned().ok_or(inner.epoch)
+    }
+
+    /// Keeps a head read from the store at `epoch`, unless a write came since.
+    fn offer(&self, epoch: u64, session: &Session) {
+        let mut inner = self.inner.lock();
+        if inner.epoch == epoch {
+            inner.insert(session.clone());
+        }
+    }
+
+    /// Keeps the head a writer holding the session's stripe lock has just
+    /// written (after its batch was applied).
+    fn publish(&self, session: Session) {
+        self.inner.lock().insert(session);
+    }
+
+    /// Forgets the heads of `sessions` (a batch touched them).
+    pub(crate) fn invalidate(&self, sessions: &BTreeSet<String>) {
+        let mut inner = self.inner.lock();
+        inner.epoch += 1;
+        for id in sessions {
+            inner.heads.remove(id);
+        }
+    }
+
+    /// Forgets every head.
+    pub(crate) fn clear(&self) {
+        let mut inner = self.inner.lock();
+        inner.epoch += 1;
+        inner.heads.clear();
+    }
+}
+
+impl HeadsInner {
+    fn insert(&mut self, session: Session) {
+        if self.heads.len() >= MAX_CACHED_HEADS && !self.heads.contains_key(&session.id) {
+            self.heads.clear();
+        }
+        self.heads.insert(session.id.clone(), session);
+    }
+}
+
+/// The sessions whose head a batch may change: those it writes a turn or a
+/// session record of.
+pub(crate) fn sessions_touched(batch: &WriteBatch) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for op in batch.ops() {
+        let (WriteOp::Put {
+            collection, key, ..
+        }
+        | WriteOp::Delete { collection, key }) = op;
+        let id = match collection {
+            Collection::Sessions => key.as_slice(),
+            // Turn keys are the session id, a NUL, the seq.
+            Collection::Turns => match key.iter().position(|b| *b == 0) {
+                Some(end) => &key[..end],
+                None => key.as_slice(),
+            },
+            _ => continue,
+        };
+        out.insert(String::from_utf8_lossy(id).into_owned());
+    }
+    out
+}
+
 // Sessions on a workspace: created explicitly or by a first turn, read, ended.
 impl Workspace {
     /// Creates a session, or returns it if it exists with the same work context.
@@ -313,16 +421,31 @@ impl Workspace {
             Vec::new(),
         );
         self.apply(batch)?;
+        self.heads.publish(session.clone());
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)
     }
 
-    /// Loads a session record and derives `next_seq` and `last_turn_at` from
+    /// A session's head: from [`SessionHeads`] when cached, else read from
+    /// the store ([`Workspace::read_session`]) and cached.
+    fn load_session(&self, id: &str) -> Result<Option<Session>> {
+        let epoch = match self.heads.get(id) {
+            Ok(session) => return Ok(Some(session)),
+            Err(epoch) => epoch,
+        };
+        let session = self.read_session(id)?;
+        if let Some(session) = &session {
+            self.heads.offer(epoch, session);
+        }
+        Ok(session)
+    }
+
+    /// Reads a session record and derives `next_seq` and `last_turn_at` from
     /// its last turn. They are not rewritten on every append: the turn key
     /// already carries the sequence number, and one fewer record per append
     /// is fewer bytes to fsync.
-    fn load_session(&self, id: &str) -> Result<Option<Session>> {
+    pub(crate) fn read_session(&self, id: &str) -> Result<Option<Session>> {
         let Some(raw) = self.store.get(Collection::Sessions, id.as_bytes())? else {
             return Ok(None);
         };
@@ -420,6 +543,7 @@ impl Workspace {
         let mut batch = WriteBatch::default();
         put_session(&mut batch, &session)?;
         self.apply(batch)?;
+        self.heads.publish(session.clone());
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)
@@ -478,7 +602,11 @@ impl Workspace {
             .collect();
         let guard = self.shared.lock_stripes(stripes);
 
+        // Per session: its head, whether this batch creates it, and the
+        // time of the last turn this batch appends (what a fresh read
+        // would derive `last_turn_at` from).
         let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
+        let mut last_appended: HashMap<&str, DateTime<Utc>> = HashMap::new();
         let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
         let mut batch = WriteBatch::default();
         let mut acks = Vec::with_capacity(turns.len());
@@ -568,6 +696,7 @@ impl Workspace {
             session.next_seq += 1;
             session.last_turn_at =
                 Some(session.last_turn_at.map_or(timestamp, |t| t.max(timestamp)));
+            last_appended.insert(sid, timestamp);
             acks.push(Ack {
                 seq,
                 duplicate: false,
@@ -585,6 +714,15 @@ impl Workspace {
         }
         if acks.iter().any(|a| !a.duplicate) {
             self.apply(batch)?;
+            // The stripe locks are held: these heads are the store's now.
+            for (sid, at) in last_appended {
+                if let Some((session, _)) = sessions.remove(sid) {
+                    self.heads.publish(Session {
+                        last_turn_at: Some(at),
+                        ..session
+                    });
+                }
+            }
         }
         drop(guard);
         Ok(acks)

@@ -614,3 +614,66 @@ fn log_cache_sees_every_write() {
     fx.memory.forget_workspace("acme", "test").unwrap();
     assert!(live(&fx.ws()).is_empty());
 }
+
+/// Session heads (`next_seq`, `last_turn_at`, the record) are served from
+/// a per-workspace cache so an append reads no metadata; every write that
+/// changes one, through any handle, must show on the next read exactly as
+/// a read of the store would derive it.
+#[test]
+fn session_heads_see_every_write() {
+    let fx = Fixture::new();
+    let (a, b) = (fx.ws(), fx.ws());
+    let check = |ws: &Workspace, id: &str| -> Option<Session> {
+        let cached = ws.session(id).ok();
+        assert_eq!(cached, ws.read_session(id).unwrap(), "head of {id}");
+        cached
+    };
+    assert!(check(&b, "s1").is_none());
+    // Out-of-order timestamps: the head's time is the last turn's, as a
+    // fresh read derives it.
+    let at = fx.clock.now();
+    a.append_turns(&[
+        user("s1", "one").at(at + Duration::minutes(5)),
+        user("s1", "two").at(at),
+    ])
+    .unwrap();
+    let head = check(&b, "s1").unwrap();
+    assert_eq!((head.next_seq, head.last_turn_at), (2, Some(at)));
+    a.append_turn(&user("s1", "three").with_idempotency_key("k"))
+        .unwrap();
+    a.append_turn(&user("s1", "three again").with_idempotency_key("k"))
+        .unwrap();
+    assert_eq!(check(&b, "s1").unwrap().next_seq, 3);
+    b.end_session("s1").unwrap();
+    assert_eq!(check(&a, "s1").unwrap().state, SessionState::Ended);
+    b.record_reset("s1").unwrap();
+    assert_eq!(check(&a, "s1").unwrap().resets, 1);
+    // A write that skips the append path (a test corrupting the store)
+    // still invalidates: the last turn gone, the head steps back.
+    let mut key = b"s1\0".to_vec();
+    key.extend_from_slice(&2u64.to_be_bytes());
+    a.raw_write_for_tests(crate::store::Collection::Turns, &key, None)
+        .unwrap();
+    assert_eq!(check(&b, "s1").unwrap().next_seq, 2);
+    // Forgetting the session; a new one under the same id starts at 0.
+    a.forget(&ForgetTarget::Session("s1".into()), "test")
+        .unwrap();
+    assert!(check(&b, "s1").is_none());
+    assert_eq!(b.append_turn(&user("s1", "again")).unwrap().seq, 0);
+    assert_eq!(check(&a, "s1").unwrap().next_seq, 1);
+    // Bootstrapped sessions, then the whole workspace dropped.
+    a.ensure_session(&SessionSpec {
+        id: "s2".into(),
+        ..SessionSpec::default()
+    })
+    .unwrap();
+    assert_eq!(check(&b, "s2").unwrap().next_seq, 0);
+    fx.memory.forget_workspace("acme", "test").unwrap();
+    let c = fx.ws();
+    assert!(check(&c, "s1").is_none() && check(&c, "s2").is_none());
+    assert_eq!(c.append_turn(&user("s1", "fresh")).unwrap().seq, 0);
+    // After a restart the heads are read from the store again.
+    drop((a, b, c));
+    let fx = reopen(fx);
+    assert_eq!(check(&fx.ws(), "s1").unwrap().next_seq, 1);
+}

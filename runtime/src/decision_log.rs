@@ -9,11 +9,16 @@
 //! bounded queue: no serialisation, no storage call, no lock held across
 //! anything slow. One writer thread (`cairn-decisions`) drains the queue in
 //! batches of up to [`DecisionLogConfig::batch`] records, writes each batch
-//! as one atomic store batch (records, per-generation counters, the next
-//! sequence number, the retention deletes), and makes it durable with the
-//! store's group-committed `sync` at most every
-//! [`DecisionLogConfig::flush_ms`] milliseconds, or at once when someone
-//! waits for it ([`DecisionLog::flush`], [`DecisionLog::query`]).
+//! as one atomic store batch (the records packed into a few chunk values,
+//! per-generation counters, the next sequence number, the retention
+//! deletes), and makes it durable with the store's group-committed `sync`
+//! at most every [`DecisionLogConfig::flush_ms`] milliseconds, or at once
+//! when someone waits for it ([`DecisionLog::flush`], [`DecisionLog::query`]).
+//! After a write that emptied the queue the writer pauses for [`GATHER`]
+//! (at most `flush_ms`) so that the next batch gathers what arrived
+//! meanwhile instead of waking it per record: a hot loop of one decision
+//! per turn costs one store insert per pause, not one per decision. A
+//! writer that is behind (its batch was full) does not pause.
 //!
 //! **What a crash can lose.** A process crash or power loss loses the
 //! records still queued and those written but not yet synced: at most the
@@ -25,14 +30,20 @@
 //!
 //! # Layout
 //!
-//! In collection `State` of the system namespace: `r` + big-endian sequence
-//! number → the record as JSON, or a JSON array of the records of one batch
-//! (an assembly's decisions, [`DecisionSink::record_batch`]; queries list
-//! each record of it); `c` + generation id → that generation's
-//! decision and fault counts; `m:first` / `m:next` → the oldest kept and the
-//! next sequence number. Retention keeps the newest
-//! [`DecisionLogConfig::keep`] records; older ones are deleted in the same
-//! batch that pushes them out.
+//! Every record has a sequence number: one decision, or the decisions of
+//! one batch (an assembly's, [`DecisionSink::record_batch`]; queries list
+//! each decision of it). In collection `State` of the system namespace:
+//! `r` + big-endian first sequence number + big-endian `u32` count → a
+//! chunk of `count` consecutive records (written since the chunked layout;
+//! [`CHUNK_V1`] then the JSON array of the records, each a JSON array of
+//! its decisions); `r` + big-endian sequence number alone → one record as
+//! JSON, a decision object or an array of them (the layout before, still
+//! read, scrubbed and retired); `c` + generation id → that generation's
+//! decision and fault counts; `m:first` / `m:next` → the oldest kept and
+//! the next sequence number. Retention keeps the newest
+//! [`DecisionLogConfig::keep`] records; older ones are deleted, a whole
+//! chunk at a time, in the batch that pushes them out (so up to one chunk
+//! more than `keep` may stay).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +71,17 @@ const PAGE_SHIFT: u32 = 8;
 /// The most old records one batch deletes (a lowered `keep` catches up
 /// over several batches).
 const MAX_DELETES_PER_BATCH: u64 = 10_000;
+/// The first byte of a chunk value: the JSON array of its records follows.
+/// (A value of the layout before starts with `{` or `[`.)
+const CHUNK_V1: u8 = 1;
+/// The most decisions one chunk value holds (a chunk also closes at
+/// [`CHUNK_RECORDS`] records).
+const CHUNK_DECISIONS: usize = 64;
+/// The most records one chunk value holds.
+const CHUNK_RECORDS: usize = 16;
+/// How long the writer lets records gather after a write (at most
+/// `flush_ms`): see the module docs.
+pub(crate) const GATHER: Duration = Duration::from_millis(10);
 
 /// Settings of the durable decision log (`[policies.decision_log]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -467,6 +489,7 @@ struct Writer {
 impl Writer {
     fn run(mut self, rx: Receiver<Message>) {
         let flush_every = Duration::from_millis(self.config.flush_ms);
+        let gather = GATHER.min(flush_every);
         let mut unsynced = false;
         let mut last_sync = Instant::now();
         loop {
@@ -518,6 +541,11 @@ impl Writer {
             for done in waiters {
                 let _ = done.send(result.clone());
             }
+            // Pause only when this batch emptied the queue: a writer that is
+            // behind keeps writing full batches.
+            if !records.is_empty() && records.len() < self.config.batch {
+                std::thread::sleep(gather);
+            }
         }
         if unsynced {
             if let Err(error) = self.memory.sync() {
@@ -530,27 +558,25 @@ impl Writer {
         let mut batch = WriteBatch::default();
         let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
         let mut next = self.next;
-        for records in stored {
-            let value = match records.as_slice() {
-                [one] => serde_json::to_vec(one),
-                many => serde_json::to_vec(many),
-            }
-            .map_err(|e| e.to_string())?;
-            batch.put(Collection::State, record_key(next), value);
-            next += 1;
-            for record in records {
-                let generation = record.generation.as_str();
-                let counts = match touched.get_mut(generation) {
-                    Some(counts) => counts,
-                    None => {
-                        let base = self.load_counts(generation)?;
-                        touched.entry(generation.to_owned()).or_insert(base)
-                    }
-                };
-                counts.decisions += 1;
-                if !record.outcome.is_plugin() {
-                    counts.faults += 1;
+        for chunk in chunks(stored) {
+            let mut value = vec![CHUNK_V1];
+            serde_json::to_writer(&mut value, chunk).map_err(|e| e.to_string())?;
+            let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
+            batch.put(Collection::State, chunk_key(next, count), value);
+            next += u64::from(count);
+        }
+        for record in stored.iter().flatten() {
+            let generation = record.generation.as_str();
+            let counts = match touched.get_mut(generation) {
+                Some(counts) => counts,
+                None => {
+                    let base = self.load_counts(generation)?;
+                    touched.entry(generation.to_owned()).or_insert(base)
                 }
+            };
+            counts.decisions += 1;
+            if !record.outcome.is_plugin() {
+                counts.faults += 1;
             }
         }
         for (generation, counts) in &touched {
@@ -558,13 +584,7 @@ impl Writer {
             key.extend_from_slice(generation.as_bytes());
             batch.put(Collection::State, key, encode_counts(*counts));
         }
-        let mut first = self.first;
-        let stale_until = next.saturating_sub(self.config.keep);
-        let delete_until = stale_until.min(first + MAX_DELETES_PER_BATCH);
-        while first < delete_until {
-            batch.delete(Collection::State, record_key(first));
-            first += 1;
-        }
+        let first = self.retire(&mut batch, next)?;
         batch.put(
             Collection::State,
             NEXT.to_vec(),
@@ -584,6 +604,43 @@ impl Writer {
         }
         self.counters.extend(touched);
         Ok(())
+    }
+
+    /// Adds to `batch` the deletes of the stored values whose records all
+    /// fall out of the newest `keep` once the log reaches `next` (at most
+    /// [`MAX_DELETES_PER_BATCH`] records' worth); returns the new first.
+    fn retire(&self, batch: &mut WriteBatch, next: u64) -> std::result::Result<u64, String> {
+        let mut first = self.first;
+        let stale_until = next.saturating_sub(self.config.keep);
+        let budget_until = first.saturating_add(MAX_DELETES_PER_BATCH);
+        while first < stale_until && first < budget_until {
+            let stored = self
+                .store
+                .scan_prefix_from(Collection::State, &[RECORD], &first.to_be_bytes(), 16)
+                .map_err(|e| e.to_string())?;
+            let mut progressed = false;
+            for (key, _) in stored {
+                let Some((start, count)) = span_of(&key) else {
+                    return Err(undecodable(&key));
+                };
+                let end = start.saturating_add(count);
+                if end > stale_until {
+                    // Kept: the oldest record is its first.
+                    return Ok(first.max(start));
+                }
+                if first >= budget_until {
+                    return Ok(first);
+                }
+                batch.delete(Collection::State, key);
+                first = end;
+                progressed = true;
+            }
+            if !progressed {
+                // Nothing stored past `first` below the stale line.
+                return Ok(stale_until);
+            }
+        }
+        Ok(first)
     }
 
     fn load_counts(&self, generation: &str) -> std::result::Result<GenerationCounts, String> {
@@ -658,19 +715,18 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
         prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
         let mut batch = WriteBatch::default();
         for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
-            let mut stored: serde_json::Value = serde_json::from_slice(&value)
-                .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
-            let hits = match &mut stored {
-                serde_json::Value::Array(records) => records
-                    .iter_mut()
-                    .map(|record| u64::from(scrub_record(record, session)))
-                    .sum(),
-                record => u64::from(scrub_record(record, session)),
+            let (version, json) = match value.split_first() {
+                Some((&CHUNK_V1, rest)) => (Some(CHUNK_V1), rest),
+                _ => (None, value.as_slice()),
             };
+            let mut stored: serde_json::Value = serde_json::from_slice(json)
+                .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+            let hits = scrub_stored(&mut stored, session);
             if hits == 0 {
                 continue;
             }
-            let bytes = serde_json::to_vec(&stored)
+            let mut bytes: Vec<u8> = version.into_iter().collect();
+            serde_json::to_writer(&mut bytes, &stored)
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
@@ -692,6 +748,47 @@ fn record_key(seq: u64) -> Vec<u8> {
 fn seq_of(key: &[u8]) -> Option<u64> {
     let bytes: [u8; 8] = key.get(1..9)?.try_into().ok()?;
     Some(u64::from_be_bytes(bytes))
+}
+
+/// The key of a chunk of `count` records from `first`.
+fn chunk_key(first: u64, count: u32) -> Vec<u8> {
+    let mut key = record_key(first);
+    key.extend_from_slice(&count.to_be_bytes());
+    key
+}
+
+/// The first sequence number and the number of records a stored value's
+/// key covers: a chunk's, or one record of the layout before.
+fn span_of(key: &[u8]) -> Option<(u64, u64)> {
+    let first = seq_of(key)?;
+    match key.len() {
+        9 => Some((first, 1)),
+        13 => {
+            let count: [u8; 4] = key.get(9..13)?.try_into().ok()?;
+            Some((first, u64::from(u32::from_be_bytes(count))))
+        }
+        _ => None,
+    }
+}
+
+/// Splits the records of one write into chunks of at most
+/// [`CHUNK_RECORDS`] records and (unless one record alone exceeds it)
+/// [`CHUNK_DECISIONS`] decisions.
+fn chunks(stored: &[Vec<DecisionRecord>]) -> Vec<&[Vec<DecisionRecord>]> {
+    let mut out = Vec::new();
+    let (mut start, mut decisions) = (0, 0);
+    for (i, record) in stored.iter().enumerate() {
+        let full = i - start == CHUNK_RECORDS || decisions + record.len() > CHUNK_DECISIONS;
+        if i > start && full {
+            out.push(&stored[start..i]);
+            (start, decisions) = (i, 0);
+        }
+        decisions += record.len();
+    }
+    if start < stored.len() {
+        out.push(&stored[start..]);
+    }
+    out
 }
 
 fn read_u64(store: &dyn WorkspaceStore, key: &[u8]) -> Result<u64> {
@@ -730,19 +827,34 @@ fn decode_counts(bytes: &[u8]) -> GenerationCounts {
     }
 }
 
-/// What a stored value says of the decision log: one record (a JSON
-/// object) or the records of one batch (a JSON array).
+/// What a stored value says of the decision log: a chunk of records, or
+/// (the layout before chunks) one record, a JSON object or array. Every
+/// decision of it, oldest first.
 fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
-    let decoded = if value.first() == Some(&b'[') {
-        serde_json::from_slice(value)
-    } else {
-        serde_json::from_slice(value).map(|record| vec![record])
+    let decoded = match value.first() {
+        Some(&CHUNK_V1) => serde_json::from_slice::<Vec<Vec<DecisionRecord>>>(&value[1..])
+            .map(|records| records.into_iter().flatten().collect()),
+        Some(b'[') => serde_json::from_slice(value),
+        _ => serde_json::from_slice(value).map(|record| vec![record]),
     };
     decoded.map_err(|e| CairnError::decision_log_from(undecodable(key), e))
 }
 
 fn undecodable(key: &[u8]) -> String {
     format!("record {} does not decode", seq_of(key).unwrap_or_default())
+}
+
+/// Scrubs every decision (a JSON object) under `stored` (a decision, a
+/// record's array of them, a chunk's array of records) that is about
+/// `session`; returns how many.
+fn scrub_stored(stored: &mut serde_json::Value, session: &str) -> u64 {
+    match stored {
+        serde_json::Value::Array(items) => items
+            .iter_mut()
+            .map(|item| scrub_stored(item, session))
+            .sum(),
+        decision => u64::from(scrub_record(decision, session)),
+    }
 }
 
 /// Scrubs one record (as JSON) if it is about `session`: its session
@@ -769,5 +881,150 @@ fn strip_notes(value: &mut serde_json::Value) {
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(strip_notes),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use cairn_memory::{MemoryConfig, SystemClock};
+    use cairn_policies::{
+        Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity,
+    };
+
+    use super::*;
+    use crate::policy::{Policies, PolicyConfig};
+
+    fn io(e: impl std::fmt::Display) -> CairnError {
+        CairnError::decision_log(e.to_string())
+    }
+
+    /// `n` real memory-policy decision records, made by the default plugin.
+    fn decisions(dir: &Path, n: usize) -> Result<Vec<DecisionRecord>> {
+        let memory =
+            cairn_memory::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
+        let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
+        for i in 0..n {
+            let object = ContentReference {
+                kind: ObjectKind::Entry,
+                id: format!("e-{i}"),
+                work_context_id: None,
+                session_id: None,
+                sensitivity: Sensitivity::Normal,
+                low_trust: false,
+            };
+            policies.check_memory(&PolicyRequest::new(
+                object,
+                Action::RenderInline,
+                Some(Destination::LocalModel),
+            ))?;
+        }
+        let mut records = policies.log(&DecisionQuery {
+            limit: n,
+            ..DecisionQuery::default()
+        })?;
+        records.reverse();
+        Ok(records)
+    }
+
+    fn ids(records: &[DecisionRecord]) -> Vec<String> {
+        records.iter().map(|r| r.decision_id.to_string()).collect()
+    }
+
+    /// A log written in the layout before chunks (one JSON value per
+    /// record) and extended in chunks answers queries, scrubs and counts
+    /// across both, and retention retires the old values and whole chunks.
+    #[test]
+    fn chunks_and_the_layout_before_read_scrub_and_retire_alike() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 10)?;
+        for i in [0, 2, 4] {
+            r[i].session = Some("s1".to_owned());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = cairn_memory::testing::memory(
+            dir.path(),
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )?;
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, record_key(0), json(&r[0])?);
+        batch.put(Collection::State, record_key(1), json(&r[1..3])?);
+        batch.put(
+            Collection::State,
+            FIRST.to_vec(),
+            0u64.to_be_bytes().to_vec(),
+        );
+        batch.put(
+            Collection::State,
+            NEXT.to_vec(),
+            2u64.to_be_bytes().to_vec(),
+        );
+        store.apply(batch)?;
+        let config = DecisionLogConfig {
+            keep: 4,
+            ..DecisionLogConfig::default()
+        };
+        let log = DecisionLog::open(&memory, &config)?;
+        log.record(&r[3]).map_err(io)?;
+        log.record_batch(&r[4..6]).map_err(io)?;
+        log.flush()?;
+        let stats = log.stats()?;
+        assert_eq!((stats.written, stats.kept), (4, 4), "{stats:?}");
+        let all = DecisionQuery {
+            limit: 100,
+            ..DecisionQuery::default()
+        };
+        let newest_first: Vec<_> = r[..6].iter().rev().cloned().collect();
+        assert_eq!(ids(&log.query(&all)?), ids(&newest_first));
+        assert_eq!(log.counts(r[3].generation.as_str())?.decisions, 3);
+
+        assert_eq!(log.scrub_session("s1")?, 3);
+        let after = log.query(&all)?;
+        assert_eq!(ids(&after), ids(&newest_first));
+        assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
+
+        // Four more records: the two old values and the chunk(s) of
+        // records 2 and 3 fall out of the newest four, whole.
+        for record in &r[6..10] {
+            log.record(record).map_err(io)?;
+        }
+        log.flush()?;
+        let stats = log.stats()?;
+        assert_eq!((stats.written, stats.kept), (8, 4), "{stats:?}");
+        let kept: Vec<_> = r[6..10].iter().rev().cloned().collect();
+        assert_eq!(ids(&log.query(&all)?), ids(&kept));
+        assert!(store.get(Collection::State, &record_key(0))?.is_none());
+        assert!(store.get(Collection::State, &record_key(1))?.is_none());
+        Ok(())
+    }
+
+    /// A chunk closes at its record or decision limit; one record larger
+    /// than the decision limit is a chunk of its own.
+    #[test]
+    fn chunks_respect_their_limits() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let one = decisions(made.path(), 1)?;
+        let singles = vec![one.clone(); 2 * CHUNK_RECORDS + 5];
+        let lens: Vec<usize> = chunks(&singles).iter().map(|c| c.len()).collect();
+        assert_eq!(lens, vec![CHUNK_RECORDS, CHUNK_RECORDS, 5]);
+        let big = vec![one[0].clone(); CHUNK_DECISIONS + 1];
+        let mixed = vec![
+            one.clone(),
+            big,
+            one.clone(),
+            vec![one[0].clone(); CHUNK_DECISIONS - 2],
+            one,
+        ];
+        let lens: Vec<usize> = chunks(&mixed).iter().map(|c| c.len()).collect();
+        assert_eq!(lens, vec![1, 1, 3]);
+        Ok(())
+    }
+
+    /// A value as the layout before chunks stored it.
+    fn json<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+        serde_json::to_vec(value).map_err(io)
     }
 }
