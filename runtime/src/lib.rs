@@ -145,6 +145,7 @@ pub mod rebuild {
 pub mod testing {
     pub use cairn_actors::{ActorRuntime, Fault, RuntimeStats};
     pub use cairn_memory::store::{Collection, MaintKey, StateKey};
+    pub use cairn_memory::testing::{execute, with_database};
 }
 
 #[allow(dead_code)]

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
+use cairn::testing::{execute, with_database};
 use serde_json::Value;
 
 /// Path of the `cairn` binary Cargo built for these tests.
@@ -269,48 +270,16 @@ fn database_for(data_dir: &Path) -> Option<String> {
         return Some(url.clone());
     }
     let name = format!("cairn_e2e_{}_{}", std::process::id(), known.len() + 1);
-    let made = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| {
-            rt.block_on(async {
-                let (client, connection) =
-                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await?;
-                let task = tokio::spawn(connection);
-                // Two statements: neither may run in a transaction block.
-                // A name left by an earlier run (process ids repeat) is reused.
-                client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-                    .await?;
-                client
-                    .batch_execute(&format!("CREATE DATABASE {name}"))
-                    .await?;
-                drop(client);
-                task.await??;
-                Ok(())
-            })
-        });
+    // Two statements: neither may run in a transaction block. A name left
+    // by an earlier run (process ids repeat) is reused.
+    let made = execute(&admin, &format!("DROP DATABASE IF EXISTS {name}"))
+        .and_then(|()| execute(&admin, &format!("CREATE DATABASE {name}")));
     if let Err(e) = made {
-        panic!("cannot create the test database {name} on {admin}: {e:#}");
+        panic!("cannot create the test database {name} on {admin}: {e}");
     }
     let url = with_database(&admin, &name);
     known.push((data_dir.to_owned(), url.clone()));
     Some(url)
-}
-
-/// `admin` (a URL) with its database replaced by `name`.
-fn with_database(admin: &str, name: &str) -> String {
-    let (head, query) = match admin.split_once('?') {
-        Some((head, query)) => (head, format!("?{query}")),
-        None => (admin, String::new()),
-    };
-    let scheme_end = head.find("://").map_or(0, |i| i + 3);
-    let base = match head[scheme_end..].find('/') {
-        Some(slash) => &head[..scheme_end + slash],
-        None => head,
-    };
-    format!("{base}/{name}{query}")
 }
 
 /// A data-dir key no other call used: a fresh database on the postgres
