@@ -143,8 +143,9 @@ pub struct Tuning {
 
 impl Tuning {
     /// Applies one `key=value` (`when_boost`, `period_boost`, `follow`,
-    /// `follow_seeds`, `follow_terms`, `lexical_weight`, `smoothing`,
-    /// `session_boost`, `speaker_boost`, `time_terms`).
+    /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`,
+    /// `lexical_weight`, `smoothing`, `session_boost`, `speaker_boost`,
+    /// `time_terms`).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
         let (key, value) = assignment
             .split_once('=')
@@ -169,6 +170,7 @@ impl Tuning {
             "follow_seeds" => r.follow_seeds = count()?,
             "follow_terms" => r.follow_terms = count()?,
             "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
+            "session_cap" => r.session_cap = count()?,
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
             "session_boost" => r.session_boost = float()?,

@@ -45,6 +45,10 @@ pub struct RecipeParams {
     /// the hits it follows (the other part of a two-part question is often
     /// said on another day).
     pub follow_elsewhere: bool,
+    /// At most this many hits of one session before any hit of another
+    /// session that scored lower is let ahead of the rest (0: off). The
+    /// ranking is kept otherwise: the hits held back follow, in order.
+    pub session_cap: usize,
 }
 
 impl Default for RecipeParams {
@@ -61,6 +65,7 @@ impl Default for RecipeParams {
             follow_seeds: 3,
             follow_terms: 6,
             follow_elsewhere: false,
+            session_cap: 0,
         }
     }
 }

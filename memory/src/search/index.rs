@@ -621,6 +621,11 @@ impl SearchIndex {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let (SearchMode::Hybrid, Fusion::Recipe(p)) = (mode, &options.fusion) {
+            if p.session_cap > 0 {
+                ranked = self.spread_sessions(ranked, p.session_cap, options.k);
+            }
+        }
         ranked.truncate(options.k);
         let hits = ranked
             .into_iter()
@@ -887,6 +892,37 @@ impl SearchIndex {
         }
         self.time_boosts(query, &mut h, p);
         h
+    }
+
+    /// `ranked` (best first) with at most `cap` hits of one session among
+    /// the first `k` while hits of other sessions remain: the ones held
+    /// back follow, in their order.
+    fn spread_sessions(
+        &self,
+        ranked: Vec<(usize, f32)>,
+        cap: usize,
+        k: usize,
+    ) -> Vec<(usize, f32)> {
+        let mut per_session: HashMap<&str, usize> = HashMap::new();
+        let mut first = Vec::with_capacity(ranked.len());
+        let mut held = Vec::new();
+        for (d, s) in ranked {
+            let session = self.meta(d).map_or("", |m| m.session.as_str());
+            let count = per_session.entry(session).or_default();
+            if *count < cap || first.len() >= k {
+                *count += 1;
+                first.push((d, s));
+            } else {
+                held.push((d, s));
+            }
+        }
+        // Past the first k the order no longer matters for the cap: put
+        // the held-back hits right after the first k.
+        let cut = first.len().min(k);
+        let rest = first.split_off(cut);
+        first.extend(held);
+        first.extend(rest);
+        first
     }
 
     /// The bounded second pass (one extra BM25 query): the rarest words of

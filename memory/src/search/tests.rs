@@ -331,6 +331,36 @@ fn time_boosts_follow_the_question() {
     assert_eq!(first("Who adopted a puppy in July 2023?", period), "b");
 }
 
+/// A session cap lets another session's hit ahead of a session's third;
+/// the order is kept otherwise and nothing is dropped.
+#[test]
+fn a_session_cap_spreads_the_first_hits_over_sessions() {
+    let d = vec![
+        SearchDoc::new("a1", "s1", 0, "Ana paints landscapes on weekends."),
+        SearchDoc::new("a2", "s1", 1, "Ana paints with oils now."),
+        SearchDoc::new("a3", "s1", 2, "Ana paints her dog too."),
+        SearchDoc::new("b1", "s2", 0, "Ana went hiking with friends."),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let order = |cap: usize| {
+        let p = RecipeParams {
+            session_cap: cap,
+            ..RecipeParams::default()
+        };
+        let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
+        let hits = index.search("What does Ana paint?", &o).unwrap().hits;
+        hits.into_iter().map(|h| h.id).collect::<Vec<_>>()
+    };
+    let plain = order(0);
+    assert_eq!(plain.last().map(String::as_str), Some("b1"), "{plain:?}");
+    let capped = order(2);
+    assert_eq!(capped.len(), 4, "{capped:?}");
+    assert_eq!(capped[..2], plain[..2], "{capped:?}");
+    assert_eq!(capped[2], "b1", "{capped:?}");
+    assert_eq!(capped[3], plain[2], "{capped:?}");
+}
+
 /// The second pass follows the best hit's rare words to the other part of
 /// a two-part question.
 #[test]
