@@ -890,7 +890,11 @@ impl Workspace {
     pub(crate) fn live_state(&self) -> Result<(Arc<Vec<EntryView>>, Arc<LiveDerived>)> {
         let log = self.log_snapshot()?;
         let now = self.now();
-        if let Some(live) = log.live.lock().as_ref()
+        // Held through the computation: readers arriving together wait for
+        // one list (and share its derived indexes) instead of each making
+        // their own.
+        let mut live = log.live.lock();
+        if let Some(live) = live.as_ref()
             && live.at <= now
             && live.until.is_none_or(|until| now < until)
         {
@@ -901,7 +905,7 @@ impl Workspace {
         // this list's validity.
         let until = views.iter().filter_map(|v| v.decay_at).min();
         let derived = Arc::new(LiveDerived::default());
-        *log.live.lock() = Some(LiveEntries {
+        *live = Some(LiveEntries {
             at: now,
             until,
             views: views.clone(),

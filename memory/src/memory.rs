@@ -92,6 +92,13 @@ pub(crate) struct Shared {
 pub(crate) struct LogCache {
     epoch: std::sync::atomic::AtomicU64,
     snapshot: Mutex<Option<(u64, Arc<LogSnapshot>)>>,
+    /// Held while a snapshot is rebuilt: after a write, the readers that
+    /// arrive together wait for one rebuild instead of each scanning and
+    /// decoding the whole log (a herd that grew with the log).
+    rebuild: Mutex<()>,
+    /// How many snapshots were built (for the tests of the above).
+    #[cfg(test)]
+    pub(crate) rebuilds: std::sync::atomic::AtomicU64,
     /// The topic definitions, on the same scheme with their own epoch
     /// (bumped by a write to a definition).
     topic_epoch: std::sync::atomic::AtomicU64,
@@ -479,12 +486,28 @@ impl Workspace {
     /// the log since it was read, else read (and cached) now.
     pub(crate) fn log_snapshot(&self) -> Result<Arc<LogSnapshot>> {
         let cache = self.shared.log_cache(&self.id);
-        let epoch = cache.epoch.load(std::sync::atomic::Ordering::Acquire);
-        if let Some((at, snapshot)) = cache.snapshot.lock().as_ref()
-            && *at == epoch
-        {
-            return Ok(snapshot.clone());
+        let cached = || {
+            let epoch = cache.epoch.load(std::sync::atomic::Ordering::Acquire);
+            let snapshot = match cache.snapshot.lock().as_ref() {
+                Some((at, snapshot)) if *at == epoch => Some(snapshot.clone()),
+                _ => None,
+            };
+            (epoch, snapshot)
+        };
+        if let (_, Some(snapshot)) = cached() {
+            return Ok(snapshot);
         }
+        // One rebuild at a time per workspace; whoever waited for it finds
+        // the snapshot made (unless a write came meanwhile).
+        let _rebuilding = cache.rebuild.lock();
+        let (epoch, snapshot) = cached();
+        if let Some(snapshot) = snapshot {
+            return Ok(snapshot);
+        }
+        #[cfg(test)]
+        cache
+            .rebuilds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let entries = self
             .store
             .scan_prefix(Collection::Entries, b"")?

@@ -558,6 +558,34 @@ proptest! {
     }
 }
 
+/// Readers arriving together after a write wait for one rebuild of the log
+/// snapshot instead of each scanning the whole log, and all see the write.
+#[test]
+fn readers_after_a_write_share_one_rebuild() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    for i in 0..50 {
+        ws.append_entry(&EntryInput::new(EntryKind::Fact, &format!("fact {i}")))
+            .unwrap();
+    }
+    let cache = ws.shared.log_cache(ws.id());
+    let rebuilds = || cache.rebuilds.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(ws.live_entries().unwrap().len(), 50);
+    let before = rebuilds();
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "the last fact"))
+        .unwrap();
+    let barrier = std::sync::Barrier::new(8);
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                barrier.wait();
+                assert_eq!(ws.live_entries().unwrap().len(), 51);
+            });
+        }
+    });
+    assert_eq!(rebuilds() - before, 1);
+}
+
 /// `entries` is served from a per-workspace cache of the decoded log, and
 /// `live_entries` from a list kept with it until a write or a decay time;
 /// every kind of write that changes the log, and decay, must show on the
