@@ -889,12 +889,8 @@ mod tests {
     use std::path::Path;
 
     use cairn_memory::{MemoryConfig, SystemClock};
-    use cairn_policies::{
-        Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity,
-    };
 
     use super::*;
-    use crate::policy::{Policies, PolicyConfig};
 
     fn io(e: impl std::fmt::Display) -> CairnError {
         CairnError::decision_log(e.to_string())
@@ -902,23 +898,9 @@ mod tests {
 
     /// `n` real memory-policy decision records, made by the default plugin.
     fn decisions(dir: &Path, n: usize) -> Result<Vec<DecisionRecord>> {
-        let memory =
-            cairn_memory::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
-        let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
+        let (_memory, policies) = crate::policy::tests::open(dir)?;
         for i in 0..n {
-            let object = ContentReference {
-                kind: ObjectKind::Entry,
-                id: format!("e-{i}"),
-                work_context_id: None,
-                session_id: None,
-                sensitivity: Sensitivity::Normal,
-                low_trust: false,
-            };
-            policies.check_memory(&PolicyRequest::new(
-                object,
-                Action::RenderInline,
-                Some(Destination::LocalModel),
-            ))?;
+            crate::policy::tests::ask_about(&policies, &format!("e-{i}"))?;
         }
         let mut records = policies.log(&DecisionQuery {
             limit: n,

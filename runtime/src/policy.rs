@@ -1074,14 +1074,15 @@ impl cairn_actors::CaptureGate for WasmGate {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use cairn_memory::{MemoryConfig, SystemClock};
     use cairn_policies::{
         Action, ContentFidelity, ContentReference, Destination, ObjectKind, Outcome, Sensitivity,
     };
 
-    fn open(dir: &Path) -> Result<(Memory, Policies)> {
+    /// Memory on the matrix's store and the default policies over it.
+    pub(crate) fn open(dir: &Path) -> Result<(Memory, Policies)> {
         let memory =
             cairn_memory::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
         let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
@@ -1106,9 +1107,18 @@ mod tests {
     }
 
     fn ask(policies: &Policies) -> Result<Decided<MemoryPolicyDecision>> {
+        ask_about(policies, "e-1")
+    }
+
+    /// The memory policy's decision on rendering entry `id` inline for a
+    /// local model.
+    pub(crate) fn ask_about(
+        policies: &Policies,
+        id: &str,
+    ) -> Result<Decided<MemoryPolicyDecision>> {
         let object = ContentReference {
             kind: ObjectKind::Entry,
-            id: "e-1".into(),
+            id: id.into(),
             work_context_id: None,
             session_id: None,
             sensitivity: Sensitivity::Normal,
