@@ -392,6 +392,17 @@ impl Default for SearchConfig {
     }
 }
 
+/// The longest lease a cluster node may hold without renewing it.
+const MAX_LEASE_MS: u64 = 3_600_000;
+
+/// `value` quoted for an error message, cut after 64 characters.
+fn shown(value: &str) -> String {
+    match value.char_indices().nth(64) {
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &value[..cut], value.len()),
+        None => format!("{value:?}"),
+    }
+}
+
 /// cairn's whole configuration.
 ///
 /// ```
@@ -553,9 +564,9 @@ impl CairnConfig {
         if cluster.enabled() {
             if self.storage.backend != StorageBackend::Postgres {
                 return Err(CairnError::Config(format!(
-                    "storage.cluster.node is {:?} but storage.backend is {:?}: nodes of a cluster \
+                    "storage.cluster.node is {} but storage.backend is {:?}: nodes of a cluster \
                      share a PostgreSQL database (storage.backend = \"postgres\")",
-                    cluster.node,
+                    shown(&cluster.node),
                     self.storage.backend.as_str()
                 )));
             }
@@ -566,8 +577,8 @@ impl CairnConfig {
                 || cluster.node.len() > 48
             {
                 return Err(CairnError::Config(format!(
-                    "storage.cluster.node {:?}: use at most 48 lowercase letters, digits or '-'",
-                    cluster.node
+                    "storage.cluster.node {}: use at most 48 lowercase letters, digits or '-'",
+                    shown(&cluster.node)
                 )));
             }
             if !(cluster.advertise.is_empty()
@@ -575,15 +586,22 @@ impl CairnConfig {
                 || cluster.advertise.starts_with("https://"))
             {
                 return Err(CairnError::Config(format!(
-                    "storage.cluster.advertise {:?}: the http:// or https:// URL other nodes \
+                    "storage.cluster.advertise {}: the http:// or https:// URL other nodes \
                      reach this node at (CAIRN_STORAGE__CLUSTER__ADVERTISE), or empty for the \
                      address `cairn serve` listens on",
-                    cluster.advertise
+                    shown(&cluster.advertise)
                 )));
             }
             if cluster.lease_ms < 300 {
                 return Err(CairnError::Config(format!(
                     "storage.cluster.lease_ms {} is too short: at least 300",
+                    cluster.lease_ms
+                )));
+            }
+            if cluster.lease_ms > MAX_LEASE_MS {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.lease_ms {} is too long: at most {MAX_LEASE_MS} (an hour; \
+                     a dead node's workspaces wait this long for another node)",
                     cluster.lease_ms
                 )));
             }
@@ -596,5 +614,46 @@ impl CairnConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(node: &str, advertise: &str, lease_ms: u64) -> Result<()> {
+        let mut config = CairnConfig::default();
+        config.storage.backend = StorageBackend::Postgres;
+        config.storage.postgres.url = "postgresql://cairn@127.0.0.1:5432/cairn".to_owned();
+        config.storage.cluster.node = node.to_owned();
+        config.storage.cluster.advertise = advertise.to_owned();
+        config.storage.cluster.lease_ms = lease_ms;
+        config.validate()
+    }
+
+    fn refusal(result: Result<()>) -> String {
+        match result {
+            Err(CairnError::Config(message)) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    /// Each cluster setting is checked, the error names it, and a huge value
+    /// is not echoed whole.
+    #[test]
+    fn cluster_settings_are_checked_and_named() {
+        assert!(cluster("n1", "", 3_000).is_ok());
+        assert!(cluster("node-2", "https://10.0.0.5:7878", 300).is_ok());
+        assert!(refusal(cluster("N1", "", 3_000)).contains("storage.cluster.node \"N1\""));
+        let huge = "a".repeat(1 << 20);
+        let message = refusal(cluster(&huge, "", 3_000));
+        assert!(message.contains("storage.cluster.node"), "{message}");
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(refusal(cluster("n1", "ftp://x", 3_000)).contains("storage.cluster.advertise"));
+        assert!(refusal(cluster("n1", "", 5)).contains("too short"));
+        assert!(refusal(cluster("n1", "", u64::MAX)).contains("too long"));
+        let mut sled = CairnConfig::default();
+        sled.storage.cluster.node = "n1".to_owned();
+        assert!(refusal(sled.validate()).contains("storage.backend is \"sled\""));
     }
 }
