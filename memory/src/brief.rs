@@ -725,6 +725,31 @@ impl crate::memory::Workspace {
         ))
     }
 
+    /// The workspace briefing as assembly includes it: [`Self::briefing`]
+    /// for the whole workspace, rendered once per version of the live log
+    /// and minute of the clock (its windows are whole days, which a minute
+    /// does not move by more than a minute) instead of on every assembly.
+    pub(crate) fn briefing_for_assembly(&self) -> crate::Result<std::sync::Arc<Briefing>> {
+        let settings = &self.config().briefing;
+        settings.validate()?;
+        let (live, derived) = self.live_state()?;
+        let now = self.clock().now();
+        let minute = now.timestamp().div_euclid(60);
+        if let Some((at, brief)) = derived.briefing.lock().as_ref()
+            && *at == minute
+        {
+            return Ok(brief.clone());
+        }
+        let contradictions = self.live_contradictions()?;
+        let scope = BriefScope {
+            workspace: self.id().to_owned(),
+            work_context: None,
+        };
+        let brief = std::sync::Arc::new(render_with(&live, &contradictions, &scope, now, settings));
+        *derived.briefing.lock() = Some((minute, brief.clone()));
+        Ok(brief)
+    }
+
     /// Contradictions among the live entries ([`find_contradictions`]),
     /// computed once per version of the live log.
     pub fn live_contradictions(&self) -> crate::Result<std::sync::Arc<Vec<Contradiction>>> {
@@ -805,6 +830,36 @@ mod tests {
             e = e.about(subject);
         }
         e
+    }
+
+    /// Assembly's briefing is the workspace briefing, rendered once per
+    /// minute and version of the log: reused within the minute, rendered
+    /// again after a write or when the minute turns.
+    #[test]
+    fn the_assembly_briefing_is_rendered_once_per_minute_and_log() {
+        let fx = Fx::new();
+        fx.add(
+            e(EntryKind::Decision, "Ship on Monday", "launch", "launch"),
+            0,
+        );
+        let ws = fx.ws();
+        let first = ws.briefing_for_assembly().unwrap();
+        assert_eq!(*first, ws.briefing(None).unwrap());
+        assert!(Arc::ptr_eq(&first, &ws.briefing_for_assembly().unwrap()));
+        fx.clock.advance(Duration::seconds(30));
+        assert!(Arc::ptr_eq(&first, &ws.briefing_for_assembly().unwrap()));
+        fx.add(
+            e(EntryKind::Decision, "Ship on Tuesday", "launch", "launch"),
+            0,
+        );
+        let written = ws.briefing_for_assembly().unwrap();
+        assert!(!Arc::ptr_eq(&first, &written));
+        assert_eq!(*written, ws.briefing(None).unwrap());
+        // Eight days on, the decisions have left their 7-day window.
+        fx.clock.advance(Duration::days(8));
+        let later = ws.briefing_for_assembly().unwrap();
+        assert_eq!(*later, ws.briefing(None).unwrap());
+        assert_ne!(*later, *written);
     }
 
     /// Every rule on one log, the clock driving the windows: decisions

@@ -134,6 +134,9 @@ pub(crate) struct LiveDerived {
     pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
     /// Per work context, the newest live handoff (index into the views).
     pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
+    /// The workspace briefing assembly includes, with the minute of the
+    /// clock it was rendered at (see `Workspace::briefing_for_assembly`).
+    pub(crate) briefing: Mutex<Option<(i64, Arc<crate::brief::Briefing>)>>,
 }
 
 impl LogCache {

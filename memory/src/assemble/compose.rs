@@ -838,7 +838,7 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
     if cap == 0 || cx.remaining() == 0 {
         return Ok(());
     }
-    let brief = ws.briefing(None)?;
+    let brief = ws.briefing_for_assembly()?;
     let by_id: HashMap<&str, &EntryView> = inputs
         .live
         .iter()
