@@ -382,9 +382,10 @@ impl Memory {
             cache.bump();
             cache.bump_topics();
         }
-        // Handles still open on the workspace share these heads: clear
-        // them, not only the map's entry.
-        if let Some(heads) = self.shared.heads.lock().remove(workspace) {
+        // Cleared in place, not removed: every handle on the workspace,
+        // old or new, must keep sharing one set of heads, or a write
+        // through an old handle would leave a new handle's heads stale.
+        if let Some(heads) = self.shared.heads.lock().get(workspace) {
             heads.clear();
         }
     }

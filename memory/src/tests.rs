@@ -700,8 +700,22 @@ fn session_heads_see_every_write() {
     let c = fx.ws();
     assert!(check(&c, "s1").is_none() && check(&c, "s2").is_none());
     assert_eq!(c.append_turn(&user("s1", "fresh")).unwrap().seq, 0);
+    // An eviction (a cluster's change of hands) forgets the heads, and a
+    // handle opened before it and one opened after still share them.
+    assert_eq!(check(&c, "s1").unwrap().next_seq, 1);
+    fx.memory.evict("acme");
+    let d = fx.ws();
+    assert_eq!(check(&d, "s1").unwrap().next_seq, 1);
+    assert_eq!(
+        c.append_turn(&user("s1", "through the old handle"))
+            .unwrap()
+            .seq,
+        1
+    );
+    assert_eq!(check(&d, "s1").unwrap().next_seq, 2);
+    assert_eq!(d.append_turn(&user("s1", "and the new")).unwrap().seq, 2);
     // After a restart the heads are read from the store again.
-    drop((a, b, c));
+    drop((a, b, c, d));
     let fx = reopen(fx);
-    assert_eq!(check(&fx.ws(), "s1").unwrap().next_seq, 1);
+    assert_eq!(check(&fx.ws(), "s1").unwrap().next_seq, 3);
 }
