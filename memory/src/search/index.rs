@@ -904,25 +904,21 @@ impl SearchIndex {
         k: usize,
     ) -> Vec<(usize, f32)> {
         let mut per_session: HashMap<&str, usize> = HashMap::new();
-        let mut first = Vec::with_capacity(ranked.len());
-        let mut held = Vec::new();
+        // The first k under the cap, then everything else in its order.
+        let mut front = Vec::with_capacity(k);
+        let mut back = Vec::new();
         for (d, s) in ranked {
             let session = self.meta(d).map_or("", |m| m.session.as_str());
             let count = per_session.entry(session).or_default();
-            if *count < cap || first.len() >= k {
+            if front.len() < k && *count < cap {
                 *count += 1;
-                first.push((d, s));
+                front.push((d, s));
             } else {
-                held.push((d, s));
+                back.push((d, s));
             }
         }
-        // Past the first k the order no longer matters for the cap: put
-        // the held-back hits right after the first k.
-        let cut = first.len().min(k);
-        let rest = first.split_off(cut);
-        first.extend(held);
-        first.extend(rest);
-        first
+        front.extend(back);
+        front
     }
 
     /// The bounded second pass (one extra BM25 query): the rarest words of
