@@ -1059,12 +1059,8 @@ fn cross_updates(
 ) -> Result<()> {
     let range = format!("{}-{}", span.from_seq, span.to_seq);
     for slug in &extraction.mentioned {
-        let filter = EntryFilter {
-            subject: Some(slug.clone()),
-            ..EntryFilter::default()
-        };
         let others: BTreeSet<String> = ws
-            .entries(&filter)?
+            .live_entries_about(slug)?
             .into_iter()
             .map(|e| e.entry.work_context)
             .filter(|wc| wc != work_context)

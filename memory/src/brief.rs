@@ -728,26 +728,37 @@ impl crate::memory::Workspace {
     /// The workspace briefing as assembly includes it: [`Self::briefing`]
     /// for the whole workspace, rendered once per version of the live log
     /// and minute of the clock (its windows are whole days, which a minute
-    /// does not move by more than a minute) instead of on every assembly.
-    pub(crate) fn briefing_for_assembly(&self) -> crate::Result<std::sync::Arc<Briefing>> {
+    /// does not move by more than a minute) instead of on every assembly;
+    /// with the live entries it was rendered from.
+    pub(crate) fn briefing_for_assembly(&self) -> crate::Result<AssemblyBriefing> {
         let settings = &self.config().briefing;
         settings.validate()?;
         let (live, derived) = self.live_state()?;
         let now = self.clock().now();
         let minute = now.timestamp().div_euclid(60);
-        if let Some((at, brief)) = derived.briefing.lock().as_ref()
-            && *at == minute
-        {
-            return Ok(brief.clone());
-        }
-        let contradictions = self.live_contradictions()?;
-        let scope = BriefScope {
-            workspace: self.id().to_owned(),
-            work_context: None,
+        let cached = match derived.briefing.lock().as_ref() {
+            Some((at, brief)) if *at == minute => Some(brief.clone()),
+            _ => None,
         };
-        let brief = std::sync::Arc::new(render_with(&live, &contradictions, &scope, now, settings));
-        *derived.briefing.lock() = Some((minute, brief.clone()));
-        Ok(brief)
+        let brief = match cached {
+            Some(brief) => brief,
+            None => {
+                let contradictions = self.live_contradictions()?;
+                let scope = BriefScope {
+                    workspace: self.id().to_owned(),
+                    work_context: None,
+                };
+                let brief =
+                    std::sync::Arc::new(render_with(&live, &contradictions, &scope, now, settings));
+                *derived.briefing.lock() = Some((minute, brief.clone()));
+                brief
+            }
+        };
+        Ok(AssemblyBriefing {
+            brief,
+            live,
+            derived,
+        })
     }
 
     /// Contradictions among the live entries ([`find_contradictions`]),
@@ -776,6 +787,28 @@ impl crate::memory::Workspace {
             latest
         });
         Ok(index.get(work_context).map(|&i| live[i].clone()))
+    }
+}
+
+/// The briefing assembly includes, with the live entries it was rendered
+/// from (see [`Workspace::briefing_for_assembly`]).
+pub(crate) struct AssemblyBriefing {
+    pub(crate) brief: std::sync::Arc<Briefing>,
+    live: std::sync::Arc<Vec<EntryView>>,
+    derived: std::sync::Arc<crate::memory::LiveDerived>,
+}
+
+impl AssemblyBriefing {
+    /// The live entry with this id, through an index kept with the list.
+    pub(crate) fn entry(&self, id: &str) -> Option<&EntryView> {
+        let index = self.derived.by_id.get_or_init(|| {
+            self.live
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.entry.id.clone(), i))
+                .collect()
+        });
+        index.get(id).map(|&i| &self.live[i])
     }
 }
 
@@ -843,23 +876,44 @@ mod tests {
             0,
         );
         let ws = fx.ws();
-        let first = ws.briefing_for_assembly().unwrap();
+        let first = ws.briefing_for_assembly().unwrap().brief;
         assert_eq!(*first, ws.briefing(None).unwrap());
-        assert!(Arc::ptr_eq(&first, &ws.briefing_for_assembly().unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &ws.briefing_for_assembly().unwrap().brief
+        ));
         fx.clock.advance(Duration::seconds(30));
-        assert!(Arc::ptr_eq(&first, &ws.briefing_for_assembly().unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &ws.briefing_for_assembly().unwrap().brief
+        ));
         fx.add(
             e(EntryKind::Decision, "Ship on Tuesday", "launch", "launch"),
             0,
         );
-        let written = ws.briefing_for_assembly().unwrap();
+        let written = ws.briefing_for_assembly().unwrap().brief;
         assert!(!Arc::ptr_eq(&first, &written));
         assert_eq!(*written, ws.briefing(None).unwrap());
         // Eight days on, the decisions have left their 7-day window.
         fx.clock.advance(Duration::days(8));
-        let later = ws.briefing_for_assembly().unwrap();
+        let later = ws.briefing_for_assembly().unwrap().brief;
         assert_eq!(*later, ws.briefing(None).unwrap());
         assert_ne!(*later, *written);
+        // Its entries are looked up in the live list it was rendered from.
+        let assembly = ws.briefing_for_assembly().unwrap();
+        let ids: Vec<&String> = assembly
+            .brief
+            .sections
+            .iter()
+            .flat_map(|s| &s.items)
+            .flat_map(|i| &i.entries)
+            .collect();
+        let id = ids
+            .first()
+            .copied()
+            .expect("the briefing lists the launch subject");
+        assert_eq!(assembly.entry(id).map(|v| &v.entry.id), Some(id));
+        assert!(assembly.entry("no-such-entry").is_none());
     }
 
     /// Every rule on one log, the clock driving the windows: decisions

@@ -885,6 +885,44 @@ impl Workspace {
         Ok(self.live_state()?.0)
     }
 
+    /// The live entries about `subject` (an alias resolves to its subject),
+    /// newest first: what [`Self::entries`] returns for that subject
+    /// filter, through an index kept with the shared live list instead of
+    /// a pass over the whole log.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2").about("api"))?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ship on Friday").about("launch"))?;
+    /// assert_eq!(ws.live_entries_about("api")?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn live_entries_about(&self, subject: &str) -> Result<Vec<EntryView>> {
+        validate_slug(subject)?;
+        let canonical = match self.log_snapshot()?.aliases.get(subject) {
+            Some(to) => to.clone(),
+            None => subject.to_owned(),
+        };
+        let (live, derived) = self.live_state()?;
+        let index = derived.by_subject.get_or_init(|| {
+            let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+            for (i, v) in live.iter().enumerate() {
+                if let Some(s) = &v.subject {
+                    index.entry(s.clone()).or_default().push(i);
+                }
+            }
+            index
+        });
+        Ok(index
+            .get(&canonical)
+            .map(|at| at.iter().map(|&i| live[i].clone()).collect())
+            .unwrap_or_default())
+    }
+
     /// The live entries with what is derived from them (kept as long as
     /// they are).
     pub(crate) fn live_state(&self) -> Result<(Arc<Vec<EntryView>>, Arc<LiveDerived>)> {
@@ -960,7 +998,7 @@ impl Workspace {
         let out: Vec<EntryView> = out
             .into_iter()
             .map(|(entry, subject, status, decay_at)| EntryView {
-                entry: entry.clone(),
+                entry: Entry::clone(entry),
                 subject,
                 status,
                 decay_at,

@@ -67,7 +67,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Duration, Utc};
 use regex::Regex;
@@ -547,7 +547,7 @@ fn is_decision(kind: EntryKind) -> bool {
 
 /// What the rules read, gathered once.
 struct Facts<'a> {
-    entries: &'a [Entry],
+    entries: &'a [Arc<Entry>],
     by_id: HashMap<&'a str, &'a Entry>,
     replacements: &'a HashMap<String, String>,
     aliases: &'a HashMap<String, String>,
@@ -681,7 +681,7 @@ fn plan(
     let mut out: Vec<Planned> = Vec::new();
     let mut touched: HashSet<String> = HashSet::new();
     let now = facts.now;
-    let mut ordered: Vec<&Entry> = facts.entries.iter().collect();
+    let mut ordered: Vec<&Entry> = facts.entries.iter().map(|e| &**e).collect();
     ordered.sort_by(|a, b| (a.timestamp, &a.id).cmp(&(b.timestamp, &b.id)));
 
     // 1a. Open questions with a deadline become obligations.
@@ -1126,7 +1126,7 @@ impl Workspace {
 
     /// The lifecycle marks the reads of this snapshot use (cached with the log).
     pub fn archived(&self) -> Result<Lifecycle> {
-        Ok(self.log_snapshot()?.lifecycle.clone())
+        Ok(Lifecycle::clone(&self.log_snapshot()?.lifecycle))
     }
 
     /// Every maintenance run of the workspace, oldest first.
@@ -1192,7 +1192,7 @@ impl Workspace {
         let run = run_id(seq);
         let facts = Facts {
             entries: &log.entries,
-            by_id: log.entries.iter().map(|e| (e.id.as_str(), e)).collect(),
+            by_id: log.entries.iter().map(|e| (e.id.as_str(), &**e)).collect(),
             replacements: &log.replacements,
             aliases: &log.aliases,
             lifecycle: &log.lifecycle,

@@ -107,13 +107,121 @@ pub(crate) struct LogCache {
 
 #[derive(Debug)]
 pub(crate) struct LogSnapshot {
-    pub(crate) entries: Vec<Entry>,
-    pub(crate) replacements: HashMap<String, String>,
-    pub(crate) aliases: HashMap<String, String>,
+    /// Every entry, in id order; shared, so a patched snapshot copies
+    /// pointers, not entries.
+    pub(crate) entries: Vec<Arc<Entry>>,
+    pub(crate) replacements: Arc<HashMap<String, String>>,
+    pub(crate) aliases: Arc<HashMap<String, String>>,
     /// What maintenance decayed, archived and restored.
-    pub(crate) lifecycle: crate::maintain::Lifecycle,
+    pub(crate) lifecycle: Arc<crate::maintain::Lifecycle>,
+    /// The subject registry with its aliases, once asked for.
+    pub(crate) subjects: std::sync::OnceLock<Arc<Vec<crate::subjects::Subject>>>,
     /// The live entries as of `at`, once asked for.
     pub(crate) live: Mutex<Option<LiveEntries>>,
+}
+
+impl LogSnapshot {
+    /// This snapshot with `patch` applied, or `None` when the patch is not
+    /// a pure addition to it (an entry or replacement it already holds, an
+    /// entry that does not decode): then the log is read again.
+    fn patched(&self, patch: &LogPatch) -> Option<LogSnapshot> {
+        let mut entries = self.entries.clone();
+        for (key, value) in &patch.entries {
+            let entry: Entry = decode("entry", key, value).ok()?;
+            match entries.binary_search_by(|e| e.id.as_bytes().cmp(key)) {
+                Ok(_) => return None,
+                Err(at) => entries.insert(at, Arc::new(entry)),
+            }
+        }
+        let replacements = if patch.replacements.is_empty() {
+            self.replacements.clone()
+        } else {
+            let mut map = (*self.replacements).clone();
+            for (from, to) in &patch.replacements {
+                if map.insert(from.clone(), to.clone()).is_some() {
+                    return None;
+                }
+            }
+            Arc::new(map)
+        };
+        let subjects = std::sync::OnceLock::new();
+        if !patch.subjects
+            && let Some(list) = self.subjects.get()
+        {
+            let _ = subjects.set(list.clone());
+        }
+        Some(LogSnapshot {
+            entries,
+            replacements,
+            aliases: self.aliases.clone(),
+            lifecycle: self.lifecycle.clone(),
+            subjects,
+            live: Mutex::new(None),
+        })
+    }
+}
+
+/// What a write batch adds to a workspace's log when it only adds: new
+/// entries, new replacements, new subjects. The cached snapshot is patched
+/// with it instead of being read again (a read that grew with the log,
+/// after every extraction).
+#[derive(Debug, Default)]
+pub(crate) struct LogPatch {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    replacements: Vec<(String, String)>,
+    /// Whether a subject record was written (the subject list is read again).
+    subjects: bool,
+}
+
+/// How a write batch changes the log cache.
+#[derive(Debug)]
+pub(crate) enum LogChange {
+    /// It does not touch the log.
+    Unchanged,
+    /// It only adds (see [`LogPatch`]).
+    Adds(LogPatch),
+    /// Anything else: deletes, aliases, maintenance marks.
+    Other,
+}
+
+impl LogChange {
+    pub(crate) fn of(batch: &WriteBatch) -> LogChange {
+        let mut patch = LogPatch::default();
+        let mut touched = false;
+        for op in batch.ops() {
+            match op {
+                WriteOp::Put {
+                    collection: Collection::Entries,
+                    key,
+                    value,
+                } => patch.entries.push((key.clone(), value.clone())),
+                WriteOp::Put {
+                    collection: Collection::Replacements,
+                    key,
+                    value,
+                } => patch.replacements.push((
+                    String::from_utf8_lossy(key).into_owned(),
+                    String::from_utf8_lossy(value).into_owned(),
+                )),
+                WriteOp::Put {
+                    collection: Collection::Subjects,
+                    ..
+                } => patch.subjects = true,
+                WriteOp::Put { collection, .. } | WriteOp::Delete { collection, .. } => {
+                    if in_log(*collection) {
+                        return LogChange::Other;
+                    }
+                    continue;
+                }
+            }
+            touched = true;
+        }
+        if touched {
+            LogChange::Adds(patch)
+        } else {
+            LogChange::Unchanged
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -134,16 +242,43 @@ pub(crate) struct LiveDerived {
     pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
     /// Per work context, the newest live handoff (index into the views).
     pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
+    /// Per entry id, its index into the views.
+    pub(crate) by_id: std::sync::OnceLock<HashMap<String, usize>>,
+    /// Per (resolved) subject, the indexes of its entries in the views.
+    pub(crate) by_subject: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
     /// The workspace briefing assembly includes, with the minute of the
     /// clock it was rendered at (see `Workspace::briefing_for_assembly`).
     pub(crate) briefing: Mutex<Option<(i64, Arc<crate::brief::Briefing>)>>,
 }
 
 impl LogCache {
+    /// Drops the snapshot (and the topic list): the next reader reads the log.
     pub(crate) fn bump(&self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        *self.snapshot.lock() = None;
+        self.changed(None);
         self.bump_topics();
+    }
+
+    /// After a write to the log: the snapshot is patched with `patch` when
+    /// there is one and it applies, else dropped. The epoch moves under the
+    /// snapshot's lock, so a snapshot in the slot is always the epoch's.
+    ///
+    /// Why patching is safe: the write is applied before this runs, so a
+    /// snapshot read from the store meanwhile either has the additions
+    /// already (and the patch finds them there and gives up) or not (and
+    /// the patch adds them); a reader that read before the write and
+    /// stores after it sees the epoch moved and keeps nothing.
+    pub(crate) fn changed(&self, patch: Option<&LogPatch>) {
+        let mut slot = self.snapshot.lock();
+        let epoch = self
+            .epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            .wrapping_add(1);
+        *slot = match (patch, slot.take()) {
+            (Some(patch), Some((_, snapshot))) => snapshot
+                .patched(patch)
+                .map(|patched| (epoch, Arc::new(patched))),
+            _ => None,
+        };
     }
 
     pub(crate) fn bump_topics(&self) {
@@ -165,19 +300,16 @@ fn touches_topics(batch: &WriteBatch) -> bool {
     })
 }
 
-/// Whether a write batch changes what the log cache holds.
-fn touches_log(batch: &WriteBatch) -> bool {
-    batch.ops().iter().any(|op| {
-        let (WriteOp::Put { collection, .. } | WriteOp::Delete { collection, .. }) = op;
-        matches!(
-            collection,
-            Collection::Entries
-                | Collection::Replacements
-                | Collection::SubjectAliases
-                | Collection::Subjects
-                | Collection::Maintenance
-        )
-    })
+/// Whether a collection is part of what the log cache holds.
+fn in_log(collection: Collection) -> bool {
+    matches!(
+        collection,
+        Collection::Entries
+            | Collection::Replacements
+            | Collection::SubjectAliases
+            | Collection::Subjects
+            | Collection::Maintenance
+    )
 }
 
 impl Shared {
@@ -450,7 +582,7 @@ impl Workspace {
     /// Applies a write batch; the one place this type writes, so the log
     /// cache sees every change to the log.
     pub(crate) fn apply(&self, batch: WriteBatch) -> Result<()> {
-        let log = touches_log(&batch);
+        let log = LogChange::of(&batch);
         let topics = touches_topics(&batch);
         let sessions = crate::record::sessions_touched(&batch);
         let applied = self.store.apply(batch);
@@ -459,11 +591,21 @@ impl Workspace {
         if !sessions.is_empty() {
             self.heads.invalidate(&sessions);
         }
-        applied?;
-        if log {
-            self.shared.log_cache(&self.id).bump();
-        } else if topics {
-            self.shared.log_cache(&self.id).bump_topics();
+        if let Err(error) = applied {
+            // What a failed apply left is unknown: read everything again.
+            if !matches!(log, LogChange::Unchanged) || topics {
+                self.shared.log_cache(&self.id).bump();
+            }
+            return Err(error.into());
+        }
+        let cache = || self.shared.log_cache(&self.id);
+        match &log {
+            LogChange::Unchanged => {}
+            LogChange::Adds(patch) => cache().changed(Some(patch)),
+            LogChange::Other => cache().changed(None),
+        }
+        if topics {
+            cache().bump_topics();
         }
         Ok(())
     }
@@ -491,8 +633,9 @@ impl Workspace {
     pub(crate) fn log_snapshot(&self) -> Result<Arc<LogSnapshot>> {
         let cache = self.shared.log_cache(&self.id);
         let cached = || {
+            let slot = cache.snapshot.lock();
             let epoch = cache.epoch.load(std::sync::atomic::Ordering::Acquire);
-            let snapshot = match cache.snapshot.lock().as_ref() {
+            let snapshot = match slot.as_ref() {
                 Some((at, snapshot)) if *at == epoch => Some(snapshot.clone()),
                 _ => None,
             };
@@ -516,13 +659,14 @@ impl Workspace {
             .store
             .scan_prefix(Collection::Entries, b"")?
             .into_iter()
-            .map(|(key, value)| decode("entry", &key, &value))
-            .collect::<Result<Vec<Entry>>>()?;
+            .map(|(key, value)| decode("entry", &key, &value).map(Arc::new))
+            .collect::<Result<Vec<Arc<Entry>>>>()?;
         let snapshot = Arc::new(LogSnapshot {
             entries,
-            replacements: self.replacement_map()?,
-            aliases: self.alias_map()?,
-            lifecycle: self.lifecycle()?,
+            replacements: Arc::new(self.replacement_map()?),
+            aliases: Arc::new(self.alias_map()?),
+            lifecycle: Arc::new(self.lifecycle()?),
+            subjects: std::sync::OnceLock::new(),
             live: Mutex::new(None),
         });
         let mut slot = cache.snapshot.lock();

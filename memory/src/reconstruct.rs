@@ -344,10 +344,11 @@ impl Workspace {
     /// The cached log snapshot and live list against a fresh read.
     fn compare_view(&self, entries: Vec<Entry>, f: &mut Findings) -> Result<()> {
         let fresh = LogSnapshot {
-            entries,
-            replacements: self.replacement_map()?,
-            aliases: self.alias_map()?,
-            lifecycle: self.lifecycle()?,
+            entries: entries.into_iter().map(Arc::new).collect(),
+            replacements: Arc::new(self.replacement_map()?),
+            aliases: Arc::new(self.alias_map()?),
+            lifecycle: Arc::new(self.lifecycle()?),
+            subjects: std::sync::OnceLock::new(),
             live: parking_lot::Mutex::new(None),
         };
         let now = self.now();

@@ -7,6 +7,7 @@
 //! re-points the aliases that pointed at it).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -132,9 +133,24 @@ impl Workspace {
 
     /// All subjects, sorted by slug, each with its aliases.
     pub fn subjects(&self) -> Result<Vec<Subject>> {
-        let aliases = self.alias_map()?;
+        Ok(self.subject_list()?.as_ref().clone())
+    }
+
+    /// [`Self::subjects`], shared: kept with the log snapshot, so the
+    /// callers on the hot path (every assembly, every capture) do not scan
+    /// the registry each time; a write of a subject or an alias renews it.
+    pub(crate) fn subject_list(&self) -> Result<Arc<Vec<Subject>>> {
+        let log = self.log_snapshot()?;
+        if let Some(list) = log.subjects.get() {
+            return Ok(list.clone());
+        }
+        let list = Arc::new(self.read_subjects(&log.aliases)?);
+        Ok(log.subjects.get_or_init(|| list).clone())
+    }
+
+    fn read_subjects(&self, aliases: &HashMap<String, String>) -> Result<Vec<Subject>> {
         let mut by_target: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for (from, to) in &aliases {
+        for (from, to) in aliases {
             by_target.entry(to.as_str()).or_default().push(from.clone());
         }
         self.store

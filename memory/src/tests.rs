@@ -572,8 +572,10 @@ fn readers_after_a_write_share_one_rebuild() {
     let rebuilds = || cache.rebuilds.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(ws.live_entries().unwrap().len(), 50);
     let before = rebuilds();
-    ws.append_entry(&EntryInput::new(EntryKind::Fact, "the last fact"))
+    // A rename is not a pure addition: the snapshot is read again.
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "the last fact").about("alpha"))
         .unwrap();
+    ws.rename_subject("alpha", "beta").unwrap();
     let barrier = std::sync::Barrier::new(8);
     std::thread::scope(|scope| {
         for _ in 0..8 {
@@ -584,6 +586,99 @@ fn readers_after_a_write_share_one_rebuild() {
         }
     });
     assert_eq!(rebuilds() - before, 1);
+}
+
+/// A write that only adds (new entries, a correction, a new subject)
+/// patches the cached snapshot: the log is not read again, and every read
+/// shows the addition as a fresh read would.
+#[test]
+fn additions_patch_the_snapshot_instead_of_reading_the_log() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let first = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "The API is v1").about("api"))
+        .unwrap();
+    let cache = ws.shared.log_cache(ws.id());
+    let rebuilds = || cache.rebuilds.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(ws.live_entries().unwrap().len(), 1);
+    assert_eq!(ws.subjects().unwrap().len(), 1);
+    let before = rebuilds();
+    let fresh = |ws: &Workspace| {
+        let ids = |v: &[EntryView]| v.iter().map(|v| v.entry.id.clone()).collect::<Vec<_>>();
+        let live = ws.live_entries().unwrap();
+        let all = ws
+            .entries(&EntryFilter {
+                all: true,
+                ..EntryFilter::default()
+            })
+            .unwrap();
+        (ids(&live), ids(&all))
+    };
+    // New entries, one with a new subject, and a correction.
+    ws.append_entries(&[
+        EntryInput::new(EntryKind::Decision, "Ship on Friday").about("launch"),
+        EntryInput::new(EntryKind::Fact, "The API is v2")
+            .about("api")
+            .replacing(&first.id),
+    ])
+    .unwrap();
+    let (live, all) = fresh(&ws);
+    assert_eq!(
+        rebuilds(),
+        before,
+        "an addition must not read the log again"
+    );
+    assert_eq!(live.len(), 2);
+    assert_eq!(all.len(), 3);
+    assert!(
+        !live.contains(&first.id),
+        "the corrected entry is no longer live"
+    );
+    let slugs: Vec<String> = ws.subjects().unwrap().into_iter().map(|s| s.slug).collect();
+    assert_eq!(slugs, ["api", "launch"]);
+    // The patched snapshot is what a fresh read finds.
+    for findings in ws.reconstruct_log(false).unwrap() {
+        assert!(findings.is_clean(), "{findings:?}");
+    }
+    // A write that is not an addition reads the log again.
+    ws.rename_subject("launch", "release").unwrap();
+    let _ = fresh(&ws);
+    assert_eq!(rebuilds(), before + 1);
+}
+
+/// `live_entries_about` answers what the subject filter of `entries` does,
+/// aliases included, as the log changes.
+#[test]
+fn live_entries_about_a_subject_match_the_subject_filter() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let about = |slug: &str| {
+        let filter = EntryFilter {
+            subject: Some(slug.to_owned()),
+            ..EntryFilter::default()
+        };
+        let expected = ws.entries(&filter).unwrap();
+        assert_eq!(ws.live_entries_about(slug).unwrap(), expected, "{slug}");
+        expected.len()
+    };
+    let old = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "The API is v1").about("api"))
+        .unwrap();
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ship on Friday").about("launch"))
+        .unwrap();
+    assert_eq!((about("api"), about("launch"), about("nothing")), (1, 1, 0));
+    ws.append_entry(
+        &EntryInput::new(EntryKind::Fact, "The API is v2")
+            .about("api")
+            .replacing(&old.id),
+    )
+    .unwrap();
+    ws.append_entry(&EntryInput::new(EntryKind::Decision, "Freeze the API").about("api"))
+        .unwrap();
+    assert_eq!(about("api"), 2);
+    ws.rename_subject("api", "service").unwrap();
+    assert_eq!((about("api"), about("service")), (2, 2));
+    assert!(ws.live_entries_about("Not A Slug").is_err());
 }
 
 /// `entries` is served from a per-workspace cache of the decoded log, and

@@ -15,6 +15,8 @@ const KEYS: &[&str] = &[
     "turns_lost",
     "turns_duplicated",
     "throughput_tps",
+    "window_secs",
+    "window_tps",
     "ack_p50_ms",
     "ack_p99_ms",
     "assemble_p99_ms",
@@ -72,6 +74,11 @@ fn loadgen_on(file: &str, args: &[&str]) -> Result<(Output, Value)> {
         "{report}"
     );
     ensure!(report["assembles"].as_u64() > Some(0), "{report}");
+    // The windows count only acknowledged turns, none twice.
+    let windows = report["window_tps"].as_array().context("window_tps")?;
+    let window_secs = report["window_secs"].as_f64().context("window_secs")?;
+    let in_windows: f64 = windows.iter().filter_map(Value::as_f64).sum::<f64>() * window_secs;
+    ensure!(in_windows <= acked as f64 + 0.5, "{report}");
     Ok((out, report))
 }
 

@@ -284,6 +284,12 @@ impl Shared {
     }
 }
 
+/// The length of the windows throughput is reported over: a tenth of the
+/// run, at least 5 s and at most a minute.
+fn window_for(duration_secs: f64) -> Duration {
+    Duration::from_secs_f64((duration_secs / 10.0).clamp(5.0, 60.0))
+}
+
 /// Runs a scenario against a target and does the loss accounting.
 pub(crate) fn run(
     target: Arc<dyn Target>,
@@ -412,11 +418,18 @@ pub(crate) fn run(
         })
     });
 
+    // Turns acknowledged per window of the run, to see whether throughput
+    // holds as the memory log grows.
+    let window = window_for(s.duration_secs);
+    let mut windows: Vec<u64> = Vec::new();
+    let mut counted = 0;
     while !sleep_unless_stopped(&shared, Duration::from_millis(200)) {
-        progress.update(
-            shared.counters.acked.load(Ordering::Relaxed),
-            start.elapsed(),
-        );
+        let acked = shared.counters.acked.load(Ordering::Relaxed);
+        progress.update(acked, start.elapsed());
+        if start.elapsed() >= window.mul_f64((windows.len() + 1) as f64) {
+            windows.push(acked - counted);
+            counted = acked;
+        }
     }
     let mut hists = Hists::new()?;
     for worker in workers {
@@ -510,6 +523,11 @@ pub(crate) fn run(
         retries: c.retries.load(Ordering::Relaxed),
         failovers: 0,
         throughput_tps: acked as f64 / elapsed.as_secs_f64().max(1e-9),
+        window_secs: window.as_secs_f64(),
+        window_tps: windows
+            .iter()
+            .map(|n| *n as f64 / window.as_secs_f64())
+            .collect(),
         ack_p50_ms: Latencies::ms(&hists.ack, 50.0),
         ack_p99_ms: Latencies::ms(&hists.ack, 99.0),
         ack_max_ms: hists.ack.max() as f64 / 1000.0,

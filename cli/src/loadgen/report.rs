@@ -52,6 +52,11 @@ pub struct Report {
     pub failovers: u64,
     /// Acknowledged turns per second.
     pub throughput_tps: f64,
+    /// The length of the windows of `window_tps`, in seconds.
+    pub window_secs: f64,
+    /// Acknowledged turns per second in each whole window of the run, in
+    /// order: flat when throughput holds while the memory log grows.
+    pub window_tps: Vec<f64>,
     /// Ingest acknowledgement latency, median.
     pub ack_p50_ms: f64,
     /// Ingest acknowledgement latency, 99th percentile.
@@ -179,6 +184,14 @@ impl fmt::Display for Report {
             "  turns      {} acked ({:.0}/s), {} failed, {} retries",
             self.turns_acked, self.throughput_tps, self.turns_failed, self.retries
         )?;
+        if let (Some(first), Some(last)) = (self.window_tps.first(), self.window_tps.last()) {
+            writeln!(
+                f,
+                "  over time  {first:.0}/s in the first {:.0} s, {last:.0}/s in the last ({:.0} %)",
+                self.window_secs,
+                100.0 * last / first.max(1e-9)
+            )?;
+        }
         writeln!(
             f,
             "  ack        p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (schedule lag p99 {:.1} ms)",

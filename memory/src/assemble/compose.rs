@@ -514,7 +514,7 @@ struct Inputs<'r> {
     now: DateTime<Utc>,
     /// Every live entry, newest first.
     live: Arc<Vec<EntryView>>,
-    subjects: Vec<Subject>,
+    subjects: Arc<Vec<Subject>>,
     /// The session's last turns (at most [`MAX_TAIL_CANDIDATES`]), oldest first.
     tail_turns: Vec<Turn>,
     /// The request's query, else the last user turn.
@@ -579,7 +579,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
     let session = ws.session(&request.session)?;
     let now = ws.clock().now();
     let live = ws.live_entries()?;
-    let subjects = ws.subjects()?;
+    let subjects = ws.subject_list()?;
     let view = ws.compaction_view(&session.id)?;
     let covered_to = view.as_ref().map_or(0, |v| v.covered_to);
     let summaries = match &view {
@@ -838,12 +838,7 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
     if cap == 0 || cx.remaining() == 0 {
         return Ok(());
     }
-    let brief = ws.briefing_for_assembly()?;
-    let by_id: HashMap<&str, &EntryView> = inputs
-        .live
-        .iter()
-        .map(|v| (v.entry.id.as_str(), v))
-        .collect();
+    let briefing = ws.briefing_for_assembly()?;
     let order = [
         (K::Pending, "Pending: "),
         (K::OpenQuestions, "Open: "),
@@ -854,8 +849,8 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
     ];
     let mut lines: Vec<(String, &EntryView, &'static str)> = Vec::new();
     for (kind, prefix) in order {
-        for item in &brief.section(kind).items {
-            let Some(v) = item.entries.first().and_then(|id| by_id.get(id.as_str())) else {
+        for item in &briefing.brief.section(kind).items {
+            let Some(v) = item.entries.first().and_then(|id| briefing.entry(id)) else {
                 continue;
             };
             lines.push((format!("{} {}", item.text, item.reference()), v, prefix));
