@@ -16,8 +16,8 @@ use crate::error::{MemoryError, Result};
 use crate::ids::{display_for_slug, validate_id, validate_slug};
 use crate::maintain::Lifecycle;
 use crate::memory::{
-    DEFAULT_WORK_CONTEXT, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size, check_text,
-    decode, encode, in_batch,
+    DEFAULT_WORK_CONTEXT, LiveBase, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size,
+    check_text, decode, encode, in_batch,
 };
 use crate::store::{Collection, WriteBatch};
 use crate::subjects::{Subject, SubjectKind};
@@ -938,7 +938,13 @@ impl Workspace {
         {
             return Ok((live.views.clone(), live.derived.clone()));
         }
-        let views = Arc::new(self.entries_in(&log, &EntryFilter::default(), now)?);
+        let base = log.base.lock().take();
+        let views = Arc::new(match base {
+            Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
+                self.live_from(&log, base, now)
+            }
+            _ => self.entries_in(&log, &EntryFilter::default(), now)?,
+        });
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
         let until = views.iter().filter_map(|v| v.decay_at).min();
@@ -950,6 +956,35 @@ impl Workspace {
             derived: derived.clone(),
         });
         Ok((views, derived))
+    }
+
+    /// The live list of a patched snapshot from the list it started from:
+    /// those entries less the ones the patches replaced, and the entries
+    /// they added that are live, newest first. The same list `entries_in`
+    /// makes (`base` was valid at `now`, so no decay came between).
+    fn live_from(&self, log: &LogSnapshot, base: LiveBase, now: DateTime<Utc>) -> Vec<EntryView> {
+        let mut views: Vec<EntryView> = base
+            .views
+            .iter()
+            .filter(|v| !base.replaced.contains(&v.entry.id))
+            .cloned()
+            .collect();
+        for entry in &base.added {
+            let (subject, status, decay_at) =
+                self.judge(entry, &log.replacements, &log.aliases, &log.lifecycle, now);
+            if status == EntryStatus::Live {
+                views.push(EntryView {
+                    entry: Entry::clone(entry),
+                    subject,
+                    status,
+                    decay_at,
+                });
+            }
+        }
+        views.sort_by(|a, b| {
+            (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
+        });
+        views
     }
 
     pub(crate) fn entries_in(

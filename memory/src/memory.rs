@@ -118,6 +118,20 @@ pub(crate) struct LogSnapshot {
     pub(crate) subjects: std::sync::OnceLock<Arc<Vec<crate::subjects::Subject>>>,
     /// The live entries as of `at`, once asked for.
     pub(crate) live: Mutex<Option<LiveEntries>>,
+    /// For a patched snapshot: the live list it can start from.
+    pub(crate) base: Mutex<Option<LiveBase>>,
+}
+
+/// A live list a patched snapshot starts from instead of judging and
+/// sorting the whole log: an earlier snapshot's list, with the entries the
+/// patches since added and the ids they replaced.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveBase {
+    pub(crate) at: DateTime<Utc>,
+    pub(crate) until: Option<DateTime<Utc>>,
+    pub(crate) views: Arc<Vec<EntryView>>,
+    pub(crate) added: Vec<Arc<Entry>>,
+    pub(crate) replaced: std::collections::HashSet<String>,
 }
 
 impl LogSnapshot {
@@ -125,23 +139,65 @@ impl LogSnapshot {
     /// a pure addition to it (an entry or replacement it already holds, an
     /// entry that does not decode): then the log is read again.
     fn patched(&self, patch: &LogPatch) -> Option<LogSnapshot> {
+        if patch
+            .replacements
+            .iter()
+            .any(|(from, _)| self.replacements.contains_key(from))
+        {
+            return None;
+        }
         let mut entries = self.entries.clone();
+        let mut added = Vec::with_capacity(patch.entries.len());
         for (key, value) in &patch.entries {
             let entry: Entry = decode("entry", key, value).ok()?;
             match entries.binary_search_by(|e| e.id.as_bytes().cmp(key)) {
                 Ok(_) => return None,
-                Err(at) => entries.insert(at, Arc::new(entry)),
+                Err(at) => {
+                    let entry = Arc::new(entry);
+                    added.push(entry.clone());
+                    entries.insert(at, entry);
+                }
             }
         }
+        // The live list to start from: this snapshot's, or the one it
+        // started from itself, with this patch's additions. (A list being
+        // made right now is not waited for: the next one is made whole.)
+        let Some(live) = self.live.try_lock() else {
+            return Some(self.with(entries, patch, None));
+        };
+        let base = match live.as_ref() {
+            Some(live) => Some(LiveBase {
+                at: live.at,
+                until: live.until,
+                views: live.views.clone(),
+                added: Vec::new(),
+                replaced: std::collections::HashSet::new(),
+            }),
+            None => self.base.lock().clone(),
+        }
+        .map(|mut base| {
+            base.added.extend(added);
+            base.replaced
+                .extend(patch.replacements.iter().map(|(from, _)| from.clone()));
+            base
+        });
+        drop(live);
+        Some(self.with(entries, patch, base))
+    }
+
+    /// A snapshot of these entries, with the patch's replacements and
+    /// subjects applied to this one's.
+    fn with(
+        &self,
+        entries: Vec<Arc<Entry>>,
+        patch: &LogPatch,
+        base: Option<LiveBase>,
+    ) -> LogSnapshot {
         let replacements = if patch.replacements.is_empty() {
             self.replacements.clone()
         } else {
             let mut map = (*self.replacements).clone();
-            for (from, to) in &patch.replacements {
-                if map.insert(from.clone(), to.clone()).is_some() {
-                    return None;
-                }
-            }
+            map.extend(patch.replacements.iter().cloned());
             Arc::new(map)
         };
         let subjects = std::sync::OnceLock::new();
@@ -150,14 +206,15 @@ impl LogSnapshot {
         {
             let _ = subjects.set(list.clone());
         }
-        Some(LogSnapshot {
+        LogSnapshot {
             entries,
             replacements,
             aliases: self.aliases.clone(),
             lifecycle: self.lifecycle.clone(),
             subjects,
             live: Mutex::new(None),
-        })
+            base: Mutex::new(base),
+        }
     }
 }
 
@@ -668,6 +725,7 @@ impl Workspace {
             lifecycle: Arc::new(self.lifecycle()?),
             subjects: std::sync::OnceLock::new(),
             live: Mutex::new(None),
+            base: Mutex::new(None),
         });
         let mut slot = cache.snapshot.lock();
         if cache.epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {

@@ -350,6 +350,7 @@ impl Workspace {
             lifecycle: Arc::new(self.lifecycle()?),
             subjects: std::sync::OnceLock::new(),
             live: parking_lot::Mutex::new(None),
+            base: parking_lot::Mutex::new(None),
         };
         let now = self.now();
         let cached = self.log_snapshot()?;

@@ -606,6 +606,8 @@ fn additions_patch_the_snapshot_instead_of_reading_the_log() {
     let fresh = |ws: &Workspace| {
         let ids = |v: &[EntryView]| v.iter().map(|v| v.entry.id.clone()).collect::<Vec<_>>();
         let live = ws.live_entries().unwrap();
+        // The list made from the previous one is the list a whole pass makes.
+        assert_eq!(*live, ws.entries(&EntryFilter::default()).unwrap());
         let all = ws
             .entries(&EntryFilter {
                 all: true,
