@@ -301,6 +301,9 @@ pub(crate) struct LiveDerived {
     pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
     /// Per entry id, its index into the views.
     pub(crate) by_id: std::sync::OnceLock<HashMap<String, usize>>,
+    /// Per work context, the indexes of its continuity records in the
+    /// views, newest first (what the resume card and the active phase read).
+    pub(crate) continuity: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
     /// Per (resolved) subject, the indexes of its entries in the views.
     pub(crate) by_subject: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
     /// The workspace briefing assembly includes, with the minute of the

@@ -777,7 +777,15 @@ impl Workspace {
 
     /// The last `n` turns of a session, oldest first.
     pub fn recent_turns(&self, session: &str, n: usize) -> Result<Vec<Turn>> {
-        self.session(session)?;
+        let meta = self.session(session)?;
+        // Without gaps (no turn erased) the last n turns are the seqs from
+        // next_seq - n: one seek and a forward scan, much cheaper in sled
+        // than its reverse iterator (assembly asks on every call).
+        let from = meta.next_seq.saturating_sub(n as u64);
+        let forward = self.transcript(session, from, Some(n))?;
+        if forward.len() as u64 == meta.next_seq - from {
+            return Ok(forward);
+        }
         let mut turns: Vec<Turn> = self
             .store
             .scan_prefix_rev(Collection::Turns, &session_prefix(session), n)?

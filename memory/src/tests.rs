@@ -816,3 +816,29 @@ fn session_heads_see_every_write() {
     let fx = reopen(fx);
     assert_eq!(check(&fx.ws(), "s1").unwrap().next_seq, 3);
 }
+
+/// `recent_turns` reads the last n turns forward from `next_seq - n`, and
+/// still finds the last n when a turn below the head is missing.
+#[test]
+fn recent_turns_are_the_last_n_even_with_a_gap() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    for i in 0..10 {
+        ws.append_turn(&TurnInput::new("s1", Role::User, &format!("turn {i}")))
+            .unwrap();
+    }
+    let seqs = |n| -> Vec<u64> {
+        ws.recent_turns("s1", n)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.seq)
+            .collect()
+    };
+    assert_eq!(seqs(3), [7, 8, 9]);
+    assert_eq!(seqs(20), (0..10).collect::<Vec<_>>());
+    assert!(seqs(0).is_empty());
+    let key = crate::record::turn_key("s1", 8);
+    ws.raw_write_for_tests(crate::store::Collection::Turns, &key, None)
+        .unwrap();
+    assert_eq!(seqs(3), [6, 7, 9]);
+}

@@ -514,6 +514,8 @@ struct Inputs<'r> {
     now: DateTime<Utc>,
     /// Every live entry, newest first.
     live: Arc<Vec<EntryView>>,
+    /// What is kept with the live list (its indexes).
+    derived: Arc<crate::memory::LiveDerived>,
     subjects: Arc<Vec<Subject>>,
     /// The session's last turns (at most [`MAX_TAIL_CANDIDATES`]), oldest first.
     tail_turns: Vec<Turn>,
@@ -578,7 +580,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
     };
     let session = ws.session(&request.session)?;
     let now = ws.clock().now();
-    let live = ws.live_entries()?;
+    let (live, derived) = ws.live_state()?;
     let subjects = ws.subject_list()?;
     let view = ws.compaction_view(&session.id)?;
     let covered_to = view.as_ref().map_or(0, |v| v.covered_to);
@@ -625,6 +627,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         session,
         now,
         live,
+        derived,
         subjects,
         tail_turns,
         query,
@@ -680,8 +683,15 @@ pub(super) fn assemble(
 
     // Tier 1 eligibility does not depend on the budget; decide it first so
     // the activity type (inherited from its context) is known for the frame.
+    let continuity = tiers::Continuity {
+        live: &inputs.live,
+        index: inputs
+            .derived
+            .continuity
+            .get_or_init(|| tiers::Continuity::index(&inputs.live)),
+    };
     let resume = tiers::resume(
-        &inputs.live,
+        continuity,
         &inputs.subjects,
         &inputs.session,
         &inputs.query,
@@ -694,7 +704,7 @@ pub(super) fn assemble(
     };
     let activity = tiers::activity(
         &inputs.query,
-        tiers::active_phase(&inputs.live, &phase_context),
+        tiers::active_phase(continuity, &phase_context),
         &phase_context,
     );
     let resume_attrs = match &resume {

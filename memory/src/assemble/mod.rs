@@ -796,7 +796,14 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn work_phase(&self, work_context: &str) -> Result<Option<&'static str>> {
-        Ok(tiers::active_phase(&self.live_entries()?, work_context))
+        let (live, derived) = self.live_state()?;
+        let continuity = tiers::Continuity {
+            live: &live,
+            index: derived
+                .continuity
+                .get_or_init(|| tiers::Continuity::index(&live)),
+        };
+        Ok(tiers::active_phase(continuity, work_context))
     }
 
     /// The pinned entry ids, in id order.

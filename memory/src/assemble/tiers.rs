@@ -2,7 +2,7 @@
 //! and activity-type inheritance; see docs/DESIGN.md, *Context assembly*. Budgets are
 //! applied by `compose`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -116,12 +116,52 @@ pub(super) fn phase_of(content: &str) -> Option<&'static str> {
         .map(|(_, phase)| phase)
 }
 
+/// The live entries with, per work context, where its continuity records
+/// are (an index kept with the live list: the resume card and the active
+/// phase read one context's records, not the whole log, on every assembly).
+#[derive(Clone, Copy)]
+pub(super) struct Continuity<'a> {
+    pub(super) live: &'a [EntryView],
+    pub(super) index: &'a HashMap<String, Vec<usize>>,
+}
+
+impl<'a> Continuity<'a> {
+    /// The index over `live`: per work context, its continuity records'
+    /// positions, newest first.
+    pub(super) fn index(live: &[EntryView]) -> HashMap<String, Vec<usize>> {
+        let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, v) in live.iter().enumerate() {
+            if is_continuity(v.entry.kind) {
+                index
+                    .entry(v.entry.work_context.clone())
+                    .or_default()
+                    .push(i);
+            }
+        }
+        index
+    }
+
+    /// The continuity records of `work_context`, newest first.
+    fn of(self, work_context: &str) -> impl Iterator<Item = &'a EntryView> {
+        let live = self.live;
+        self.index
+            .get(work_context)
+            .into_iter()
+            .flatten()
+            .map(move |&i| &live[i])
+    }
+
+    /// Every continuity record, newest first within each context.
+    fn all(self) -> impl Iterator<Item = &'a EntryView> {
+        let live = self.live;
+        self.index.values().flatten().map(move |&i| &live[i])
+    }
+}
+
 /// The active phase of a work context: its newest phase change.
-pub(super) fn active_phase(live: &[EntryView], work_context: &str) -> Option<&'static str> {
-    live.iter()
-        .find(|v| {
-            v.entry.kind == EntryKind::WorkPhaseChange && v.entry.work_context == work_context
-        })
+pub(super) fn active_phase(live: Continuity<'_>, work_context: &str) -> Option<&'static str> {
+    live.of(work_context)
+        .find(|v| v.entry.kind == EntryKind::WorkPhaseChange)
         .and_then(|v| phase_of(&v.entry.content))
 }
 
@@ -146,19 +186,18 @@ fn mentions(query: &str, subject: &Subject) -> bool {
 /// continuity data, its latest record came from another session, and at
 /// least `resume_min_gap_minutes` have passed since.
 pub(super) fn resume<'a>(
-    live: &'a [EntryView],
+    live: Continuity<'a>,
     subjects: &[Subject],
     session: &Session,
     query: &str,
     now: DateTime<Utc>,
     settings: &AssembleSettings,
 ) -> Result<Resume<'a>, String> {
-    fn continuity<'v>(live: &'v [EntryView], wc: &str) -> Vec<&'v EntryView> {
+    fn continuity<'v>(live: Continuity<'v>, wc: &str) -> Vec<&'v EntryView> {
         // A handoff says where things stood when its session ended: the
-        // newest one supersedes the others (`live` is newest first).
+        // newest one supersedes the others (newest first).
         let mut handoff_seen = false;
-        live.iter()
-            .filter(|v| v.entry.work_context == wc && is_continuity(v.entry.kind))
+        live.of(wc)
             .filter(|v| {
                 if v.entry.kind != EntryKind::Handoff {
                     return true;
@@ -177,7 +216,7 @@ pub(super) fn resume<'a>(
     } else {
         let named: Vec<&Subject> = subjects.iter().filter(|s| mentions(query, s)).collect();
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for v in live.iter().filter(|v| is_continuity(v.entry.kind)) {
+        for v in live.all() {
             if v.subject
                 .as_ref()
                 .is_some_and(|s| named.iter().any(|n| &n.slug == s))
