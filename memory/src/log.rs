@@ -908,15 +908,9 @@ impl Workspace {
             None => subject.to_owned(),
         };
         let (live, derived) = self.live_state()?;
-        let index = derived.by_subject.get_or_init(|| {
-            let mut index: HashMap<String, Vec<usize>> = HashMap::new();
-            for (i, v) in live.iter().enumerate() {
-                if let Some(s) = &v.subject {
-                    index.entry(s.clone()).or_default().push(i);
-                }
-            }
-            index
-        });
+        let index = derived
+            .by_subject
+            .get_or_init(|| crate::memory::positions_by(&live, |v| v.subject.as_deref()));
         Ok(index
             .get(&canonical)
             .map(|at| at.iter().map(|&i| live[i].clone()).collect())

@@ -311,6 +311,21 @@ pub(crate) struct LiveDerived {
     pub(crate) briefing: Mutex<Option<(i64, Arc<crate::brief::Briefing>)>>,
 }
 
+/// Where the views with each key are, in list order: an index kept in a
+/// [`LiveDerived`] (views without a key are left out).
+pub(crate) fn positions_by<'v>(
+    views: &'v [EntryView],
+    key: impl Fn(&'v EntryView) -> Option<&'v str>,
+) -> HashMap<String, Vec<usize>> {
+    let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, v) in views.iter().enumerate() {
+        if let Some(k) = key(v) {
+            index.entry(k.to_owned()).or_default().push(i);
+        }
+    }
+    index
+}
+
 impl LogCache {
     /// Drops the snapshot (and the topic list): the next reader reads the log.
     pub(crate) fn bump(&self) {

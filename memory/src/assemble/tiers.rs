@@ -129,16 +129,9 @@ impl<'a> Continuity<'a> {
     /// The index over `live`: per work context, its continuity records'
     /// positions, newest first.
     pub(super) fn index(live: &[EntryView]) -> HashMap<String, Vec<usize>> {
-        let mut index: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, v) in live.iter().enumerate() {
-            if is_continuity(v.entry.kind) {
-                index
-                    .entry(v.entry.work_context.clone())
-                    .or_default()
-                    .push(i);
-            }
-        }
-        index
+        crate::memory::positions_by(live, |v| {
+            is_continuity(v.entry.kind).then_some(v.entry.work_context.as_str())
+        })
     }
 
     /// The continuity records of `work_context`, newest first.
