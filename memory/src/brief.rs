@@ -801,14 +801,7 @@ pub(crate) struct AssemblyBriefing {
 impl AssemblyBriefing {
     /// The live entry with this id, through an index kept with the list.
     pub(crate) fn entry(&self, id: &str) -> Option<&EntryView> {
-        let index = self.derived.by_id.get_or_init(|| {
-            self.live
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (v.entry.id.clone(), i))
-                .collect()
-        });
-        index.get(id).map(|&i| &self.live[i])
+        self.derived.position(&self.live, id).map(|i| &self.live[i])
     }
 }
 

@@ -311,6 +311,23 @@ pub(crate) struct LiveDerived {
     pub(crate) briefing: Mutex<Option<(i64, Arc<crate::brief::Briefing>)>>,
 }
 
+impl LiveDerived {
+    /// Where the entry with this id is in `views` (the list this is kept
+    /// with), through an index built on first use.
+    pub(crate) fn position(&self, views: &[EntryView], id: &str) -> Option<usize> {
+        self.by_id
+            .get_or_init(|| {
+                views
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (v.entry.id.clone(), i))
+                    .collect()
+            })
+            .get(id)
+            .copied()
+    }
+}
+
 /// Where the views with each key are, in list order: an index kept in a
 /// [`LiveDerived`] (views without a key are left out).
 pub(crate) fn positions_by<'v>(

@@ -606,8 +606,8 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
     let handoff = ws.latest_handoff(&session.work_context)?;
     let mut pinned: Vec<EntryView> = Vec::new();
     for id in ws.pinned()? {
-        let current = match live.iter().find(|v| v.entry.id == id) {
-            Some(v) => Some(v.clone()),
+        let current = match derived.position(&live, &id) {
+            Some(i) => Some(live[i].clone()),
             None => match ws.history(&id) {
                 Ok(h) => h.into_iter().last().filter(EntryView::is_live),
                 Err(MemoryError::EntryNotFound { .. }) => None,
@@ -683,13 +683,7 @@ pub(super) fn assemble(
 
     // Tier 1 eligibility does not depend on the budget; decide it first so
     // the activity type (inherited from its context) is known for the frame.
-    let continuity = tiers::Continuity {
-        live: &inputs.live,
-        index: inputs
-            .derived
-            .continuity
-            .get_or_init(|| tiers::Continuity::index(&inputs.live)),
-    };
+    let continuity = tiers::Continuity::of(&inputs.live, &inputs.derived);
     let resume = tiers::resume(
         continuity,
         &inputs.subjects,

@@ -797,13 +797,10 @@ impl Workspace {
     /// ```
     pub fn work_phase(&self, work_context: &str) -> Result<Option<&'static str>> {
         let (live, derived) = self.live_state()?;
-        let continuity = tiers::Continuity {
-            live: &live,
-            index: derived
-                .continuity
-                .get_or_init(|| tiers::Continuity::index(&live)),
-        };
-        Ok(tiers::active_phase(continuity, work_context))
+        Ok(tiers::active_phase(
+            tiers::Continuity::of(&live, &derived),
+            work_context,
+        ))
     }
 
     /// The pinned entry ids, in id order.

@@ -9,6 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::{ActivityReport, AssembleSettings};
 use crate::log::{EntryKind, EntryView};
 use crate::memory::DEFAULT_WORK_CONTEXT;
+use crate::memory::LiveDerived;
 use crate::record::Session;
 use crate::subjects::{Subject, SubjectKind};
 
@@ -121,21 +122,24 @@ pub(super) fn phase_of(content: &str) -> Option<&'static str> {
 /// phase read one context's records, not the whole log, on every assembly).
 #[derive(Clone, Copy)]
 pub(super) struct Continuity<'a> {
-    pub(super) live: &'a [EntryView],
-    pub(super) index: &'a HashMap<String, Vec<usize>>,
+    live: &'a [EntryView],
+    index: &'a HashMap<String, Vec<usize>>,
 }
 
 impl<'a> Continuity<'a> {
-    /// The index over `live`: per work context, its continuity records'
-    /// positions, newest first.
-    pub(super) fn index(live: &[EntryView]) -> HashMap<String, Vec<usize>> {
-        crate::memory::positions_by(live, |v| {
-            is_continuity(v.entry.kind).then_some(v.entry.work_context.as_str())
-        })
+    /// Over `live`, with the index `derived` (kept with that list) holds,
+    /// built on first use.
+    pub(super) fn of(live: &'a [EntryView], derived: &'a LiveDerived) -> Self {
+        let index = derived.continuity.get_or_init(|| {
+            crate::memory::positions_by(live, |v| {
+                is_continuity(v.entry.kind).then_some(v.entry.work_context.as_str())
+            })
+        });
+        Continuity { live, index }
     }
 
     /// The continuity records of `work_context`, newest first.
-    fn of(self, work_context: &str) -> impl Iterator<Item = &'a EntryView> {
+    fn records(self, work_context: &str) -> impl Iterator<Item = &'a EntryView> {
         let live = self.live;
         self.index
             .get(work_context)
@@ -153,7 +157,7 @@ impl<'a> Continuity<'a> {
 
 /// The active phase of a work context: its newest phase change.
 pub(super) fn active_phase(live: Continuity<'_>, work_context: &str) -> Option<&'static str> {
-    live.of(work_context)
+    live.records(work_context)
         .find(|v| v.entry.kind == EntryKind::WorkPhaseChange)
         .and_then(|v| phase_of(&v.entry.content))
 }
@@ -190,7 +194,7 @@ pub(super) fn resume<'a>(
         // A handoff says where things stood when its session ended: the
         // newest one supersedes the others (newest first).
         let mut handoff_seen = false;
-        live.of(wc)
+        live.records(wc)
             .filter(|v| {
                 if v.entry.kind != EntryKind::Handoff {
                     return true;
