@@ -33,6 +33,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use cairn_memory::extract::{Depth, Extraction, extract_with};
 use cairn_memory::extractor::{ExtractionRequest, ModelExtractor, ModelItem, dedup};
@@ -1062,7 +1063,7 @@ fn cross_updates(
         let others: BTreeSet<String> = ws
             .live_entries_about(slug)?
             .into_iter()
-            .map(|e| e.entry.work_context)
+            .map(|e| e.entry.work_context.clone())
             .filter(|wc| wc != work_context)
             .collect();
         let display = subjects
@@ -1243,7 +1244,7 @@ pub(crate) fn reconstruct_marks(
         ..EntryFilter::default()
     };
     for view in ws.entries(&summaries)? {
-        let e = view.entry;
+        let e = Arc::unwrap_or_clone(view.entry);
         let Some(p) = e.provenance.filter(|_| e.id.starts_with("cap-")) else {
             continue;
         };

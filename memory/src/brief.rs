@@ -29,13 +29,14 @@
 //! use cairn_memory::brief::{render, BriefScope, BriefSettings};
 //! # use cairn_memory::{Entry, EntryKind, EntryStatus, EntryView, TaskStatus};
 //! # use chrono::{Duration, TimeZone, Utc};
+//! # use std::sync::Arc;
 //! let now = Utc.with_ymd_and_hms(2026, 3, 6, 8, 0, 0).unwrap();
 //! # let view = |id: &str, kind, text: &str, days: i64| {
 //! #     let at = now - Duration::days(days);
-//! #     EntryView { entry: Entry { id: id.into(), kind, content: text.into(), detail: None,
+//! #     EntryView { entry: Arc::new(Entry { id: id.into(), kind, content: text.into(), detail: None,
 //! #         subject: Some("orion-beta".into()), work_context: "launch".into(), provenance: None,
 //! #         replaces: None, status: (kind == EntryKind::Task).then_some(TaskStatus::Open),
-//! #         timestamp: at, recorded_at: at, gate_generation: None },
+//! #         timestamp: at, recorded_at: at, gate_generation: None }),
 //! #         subject: Some("orion-beta".into()), status: EntryStatus::Live, decay_at: None } };
 //! let live = vec![
 //!     view("d1", EntryKind::Decision, "Launch on April 1 with sync on", 1),
@@ -47,7 +48,7 @@
 //! assert!(b.text.lines().count() <= 80);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -332,14 +333,33 @@ pub fn render_with(
     settings: &BriefSettings,
 ) -> Briefing {
     let in_scope = scoped(entries, scope);
-    let ids: std::collections::HashSet<&str> =
-        in_scope.iter().map(|v| v.entry.id.as_str()).collect();
-    let contradictions: Vec<Contradiction> = contradictions
+    // The entries the contradictions name, found in the scope: a pass
+    // that stops once all are found (they are recent, and the list is
+    // newest first), not an index of every entry.
+    let mut named: HashMap<&str, Option<&EntryView>> = contradictions
         .iter()
-        .filter(|c| ids.contains(c.older.as_str()) && ids.contains(c.newer.as_str()))
-        .cloned()
+        .flat_map(|c| [c.older.as_str(), c.newer.as_str()])
+        .map(|id| (id, None))
         .collect();
-    render_scoped(&in_scope, &contradictions, scope, now, settings)
+    let mut missing = named.len();
+    for v in &in_scope {
+        if missing == 0 {
+            break;
+        }
+        if let Some(slot @ None) = named.get_mut(v.entry.id.as_str()) {
+            *slot = Some(*v);
+            missing -= 1;
+        }
+    }
+    let named: HashMap<&str, &EntryView> = named
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v?)))
+        .collect();
+    let contradictions: Vec<&Contradiction> = contradictions
+        .iter()
+        .filter(|c| named.contains_key(c.older.as_str()) && named.contains_key(c.newer.as_str()))
+        .collect();
+    render_scoped(&in_scope, &contradictions, &named, scope, now, settings)
 }
 
 fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView> {
@@ -359,9 +379,11 @@ fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView
     live
 }
 
+/// `named`: the entries the contradictions name, by id.
 fn render_scoped(
     live: &[&EntryView],
-    contradictions: &[Contradiction],
+    contradictions: &[&Contradiction],
+    named: &HashMap<&str, &EntryView>,
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
@@ -371,17 +393,25 @@ fn render_scoped(
     let stale_before = now - Duration::days(i64::from(settings.stale_days));
 
     // Threads: a subject, or a work context for entries without one.
-    let mut threads: BTreeMap<Thread, Vec<&EntryView>> = BTreeMap::new();
+    // Grouped by hash, then put in key order (threads are far fewer than
+    // entries).
+    let mut grouped: HashMap<Thread<'_>, Vec<&EntryView>> = HashMap::new();
     for v in live {
-        threads.entry(thread_of(v)).or_default().push(*v);
+        grouped.entry(thread_of(v)).or_default().push(*v);
     }
+    let mut threads: Vec<(Thread<'_>, Vec<&EntryView>)> = grouped.into_iter().collect();
+    threads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
     // Each section picks its entries first, then formats only the ones it
     // shows (redaction is the costly part): `(total, items)`.
     let cap = BriefSectionKind::max_items;
-    let mut active: Vec<(&Thread, &Vec<&EntryView>)> = Vec::new();
+    let mut active: Vec<(&Thread<'_>, &Vec<&EntryView>)> = Vec::new();
     // (open loop?, newest), the thread and its entries.
-    type StaleThread<'t> = ((bool, DateTime<Utc>), &'t Thread, &'t Vec<&'t EntryView>);
+    type StaleThread<'t> = (
+        (bool, DateTime<Utc>),
+        &'t Thread<'t>,
+        &'t Vec<&'t EntryView>,
+    );
     let mut stale: Vec<StaleThread<'_>> = Vec::new();
     for (thread, views) in &threads {
         // `views` is newest first.
@@ -516,18 +546,16 @@ fn render_scoped(
         .take(cap(BriefSectionKind::OpenQuestions))
         .map(open_item)
         .collect();
-    let by_id: BTreeMap<&str, &EntryView> =
-        live.iter().map(|v| (v.entry.id.as_str(), *v)).collect();
     let recent_conflicts: Vec<&Contradiction> = contradictions
         .iter()
+        .copied()
         .filter(|c| c.newer_at >= active_since)
-        .filter(|c| by_id.contains_key(c.older.as_str()) && by_id.contains_key(c.newer.as_str()))
         .collect();
     let conflicts: Vec<BriefItem> = recent_conflicts
         .iter()
         .take(cap(BriefSectionKind::Contradictions))
         .filter_map(|c| {
-            let (older, newer) = (by_id.get(c.older.as_str())?, by_id.get(c.newer.as_str())?);
+            let (older, newer) = (named.get(c.older.as_str())?, named.get(c.newer.as_str())?);
             let about = c.subject.clone().unwrap_or_else(|| c.work_context.clone());
             Some(BriefItem {
                 text: format!(
@@ -623,25 +651,25 @@ fn is_open_loop(v: &EntryView) -> bool {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Thread {
-    Subject(String),
-    Context(String),
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Thread<'a> {
+    Subject(&'a str),
+    Context(&'a str),
 }
 
-impl Thread {
+impl Thread<'_> {
     fn label(&self) -> String {
         match self {
-            Thread::Subject(s) => s.clone(),
+            Thread::Subject(s) => (*s).to_owned(),
             Thread::Context(wc) => format!("{wc} (work context)"),
         }
     }
 }
 
-fn thread_of(v: &EntryView) -> Thread {
+fn thread_of(v: &EntryView) -> Thread<'_> {
     match &v.subject {
-        Some(s) => Thread::Subject(s.clone()),
-        None => Thread::Context(v.entry.work_context.clone()),
+        Some(s) => Thread::Subject(s),
+        None => Thread::Context(&v.entry.work_context),
     }
 }
 

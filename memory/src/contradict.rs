@@ -39,11 +39,12 @@
 //! use cairn_memory::contradict::{find_contradictions, ContradictionRule};
 //! # use cairn_memory::{Entry, EntryKind, EntryStatus, EntryView};
 //! # use chrono::{TimeZone, Utc};
+//! # use std::sync::Arc;
 //! # fn view(id: &str, day: u32, text: &str) -> EntryView {
 //! #     let at = Utc.with_ymd_and_hms(2026, 3, day, 9, 0, 0).unwrap();
-//! #     EntryView { entry: Entry { id: id.into(), kind: EntryKind::Decision, content: text.into(),
+//! #     EntryView { entry: Arc::new(Entry { id: id.into(), kind: EntryKind::Decision, content: text.into(),
 //! #         detail: None, subject: Some("beta".into()), work_context: "launch".into(), provenance: None,
-//! #         replaces: None, status: None, timestamp: at, recorded_at: at, gate_generation: None },
+//! #         replaces: None, status: None, timestamp: at, recorded_at: at, gate_generation: None }),
 //! #         subject: Some("beta".into()), status: EntryStatus::Live, decay_at: None }
 //! # }
 //! let entries = [
@@ -268,6 +269,8 @@ fn one_slot_differs(older: &[String], newer: &[String]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use chrono::{Duration, TimeZone};
 
     use super::*;
@@ -276,7 +279,7 @@ mod tests {
     fn view(id: &str, kind: EntryKind, subject: Option<&str>, hours: i64, text: &str) -> EntryView {
         let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap() + Duration::hours(hours);
         EntryView {
-            entry: Entry {
+            entry: Arc::new(Entry {
                 id: id.into(),
                 kind,
                 content: text.into(),
@@ -289,7 +292,7 @@ mod tests {
                 timestamp: at,
                 recorded_at: at,
                 gate_generation: None,
-            },
+            }),
             subject: subject.map(str::to_owned),
             status: EntryStatus::Live,
             decay_at: None,
@@ -402,7 +405,7 @@ mod tests {
         let new = view("b", D, None, 1, "Launch the beta on April 8");
         assert_eq!(found(&[old.clone(), new.clone()]).len(), 1);
         let mut other_context = new.clone();
-        other_context.entry.work_context = "elsewhere".into();
+        Arc::make_mut(&mut other_context.entry).work_context = "elsewhere".into();
         assert!(found(&[old.clone(), other_context]).is_empty());
         old.status = EntryStatus::Replaced { by: "b".into() };
         assert!(found(&[old, new]).is_empty());

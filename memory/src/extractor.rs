@@ -327,6 +327,8 @@ pub fn dedup(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use chrono::Utc;
     use expect_test::expect;
 
@@ -398,7 +400,7 @@ mod tests {
     fn dedup_drops_what_the_context_already_says() {
         let now = Utc::now();
         let live = vec![EntryView {
-            entry: Entry {
+            entry: Arc::new(Entry {
                 id: "e1".into(),
                 kind: EntryKind::Decision,
                 content: "Ship on April 1.".into(),
@@ -411,7 +413,7 @@ mod tests {
                 timestamp: now,
                 recorded_at: now,
                 gate_generation: None,
-            },
+            }),
             subject: None,
             status: EntryStatus::Live,
             decay_at: None,

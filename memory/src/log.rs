@@ -297,8 +297,9 @@ pub enum EntryStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(from = "EntryViewWire", into = "EntryViewWire")]
 pub struct EntryView {
-    /// The stored entry.
-    pub entry: Entry,
+    /// The stored entry, shared with the log snapshot it was read from (a
+    /// live list is pointers, not copies).
+    pub entry: Arc<Entry>,
     /// Canonical subject slug after renames and merges.
     pub subject: Option<String>,
     /// Live, replaced or expired.
@@ -353,6 +354,7 @@ impl From<EntryView> for EntryViewWire {
             status,
             decay_at,
         } = view;
+        let entry = Arc::unwrap_or_clone(entry);
         EntryViewWire {
             id: entry.id,
             kind: entry.kind,
@@ -377,7 +379,7 @@ impl From<EntryViewWire> for EntryView {
     /// for it.
     fn from(wire: EntryViewWire) -> Self {
         EntryView {
-            entry: Entry {
+            entry: Arc::new(Entry {
                 id: wire.id,
                 kind: wire.kind,
                 content: wire.content,
@@ -390,7 +392,7 @@ impl From<EntryViewWire> for EntryView {
                 timestamp: wire.timestamp,
                 recorded_at: wire.recorded_at,
                 gate_generation: wire.gate_generation,
-            },
+            }),
             subject: wire.subject,
             status: wire.status,
             decay_at: wire.decay_at,
@@ -786,7 +788,7 @@ impl Workspace {
     ) -> EntryView {
         let (subject, status, decay_at) = self.judge(&entry, replacements, aliases, lifecycle, now);
         EntryView {
-            entry,
+            entry: Arc::new(entry),
             subject,
             status,
             decay_at,
@@ -968,7 +970,7 @@ impl Workspace {
                 self.judge(entry, &log.replacements, &log.aliases, &log.lifecycle, now);
             if status == EntryStatus::Live {
                 views.push(EntryView {
-                    entry: Entry::clone(entry),
+                    entry: Arc::clone(entry),
                     subject,
                     status,
                     decay_at,
@@ -1027,7 +1029,7 @@ impl Workspace {
         let out: Vec<EntryView> = out
             .into_iter()
             .map(|(entry, subject, status, decay_at)| EntryView {
-                entry: Entry::clone(entry),
+                entry: Arc::clone(entry),
                 subject,
                 status,
                 decay_at,
@@ -1045,7 +1047,7 @@ impl Workspace {
         let lifecycle = self.lifecycle()?;
         let now = self.now();
         // Walk back to the root.
-        let mut root = start.entry.clone();
+        let mut root = Entry::clone(&start.entry);
         let mut seen = HashSet::from([root.id.clone()]);
         while let Some(prev) = root.replaces.clone() {
             match self.load_entry(&prev)? {

@@ -699,7 +699,7 @@ fn log_cache_sees_every_write() {
         assert_eq!(*ws.live_entries().unwrap(), entries);
         entries
             .into_iter()
-            .map(|v| (v.entry.content, v.subject))
+            .map(|v| (v.entry.content.clone(), v.subject))
             .collect()
     };
     assert!(live(&b).is_empty());

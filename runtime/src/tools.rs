@@ -7,6 +7,7 @@
 //! apply the same lineage and redaction rules.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use cairn_memory::assemble::Destination;
 use cairn_memory::search::{
@@ -920,7 +921,7 @@ impl Cairn {
             {
                 continue;
             }
-            if judge.entry(&mut view.entry).is_ok() {
+            if judge.entry(Arc::make_mut(&mut view.entry)).is_ok() {
                 views.push(view);
             }
         }
@@ -957,7 +958,7 @@ impl Cairn {
         }
         let judge = self.read_judge(&ws, reader, surface, lineage)?;
         judge
-            .entry(&mut view.entry)
+            .entry(Arc::make_mut(&mut view.entry))
             .map_err(|verdict| withheld(&format!("entry {id:?}"), &judge.asker, &verdict))?;
         Ok(view)
     }
@@ -983,7 +984,12 @@ impl Cairn {
         let judge = self.read_judge(&ws, reader, "history", lineage)?;
         Ok(chain
             .into_iter()
-            .filter_map(|mut v| judge.entry(&mut v.entry).is_ok().then_some(v))
+            .filter_map(|mut v| {
+                judge
+                    .entry(Arc::make_mut(&mut v.entry))
+                    .is_ok()
+                    .then_some(v)
+            })
             .collect())
     }
 

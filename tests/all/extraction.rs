@@ -163,7 +163,7 @@ fn a_good_reply_is_used_deduplicated_with_provenance() -> Result<()> {
     );
     let view = cairn.entry("acme", &decision.id, None)?;
     ensure!(view.subject.as_deref() == Some("orion-beta"));
-    let detail = view.entry.detail.unwrap_or_default();
+    let detail = view.entry.detail.clone().unwrap_or_default();
     ensure!(
         detail.contains("Sync needs two more weeks") && detail.contains("model stub extraction"),
         "{detail}"

@@ -110,7 +110,7 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
         )?
         .into_iter()
         .find_map(|v| match v.status {
-            cairn::EntryStatus::Replaced { .. } => Some(v.entry.id),
+            cairn::EntryStatus::Replaced { .. } => Some(v.entry.id.clone()),
             _ => None,
         })
         .context("the demo has a replaced entry")?;
