@@ -757,36 +757,54 @@ impl crate::memory::Workspace {
     /// for the whole workspace, rendered once per version of the live log
     /// and minute of the clock (its windows are whole days, which a minute
     /// does not move by more than a minute) instead of on every assembly;
-    /// with the live entries it was rendered from.
+    /// with the live entries its items stand for.
     pub(crate) fn briefing_for_assembly(&self) -> crate::Result<AssemblyBriefing> {
         let settings = &self.config().briefing;
         settings.validate()?;
         let (live, derived) = self.live_state()?;
         let now = self.clock().now();
         let minute = now.timestamp().div_euclid(60);
-        let cached = match derived.briefing.lock().as_ref() {
-            Some((at, brief)) if *at == minute => Some(brief.clone()),
-            _ => None,
+        if let Some((at, briefing)) = derived.briefing.lock().as_ref()
+            && *at == minute
+        {
+            return Ok(briefing.clone());
+        }
+        let contradictions = self.live_contradictions()?;
+        let scope = BriefScope {
+            workspace: self.id().to_owned(),
+            work_context: None,
         };
-        let brief = match cached {
-            Some(brief) => brief,
-            None => {
-                let contradictions = self.live_contradictions()?;
-                let scope = BriefScope {
-                    workspace: self.id().to_owned(),
-                    work_context: None,
-                };
-                let brief =
-                    std::sync::Arc::new(render_with(&live, &contradictions, &scope, now, settings));
-                *derived.briefing.lock() = Some((minute, brief.clone()));
-                brief
+        let brief = render_with(&live, &contradictions, &scope, now, settings);
+        // The entry each item stands for (its first), found in one pass
+        // that stops when all are found.
+        let mut wanted: HashMap<String, Option<EntryView>> = brief
+            .sections
+            .iter()
+            .flat_map(|s| &s.items)
+            .filter_map(|i| i.entries.first())
+            .map(|id| (id.clone(), None))
+            .collect();
+        let mut missing = wanted.len();
+        for v in live.iter() {
+            if missing == 0 {
+                break;
             }
+            if let Some(slot @ None) = wanted.get_mut(v.entry.id.as_str()) {
+                *slot = Some(v.clone());
+                missing -= 1;
+            }
+        }
+        let briefing = AssemblyBriefing {
+            brief: std::sync::Arc::new(brief),
+            items: std::sync::Arc::new(
+                wanted
+                    .into_iter()
+                    .filter_map(|(id, v)| Some((id, v?)))
+                    .collect(),
+            ),
         };
-        Ok(AssemblyBriefing {
-            brief,
-            live,
-            derived,
-        })
+        *derived.briefing.lock() = Some((minute, briefing.clone()));
+        Ok(briefing)
     }
 
     /// Contradictions among the live entries ([`find_contradictions`]),
@@ -818,18 +836,19 @@ impl crate::memory::Workspace {
     }
 }
 
-/// The briefing assembly includes, with the live entries it was rendered
-/// from (see [`Workspace::briefing_for_assembly`]).
+/// The briefing assembly includes, with the live entries its items stand
+/// for (see [`Workspace::briefing_for_assembly`]).
+#[derive(Debug, Clone)]
 pub(crate) struct AssemblyBriefing {
     pub(crate) brief: std::sync::Arc<Briefing>,
-    live: std::sync::Arc<Vec<EntryView>>,
-    derived: std::sync::Arc<crate::memory::LiveDerived>,
+    /// Per entry id, the entry an item stands for (its first).
+    items: std::sync::Arc<HashMap<String, EntryView>>,
 }
 
 impl AssemblyBriefing {
-    /// The live entry with this id, through an index kept with the list.
+    /// The live entry an item of the briefing stands for (its first entry).
     pub(crate) fn entry(&self, id: &str) -> Option<&EntryView> {
-        self.derived.position(&self.live, id).map(|i| &self.live[i])
+        self.items.get(id)
     }
 }
 
@@ -920,20 +939,23 @@ mod tests {
         let later = ws.briefing_for_assembly().unwrap().brief;
         assert_eq!(*later, ws.briefing(None).unwrap());
         assert_ne!(*later, *written);
-        // Its entries are looked up in the live list it was rendered from.
+        // The entry each item stands for comes with it, as the live list
+        // it was rendered from has it.
         let assembly = ws.briefing_for_assembly().unwrap();
+        let live = ws.live_entries().unwrap();
         let ids: Vec<&String> = assembly
             .brief
             .sections
             .iter()
             .flat_map(|s| &s.items)
-            .flat_map(|i| &i.entries)
+            .filter_map(|i| i.entries.first())
             .collect();
-        let id = ids
-            .first()
-            .copied()
-            .expect("the briefing lists the launch subject");
-        assert_eq!(assembly.entry(id).map(|v| &v.entry.id), Some(id));
+        assert!(!ids.is_empty(), "the briefing lists the launch subject");
+        for id in ids {
+            let view = live.iter().find(|v| &v.entry.id == id);
+            assert_eq!(assembly.entry(id), view, "{id}");
+            assert!(view.is_some(), "{id}");
+        }
         assert!(assembly.entry("no-such-entry").is_none());
     }
 

@@ -306,9 +306,15 @@ pub(crate) struct LiveDerived {
     pub(crate) continuity: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
     /// Per (resolved) subject, the indexes of its entries in the views.
     pub(crate) by_subject: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
+    /// Per work context, the indexes of the records tier 2 (recent
+    /// activity) shows, newest first.
+    pub(crate) activity: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
+    /// The indexes of the facts tier 3 (living memory) may show: those of
+    /// the default work context, and those about each subject.
+    pub(crate) facts: std::sync::OnceLock<crate::assemble::tiers::FactIndex>,
     /// The workspace briefing assembly includes, with the minute of the
     /// clock it was rendered at (see `Workspace::briefing_for_assembly`).
-    pub(crate) briefing: Mutex<Option<(i64, Arc<crate::brief::Briefing>)>>,
+    pub(crate) briefing: Mutex<Option<(i64, crate::brief::AssemblyBriefing)>>,
 }
 
 impl LiveDerived {

@@ -750,12 +750,18 @@ pub(super) fn assemble(
         session: &inputs.session,
     };
     // Tiers 3 and 2 draw from these lists; the verdicts are asked ahead.
-    let living = tiers::living_memory(&inputs.live, &inputs.subjects);
+    let living = tiers::living_memory(&inputs.live, &inputs.derived, &inputs.subjects);
     let mut exclude = vec![inputs.session.work_context.as_str()];
     if let Ok(r) = &resume {
         exclude.push(r.work_context.as_str());
     }
-    let recent = tiers::recent_activity(&inputs.live, &exclude, inputs.now, settings);
+    let recent = tiers::recent_activity(
+        &inputs.live,
+        &inputs.derived,
+        &exclude,
+        inputs.now,
+        settings,
+    );
     prejudge_known(&mut cx, &inputs, &resume, &living, &recent)?;
 
     let mut parts = hard_invariants(&mut cx, &inputs)?;

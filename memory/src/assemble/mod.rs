@@ -72,7 +72,7 @@
 mod compose;
 mod render;
 mod seams;
-mod tiers;
+pub(crate) mod tiers;
 
 #[cfg(test)]
 mod tests;

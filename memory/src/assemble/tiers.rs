@@ -282,59 +282,92 @@ pub(super) fn resume<'a>(
 }
 
 /// Tier 2: the last days' activity in the other work contexts, newest
-/// context first, at most two records per context.
+/// context first, at most two records per context. Reads an index of the
+/// records per context kept with the live list (`derived`): the cost of an
+/// assembly grows with the contexts, not with the log.
 pub(super) fn recent_activity<'a>(
     live: &'a [EntryView],
+    derived: &'a LiveDerived,
     exclude: &[&str],
     now: DateTime<Utc>,
     settings: &AssembleSettings,
 ) -> Vec<&'a EntryView> {
+    let index = derived.activity.get_or_init(|| {
+        crate::memory::positions_by(live, |v| {
+            matches!(
+                v.entry.kind,
+                EntryKind::SessionSummaryRef
+                    | EntryKind::Handoff
+                    | EntryKind::KeyDecision
+                    | EntryKind::Decision
+                    | EntryKind::Directive
+                    | EntryKind::WorkPhaseChange
+            )
+            .then_some(v.entry.work_context.as_str())
+        })
+    });
     let since = now - Duration::days(i64::from(settings.recent_activity_max_age_days));
-    let mut order: Vec<&str> = Vec::new();
-    let mut per: BTreeMap<&str, Vec<&EntryView>> = BTreeMap::new();
-    for v in live {
-        let wc = v.entry.work_context.as_str();
-        let kind_fits = matches!(
-            v.entry.kind,
-            EntryKind::SessionSummaryRef
-                | EntryKind::Handoff
-                | EntryKind::KeyDecision
-                | EntryKind::Decision
-                | EntryKind::Directive
-                | EntryKind::WorkPhaseChange
-        );
-        if !kind_fits || exclude.contains(&wc) || v.entry.timestamp < since {
-            continue;
-        }
-        let list = per.entry(wc).or_default();
-        if list.is_empty() {
-            order.push(wc);
-        }
-        if list.len() < 2 {
-            list.push(v);
-        }
-    }
-    order
-        .into_iter()
-        .flat_map(|wc| per.remove(wc).unwrap_or_default())
-        .collect()
+    // Per context, its newest two within the window (the list is newest
+    // first, so they lead it); contexts ordered by their newest record.
+    let mut per: Vec<&[usize]> = index
+        .iter()
+        .filter(|(wc, _)| !exclude.contains(&wc.as_str()))
+        .map(|(_, positions)| {
+            let fresh = positions
+                .iter()
+                .take(2)
+                .take_while(|&&i| live[i].entry.timestamp >= since)
+                .count();
+            &positions[..fresh]
+        })
+        .filter(|positions| !positions.is_empty())
+        .collect();
+    per.sort_unstable_by_key(|positions| positions[0]);
+    per.into_iter().flatten().map(|&i| &live[i]).collect()
+}
+
+/// Where the facts tier 3 may show are in a live list: an index kept with
+/// it (see [`living_memory`]).
+#[derive(Debug, Default)]
+pub(crate) struct FactIndex {
+    /// Facts of the default (workspace-wide) work context.
+    workspace_wide: Vec<usize>,
+    /// Facts of other contexts, per subject.
+    by_subject: HashMap<String, Vec<usize>>,
 }
 
 /// Tier 3: stable facts: facts of the default (workspace-wide) context and
-/// facts about people, newest first.
-pub(super) fn living_memory<'a>(live: &'a [EntryView], subjects: &[Subject]) -> Vec<&'a EntryView> {
-    let people: HashSet<&str> = subjects
-        .iter()
-        .filter(|s| s.kind == SubjectKind::Person)
-        .map(|s| s.slug.as_str())
-        .collect();
-    live.iter()
-        .filter(|v| {
-            v.entry.kind == EntryKind::Fact
-                && (v.entry.work_context == DEFAULT_WORK_CONTEXT
-                    || v.subject.as_deref().is_some_and(|s| people.contains(s)))
-        })
-        .collect()
+/// facts about people, newest first. Reads an index of the facts kept with
+/// the live list (`derived`), not the whole list.
+pub(super) fn living_memory<'a>(
+    live: &'a [EntryView],
+    derived: &'a LiveDerived,
+    subjects: &[Subject],
+) -> Vec<&'a EntryView> {
+    let index = derived.facts.get_or_init(|| {
+        let mut index = FactIndex::default();
+        for (i, v) in live.iter().enumerate() {
+            if v.entry.kind != EntryKind::Fact {
+                continue;
+            }
+            if v.entry.work_context == DEFAULT_WORK_CONTEXT {
+                index.workspace_wide.push(i);
+            } else if let Some(s) = &v.subject {
+                index.by_subject.entry(s.clone()).or_default().push(i);
+            }
+        }
+        index
+    });
+    let mut positions: Vec<usize> = index.workspace_wide.clone();
+    for s in subjects.iter().filter(|s| s.kind == SubjectKind::Person) {
+        if let Some(about) = index.by_subject.get(&s.slug) {
+            positions.extend(about);
+        }
+    }
+    // List order is newest first.
+    positions.sort_unstable();
+    positions.dedup();
+    positions.into_iter().map(|i| &live[i]).collect()
 }
 
 /// Words that say what kind of work a message is.
