@@ -75,6 +75,13 @@ pub struct BriefSettings {
     pub decision_days: u32,
     /// Stale: nothing written for this long (default 30).
     pub stale_days: u32,
+    /// How long (seconds of the clock, default 1) the briefing assembly
+    /// includes may go unrendered while the log only grows: writes that
+    /// only add entries within this time reuse the last rendering, so a
+    /// busy workspace renders it about once a second instead of after
+    /// every extraction. A correction, forget or decay renders it again at
+    /// once; 0 renders it after every write.
+    pub assembly_refresh_secs: u32,
 }
 
 impl Default for BriefSettings {
@@ -83,6 +90,7 @@ impl Default for BriefSettings {
             active_days: 14,
             decision_days: 7,
             stale_days: 30,
+            assembly_refresh_secs: 1,
         }
     }
 }
@@ -101,6 +109,15 @@ impl BriefSettings {
                     reason: format!("{what} is {days}; use 1 to 36500"),
                 });
             }
+        }
+        if self.assembly_refresh_secs > 3_600 {
+            return Err(crate::MemoryError::Invalid {
+                what: "briefing settings",
+                reason: format!(
+                    "assembly_refresh_secs is {}; use 0 to 3600",
+                    self.assembly_refresh_secs
+                ),
+            });
         }
         Ok(())
     }
@@ -757,17 +774,25 @@ impl crate::memory::Workspace {
     /// for the whole workspace, rendered once per version of the live log
     /// and minute of the clock (its windows are whole days, which a minute
     /// does not move by more than a minute) instead of on every assembly;
-    /// with the live entries its items stand for.
+    /// with the live entries its items stand for. While writes only add
+    /// entries, a rendering stands for up to `assembly_refresh_secs` of
+    /// later versions too (every entry it names is still live).
     pub(crate) fn briefing_for_assembly(&self) -> crate::Result<AssemblyBriefing> {
         let settings = &self.config().briefing;
         settings.validate()?;
         let (live, derived) = self.live_state()?;
         let now = self.clock().now();
         let minute = now.timestamp().div_euclid(60);
-        if let Some((at, briefing)) = derived.briefing.lock().as_ref()
-            && *at == minute
+        let refresh = Duration::seconds(i64::from(settings.assembly_refresh_secs));
         {
-            return Ok(briefing.clone());
+            let cached = derived.briefing.lock();
+            if let Some(c) = cached.as_ref()
+                && c.minute == minute
+                && (!c.carried || now - c.rendered_at < refresh)
+            {
+                // Kept for this list: later lists carry it from here.
+                return Ok(c.briefing.clone());
+            }
         }
         let contradictions = self.live_contradictions()?;
         let scope = BriefScope {
@@ -803,7 +828,12 @@ impl crate::memory::Workspace {
                     .collect(),
             ),
         };
-        *derived.briefing.lock() = Some((minute, briefing.clone()));
+        *derived.briefing.lock() = Some(CachedBriefing {
+            minute,
+            rendered_at: now,
+            carried: false,
+            briefing: briefing.clone(),
+        });
         Ok(briefing)
     }
 
@@ -833,6 +863,28 @@ impl crate::memory::Workspace {
             latest
         });
         Ok(index.get(work_context).map(|&i| live[i].clone()))
+    }
+}
+
+/// An assembly briefing kept with a live list.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedBriefing {
+    /// The clock's minute it was rendered in.
+    minute: i64,
+    rendered_at: DateTime<Utc>,
+    /// Rendered from an earlier list this one only added to.
+    carried: bool,
+    briefing: AssemblyBriefing,
+}
+
+impl CachedBriefing {
+    /// This rendering, kept by a list made from the one it was rendered
+    /// for by additions only.
+    pub(crate) fn carried(&self) -> CachedBriefing {
+        CachedBriefing {
+            carried: true,
+            ..self.clone()
+        }
     }
 }
 
@@ -903,6 +955,70 @@ mod tests {
             e = e.about(subject);
         }
         e
+    }
+
+    /// While writes only add entries, one rendering stands for the log's
+    /// versions for `assembly_refresh_secs`; a correction or a forget
+    /// renders it again at once, and every rendering is the log's briefing.
+    #[test]
+    fn additions_reuse_the_assembly_briefing_for_a_second_and_removals_do_not() {
+        let fx = Fx::new();
+        let first_id = fx.add(
+            e(EntryKind::Decision, "Ship on Monday", "launch", "launch"),
+            0,
+        );
+        let ws = fx.ws();
+        let first = ws.briefing_for_assembly().unwrap().brief;
+        assert_eq!(*first, ws.briefing(None).unwrap());
+        // An addition in the same second: the same rendering.
+        fx.add(e(EntryKind::Task, "Book the room", "launch", "launch"), 0);
+        let reused = ws.briefing_for_assembly().unwrap();
+        assert!(Arc::ptr_eq(&first, &reused.brief));
+        assert!(reused.entry(&first_id).is_some());
+        assert_ne!(*first, ws.briefing(None).unwrap(), "the log moved on");
+        // A second later: rendered again, with the task.
+        fx.clock.advance(Duration::seconds(1));
+        let fresh = ws.briefing_for_assembly().unwrap().brief;
+        assert!(!Arc::ptr_eq(&first, &fresh));
+        assert_eq!(*fresh, ws.briefing(None).unwrap());
+        assert!(fresh.text.contains("Book the room"));
+        // A correction in the same second: rendered again at once.
+        ws.append_entry(
+            &e(EntryKind::Decision, "Ship on Wednesday", "launch", "launch").replacing(&first_id),
+        )
+        .unwrap();
+        let corrected = ws.briefing_for_assembly().unwrap().brief;
+        assert!(!Arc::ptr_eq(&fresh, &corrected));
+        assert_eq!(*corrected, ws.briefing(None).unwrap());
+        assert!(!corrected.text.contains("Ship on Monday"));
+        // A forget too.
+        let task = ws
+            .live_entries()
+            .unwrap()
+            .iter()
+            .find(|v| v.entry.content == "Book the room")
+            .map(|v| v.entry.id.clone())
+            .unwrap();
+        ws.forget(&crate::ForgetTarget::Entry(task), "test")
+            .unwrap();
+        let forgotten = ws.briefing_for_assembly().unwrap().brief;
+        assert_eq!(*forgotten, ws.briefing(None).unwrap());
+        assert!(!forgotten.text.contains("Book the room"));
+        // With a refresh of 0, every addition renders it again.
+        let mut config = MemoryConfig::default();
+        config.briefing.assembly_refresh_secs = 0;
+        let dir = tempfile::tempdir().unwrap();
+        let memory =
+            crate::testing::memory(dir.path(), config, Arc::new(fx.clock.clone())).unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        ws.append_entry(&e(EntryKind::Task, "One", "launch", "launch"))
+            .unwrap();
+        let one = ws.briefing_for_assembly().unwrap().brief;
+        ws.append_entry(&e(EntryKind::Task, "Two", "launch", "launch"))
+            .unwrap();
+        let two = ws.briefing_for_assembly().unwrap().brief;
+        assert!(!Arc::ptr_eq(&one, &two));
+        assert!(two.text.contains("Two"));
     }
 
     /// Assembly's briefing is the workspace briefing, rendered once per

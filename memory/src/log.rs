@@ -935,16 +935,26 @@ impl Workspace {
             return Ok((live.views.clone(), live.derived.clone()));
         }
         let base = log.base.lock().take();
-        let views = Arc::new(match base {
-            Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
-                self.live_from(&log, base, now)
-            }
-            _ => self.entries_in(&log, &EntryFilter::default(), now)?,
-        });
+        let derived = LiveDerived::default();
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
-        let until = views.iter().filter_map(|v| v.decay_at).min();
-        let derived = Arc::new(LiveDerived::default());
+        let (views, until) = match base {
+            Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
+                if base.replaced.is_empty()
+                    && let Some(cached) = base.derived.briefing.lock().as_ref()
+                {
+                    *derived.briefing.lock() = Some(cached.carried());
+                }
+                self.live_from(&log, base, now)
+            }
+            _ => {
+                let views = self.entries_in(&log, &EntryFilter::default(), now)?;
+                let until = views.iter().filter_map(|v| v.decay_at).min();
+                (views, until)
+            }
+        };
+        let views = Arc::new(views);
+        let derived = Arc::new(derived);
         *live = Some(LiveEntries {
             at: now,
             until,
@@ -957,19 +967,24 @@ impl Workspace {
     /// The live list of a patched snapshot from the list it started from:
     /// those entries less the ones the patches replaced, and the entries
     /// they added that are live, newest first. The same list `entries_in`
-    /// makes (`base` was valid at `now`, so no decay came between).
-    fn live_from(&self, log: &LogSnapshot, base: LiveBase, now: DateTime<Utc>) -> Vec<EntryView> {
-        let mut views: Vec<EntryView> = base
-            .views
-            .iter()
-            .filter(|v| !base.replaced.contains(&v.entry.id))
-            .cloned()
-            .collect();
+    /// makes (`base` was valid at `now`, so no decay came between); with
+    /// the first decay time among them (or earlier: that of an entry the
+    /// patches replaced).
+    fn live_from(
+        &self,
+        log: &LogSnapshot,
+        base: LiveBase,
+        now: DateTime<Utc>,
+    ) -> (Vec<EntryView>, Option<DateTime<Utc>>) {
+        let newest_first = |a: &EntryView, b: &EntryView| {
+            (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
+        };
+        let mut added: Vec<EntryView> = Vec::with_capacity(base.added.len());
         for entry in &base.added {
             let (subject, status, decay_at) =
                 self.judge(entry, &log.replacements, &log.aliases, &log.lifecycle, now);
             if status == EntryStatus::Live {
-                views.push(EntryView {
+                added.push(EntryView {
                     entry: Arc::clone(entry),
                     subject,
                     status,
@@ -977,10 +992,28 @@ impl Workspace {
                 });
             }
         }
-        views.sort_by(|a, b| {
-            (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
-        });
-        views
+        added.sort_by(newest_first);
+        let until = added
+            .iter()
+            .filter_map(|v| v.decay_at)
+            .chain(base.until)
+            .min();
+        // Both in order: merged (new entries are mostly the newest, so
+        // this is mostly a copy of the old list behind them).
+        let kept = base
+            .views
+            .iter()
+            .filter(|v| base.replaced.is_empty() || !base.replaced.contains(&v.entry.id));
+        let mut views = Vec::with_capacity(base.views.len() + added.len());
+        let mut added = added.into_iter().peekable();
+        for v in kept {
+            while let Some(a) = added.next_if(|a| newest_first(a, v).is_le()) {
+                views.push(a);
+            }
+            views.push(v.clone());
+        }
+        views.extend(added);
+        (views, until)
     }
 
     pub(crate) fn entries_in(

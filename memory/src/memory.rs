@@ -130,6 +130,9 @@ pub(crate) struct LiveBase {
     pub(crate) at: DateTime<Utc>,
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
+    /// What was derived from `views` (the assembly briefing is carried
+    /// over when the patches only added).
+    pub(crate) derived: Arc<LiveDerived>,
     pub(crate) added: Vec<Arc<Entry>>,
     pub(crate) replaced: std::collections::HashSet<String>,
 }
@@ -170,6 +173,7 @@ impl LogSnapshot {
                 at: live.at,
                 until: live.until,
                 views: live.views.clone(),
+                derived: live.derived.clone(),
                 added: Vec::new(),
                 replaced: std::collections::HashSet::new(),
             }),
@@ -312,9 +316,10 @@ pub(crate) struct LiveDerived {
     /// The indexes of the facts tier 3 (living memory) may show: those of
     /// the default work context, and those about each subject.
     pub(crate) facts: std::sync::OnceLock<crate::assemble::tiers::FactIndex>,
-    /// The workspace briefing assembly includes, with the minute of the
-    /// clock it was rendered at (see `Workspace::briefing_for_assembly`).
-    pub(crate) briefing: Mutex<Option<(i64, crate::brief::AssemblyBriefing)>>,
+    /// The workspace briefing assembly includes (see
+    /// `Workspace::briefing_for_assembly`): rendered from this list, or
+    /// carried over from the list this one only added to.
+    pub(crate) briefing: Mutex<Option<crate::brief::CachedBriefing>>,
 }
 
 impl LiveDerived {
