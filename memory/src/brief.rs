@@ -76,11 +76,11 @@ pub struct BriefSettings {
     /// Stale: nothing written for this long (default 30).
     pub stale_days: u32,
     /// How long (seconds of the clock, default 1) the briefing assembly
-    /// includes may go unrendered while the log only grows: writes that
-    /// only add entries within this time reuse the last rendering, so a
-    /// busy workspace renders it about once a second instead of after
-    /// every extraction. A correction, forget or decay renders it again at
-    /// once; 0 renders it after every write.
+    /// includes may lag the log while the log only grows: within this time
+    /// after a rendering, writes that add entries or corrections reuse it,
+    /// so a busy workspace renders it about once a second instead of after
+    /// every extraction. A forget, a subject rename or merge, maintenance
+    /// and decay render it again at once; 0 renders it after every write.
     pub assembly_refresh_secs: u32,
 }
 
@@ -775,8 +775,9 @@ impl crate::memory::Workspace {
     /// and minute of the clock (its windows are whole days, which a minute
     /// does not move by more than a minute) instead of on every assembly;
     /// with the live entries its items stand for. While writes only add
-    /// entries, a rendering stands for up to `assembly_refresh_secs` of
-    /// later versions too (every entry it names is still live).
+    /// (entries, corrections), a rendering stands for up to
+    /// `assembly_refresh_secs` of later versions too: it lags the log by
+    /// that much at most, and names nothing deleted.
     pub(crate) fn briefing_for_assembly(&self) -> crate::Result<AssemblyBriefing> {
         let settings = &self.config().briefing;
         settings.validate()?;
@@ -872,14 +873,14 @@ pub(crate) struct CachedBriefing {
     /// The clock's minute it was rendered in.
     minute: i64,
     rendered_at: DateTime<Utc>,
-    /// Rendered from an earlier list this one only added to.
+    /// Rendered from an earlier list this one was patched from.
     carried: bool,
     briefing: AssemblyBriefing,
 }
 
 impl CachedBriefing {
-    /// This rendering, kept by a list made from the one it was rendered
-    /// for by additions only.
+    /// This rendering, kept by a list patched from the one it was
+    /// rendered for.
     pub(crate) fn carried(&self) -> CachedBriefing {
         CachedBriefing {
             carried: true,
@@ -957,9 +958,9 @@ mod tests {
         e
     }
 
-    /// While writes only add entries, one rendering stands for the log's
-    /// versions for `assembly_refresh_secs`; a correction or a forget
-    /// renders it again at once, and every rendering is the log's briefing.
+    /// While writes only add (entries, corrections), one rendering stands
+    /// for the log's versions for `assembly_refresh_secs`; a forget renders
+    /// it again at once, and every rendering is the log's briefing.
     #[test]
     fn additions_reuse_the_assembly_briefing_for_a_second_and_removals_do_not() {
         let fx = Fx::new();
@@ -982,16 +983,22 @@ mod tests {
         assert!(!Arc::ptr_eq(&first, &fresh));
         assert_eq!(*fresh, ws.briefing(None).unwrap());
         assert!(fresh.text.contains("Book the room"));
-        // A correction in the same second: rendered again at once.
+        // A correction in the same second: reused, then rendered a second
+        // later.
         ws.append_entry(
             &e(EntryKind::Decision, "Ship on Wednesday", "launch", "launch").replacing(&first_id),
         )
         .unwrap();
+        assert!(Arc::ptr_eq(
+            &fresh,
+            &ws.briefing_for_assembly().unwrap().brief
+        ));
+        fx.clock.advance(Duration::seconds(1));
         let corrected = ws.briefing_for_assembly().unwrap().brief;
         assert!(!Arc::ptr_eq(&fresh, &corrected));
         assert_eq!(*corrected, ws.briefing(None).unwrap());
         assert!(!corrected.text.contains("Ship on Monday"));
-        // A forget too.
+        // A forget in the same second: rendered again at once.
         let task = ws
             .live_entries()
             .unwrap()
@@ -1002,6 +1009,7 @@ mod tests {
         ws.forget(&crate::ForgetTarget::Entry(task), "test")
             .unwrap();
         let forgotten = ws.briefing_for_assembly().unwrap().brief;
+        assert!(!Arc::ptr_eq(&corrected, &forgotten));
         assert_eq!(*forgotten, ws.briefing(None).unwrap());
         assert!(!forgotten.text.contains("Book the room"));
         // With a refresh of 0, every addition renders it again.

@@ -940,9 +940,7 @@ impl Workspace {
         // this list's validity.
         let (views, until) = match base {
             Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
-                if base.replaced.is_empty()
-                    && let Some(cached) = base.derived.briefing.lock().as_ref()
-                {
+                if let Some(cached) = base.derived.briefing.lock().as_ref() {
                     *derived.briefing.lock() = Some(cached.carried());
                 }
                 self.live_from(&log, base, now)

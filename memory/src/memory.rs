@@ -131,7 +131,7 @@ pub(crate) struct LiveBase {
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
     /// What was derived from `views` (the assembly briefing is carried
-    /// over when the patches only added).
+    /// over: the patches only added entries and corrections).
     pub(crate) derived: Arc<LiveDerived>,
     pub(crate) added: Vec<Arc<Entry>>,
     pub(crate) replaced: std::collections::HashSet<String>,
@@ -318,7 +318,7 @@ pub(crate) struct LiveDerived {
     pub(crate) facts: std::sync::OnceLock<crate::assemble::tiers::FactIndex>,
     /// The workspace briefing assembly includes (see
     /// `Workspace::briefing_for_assembly`): rendered from this list, or
-    /// carried over from the list this one only added to.
+    /// carried over from the list this one was patched from.
     pub(crate) briefing: Mutex<Option<crate::brief::CachedBriefing>>,
 }
 
