@@ -48,6 +48,7 @@
 //! assert!(b.text.lines().count() <= 80);
 //! ```
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
@@ -349,7 +350,20 @@ pub fn render_with(
     now: DateTime<Utc>,
     settings: &BriefSettings,
 ) -> Briefing {
-    let in_scope = scoped(entries, scope);
+    render_shown(entries, contradictions, scope, now, settings, false).0
+}
+
+/// [`render_with`], with the entry each item stands for (its first), in
+/// item order. `ordered`: `entries` is a live list, already newest first.
+fn render_shown<'a>(
+    entries: &'a [EntryView],
+    contradictions: &[Contradiction],
+    scope: &BriefScope,
+    now: DateTime<Utc>,
+    settings: &BriefSettings,
+    ordered: bool,
+) -> (Briefing, Vec<&'a EntryView>) {
+    let in_scope = scoped(entries, scope, ordered);
     // The entries the contradictions name, found in the scope: a pass
     // that stops once all are found (they are recent, and the list is
     // newest first), not an index of every entry.
@@ -379,7 +393,7 @@ pub fn render_with(
     render_scoped(&in_scope, &contradictions, &named, scope, now, settings)
 }
 
-fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView> {
+fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope, ordered: bool) -> Vec<&'a EntryView> {
     let mut live: Vec<&EntryView> = entries
         .iter()
         .filter(|v| v.is_live())
@@ -390,21 +404,31 @@ fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope) -> Vec<&'a EntryView
                 .is_none_or(|wc| &v.entry.work_context == wc)
         })
         .collect();
-    // Newest first, ties by id: the order every section starts from (the
-    // live list is already in it, so this sort is a check, not a cost).
-    live.sort_by(|a, b| (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id)));
+    // Newest first, ties by id: the order every section starts from. A
+    // live list is in it already (a sort would still read every entry).
+    let newest_first = |a: &&EntryView, b: &&EntryView| {
+        (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
+    };
+    if ordered {
+        debug_assert!(live.is_sorted_by(|a, b| newest_first(a, b).is_le()));
+    } else {
+        live.sort_by(newest_first);
+    }
     live
 }
 
-/// `named`: the entries the contradictions name, by id.
-fn render_scoped(
-    live: &[&EntryView],
+/// `named`: the entries the contradictions name, by id. With the entry
+/// each item stands for.
+fn render_scoped<'a>(
+    live: &[&'a EntryView],
     contradictions: &[&Contradiction],
-    named: &HashMap<&str, &EntryView>,
+    named: &HashMap<&str, &'a EntryView>,
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
-) -> Briefing {
+) -> (Briefing, Vec<&'a EntryView>) {
+    // Filled by `item_of` as items are made.
+    let noted: RefCell<Vec<&'a EntryView>> = RefCell::new(Vec::new());
     let active_since = now - Duration::days(i64::from(settings.active_days));
     let decisions_since = now - Duration::days(i64::from(settings.decision_days));
     let stale_before = now - Duration::days(i64::from(settings.stale_days));
@@ -412,24 +436,24 @@ fn render_scoped(
     // Threads: a subject, or a work context for entries without one.
     // Grouped by hash, then put in key order (threads are far fewer than
     // entries).
-    let mut grouped: HashMap<Thread<'_>, Vec<&EntryView>> = HashMap::new();
+    let mut grouped: HashMap<Thread<'a>, Vec<&'a EntryView>> = HashMap::new();
     for v in live {
         grouped.entry(thread_of(v)).or_default().push(*v);
     }
-    let mut threads: Vec<(Thread<'_>, Vec<&EntryView>)> = grouped.into_iter().collect();
+    let mut threads: Vec<(Thread<'a>, Vec<&'a EntryView>)> = grouped.into_iter().collect();
     threads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
     // Each section picks its entries first, then formats only the ones it
     // shows (redaction is the costly part): `(total, items)`.
     let cap = BriefSectionKind::max_items;
-    let mut active: Vec<(&Thread<'_>, &Vec<&EntryView>)> = Vec::new();
+    let mut active: Vec<(&Thread<'a>, &Vec<&'a EntryView>)> = Vec::new();
     // (open loop?, newest), the thread and its entries.
-    type StaleThread<'t> = (
+    type StaleThread<'t, 'a> = (
         (bool, DateTime<Utc>),
-        &'t Thread<'t>,
-        &'t Vec<&'t EntryView>,
+        &'t Thread<'a>,
+        &'t Vec<&'a EntryView>,
     );
-    let mut stale: Vec<StaleThread<'_>> = Vec::new();
+    let mut stale: Vec<StaleThread<'_, 'a>> = Vec::new();
     for (thread, views) in &threads {
         // `views` is newest first.
         let newest = views[0].entry.timestamp;
@@ -473,6 +497,7 @@ fn render_scoped(
                 ""
             };
             let mut item = item_of(
+                &noted,
                 quoted,
                 format!(
                     "{}: {done}{} ({} entr{}, last {})",
@@ -499,6 +524,7 @@ fn render_scoped(
                 String::new()
             };
             item_of(
+                &noted,
                 newest,
                 format!(
                     "{}: last touched {} ({} live entr{}{open_note})",
@@ -531,6 +557,7 @@ fn render_scoped(
                 .as_ref()
                 .map_or(String::new(), |s| format!(" {s}:"));
             item_of(
+                &noted,
                 v,
                 format!(
                     "{}{about} {}",
@@ -540,8 +567,9 @@ fn render_scoped(
             )
         })
         .collect();
-    let open_item = |v: &&EntryView| {
+    let open_item = |v: &&'a EntryView| {
         item_of(
+            &noted,
             v,
             format!(
                 "{} ({}since {})",
@@ -573,6 +601,7 @@ fn render_scoped(
         .take(cap(BriefSectionKind::Contradictions))
         .filter_map(|c| {
             let (older, newer) = (named.get(c.older.as_str())?, named.get(c.newer.as_str())?);
+            noted.borrow_mut().push(older);
             let about = c.subject.clone().unwrap_or_else(|| c.work_context.clone());
             Some(BriefItem {
                 text: format!(
@@ -641,14 +670,15 @@ fn render_scoped(
     }
     let lines = text.lines().count();
     debug_assert!(lines <= MAX_LINES, "{lines} lines");
-    Briefing {
+    let briefing = Briefing {
         scope: scope.clone(),
         at: now,
         sections,
         text,
         lines,
         entries_read: live.len(),
-    }
+    };
+    (briefing, noted.into_inner())
 }
 
 fn more_command(kind: BriefSectionKind) -> &'static str {
@@ -690,7 +720,9 @@ fn thread_of(v: &EntryView) -> Thread<'_> {
     }
 }
 
-fn item_of(v: &EntryView, text: String) -> BriefItem {
+/// The item standing for `v`, noted in `noted`.
+fn item_of<'a>(noted: &RefCell<Vec<&'a EntryView>>, v: &'a EntryView, text: String) -> BriefItem {
+    noted.borrow_mut().push(v);
     BriefItem {
         text,
         entries: vec![v.entry.id.clone()],
@@ -785,54 +817,64 @@ impl crate::memory::Workspace {
         let now = self.clock().now();
         let minute = now.timestamp().div_euclid(60);
         let refresh = Duration::seconds(i64::from(settings.assembly_refresh_secs));
+        // The workspace's latest rendering stands for this list when it was
+        // rendered for it, or for a list of its lineage within `refresh`.
+        let usable = |c: &CachedBriefing| {
+            c.minute == minute
+                && (c.version == derived.version
+                    || (c.lineage == derived.lineage && now - c.rendered_at < refresh))
+        };
+        let cache = self.shared.log_cache(self.id());
+        let earlier = cache.briefing.lock().clone();
+        if let Some(c) = &earlier
+            && usable(c)
         {
-            let cached = derived.briefing.lock();
-            if let Some(c) = cached.as_ref()
-                && c.minute == minute
-                && (!c.carried || now - c.rendered_at < refresh)
-            {
-                // Kept for this list: later lists carry it from here.
-                return Ok(c.briefing.clone());
-            }
+            return Ok(c.briefing.clone());
+        }
+        // One rendering at a time per workspace: while another assembly
+        // renders, one whose lineage has a rendering this minute uses it
+        // (it lags a little longer than `refresh`).
+        let _rendering = match cache.briefing_render.try_lock() {
+            Some(guard) => guard,
+            None => match &earlier {
+                Some(c) if c.lineage == derived.lineage && c.minute == minute => {
+                    return Ok(c.briefing.clone());
+                }
+                _ => cache.briefing_render.lock(),
+            },
+        };
+        if let Some(c) = cache.briefing.lock().as_ref()
+            && usable(c)
+        {
+            return Ok(c.briefing.clone());
         }
         let contradictions = self.live_contradictions()?;
         let scope = BriefScope {
             workspace: self.id().to_owned(),
             work_context: None,
         };
-        let brief = render_with(&live, &contradictions, &scope, now, settings);
-        // The entry each item stands for (its first), found in one pass
-        // that stops when all are found.
-        let mut wanted: HashMap<String, Option<EntryView>> = brief
-            .sections
-            .iter()
-            .flat_map(|s| &s.items)
-            .filter_map(|i| i.entries.first())
-            .map(|id| (id.clone(), None))
+        let started = std::time::Instant::now();
+        let (brief, shown) = render_shown(&live, &contradictions, &scope, now, settings, true);
+        tracing::debug!(
+            workspace = %self.id(),
+            entries = live.len(),
+            lineage_rendered = earlier.is_some_and(|c| c.lineage == derived.lineage),
+            micros = started.elapsed().as_micros() as u64,
+            "rendered the assembly briefing"
+        );
+        let items = shown
+            .into_iter()
+            .map(|v| (v.entry.id.clone(), v.clone()))
             .collect();
-        let mut missing = wanted.len();
-        for v in live.iter() {
-            if missing == 0 {
-                break;
-            }
-            if let Some(slot @ None) = wanted.get_mut(v.entry.id.as_str()) {
-                *slot = Some(v.clone());
-                missing -= 1;
-            }
-        }
         let briefing = AssemblyBriefing {
             brief: std::sync::Arc::new(brief),
-            items: std::sync::Arc::new(
-                wanted
-                    .into_iter()
-                    .filter_map(|(id, v)| Some((id, v?)))
-                    .collect(),
-            ),
+            items: std::sync::Arc::new(items),
         };
-        *derived.briefing.lock() = Some(CachedBriefing {
+        *cache.briefing.lock() = Some(CachedBriefing {
+            version: derived.version,
+            lineage: derived.lineage,
             minute,
             rendered_at: now,
-            carried: false,
             briefing: briefing.clone(),
         });
         Ok(briefing)
@@ -853,40 +895,22 @@ impl crate::memory::Workspace {
     /// log changes (a new handoff, a replacement, a decay).
     pub fn latest_handoff(&self, work_context: &str) -> crate::Result<Option<EntryView>> {
         let (live, derived) = self.live_state()?;
-        let index = derived.handoffs.get_or_init(|| {
-            let mut latest = std::collections::HashMap::new();
-            // Newest first: the first handoff seen per context is its latest.
-            for (i, v) in live.iter().enumerate() {
-                if v.entry.kind == EntryKind::Handoff {
-                    latest.entry(v.entry.work_context.clone()).or_insert(i);
-                }
-            }
-            latest
-        });
-        Ok(index.get(work_context).map(|&i| live[i].clone()))
+        let index = crate::assemble::tiers::AssemblyIndex::of(&live, &derived);
+        Ok(index.latest_handoff(work_context).map(|i| live[i].clone()))
     }
 }
 
-/// An assembly briefing kept with a live list.
+/// The latest assembly briefing of a workspace, with what it was rendered
+/// for.
 #[derive(Debug, Clone)]
 pub(crate) struct CachedBriefing {
+    /// The live list's version and lineage ([`crate::memory::LiveDerived`]).
+    version: u64,
+    lineage: u64,
     /// The clock's minute it was rendered in.
     minute: i64,
     rendered_at: DateTime<Utc>,
-    /// Rendered from an earlier list this one was patched from.
-    carried: bool,
     briefing: AssemblyBriefing,
-}
-
-impl CachedBriefing {
-    /// This rendering, kept by a list patched from the one it was
-    /// rendered for.
-    pub(crate) fn carried(&self) -> CachedBriefing {
-        CachedBriefing {
-            carried: true,
-            ..self.clone()
-        }
-    }
 }
 
 /// The briefing assembly includes, with the live entries its items stand

@@ -935,14 +935,12 @@ impl Workspace {
             return Ok((live.views.clone(), live.derived.clone()));
         }
         let base = log.base.lock().take();
-        let derived = LiveDerived::default();
+        let mut derived = LiveDerived::new();
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
         let (views, until) = match base {
             Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
-                if let Some(cached) = base.derived.briefing.lock().as_ref() {
-                    *derived.briefing.lock() = Some(cached.carried());
-                }
+                derived.lineage = base.derived.lineage;
                 self.live_from(&log, base, now)
             }
             _ => {

@@ -96,6 +96,12 @@ pub(crate) struct LogCache {
     /// arrive together wait for one rebuild instead of each scanning and
     /// decoding the whole log (a herd that grew with the log).
     rebuild: Mutex<()>,
+    /// Held while the assembly briefing is rendered: an assembly that finds
+    /// it busy and holds an earlier rendering uses that one instead of
+    /// rendering the same briefing beside it.
+    pub(crate) briefing_render: Mutex<()>,
+    /// The latest assembly briefing (see `Workspace::briefing_for_assembly`).
+    pub(crate) briefing: Mutex<Option<crate::brief::CachedBriefing>>,
     /// How many snapshots were built (for the tests of the above).
     #[cfg(test)]
     pub(crate) rebuilds: std::sync::atomic::AtomicU64,
@@ -130,8 +136,8 @@ pub(crate) struct LiveBase {
     pub(crate) at: DateTime<Utc>,
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
-    /// What was derived from `views` (the assembly briefing is carried
-    /// over: the patches only added entries and corrections).
+    /// What was derived from `views` (its lineage is carried over: the
+    /// patches only added entries and corrections).
     pub(crate) derived: Arc<LiveDerived>,
     pub(crate) added: Vec<Arc<Entry>>,
     pub(crate) replaced: std::collections::HashSet<String>,
@@ -301,25 +307,33 @@ pub(crate) struct LiveEntries {
 pub(crate) struct LiveDerived {
     /// Contradictions among the live entries.
     pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
-    /// Per work context, the newest live handoff (index into the views).
-    pub(crate) handoffs: std::sync::OnceLock<HashMap<String, usize>>,
     /// Per entry id, its index into the views.
     pub(crate) by_id: std::sync::OnceLock<HashMap<String, usize>>,
-    /// Per work context, the indexes of its continuity records in the
-    /// views, newest first (what the resume card and the active phase read).
-    pub(crate) continuity: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
     /// Per (resolved) subject, the indexes of its entries in the views.
     pub(crate) by_subject: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
-    /// Per work context, the indexes of the records tier 2 (recent
-    /// activity) shows, newest first.
-    pub(crate) activity: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
-    /// The indexes of the facts tier 3 (living memory) may show: those of
-    /// the default work context, and those about each subject.
-    pub(crate) facts: std::sync::OnceLock<crate::assemble::tiers::FactIndex>,
-    /// The workspace briefing assembly includes (see
-    /// `Workspace::briefing_for_assembly`): rendered from this list, or
-    /// carried over from the list this one was patched from.
-    pub(crate) briefing: Mutex<Option<crate::brief::CachedBriefing>>,
+    /// What assembly reads per work context (continuity records, recent
+    /// activity, handoffs) and the facts of tier 3: one pass over the
+    /// views makes them all.
+    pub(crate) assembly: std::sync::OnceLock<crate::assemble::tiers::AssemblyIndex>,
+    /// This list's number (every list made gets a new one).
+    pub(crate) version: u64,
+    /// The version of the list this one descends from by patches alone
+    /// (entries and corrections added; nothing deleted, renamed, merged,
+    /// marked or decayed): its own when it was made from the log.
+    pub(crate) lineage: u64,
+}
+
+impl LiveDerived {
+    /// For a list made from the log: a new version, its own lineage.
+    pub(crate) fn new() -> LiveDerived {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let version = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        LiveDerived {
+            version,
+            lineage: version,
+            ..LiveDerived::default()
+        }
+    }
 }
 
 impl LiveDerived {
@@ -348,10 +362,20 @@ pub(crate) fn positions_by<'v>(
     let mut index: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, v) in views.iter().enumerate() {
         if let Some(k) = key(v) {
-            index.entry(k.to_owned()).or_default().push(i);
+            push_position(&mut index, k, i);
         }
     }
     index
+}
+
+/// Adds position `i` under `key` (the key is copied only when new).
+pub(crate) fn push_position(index: &mut HashMap<String, Vec<usize>>, key: &str, i: usize) {
+    match index.get_mut(key) {
+        Some(positions) => positions.push(i),
+        None => {
+            index.insert(key.to_owned(), vec![i]);
+        }
+    }
 }
 
 impl LogCache {

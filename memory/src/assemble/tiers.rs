@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::{ActivityReport, AssembleSettings};
 use crate::log::{EntryKind, EntryView};
 use crate::memory::DEFAULT_WORK_CONTEXT;
-use crate::memory::LiveDerived;
+use crate::memory::{LiveDerived, push_position};
 use crate::record::Session;
 use crate::subjects::{Subject, SubjectKind};
 
@@ -130,11 +130,7 @@ impl<'a> Continuity<'a> {
     /// Over `live`, with the index `derived` (kept with that list) holds,
     /// built on first use.
     pub(super) fn of(live: &'a [EntryView], derived: &'a LiveDerived) -> Self {
-        let index = derived.continuity.get_or_init(|| {
-            crate::memory::positions_by(live, |v| {
-                is_continuity(v.entry.kind).then_some(v.entry.work_context.as_str())
-            })
-        });
+        let index = &AssemblyIndex::of(live, derived).continuity;
         Continuity { live, index }
     }
 
@@ -292,20 +288,7 @@ pub(super) fn recent_activity<'a>(
     now: DateTime<Utc>,
     settings: &AssembleSettings,
 ) -> Vec<&'a EntryView> {
-    let index = derived.activity.get_or_init(|| {
-        crate::memory::positions_by(live, |v| {
-            matches!(
-                v.entry.kind,
-                EntryKind::SessionSummaryRef
-                    | EntryKind::Handoff
-                    | EntryKind::KeyDecision
-                    | EntryKind::Decision
-                    | EntryKind::Directive
-                    | EntryKind::WorkPhaseChange
-            )
-            .then_some(v.entry.work_context.as_str())
-        })
-    });
+    let index = &AssemblyIndex::of(live, derived).activity;
     let since = now - Duration::days(i64::from(settings.recent_activity_max_age_days));
     // Per context, its newest two within the window (the list is newest
     // first, so they lead it); contexts ordered by their newest record.
@@ -326,14 +309,63 @@ pub(super) fn recent_activity<'a>(
     per.into_iter().flatten().map(|&i| &live[i]).collect()
 }
 
-/// Where the facts tier 3 may show are in a live list: an index kept with
-/// it (see [`living_memory`]).
+/// Where in a live list the records assembly reads are, kept with the
+/// list ([`LiveDerived`]) and made in one pass over it on first use.
+/// Positions are in list order (newest first).
 #[derive(Debug, Default)]
-pub(crate) struct FactIndex {
-    /// Facts of the default (workspace-wide) work context.
-    workspace_wide: Vec<usize>,
-    /// Facts of other contexts, per subject.
-    by_subject: HashMap<String, Vec<usize>>,
+pub(crate) struct AssemblyIndex {
+    /// Per work context, its continuity records (resume card, phase).
+    continuity: HashMap<String, Vec<usize>>,
+    /// Per work context, the records tier 2 (recent activity) shows.
+    activity: HashMap<String, Vec<usize>>,
+    /// Per work context, its newest handoff.
+    handoffs: HashMap<String, usize>,
+    /// Facts of the default (workspace-wide) work context (tier 3).
+    workspace_facts: Vec<usize>,
+    /// Facts of other contexts, per subject (tier 3: those about people).
+    facts_by_subject: HashMap<String, Vec<usize>>,
+}
+
+impl AssemblyIndex {
+    /// The index of `live`, kept in `derived` (made on first use).
+    pub(crate) fn of<'d>(live: &[EntryView], derived: &'d LiveDerived) -> &'d AssemblyIndex {
+        derived.assembly.get_or_init(|| {
+            let mut index = AssemblyIndex::default();
+            for (i, v) in live.iter().enumerate() {
+                let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
+                if is_continuity(kind) {
+                    push_position(&mut index.continuity, wc, i);
+                }
+                if matches!(
+                    kind,
+                    EntryKind::SessionSummaryRef
+                        | EntryKind::Handoff
+                        | EntryKind::KeyDecision
+                        | EntryKind::Decision
+                        | EntryKind::Directive
+                        | EntryKind::WorkPhaseChange
+                ) {
+                    push_position(&mut index.activity, wc, i);
+                }
+                if kind == EntryKind::Handoff && !index.handoffs.contains_key(wc) {
+                    index.handoffs.insert(wc.to_owned(), i);
+                }
+                if kind == EntryKind::Fact {
+                    if wc == DEFAULT_WORK_CONTEXT {
+                        index.workspace_facts.push(i);
+                    } else if let Some(s) = &v.subject {
+                        push_position(&mut index.facts_by_subject, s, i);
+                    }
+                }
+            }
+            index
+        })
+    }
+
+    /// The position of the newest handoff of `work_context`.
+    pub(crate) fn latest_handoff(&self, work_context: &str) -> Option<usize> {
+        self.handoffs.get(work_context).copied()
+    }
 }
 
 /// Tier 3: stable facts: facts of the default (workspace-wide) context and
@@ -344,23 +376,10 @@ pub(super) fn living_memory<'a>(
     derived: &'a LiveDerived,
     subjects: &[Subject],
 ) -> Vec<&'a EntryView> {
-    let index = derived.facts.get_or_init(|| {
-        let mut index = FactIndex::default();
-        for (i, v) in live.iter().enumerate() {
-            if v.entry.kind != EntryKind::Fact {
-                continue;
-            }
-            if v.entry.work_context == DEFAULT_WORK_CONTEXT {
-                index.workspace_wide.push(i);
-            } else if let Some(s) = &v.subject {
-                index.by_subject.entry(s.clone()).or_default().push(i);
-            }
-        }
-        index
-    });
-    let mut positions: Vec<usize> = index.workspace_wide.clone();
+    let index = AssemblyIndex::of(live, derived);
+    let mut positions: Vec<usize> = index.workspace_facts.clone();
     for s in subjects.iter().filter(|s| s.kind == SubjectKind::Person) {
-        if let Some(about) = index.by_subject.get(&s.slug) {
+        if let Some(about) = index.facts_by_subject.get(&s.slug) {
             positions.extend(about);
         }
     }
