@@ -940,7 +940,7 @@ impl Workspace {
         // this list's validity.
         let (views, until) = match base {
             Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
-                derived.lineage = base.derived.lineage;
+                derived.lineage = base.lineage;
                 self.live_from(&log, base, now)
             }
             _ => {

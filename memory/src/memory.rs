@@ -136,9 +136,9 @@ pub(crate) struct LiveBase {
     pub(crate) at: DateTime<Utc>,
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
-    /// What was derived from `views` (its lineage is carried over: the
-    /// patches only added entries and corrections).
-    pub(crate) derived: Arc<LiveDerived>,
+    /// The lineage of `views` (carried over: the patches only added
+    /// entries and corrections; see [`LiveDerived::lineage`]).
+    pub(crate) lineage: u64,
     pub(crate) added: Vec<Arc<Entry>>,
     pub(crate) replaced: std::collections::HashSet<String>,
 }
@@ -179,7 +179,7 @@ impl LogSnapshot {
                 at: live.at,
                 until: live.until,
                 views: live.views.clone(),
-                derived: live.derived.clone(),
+                lineage: live.derived.lineage,
                 added: Vec::new(),
                 replaced: std::collections::HashSet::new(),
             }),
