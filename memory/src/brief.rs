@@ -406,9 +406,7 @@ fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope, ordered: bool) -> Ve
         .collect();
     // Newest first, ties by id: the order every section starts from. A
     // live list is in it already (a sort would still read every entry).
-    let newest_first = |a: &&EntryView, b: &&EntryView| {
-        (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
-    };
+    let newest_first = |a: &&EntryView, b: &&EntryView| a.entry.newest_first(&b.entry);
     if ordered {
         debug_assert!(live.is_sorted_by(|a, b| newest_first(a, b).is_le()));
     } else {

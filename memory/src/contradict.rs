@@ -131,9 +131,7 @@ pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
         })
         .collect();
     // Newest first, so a capped group keeps the newest.
-    candidates.sort_by(|a, b| {
-        (b.view.entry.timestamp, &b.view.entry.id).cmp(&(a.view.entry.timestamp, &a.view.entry.id))
-    });
+    candidates.sort_by(|a, b| a.view.entry.newest_first(&b.view.entry));
 
     // Both rules need equal keys: group by (scope, key) and compare inside.
     let mut negation_groups: BTreeMap<(Scope, Vec<&str>), Vec<usize>> = BTreeMap::new();

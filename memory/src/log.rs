@@ -260,6 +260,14 @@ pub struct Entry {
     pub gate_generation: Option<String>,
 }
 
+impl Entry {
+    /// The order of the live list and every listing: newest first, ties
+    /// by id. Patched lists merge in it, so every sort must agree.
+    pub(crate) fn newest_first(&self, other: &Entry) -> std::cmp::Ordering {
+        (other.timestamp, &other.id).cmp(&(self.timestamp, &self.id))
+    }
+}
+
 /// Whether an entry shows as live.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -972,9 +980,7 @@ impl Workspace {
         base: LiveBase,
         now: DateTime<Utc>,
     ) -> (Vec<EntryView>, Option<DateTime<Utc>>) {
-        let newest_first = |a: &EntryView, b: &EntryView| {
-            (b.entry.timestamp, &b.entry.id).cmp(&(a.entry.timestamp, &a.entry.id))
-        };
+        let newest_first = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
         let mut added: Vec<EntryView> = Vec::with_capacity(base.added.len());
         for entry in &base.added {
             let (subject, status, decay_at) =
@@ -1051,7 +1057,7 @@ impl Workspace {
             out.push((entry, resolved, status, decay_at));
         }
         // Sort and cut before cloning: only what is returned is copied.
-        out.sort_by(|a, b| (b.0.timestamp, &b.0.id).cmp(&(a.0.timestamp, &a.0.id)));
+        out.sort_by(|a, b| a.0.newest_first(b.0));
         if let Some(limit) = filter.limit.filter(|l| *l > 0) {
             out.truncate(limit);
         }
