@@ -8,6 +8,7 @@
 //! evidence turns (`dia_id`s).
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -486,7 +487,21 @@ pub fn run_locomo(
     embedder: Option<Arc<dyn Embedder>>,
     loo: bool,
     tuning: &Tuning,
+    ranks: Option<&Path>,
 ) -> Result<EvalReport, EvalError> {
+    // One JSON line per question: where hybrid ranked each evidence turn.
+    let mut ranks_out = match ranks {
+        Some(path) => Some((
+            path,
+            std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| {
+                EvalError::Io {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?),
+        )),
+        None => None,
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| EvalError::Io {
             path: dir.to_owned(),
@@ -541,6 +556,12 @@ pub fn run_locomo(
                 accs[i].fallback |= r.lexical_fallback;
                 own[i].fallback |= r.lexical_fallback;
                 let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
+                if let (Some((path, out)), "hybrid") = (ranks_out.as_mut(), modes[i].0) {
+                    write_ranks(out, &name, q, &ranked).map_err(|source| EvalError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                }
                 accs[i].add(q, &ranked, k, ms);
                 own[i].add(q, &ranked, k, ms);
             }
@@ -582,6 +603,12 @@ pub fn run_locomo(
         );
         scored.push((name, per_point));
     }
+    if let Some((path, mut out)) = ranks_out {
+        out.flush().map_err(|source| EvalError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
     let questions = accs.first().map_or(0, |a| a.n);
     Ok(EvalReport {
         questions,
@@ -600,6 +627,35 @@ pub fn run_locomo(
         conversations,
         loo: loo.then(|| leave_one_out(&grid, &scored, Params::of(tuning.recipe))),
     })
+}
+
+/// One question's line of `--ranks`: its text, category and the 1-based
+/// rank of each evidence turn in the hybrid ranking (null: not in it).
+fn write_ranks(
+    out: &mut impl Write,
+    conversation: &str,
+    q: &Question,
+    ranked: &[String],
+) -> std::io::Result<()> {
+    let mut evidence: Vec<&String> = q.evidence.iter().collect();
+    evidence.sort();
+    let evidence: BTreeMap<&str, Option<usize>> = evidence
+        .into_iter()
+        .map(|id| {
+            (
+                id.as_str(),
+                ranked.iter().position(|r| r == id).map(|p| p + 1),
+            )
+        })
+        .collect();
+    let line = serde_json::json!({
+        "conversation": conversation,
+        "question": q.text,
+        "category": q.category,
+        "evidence": evidence,
+        "top10": ranked.iter().take(10).collect::<Vec<_>>(),
+    });
+    writeln!(out, "{line}")
 }
 
 /// Chooses, for each conversation, the grid point with the best mean
@@ -714,6 +770,25 @@ mod tests {
         // The shipped recipe is grid point 0 here.
         assert_eq!(r.folds[2].shipped_recall_10, 0.2);
         assert!((r.folds[0].train_recall_10 - 0.7).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ranks_lines_give_each_evidence_turn_its_place() {
+        let q = Question {
+            text: "Where has Melanie camped?".to_owned(),
+            category: 1,
+            evidence: ["D2:4".to_owned(), "D7:1".to_owned()].into(),
+        };
+        let ranked: Vec<String> = ["D1:1", "D7:1", "D3:2"].map(str::to_owned).into();
+        let mut out = Vec::new();
+        write_ranks(&mut out, "26", &q, &ranked).unwrap();
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["conversation"], "26");
+        assert_eq!(line["category"], 1);
+        assert_eq!(line["evidence"]["D7:1"], 2);
+        assert!(line["evidence"]["D2:4"].is_null());
+        assert_eq!(line["top10"].as_array().map(Vec::len), Some(3));
+        assert!(out.ends_with(b"\n"));
     }
 
     #[test]

@@ -471,6 +471,11 @@ enum EvalCommand {
         /// `speaker_boost`, `time_terms` (0 or 1).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Write one JSON line per question to FILE: the hybrid rank of
+        /// each of its evidence turns and the ten best hits (for reading
+        /// what a recipe misses).
+        #[arg(long, value_name = "FILE")]
+        ranks: Option<PathBuf>,
     },
 }
 
@@ -642,6 +647,7 @@ fn run(cli: Cli) -> Result<()> {
                 json,
                 loo,
                 set,
+                ranks,
             },
     } = &cli.command
     {
@@ -649,7 +655,15 @@ fn run(cli: Cli) -> Result<()> {
         for s in set {
             tuning.set(s).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
         }
-        return eval_locomo(&config.embedding, data, *k, *json, *loo, &tuning);
+        return eval_locomo(
+            &config.embedding,
+            data,
+            *k,
+            *json,
+            *loo,
+            &tuning,
+            ranks.as_deref(),
+        );
     }
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
@@ -1845,9 +1859,10 @@ fn eval_locomo(
     json: bool,
     loo: bool,
     tuning: &cairn_cli::eval::Tuning,
+    ranks: Option<&Path>,
 ) -> Result<()> {
     let embedder = load_embedder(embedding);
-    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo, tuning)?;
+    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo, tuning, ranks)?;
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &report)?;
