@@ -144,7 +144,7 @@ pub struct Tuning {
 
 impl Tuning {
     /// Applies one `key=value` (`when_boost`, `period_boost`, `follow`,
-    /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`,
+    /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`, `session_decay`,
     /// `lexical_weight`, `smoothing`, `session_boost`, `speaker_boost`,
     /// `time_terms`).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
@@ -172,6 +172,7 @@ impl Tuning {
             "follow_terms" => r.follow_terms = count()?,
             "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
             "session_cap" => r.session_cap = count()?,
+            "session_decay" => r.session_decay = float()?,
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
             "session_boost" => r.session_boost = float()?,

@@ -467,7 +467,7 @@ enum EvalCommand {
         /// Change one recipe parameter for this run, `KEY=VALUE`
         /// (repeatable): `when_boost`, `period_boost`, `follow`,
         /// `follow_seeds`, `follow_terms`, `follow_elsewhere` (0 or 1),
-        /// `session_cap`, `lexical_weight`, `smoothing`, `session_boost`,
+        /// `session_cap`, `session_decay`, `lexical_weight`, `smoothing`, `session_boost`,
         /// `speaker_boost`, `time_terms` (0 or 1).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,

@@ -49,6 +49,12 @@ pub struct RecipeParams {
     /// session that scored lower is let ahead of the rest (0: off). The
     /// ranking is kept otherwise: the hits held back follow, in order.
     pub session_cap: usize,
+    /// Each further hit of a session counts this much less: a hit's score
+    /// is multiplied by `session_decay^j`, `j` the hits of its session
+    /// ranked before it (1: off, the default). A soft
+    /// [`RecipeParams::session_cap`]: a session's third hit still ranks
+    /// high when it scores well above the other sessions' hits.
+    pub session_decay: f32,
 }
 
 impl Default for RecipeParams {
@@ -66,6 +72,7 @@ impl Default for RecipeParams {
             follow_terms: 6,
             follow_elsewhere: false,
             session_cap: 0,
+            session_decay: 1.0,
         }
     }
 }

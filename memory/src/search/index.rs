@@ -622,6 +622,9 @@ impl SearchIndex {
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if let (SearchMode::Hybrid, Fusion::Recipe(p)) = (mode, &options.fusion) {
+            if p.session_decay < 1.0 {
+                ranked = self.decay_sessions(ranked, p.session_decay);
+            }
             if p.session_cap > 0 {
                 ranked = self.spread_sessions(ranked, p.session_cap, options.k);
             }
@@ -919,6 +922,41 @@ impl SearchIndex {
         }
         front.extend(back);
         front
+    }
+
+    /// `ranked` (best first) ranked again with each hit's score multiplied
+    /// by `decay^j`, `j` the hits of its session placed before it: the best
+    /// adjusted head of any session goes next. Scores are the adjusted ones.
+    fn decay_sessions(&self, ranked: Vec<(usize, f32)>, decay: f32) -> Vec<(usize, f32)> {
+        // Each session's hits, best first (`ranked` is in that order).
+        let mut queues: Vec<std::collections::VecDeque<(usize, f32)>> = Vec::new();
+        let mut of_session: HashMap<&str, usize> = HashMap::new();
+        for (d, s) in ranked {
+            let session = self.meta(d).map_or("", |m| m.session.as_str());
+            let q = *of_session.entry(session).or_insert_with(|| {
+                queues.push(Default::default());
+                queues.len() - 1
+            });
+            queues[q].push_back((d, s));
+        }
+        // Heads by adjusted score, ties by document (as `ranked`).
+        let mut placed = vec![0i32; queues.len()];
+        let mut out = Vec::with_capacity(queues.iter().map(|q| q.len()).sum());
+        loop {
+            let next = queues
+                .iter()
+                .enumerate()
+                .filter_map(|(q, queue)| {
+                    let &(d, s) = queue.front()?;
+                    Some((q, d, s * decay.powi(placed[q])))
+                })
+                .max_by(|a, b| a.2.total_cmp(&b.2).then(b.1.cmp(&a.1)));
+            let Some((q, d, adjusted)) = next else { break };
+            queues[q].pop_front();
+            placed[q] += 1;
+            out.push((d, adjusted));
+        }
+        out
     }
 
     /// The bounded second pass (one extra BM25 query): the rarest words of

@@ -361,6 +361,39 @@ fn a_session_cap_spreads_the_first_hits_over_sessions() {
     assert_eq!(capped[3], plain[2], "{capped:?}");
 }
 
+/// A session decay lets another session's hit ahead of a session's second
+/// when the decay outweighs the difference; scores stay in order and
+/// nothing is dropped.
+#[test]
+fn a_session_decay_lets_other_sessions_ahead_by_score() {
+    let d = vec![
+        SearchDoc::new("a1", "s1", 0, "Ana paints landscapes on weekends."),
+        SearchDoc::new("a2", "s1", 1, "Ana paints with oils now."),
+        SearchDoc::new("a3", "s1", 2, "Ana paints her dog too."),
+        SearchDoc::new("b1", "s2", 0, "Ana went hiking with friends."),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let hits = |decay: f32| {
+        let p = RecipeParams {
+            session_decay: decay,
+            ..RecipeParams::default()
+        };
+        let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
+        index.search("What does Ana paint?", &o).unwrap().hits
+    };
+    let ids = |decay: f32| hits(decay).into_iter().map(|h| h.id).collect::<Vec<_>>();
+    let plain = ids(1.0);
+    assert_eq!(plain.last().map(String::as_str), Some("b1"), "{plain:?}");
+    let spread = ids(0.01);
+    assert_eq!(spread.len(), 4, "{spread:?}");
+    assert_eq!(spread[0], plain[0], "{spread:?}");
+    assert_eq!(spread[1], "b1", "{spread:?}");
+    assert_eq!(spread[2..], plain[1..3], "{spread:?}");
+    let scores: Vec<f32> = hits(0.01).iter().map(|h| h.score).collect();
+    assert!(scores.is_sorted_by(|a, b| a >= b), "{scores:?}");
+}
+
 /// The second pass follows the best hit's rare words to the other part of
 /// a two-part question.
 #[test]
