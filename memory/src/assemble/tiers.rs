@@ -3,6 +3,7 @@
 //! applied by `compose`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::OnceLock;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -117,45 +118,76 @@ pub(super) fn phase_of(content: &str) -> Option<&'static str> {
         .map(|(_, phase)| phase)
 }
 
-/// The live entries with, per work context, where its continuity records
-/// are (an index kept with the live list: the resume card and the active
-/// phase read one context's records, not the whole log, on every assembly).
+/// The live entries with, per work context, what its resume card and
+/// phase read (an index kept with the live list: an assembly reads one
+/// context's card, not the context's records, let alone the whole log).
 #[derive(Clone, Copy)]
 pub(super) struct Continuity<'a> {
     live: &'a [EntryView],
-    index: &'a HashMap<String, Vec<usize>>,
+    index: &'a AssemblyIndex,
 }
 
 impl<'a> Continuity<'a> {
     /// Over `live`, with the index `derived` (kept with that list) holds,
     /// built on first use.
     pub(super) fn of(live: &'a [EntryView], derived: &'a LiveDerived) -> Self {
-        let index = &AssemblyIndex::of(live, derived).continuity;
+        let index = AssemblyIndex::of(live, derived);
         Continuity { live, index }
     }
 
-    /// The continuity records of `work_context`, newest first.
-    fn records(self, work_context: &str) -> impl Iterator<Item = &'a EntryView> {
-        let live = self.live;
-        self.index
-            .get(work_context)
-            .into_iter()
-            .flatten()
-            .map(move |&i| &live[i])
+    /// The card of `work_context` (none: it has no continuity records).
+    fn card(self, work_context: &str) -> Option<&'a Card> {
+        self.index.cards.get(work_context)
+    }
+}
+
+/// What a work context's resume card and phase read, made in the index's
+/// one pass over the live list (newest first).
+#[derive(Debug)]
+struct Card {
+    /// Its newest continuity record.
+    latest: usize,
+    /// The card's lines in list order: each part up to its
+    /// [`ResumePart::max`], and only the newest handoff (a handoff says
+    /// where things stood when its session ended: the newest supersedes
+    /// the others).
+    lines: Vec<(ResumePart, usize)>,
+    /// Whether a handoff is among the lines already.
+    handoff_seen: bool,
+    /// Its newest phase change.
+    phase: Option<usize>,
+}
+
+impl Card {
+    fn new(latest: usize) -> Self {
+        Card {
+            latest,
+            lines: Vec::new(),
+            handoff_seen: false,
+            phase: None,
+        }
     }
 
-    /// Every continuity record, newest first within each context.
-    fn all(self) -> impl Iterator<Item = &'a EntryView> {
-        let live = self.live;
-        self.index.values().flatten().map(move |&i| &live[i])
+    /// Takes the continuity record at `i` (records come newest first).
+    fn note(&mut self, kind: EntryKind, i: usize) {
+        if kind == EntryKind::WorkPhaseChange && self.phase.is_none() {
+            self.phase = Some(i);
+        }
+        if kind == EntryKind::Handoff && std::mem::replace(&mut self.handoff_seen, true) {
+            return;
+        }
+        if let Some(part) = ResumePart::of(kind) {
+            if self.lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
+                self.lines.push((part, i));
+            }
+        }
     }
 }
 
 /// The active phase of a work context: its newest phase change.
 pub(super) fn active_phase(live: Continuity<'_>, work_context: &str) -> Option<&'static str> {
-    live.records(work_context)
-        .find(|v| v.entry.kind == EntryKind::WorkPhaseChange)
-        .and_then(|v| phase_of(&v.entry.content))
+    let at = live.card(work_context)?.phase?;
+    phase_of(&live.live[at].entry.content)
 }
 
 fn mentions(query: &str, subject: &Subject) -> bool {
@@ -186,21 +218,8 @@ pub(super) fn resume<'a>(
     now: DateTime<Utc>,
     settings: &AssembleSettings,
 ) -> Result<Resume<'a>, String> {
-    fn continuity<'v>(live: Continuity<'v>, wc: &str) -> Vec<&'v EntryView> {
-        // A handoff says where things stood when its session ended: the
-        // newest one supersedes the others (newest first).
-        let mut handoff_seen = false;
-        live.records(wc)
-            .filter(|v| {
-                if v.entry.kind != EntryKind::Handoff {
-                    return true;
-                }
-                !std::mem::replace(&mut handoff_seen, true)
-            })
-            .collect()
-    }
     let (work_context, matched) = if session.work_context != DEFAULT_WORK_CONTEXT
-        && !continuity(live, &session.work_context).is_empty()
+        && live.card(&session.work_context).is_some()
     {
         (
             session.work_context.clone(),
@@ -208,14 +227,12 @@ pub(super) fn resume<'a>(
         )
     } else {
         let named: Vec<&Subject> = subjects.iter().filter(|s| mentions(query, s)).collect();
+        // Continuity records about the named subjects, per (named) context.
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for v in live.all() {
-            if v.subject
-                .as_ref()
-                .is_some_and(|s| named.iter().any(|n| &n.slug == s))
-                && v.entry.work_context != DEFAULT_WORK_CONTEXT
-            {
-                *counts.entry(v.entry.work_context.as_str()).or_default() += 1;
+        let by_subject = live.index.continuity_by_subject(live.live);
+        for about in named.iter().filter_map(|n| by_subject.get(&n.slug)) {
+            for (wc, n) in about {
+                *counts.entry(wc.as_str()).or_default() += n;
             }
         }
         let best = counts
@@ -236,12 +253,12 @@ pub(super) fn resume<'a>(
             None => return Err("no entity in the turn matches a work context".to_owned()),
         }
     };
-    let records = continuity(live, &work_context);
-    let Some(latest) = records.first().copied() else {
+    let Some(card) = live.card(&work_context) else {
         return Err(format!(
             "work context {work_context:?} has no continuity data"
         ));
     };
+    let latest = &live.live[card.latest];
     if latest
         .entry
         .provenance
@@ -260,14 +277,11 @@ pub(super) fn resume<'a>(
             settings.resume_min_gap_minutes
         ));
     }
-    let mut lines: Vec<(ResumePart, &EntryView)> = Vec::new();
-    for v in records {
-        if let Some(part) = ResumePart::of(v.entry.kind) {
-            if lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
-                lines.push((part, v));
-            }
-        }
-    }
+    let mut lines: Vec<(ResumePart, &EntryView)> = card
+        .lines
+        .iter()
+        .map(|&(part, i)| (part, &live.live[i]))
+        .collect();
     lines.sort_by_key(|(p, _)| *p);
     Ok(Resume {
         phase: active_phase(live, &work_context).map(str::to_owned),
@@ -314,8 +328,12 @@ pub(super) fn recent_activity<'a>(
 /// Positions are in list order (newest first).
 #[derive(Debug, Default)]
 pub(crate) struct AssemblyIndex {
-    /// Per work context, its continuity records (resume card, phase).
-    continuity: HashMap<String, Vec<usize>>,
+    /// Per work context with continuity records, its resume card and phase.
+    cards: HashMap<String, Card>,
+    /// Per subject, how many continuity records about it each named work
+    /// context has (the resume card's entity match; made on first use, as
+    /// only sessions outside a context with continuity data ask).
+    continuity_by_subject: OnceLock<HashMap<String, BTreeMap<String, usize>>>,
     /// Per work context, the records tier 2 (recent activity) shows.
     activity: HashMap<String, Vec<usize>>,
     /// Per work context, its newest handoff.
@@ -334,7 +352,14 @@ impl AssemblyIndex {
             for (i, v) in live.iter().enumerate() {
                 let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
                 if is_continuity(kind) {
-                    push_position(&mut index.continuity, wc, i);
+                    match index.cards.get_mut(wc) {
+                        Some(card) => card.note(kind, i),
+                        None => {
+                            let mut card = Card::new(i);
+                            card.note(kind, i);
+                            index.cards.insert(wc.to_owned(), card);
+                        }
+                    }
                 }
                 if matches!(
                     kind,
@@ -359,6 +384,31 @@ impl AssemblyIndex {
                 }
             }
             index
+        })
+    }
+
+    /// Per subject, how many continuity records about it each named work
+    /// context of `live` (the list this index is of) has.
+    fn continuity_by_subject(
+        &self,
+        live: &[EntryView],
+    ) -> &HashMap<String, BTreeMap<String, usize>> {
+        self.continuity_by_subject.get_or_init(|| {
+            let mut counts: HashMap<String, BTreeMap<String, usize>> = HashMap::new();
+            for v in live {
+                let wc = v.entry.work_context.as_str();
+                if let Some(subject) = &v.subject
+                    && wc != DEFAULT_WORK_CONTEXT
+                    && is_continuity(v.entry.kind)
+                {
+                    *counts
+                        .entry(subject.clone())
+                        .or_default()
+                        .entry(wc.to_owned())
+                        .or_default() += 1;
+                }
+            }
+            counts
         })
     }
 
