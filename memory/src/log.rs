@@ -431,6 +431,14 @@ impl utoipa::ToSchema for EntryView {
     }
 }
 
+/// How a patched live list was made from the one before it: where each of
+/// the old list's entries went (`usize::MAX`: replaced) and where the added
+/// entries are.
+pub(crate) struct Moves {
+    pub(crate) remap: Vec<usize>,
+    pub(crate) added: Vec<usize>,
+}
+
 impl EntryView {
     /// True when the entry shows as live.
     pub fn is_live(&self) -> bool {
@@ -948,8 +956,18 @@ impl Workspace {
         // this list's validity.
         let (views, until) = match base {
             Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
-                derived.lineage = base.lineage;
-                self.live_from(&log, base, now)
+                derived.lineage = base.derived.lineage;
+                let from = base.derived.clone();
+                let old = from.assembly.get();
+                let (views, until, moves) = self.live_from(&log, base, now, old.is_some());
+                // The assembly index follows the patch when the old list
+                // had one (no pass over the new list).
+                if let (Some(old), Some(moves)) = (old, moves) {
+                    let _ = derived
+                        .assembly
+                        .set(old.patched(&moves.remap, &views, &moves.added));
+                }
+                (views, until)
             }
             _ => {
                 let views = self.entries_in(&log, &EntryFilter::default(), now)?;
@@ -974,12 +992,16 @@ impl Workspace {
     /// makes (`base` was valid at `now`, so no decay came between); with
     /// the first decay time among them (or earlier: that of an entry the
     /// patches replaced).
+    ///
+    /// With `track`, also where each old entry went and where the added
+    /// ones are ([`Moves`]).
     fn live_from(
         &self,
         log: &LogSnapshot,
         base: LiveBase,
         now: DateTime<Utc>,
-    ) -> (Vec<EntryView>, Option<DateTime<Utc>>) {
+        track: bool,
+    ) -> (Vec<EntryView>, Option<DateTime<Utc>>, Option<Moves>) {
         let newest_first = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
         let mut added: Vec<EntryView> = Vec::with_capacity(base.added.len());
         for entry in &base.added {
@@ -1002,20 +1024,37 @@ impl Workspace {
             .min();
         // Both in order: merged (new entries are mostly the newest, so
         // this is mostly a copy of the old list behind them).
-        let kept = base
-            .views
-            .iter()
-            .filter(|v| base.replaced.is_empty() || !base.replaced.contains(&v.entry.id));
         let mut views = Vec::with_capacity(base.views.len() + added.len());
+        let mut moves = track.then(|| Moves {
+            remap: Vec::with_capacity(base.views.len()),
+            added: Vec::with_capacity(added.len()),
+        });
         let mut added = added.into_iter().peekable();
-        for v in kept {
+        for v in base.views.iter() {
+            if !base.replaced.is_empty() && base.replaced.contains(&v.entry.id) {
+                if let Some(m) = moves.as_mut() {
+                    m.remap.push(usize::MAX);
+                }
+                continue;
+            }
             while let Some(a) = added.next_if(|a| newest_first(a, v).is_le()) {
+                if let Some(m) = moves.as_mut() {
+                    m.added.push(views.len());
+                }
                 views.push(a);
+            }
+            if let Some(m) = moves.as_mut() {
+                m.remap.push(views.len());
             }
             views.push(v.clone());
         }
-        views.extend(added);
-        (views, until)
+        for a in added {
+            if let Some(m) = moves.as_mut() {
+                m.added.push(views.len());
+            }
+            views.push(a);
+        }
+        (views, until, moves)
     }
 
     pub(crate) fn entries_in(

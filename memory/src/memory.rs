@@ -136,9 +136,11 @@ pub(crate) struct LiveBase {
     pub(crate) at: DateTime<Utc>,
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) views: Arc<Vec<EntryView>>,
-    /// The lineage of `views` (carried over: the patches only added
-    /// entries and corrections; see [`LiveDerived::lineage`]).
-    pub(crate) lineage: u64,
+    /// What is derived from `views`: its lineage (carried over: the
+    /// patches only added entries and corrections; see
+    /// [`LiveDerived::lineage`]) and its assembly index, when made (the
+    /// next list's is patched from it).
+    pub(crate) derived: Arc<LiveDerived>,
     pub(crate) added: Vec<Arc<Entry>>,
     pub(crate) replaced: std::collections::HashSet<String>,
 }
@@ -179,7 +181,7 @@ impl LogSnapshot {
                 at: live.at,
                 until: live.until,
                 views: live.views.clone(),
-                lineage: live.derived.lineage,
+                derived: live.derived.clone(),
                 added: Vec::new(),
                 replaced: std::collections::HashSet::new(),
             }),
@@ -370,10 +372,22 @@ pub(crate) fn positions_by<'v>(
 
 /// Adds position `i` under `key` (the key is copied only when new).
 pub(crate) fn push_position(index: &mut HashMap<String, Vec<usize>>, key: &str, i: usize) {
+    with_list(index, key, |positions| positions.push(i));
+}
+
+/// Runs `f` on the list under `key`, made empty when missing (the key is
+/// copied only then).
+pub(crate) fn with_list(
+    index: &mut HashMap<String, Vec<usize>>,
+    key: &str,
+    f: impl FnOnce(&mut Vec<usize>),
+) {
     match index.get_mut(key) {
-        Some(positions) => positions.push(i),
+        Some(positions) => f(positions),
         None => {
-            index.insert(key.to_owned(), vec![i]);
+            let mut positions = Vec::new();
+            f(&mut positions);
+            index.insert(key.to_owned(), positions);
         }
     }
 }

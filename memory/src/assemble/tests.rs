@@ -863,3 +863,79 @@ fn the_briefing_fills_what_is_left() {
     });
     assert!(rules_of(&check(&ws, &request), Section::Briefing).is_empty());
 }
+
+/// One write of the index property: an entry of one of the kinds the
+/// index reads, in one of three contexts, maybe about a subject, maybe
+/// correcting an earlier one, captured some minutes from now (so additions
+/// are not always the newest).
+fn arb_index_write() -> impl Strategy<Value = (usize, usize, Option<usize>, Option<usize>, i64)> {
+    (
+        0usize..9,
+        0usize..3,
+        proptest::option::of(0usize..2),
+        proptest::option::weighted(0.25, 0usize..64),
+        -120i64..5,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The assembly index of a patched live list, made from the previous
+    /// list's index and the patch, is the index a pass over the new list
+    /// makes; and the patch is what makes it (no pass).
+    #[test]
+    fn a_patched_assembly_index_is_the_index_of_its_list(
+        writes in proptest::collection::vec(arb_index_write(), 1..40),
+    ) {
+        use super::tiers::AssemblyIndex;
+        const KINDS: [EntryKind; 9] = [
+            EntryKind::Handoff,
+            EntryKind::SessionSummaryRef,
+            EntryKind::Decision,
+            EntryKind::KeyDecision,
+            EntryKind::OpenQuestion,
+            EntryKind::WorkPhaseChange,
+            EntryKind::CrossConversationUpdate,
+            EntryKind::Fact,
+            EntryKind::Directive,
+        ];
+        const CONTEXTS: [&str; 3] = [crate::DEFAULT_WORK_CONTEXT, "wc-a", "wc-b"];
+        const SUBJECTS: [&str; 2] = ["alpha", "beta"];
+        let fx = Fx::new();
+        let ws = fx.ws();
+        for (i, wc) in CONTEXTS.iter().enumerate() {
+            past(&ws, &format!("s{i}"), wc);
+        }
+        let mut written: Vec<String> = Vec::new();
+        let mut patched = 0;
+        let n_writes = writes.len();
+        for (n, (kind, wc, subject, replaces, minutes)) in writes.into_iter().enumerate() {
+            let mut input = entry(
+                KINDS[kind],
+                &format!("record {n}: from review to drafting"),
+                CONTEXTS[wc],
+                &format!("s{wc}"),
+                fx.now() + Duration::minutes(minutes),
+            );
+            if let Some(s) = subject {
+                input = input.about(SUBJECTS[s]);
+            }
+            // An entry is corrected once (a second correction is refused).
+            if let Some(r) = replaces.filter(|_| !written.is_empty()) {
+                let id = written.swap_remove(r % written.len());
+                input = input.replacing(&id);
+            }
+            written.push(ws.append_entry(&input).unwrap().id);
+            let (live, derived) = ws.live_state().unwrap();
+            if derived.assembly.get().is_some() {
+                patched += 1;
+            }
+            let index = AssemblyIndex::of(&live, &derived);
+            prop_assert_eq!(index, &AssemblyIndex::build(&live), "after write {}", n);
+        }
+        // Every write after the first is a pure addition (entries and
+        // corrections): its list is patched.
+        prop_assert_eq!(patched, n_writes - 1, "lists patched");
+    }
+}

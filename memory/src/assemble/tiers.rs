@@ -10,7 +10,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::{ActivityReport, AssembleSettings};
 use crate::log::{EntryKind, EntryView};
 use crate::memory::DEFAULT_WORK_CONTEXT;
-use crate::memory::{LiveDerived, push_position};
+use crate::memory::{LiveDerived, with_list};
 use crate::record::Session;
 use crate::subjects::{Subject, SubjectKind};
 
@@ -141,9 +141,9 @@ impl<'a> Continuity<'a> {
     }
 }
 
-/// What a work context's resume card and phase read, made in the index's
-/// one pass over the live list (newest first).
-#[derive(Debug)]
+/// What a work context's resume card and phase read, made from its
+/// continuity records (newest first).
+#[derive(Debug, PartialEq)]
 struct Card {
     /// Its newest continuity record.
     latest: usize,
@@ -152,20 +152,28 @@ struct Card {
     /// where things stood when its session ended: the newest supersedes
     /// the others).
     lines: Vec<(ResumePart, usize)>,
-    /// Whether a handoff is among the lines already.
-    handoff_seen: bool,
+    /// Its newest handoff (the one among the lines).
+    handoff: Option<usize>,
     /// Its newest phase change.
     phase: Option<usize>,
 }
 
 impl Card {
-    fn new(latest: usize) -> Self {
-        Card {
-            latest,
+    /// The card of the continuity records at `positions` of `live` (list
+    /// order; not empty).
+    fn of(positions: &[usize], live: &[EntryView]) -> Self {
+        let mut card = Card {
+            latest: positions.first().copied().unwrap_or_default(),
             lines: Vec::new(),
-            handoff_seen: false,
+            handoff: None,
             phase: None,
+        };
+        for &i in positions {
+            if let Some(v) = live.get(i) {
+                card.note(v.entry.kind, i);
+            }
         }
+        card
     }
 
     /// Takes the continuity record at `i` (records come newest first).
@@ -173,13 +181,28 @@ impl Card {
         if kind == EntryKind::WorkPhaseChange && self.phase.is_none() {
             self.phase = Some(i);
         }
-        if kind == EntryKind::Handoff && std::mem::replace(&mut self.handoff_seen, true) {
-            return;
+        if kind == EntryKind::Handoff {
+            if self.handoff.is_some() {
+                return;
+            }
+            self.handoff = Some(i);
         }
         if let Some(part) = ResumePart::of(kind) {
             if self.lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
                 self.lines.push((part, i));
             }
+        }
+    }
+
+    /// This card with its positions moved by `remap` (none of its records
+    /// was replaced).
+    fn remapped(&self, remap: &[usize]) -> Card {
+        let at = |i: usize| remap.get(i).copied().unwrap_or(usize::MAX);
+        Card {
+            latest: at(self.latest),
+            lines: self.lines.iter().map(|&(part, i)| (part, at(i))).collect(),
+            handoff: self.handoff.map(at),
+            phase: self.phase.map(at),
         }
     }
 }
@@ -324,11 +347,16 @@ pub(super) fn recent_activity<'a>(
 }
 
 /// Where in a live list the records assembly reads are, kept with the
-/// list ([`LiveDerived`]) and made in one pass over it on first use.
-/// Positions are in list order (newest first).
-#[derive(Debug, Default)]
+/// list ([`LiveDerived`]): made in one pass over it on first use, or, for a
+/// list patched from one whose index was made, from that index and the
+/// patch ([`AssemblyIndex::patched`]). Positions are in list order (newest
+/// first).
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct AssemblyIndex {
-    /// Per work context with continuity records, its resume card and phase.
+    /// Per work context, its continuity records.
+    continuity: HashMap<String, Vec<usize>>,
+    /// Per work context with continuity records, its resume card, phase and
+    /// newest handoff.
     cards: HashMap<String, Card>,
     /// Per subject, how many continuity records about it each named work
     /// context has (the resume card's entity match; made on first use, as
@@ -336,8 +364,6 @@ pub(crate) struct AssemblyIndex {
     continuity_by_subject: OnceLock<HashMap<String, BTreeMap<String, usize>>>,
     /// Per work context, the records tier 2 (recent activity) shows.
     activity: HashMap<String, Vec<usize>>,
-    /// Per work context, its newest handoff.
-    handoffs: HashMap<String, usize>,
     /// Facts of the default (workspace-wide) work context (tier 3).
     workspace_facts: Vec<usize>,
     /// Facts of other contexts, per subject (tier 3: those about people).
@@ -347,44 +373,126 @@ pub(crate) struct AssemblyIndex {
 impl AssemblyIndex {
     /// The index of `live`, kept in `derived` (made on first use).
     pub(crate) fn of<'d>(live: &[EntryView], derived: &'d LiveDerived) -> &'d AssemblyIndex {
-        derived.assembly.get_or_init(|| {
-            let mut index = AssemblyIndex::default();
-            for (i, v) in live.iter().enumerate() {
+        derived.assembly.get_or_init(|| AssemblyIndex::build(live))
+    }
+
+    /// One pass over `live`.
+    pub(crate) fn build(live: &[EntryView]) -> AssemblyIndex {
+        let mut index = AssemblyIndex::default();
+        for (i, v) in live.iter().enumerate() {
+            if index.add(v, i, false) {
                 let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
-                if is_continuity(kind) {
-                    match index.cards.get_mut(wc) {
-                        Some(card) => card.note(kind, i),
-                        None => {
-                            let mut card = Card::new(i);
-                            card.note(kind, i);
-                            index.cards.insert(wc.to_owned(), card);
-                        }
-                    }
-                }
-                if matches!(
-                    kind,
-                    EntryKind::SessionSummaryRef
-                        | EntryKind::Handoff
-                        | EntryKind::KeyDecision
-                        | EntryKind::Decision
-                        | EntryKind::Directive
-                        | EntryKind::WorkPhaseChange
-                ) {
-                    push_position(&mut index.activity, wc, i);
-                }
-                if kind == EntryKind::Handoff && !index.handoffs.contains_key(wc) {
-                    index.handoffs.insert(wc.to_owned(), i);
-                }
-                if kind == EntryKind::Fact {
-                    if wc == DEFAULT_WORK_CONTEXT {
-                        index.workspace_facts.push(i);
-                    } else if let Some(s) = &v.subject {
-                        push_position(&mut index.facts_by_subject, s, i);
+                match index.cards.get_mut(wc) {
+                    Some(card) => card.note(kind, i),
+                    None => {
+                        index.cards.insert(wc.to_owned(), Card::of(&[i], live));
                     }
                 }
             }
-            index
-        })
+        }
+        index
+    }
+
+    /// Puts `v`, at position `i`, in the lists it belongs in: at its place
+    /// when `sorted` (a patch), else at the end (a build, in list order).
+    /// True when it is a continuity record.
+    fn add(&mut self, v: &EntryView, i: usize, sorted: bool) -> bool {
+        let put = |list: &mut Vec<usize>| {
+            let at = if sorted {
+                list.partition_point(|&p| p < i)
+            } else {
+                list.len()
+            };
+            list.insert(at, i);
+        };
+        let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
+        let continuity = is_continuity(kind);
+        if continuity {
+            with_list(&mut self.continuity, wc, put);
+        }
+        if matches!(
+            kind,
+            EntryKind::SessionSummaryRef
+                | EntryKind::Handoff
+                | EntryKind::KeyDecision
+                | EntryKind::Decision
+                | EntryKind::Directive
+                | EntryKind::WorkPhaseChange
+        ) {
+            with_list(&mut self.activity, wc, put);
+        }
+        if kind == EntryKind::Fact {
+            if wc == DEFAULT_WORK_CONTEXT {
+                put(&mut self.workspace_facts);
+            } else if let Some(s) = &v.subject {
+                with_list(&mut self.facts_by_subject, s, put);
+            }
+        }
+        continuity
+    }
+
+    /// The index of `live`, a list patched from the one this index is of:
+    /// `remap[i]` is where that list's entry `i` is in `live`
+    /// ([`usize::MAX`]: a patch replaced it), and `added` holds the
+    /// positions in `live` of the entries the patches added. Costs the
+    /// index's size in integer moves, plus one pass over the continuity
+    /// records of each work context the patches touched: not a pass over
+    /// the list.
+    pub(crate) fn patched(
+        &self,
+        remap: &[usize],
+        live: &[EntryView],
+        added: &[usize],
+    ) -> AssemblyIndex {
+        let moved = |positions: &[usize]| -> Vec<usize> {
+            positions
+                .iter()
+                .filter_map(|&p| remap.get(p).copied().filter(|&q| q != usize::MAX))
+                .collect()
+        };
+        let moved_all = |map: &HashMap<String, Vec<usize>>| -> HashMap<String, Vec<usize>> {
+            map.iter()
+                .map(|(key, positions)| (key.clone(), moved(positions)))
+                .filter(|(_, positions)| !positions.is_empty())
+                .collect()
+        };
+        let mut index = AssemblyIndex {
+            continuity: HashMap::with_capacity(self.continuity.len()),
+            activity: moved_all(&self.activity),
+            workspace_facts: moved(&self.workspace_facts),
+            facts_by_subject: moved_all(&self.facts_by_subject),
+            ..AssemblyIndex::default()
+        };
+        // Contexts whose cards are made again: a record of theirs was
+        // replaced or added.
+        let mut touched: HashSet<String> = HashSet::new();
+        for (wc, positions) in &self.continuity {
+            let kept = moved(positions);
+            if kept.len() != positions.len() {
+                touched.insert(wc.clone());
+            }
+            if !kept.is_empty() {
+                index.continuity.insert(wc.clone(), kept);
+            }
+        }
+        for &j in added {
+            let Some(v) = live.get(j) else { continue };
+            if index.add(v, j, true) {
+                touched.insert(v.entry.work_context.clone());
+            }
+        }
+        index.cards = index
+            .continuity
+            .iter()
+            .map(|(wc, positions)| {
+                let card = match self.cards.get(wc) {
+                    Some(card) if !touched.contains(wc) => card.remapped(remap),
+                    _ => Card::of(positions, live),
+                };
+                (wc.clone(), card)
+            })
+            .collect();
+        index
     }
 
     /// Per subject, how many continuity records about it each named work
@@ -414,7 +522,7 @@ impl AssemblyIndex {
 
     /// The position of the newest handoff of `work_context`.
     pub(crate) fn latest_handoff(&self, work_context: &str) -> Option<usize> {
-        self.handoffs.get(work_context).copied()
+        self.cards.get(work_context)?.handoff
     }
 }
 
