@@ -331,10 +331,9 @@ fn time_boosts_follow_the_question() {
     assert_eq!(first("Who adopted a puppy in July 2023?", period), "b");
 }
 
-/// A session cap lets another session's hit ahead of a session's third;
-/// the order is kept otherwise and nothing is dropped.
-#[test]
-fn a_session_cap_spreads_the_first_hits_over_sessions() {
+/// Three turns of one session about painting and one of another session,
+/// and the hits for "What does Ana paint?" under `p`.
+fn painting_hits(p: RecipeParams) -> Vec<SearchHit> {
     let d = vec![
         SearchDoc::new("a1", "s1", 0, "Ana paints landscapes on weekends."),
         SearchDoc::new("a2", "s1", 1, "Ana paints with oils now."),
@@ -343,14 +342,23 @@ fn a_session_cap_spreads_the_first_hits_over_sessions() {
     ];
     let mut index = SearchIndex::new(Some(model())).unwrap();
     index.add(&d).unwrap();
+    let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
+    index.search("What does Ana paint?", &o).unwrap().hits
+}
+
+fn ids(hits: Vec<SearchHit>) -> Vec<String> {
+    hits.into_iter().map(|h| h.id).collect()
+}
+
+/// A session cap lets another session's hit ahead of a session's third;
+/// the order is kept otherwise and nothing is dropped.
+#[test]
+fn a_session_cap_spreads_the_first_hits_over_sessions() {
     let order = |cap: usize| {
-        let p = RecipeParams {
+        ids(painting_hits(RecipeParams {
             session_cap: cap,
             ..RecipeParams::default()
-        };
-        let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
-        let hits = index.search("What does Ana paint?", &o).unwrap().hits;
-        hits.into_iter().map(|h| h.id).collect::<Vec<_>>()
+        }))
     };
     let plain = order(0);
     assert_eq!(plain.last().map(String::as_str), Some("b1"), "{plain:?}");
@@ -366,26 +374,15 @@ fn a_session_cap_spreads_the_first_hits_over_sessions() {
 /// nothing is dropped.
 #[test]
 fn a_session_decay_lets_other_sessions_ahead_by_score() {
-    let d = vec![
-        SearchDoc::new("a1", "s1", 0, "Ana paints landscapes on weekends."),
-        SearchDoc::new("a2", "s1", 1, "Ana paints with oils now."),
-        SearchDoc::new("a3", "s1", 2, "Ana paints her dog too."),
-        SearchDoc::new("b1", "s2", 0, "Ana went hiking with friends."),
-    ];
-    let mut index = SearchIndex::new(Some(model())).unwrap();
-    index.add(&d).unwrap();
     let hits = |decay: f32| {
-        let p = RecipeParams {
+        painting_hits(RecipeParams {
             session_decay: decay,
             ..RecipeParams::default()
-        };
-        let o = SearchOptions::new(4).fusion(Fusion::Recipe(p));
-        index.search("What does Ana paint?", &o).unwrap().hits
+        })
     };
-    let ids = |decay: f32| hits(decay).into_iter().map(|h| h.id).collect::<Vec<_>>();
-    let plain = ids(1.0);
+    let plain = ids(hits(1.0));
     assert_eq!(plain.last().map(String::as_str), Some("b1"), "{plain:?}");
-    let spread = ids(0.01);
+    let spread = ids(hits(0.01));
     assert_eq!(spread.len(), 4, "{spread:?}");
     assert_eq!(spread[0], plain[0], "{spread:?}");
     assert_eq!(spread[1], "b1", "{spread:?}");
