@@ -172,7 +172,13 @@ impl Tuning {
             "follow_terms" => r.follow_terms = count()?,
             "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
             "session_cap" => r.session_cap = count()?,
-            "session_decay" => r.session_decay = float()?,
+            "session_decay" => {
+                let d = float()?;
+                if !(d > 0.0 && d <= 1.0) {
+                    return Err(format!("session_decay: {d} is not in (0, 1]"));
+                }
+                r.session_decay = d;
+            }
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
             "session_boost" => r.session_boost = float()?,
@@ -490,19 +496,6 @@ pub fn run_locomo(
     tuning: &Tuning,
     ranks: Option<&Path>,
 ) -> Result<EvalReport, EvalError> {
-    // One JSON line per question: where hybrid ranked each evidence turn.
-    let mut ranks_out = match ranks {
-        Some(path) => Some((
-            path,
-            std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| {
-                EvalError::Io {
-                    path: path.to_owned(),
-                    source,
-                }
-            })?),
-        )),
-        None => None,
-    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| EvalError::Io {
             path: dir.to_owned(),
@@ -521,6 +514,20 @@ pub fn run_locomo(
             "leave-one-out needs at least two conversation files",
         ));
     }
+    // One JSON line per question: where hybrid ranked each evidence turn
+    // (made once the data folder is known to hold conversations).
+    let mut ranks_out = match ranks {
+        Some(path) => Some((
+            path,
+            std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| {
+                EvalError::Io {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?),
+        )),
+        None => None,
+    };
     let modes: [(&str, SearchMode, Fusion); 4] = [
         ("bm25", SearchMode::Bm25, Fusion::default()),
         ("dense", SearchMode::Dense, Fusion::default()),
@@ -819,5 +826,10 @@ mod time_tests {
         assert!(t.set("nonsense=1").is_err());
         assert!(t.set("follow").is_err());
         assert!(t.set("follow=x").is_err());
+        t.set("session_decay=0.9").unwrap();
+        assert_eq!(t.recipe.session_decay, 0.9);
+        assert!(t.set("session_decay=0").is_err());
+        assert!(t.set("session_decay=1.5").is_err());
+        assert!(t.set("session_decay=NaN").is_err());
     }
 }

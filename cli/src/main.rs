@@ -592,7 +592,7 @@ fn main() {
     match run(cli) {
         Ok(()) => {}
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_text(&err));
             let caller = err
                 .downcast_ref::<cairn::CairnError>()
                 .is_some_and(|e| e.kind().is_caller_error())
@@ -603,6 +603,20 @@ fn main() {
             std::process::exit(if caller { 2 } else { 1 });
         }
     }
+}
+
+/// The error and its causes, each cause once: most of cairn's errors
+/// already quote their cause, which `{:#}` would print a second time.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn init_tracing(config: &CairnConfig) {
@@ -1969,4 +1983,23 @@ fn eval_locomo(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn error_text_names_each_cause_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        // A cause the message does not quote is added.
+        let wrapped = anyhow::Error::new(io()).context("reading /data");
+        assert_eq!(error_text(&wrapped), "reading /data: no such file");
+        // A cause the message already quotes is not repeated.
+        let quoted = anyhow::Error::new(cairn_cli::eval::EvalError::Io {
+            path: "/data".into(),
+            source: io(),
+        });
+        assert_eq!(error_text(&quoted), "reading /data: no such file");
+    }
 }

@@ -51,7 +51,7 @@ pub struct RecipeParams {
     pub session_cap: usize,
     /// Each further hit of a session counts this much less: a hit's score
     /// is multiplied by `session_decay^j`, `j` the hits of its session
-    /// ranked before it (1: off, the default). A soft
+    /// ranked before it (in (0, 1]; 1: off, the default). A soft
     /// [`RecipeParams::session_cap`]: a session's third hit still ranks
     /// high when it scores well above the other sessions' hits.
     pub session_decay: f32,
