@@ -33,6 +33,14 @@ pub enum EvalError {
         /// The cause.
         source: std::io::Error,
     },
+    /// Writing the `--ranks` file failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// A file is not LoCoMo JSON.
     #[error("{path} is not a LoCoMo conversation: {reason}")]
     Format {
@@ -520,7 +528,7 @@ pub fn run_locomo(
         Some(path) => Some((
             path,
             std::io::BufWriter::new(std::fs::File::create(path).map_err(|source| {
-                EvalError::Io {
+                EvalError::Write {
                     path: path.to_owned(),
                     source,
                 }
@@ -565,7 +573,7 @@ pub fn run_locomo(
                 own[i].fallback |= r.lexical_fallback;
                 let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
                 if let (Some((path, out)), "hybrid") = (ranks_out.as_mut(), modes[i].0) {
-                    write_ranks(out, &name, q, &ranked).map_err(|source| EvalError::Io {
+                    write_ranks(out, &name, q, &ranked).map_err(|source| EvalError::Write {
                         path: path.to_path_buf(),
                         source,
                     })?;
@@ -612,7 +620,7 @@ pub fn run_locomo(
         scored.push((name, per_point));
     }
     if let Some((path, mut out)) = ranks_out {
-        out.flush().map_err(|source| EvalError::Io {
+        out.flush().map_err(|source| EvalError::Write {
             path: path.to_owned(),
             source,
         })?;
