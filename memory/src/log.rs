@@ -959,10 +959,10 @@ impl Workspace {
                 derived.lineage = base.derived.lineage;
                 let from = base.derived.clone();
                 let old = from.assembly.get();
-                let (views, until, moves) = self.live_from(&log, base, now, old.is_some());
+                let (views, until, moves) = self.live_from(&log, base, now);
                 // The assembly index follows the patch when the old list
                 // had one (no pass over the new list).
-                if let (Some(old), Some(moves)) = (old, moves) {
+                if let Some(old) = old {
                     let _ = derived
                         .assembly
                         .set(old.patched(&moves.remap, &views, &moves.added));
@@ -989,19 +989,16 @@ impl Workspace {
     /// The live list of a patched snapshot from the list it started from:
     /// those entries less the ones the patches replaced, and the entries
     /// they added that are live, newest first. The same list `entries_in`
-    /// makes (`base` was valid at `now`, so no decay came between); with
+    /// makes (`base` was valid at `now`, so no decay came between); also
     /// the first decay time among them (or earlier: that of an entry the
     /// patches replaced).
-    ///
-    /// With `track`, also where each old entry went and where the added
-    /// ones are ([`Moves`]).
+    /// where each old entry went and where the added ones are ([`Moves`]).
     fn live_from(
         &self,
         log: &LogSnapshot,
         base: LiveBase,
         now: DateTime<Utc>,
-        track: bool,
-    ) -> (Vec<EntryView>, Option<DateTime<Utc>>, Option<Moves>) {
+    ) -> (Vec<EntryView>, Option<DateTime<Utc>>, Moves) {
         let newest_first = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
         let mut added: Vec<EntryView> = Vec::with_capacity(base.added.len());
         for entry in &base.added {
@@ -1025,33 +1022,27 @@ impl Workspace {
         // Both in order: merged (new entries are mostly the newest, so
         // this is mostly a copy of the old list behind them).
         let mut views = Vec::with_capacity(base.views.len() + added.len());
-        let mut moves = track.then(|| Moves {
+        let mut moves = Moves {
             remap: Vec::with_capacity(base.views.len()),
             added: Vec::with_capacity(added.len()),
-        });
+        };
         let mut added = added.into_iter().peekable();
         for v in base.views.iter() {
             if !base.replaced.is_empty() && base.replaced.contains(&v.entry.id) {
-                if let Some(m) = moves.as_mut() {
-                    m.remap.push(usize::MAX);
-                }
+                moves.remap.push(usize::MAX);
                 continue;
             }
+            // The added entries that come before `v`, then `v`; after the
+            // last old entry, the rest.
             while let Some(a) = added.next_if(|a| newest_first(a, v).is_le()) {
-                if let Some(m) = moves.as_mut() {
-                    m.added.push(views.len());
-                }
+                moves.added.push(views.len());
                 views.push(a);
             }
-            if let Some(m) = moves.as_mut() {
-                m.remap.push(views.len());
-            }
+            moves.remap.push(views.len());
             views.push(v.clone());
         }
         for a in added {
-            if let Some(m) = moves.as_mut() {
-                m.added.push(views.len());
-            }
+            moves.added.push(views.len());
             views.push(a);
         }
         (views, until, moves)

@@ -23,6 +23,7 @@ use super::render::{self, CLOSE, RULES, RULES_CLOSE, RULES_OPEN};
 use super::seams::{
     CandidateRef, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retriever,
 };
+use super::tail::Tail;
 use super::tiers::{self, ResumePart};
 use super::{
     AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Fidelity, ItemSource,
@@ -38,10 +39,6 @@ use crate::subjects::Subject;
 use crate::tokens::TokenCounter;
 use crate::topics::Topic;
 use crate::topics::gate::Membership;
-
-/// Turns read for the tail at most (the rest of the session is reachable
-/// through the projection).
-const MAX_TAIL_CANDIDATES: usize = 256;
 
 /// One rendered candidate.
 struct Piece {
@@ -492,18 +489,6 @@ fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option
     }
 }
 
-/// The index of the call a tool result answers, searching `turns[..at]`.
-fn call_of(turns: &[Turn], at: usize) -> Option<usize> {
-    let t = &turns[at];
-    if t.role != Role::Tool {
-        return None;
-    }
-    let id = t.tool_call_id.as_ref()?;
-    turns[..at]
-        .iter()
-        .rposition(|c| c.role != Role::Tool && c.tool_call_id.as_ref() == Some(id))
-}
-
 /// What one call reads, once, before anything is offered: the request and
 /// its settings, and what the workspace holds for it.
 struct Inputs<'r> {
@@ -517,8 +502,6 @@ struct Inputs<'r> {
     /// What is kept with the live list (its indexes).
     derived: Arc<crate::memory::LiveDerived>,
     subjects: Arc<Vec<Subject>>,
-    /// The session's last turns (at most [`MAX_TAIL_CANDIDATES`]), oldest first.
-    tail_turns: Vec<Turn>,
     /// The request's query, else the last user turn.
     query: String,
     /// The pinned entries as they stand now (a pin follows its entry's
@@ -534,8 +517,12 @@ struct Inputs<'r> {
     handoff: Option<EntryView>,
 }
 
-/// Checks the request and reads everything the steps need.
-fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Inputs<'r>> {
+/// Checks the request and reads everything the steps need (the tail's
+/// turns as far back as the query needs; the steps read further).
+fn read_inputs<'r, 'w>(
+    ws: &'w Workspace,
+    request: &'r AssembleRequest,
+) -> Result<(Inputs<'r>, Tail<'w>)> {
     let settings: AssembleSettings = request.settings.clone().unwrap_or_default();
     settings.validate()?;
     if request.budget_tokens > MAX_BUDGET_TOKENS {
@@ -592,16 +579,11 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         None => Vec::new(),
     };
     // Compacted turns are in the view as summaries, not in the tail.
-    let mut tail_turns = ws.recent_turns(&session.id, MAX_TAIL_CANDIDATES)?;
-    tail_turns.retain(|t| t.seq >= covered_to);
-    let query: String = request.query.clone().unwrap_or_else(|| {
-        tail_turns
-            .iter()
-            .rev()
-            .find(|t| t.role == Role::User)
-            .map(|t| t.content.clone())
-            .unwrap_or_default()
-    });
+    let mut tail = Tail::read(ws, &session, covered_to)?;
+    let query = match &request.query {
+        Some(q) => q.clone(),
+        None => last_user_turn(&mut tail)?,
+    };
     let topics = topic_candidates(ws, &session, &settings)?;
     let handoff = ws.latest_handoff(&session.work_context)?;
     let mut pinned: Vec<EntryView> = Vec::new();
@@ -620,7 +602,7 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
             }
         }
     }
-    Ok(Inputs {
+    let inputs = Inputs {
         request,
         settings,
         counter,
@@ -629,13 +611,25 @@ fn read_inputs<'r>(ws: &Workspace, request: &'r AssembleRequest) -> Result<Input
         live,
         derived,
         subjects,
-        tail_turns,
         query,
         pinned,
         summaries,
         topics,
         handoff,
-    })
+    };
+    Ok((inputs, tail))
+}
+
+/// The newest user turn's text in the tail (empty when it has none).
+fn last_user_turn(tail: &mut Tail<'_>) -> Result<String> {
+    let mut age = 0;
+    while let Some(t) = tail.get(age)? {
+        if t.role == Role::User {
+            return Ok(t.content.clone());
+        }
+        age += 1;
+    }
+    Ok(String::new())
 }
 
 /// The most topics whose collections an assembly offers.
@@ -678,7 +672,7 @@ pub(super) fn assemble(
     retriever: &dyn Retriever,
     policy: &dyn PolicyCheck,
 ) -> Result<AssembledContext> {
-    let inputs = read_inputs(ws, request)?;
+    let (inputs, mut tail) = read_inputs(ws, request)?;
     let settings = &inputs.settings;
 
     // Tier 1 eligibility does not depend on the budget; decide it first so
@@ -762,10 +756,10 @@ pub(super) fn assemble(
         inputs.now,
         settings,
     );
-    prejudge_known(&mut cx, &inputs, &resume, &living, &recent)?;
+    prejudge_known(&mut cx, &inputs, &mut tail, &resume, &living, &recent)?;
 
     let mut parts = hard_invariants(&mut cx, &inputs)?;
-    let base_start = minimum_tail(&mut cx, &inputs, &mut parts)?;
+    let minimum = minimum_tail(&mut cx, &inputs, &mut tail, &mut parts)?;
     if cx.used > cx.budget {
         return Err(MemoryError::InvariantsExceedBudget {
             budget: cx.budget,
@@ -780,7 +774,7 @@ pub(super) fn assemble(
     handoff(&mut cx, &inputs)?;
     let mut tier_reports = Vec::new();
     let t3_tokens = tier3(&mut cx, &inputs, &living, &mut tier_reports)?;
-    let tail_sources = extend_tail(&mut cx, &inputs, base_start)?;
+    let tail_sources = extend_tail(&mut cx, &inputs, &mut tail, minimum)?;
     compacted(&mut cx, &inputs)?;
     let tiers_left = settings.tiers_max_tokens.saturating_sub(t3_tokens);
     let t1_tokens = tier1(&mut cx, &inputs, &resume, tiers_left, &mut tier_reports)?;
@@ -962,21 +956,30 @@ fn hard_invariants(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<Vec<String>>
 }
 
 /// Step 2, the minimum tail: the last m turns, with the calls of their tool
-/// results. Returns the index in `tail_turns` where it starts.
-fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) -> Result<usize> {
-    let tail_turns = &inputs.tail_turns;
+/// results. Returns how many of the newest turns it holds.
+fn minimum_tail(
+    cx: &mut Ctx<'_>,
+    inputs: &Inputs<'_>,
+    tail: &mut Tail<'_>,
+    parts: &mut Vec<String>,
+) -> Result<usize> {
     let min_tail_turns = inputs.settings.min_tail_turns;
-    let n = tail_turns.len();
-    let mut base_start = n.saturating_sub(min_tail_turns);
+    tail.hold(min_tail_turns)?;
+    let mut held = min_tail_turns.min(tail.held().len());
     loop {
-        let earliest_call = (base_start..n).filter_map(|i| call_of(tail_turns, i)).min();
-        match earliest_call {
-            Some(c) if c < base_start => base_start = c,
-            _ => break,
+        let mut deepest = held;
+        for age in 0..held {
+            if let Some(call) = tail.call_of(age)? {
+                deepest = deepest.max(call + 1);
+            }
         }
+        if deepest == held {
+            break;
+        }
+        held = deepest;
     }
     let wc = &inputs.session.work_context;
-    for t in &tail_turns[base_start..] {
+    for t in tail.held()[..held].iter().rev() {
         let raw = turn_raw(t, wc, Section::Tail, None);
         force(
             cx,
@@ -985,10 +988,10 @@ fn minimum_tail(cx: &mut Ctx<'_>, inputs: &Inputs<'_>, parts: &mut Vec<String>) 
             &format!("one of the last {min_tail_turns} turns (m wins over the tail budget)"),
         )?;
     }
-    if base_start < n {
-        parts.push(format!("the last {} turn(s)", n - base_start));
+    if held > 0 {
+        parts.push(format!("the last {held} turn(s)"));
     }
-    Ok(base_start)
+    Ok(held)
 }
 
 /// Step 3, tier 3: living memory, never dropped for anything below it. Returns
@@ -1048,25 +1051,25 @@ fn tier3(
 }
 
 /// Step 4, tail extension: older turns, contiguous, up to the tail budget; a
-/// tool call and its result go in together or not at all. Returns the
-/// turns the tail covers (the projection does not repeat them).
+/// tool call and its result go in together or not at all. `held` is how
+/// many of the newest turns the minimum tail holds. Returns the turns the
+/// tail covers (the projection does not repeat them).
 fn extend_tail(
     cx: &mut Ctx<'_>,
     inputs: &Inputs<'_>,
-    base_start: usize,
+    tail: &mut Tail<'_>,
+    mut held: usize,
 ) -> Result<HashSet<ItemSource>> {
-    let tail_turns = &inputs.tail_turns;
     let wc = &inputs.session.work_context;
     let tail_target = tail_target(inputs);
-    let mut tail_start = base_start;
-    while tail_start > 0 {
-        let last = tail_start - 1;
-        let first = call_of(tail_turns, last).unwrap_or(last);
+    while tail.get(held)?.is_some() {
+        let last = held;
+        let first = tail.call_of(last)?.unwrap_or(last);
         let tail_used = section_total(cx, Section::Tail);
         let before = cx.used;
         let mut added: Vec<usize> = Vec::new();
         let mut refused = None;
-        for t in tail_turns[first..=last].iter().rev() {
+        for t in &tail.held()[last..=first] {
             let free = tail_target.saturating_sub(section_total(cx, Section::Tail));
             match cx.offer(
                 turn_raw(t, wc, Section::Tail, None),
@@ -1097,9 +1100,9 @@ fn extend_tail(
             cx.mark_out(trace, "tail.closed", why);
             break;
         }
-        tail_start = first;
+        held = first + 1;
     }
-    Ok(tail_turns[tail_start..]
+    Ok(tail.held()[..held]
         .iter()
         .map(|t| ItemSource::Turn {
             session: t.session.clone(),
@@ -1124,6 +1127,7 @@ fn tail_target(inputs: &Inputs<'_>) -> usize {
 fn prejudge_known(
     cx: &mut Ctx<'_>,
     inputs: &Inputs<'_>,
+    tail: &mut Tail<'_>,
     resume: &std::result::Result<tiers::Resume<'_>, String>,
     living: &[&EntryView],
     recent: &[&EntryView],
@@ -1139,15 +1143,22 @@ fn prejudge_known(
     );
     // The tail, newest first, while it could fit the tail budget (about
     // four bytes a token; the last m turns always).
+    // The turns are read first, as far as the estimate goes.
     let target = tail_target(inputs);
     let mut bytes = 0usize;
-    for (i, t) in inputs.tail_turns.iter().rev().enumerate() {
-        if i >= settings.min_tail_turns && bytes / 4 > target {
+    let mut estimate = 0;
+    while estimate < settings.min_tail_turns || bytes / 4 <= target {
+        let Some(t) = tail.get(estimate)? else {
             break;
-        }
+        };
         bytes += t.content.len();
-        raws.push(turn_raw(t, wc, Section::Tail, None));
+        estimate += 1;
     }
+    raws.extend(
+        tail.held()[..estimate]
+            .iter()
+            .map(|t| turn_raw(t, wc, Section::Tail, None)),
+    );
     raws.extend(
         living
             .iter()

@@ -72,6 +72,7 @@
 mod compose;
 mod render;
 mod seams;
+mod tail;
 pub(crate) mod tiers;
 
 #[cfg(test)]

@@ -939,3 +939,87 @@ proptest! {
         prop_assert_eq!(patched, n_writes - 1, "lists patched");
     }
 }
+
+/// A generated session: user and assistant turns, tool calls and their
+/// results (sometimes far apart), results whose call is gone. Its words are
+/// random letters (more tokens than a byte in four) or long common words
+/// (far fewer): the tail's read-ahead estimate errs both ways.
+fn arb_tail_session() -> impl Strategy<Value = Vec<(u8, usize, String)>> {
+    any::<bool>().prop_flat_map(|common| {
+        let text = if common {
+            proptest::collection::vec(
+                prop::sample::select(vec!["international", "understanding", "responsibility"]),
+                1..60,
+            )
+            .prop_map(|w| w.join(" "))
+            .boxed()
+        } else {
+            "[a-z]{1,12}( [a-z]{1,12}){0,60}".boxed()
+        };
+        proptest::collection::vec((0u8..10, 0usize..40, text), 1..120)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// The tail reads its turns a few at a time, from the newest back, as
+    /// the steps ask: whatever the first read's size, the block is the one
+    /// made with every candidate turn read at once.
+    #[test]
+    fn a_tail_read_on_demand_is_the_tail_read_at_once(
+        turns in arb_tail_session(),
+        budget in 200usize..4000,
+        min_tail in 0usize..12,
+        tail_budget in proptest::option::of(0usize..1500),
+        query in proptest::option::of("[a-z]{3,10}"),
+    ) {
+        let fx = Fx::new();
+        let ws = fx.ws();
+        let mut inputs = Vec::new();
+        let mut open_calls: Vec<String> = Vec::new();
+        for (i, (kind, back, text)) in turns.iter().enumerate() {
+            let input = match kind {
+                0..=3 => TurnInput::new("s", Role::User, text),
+                7 => {
+                    let id = format!("c{i}");
+                    open_calls.push(id.clone());
+                    TurnInput::new("s", Role::Assistant, text).with_tool_call_id(&id)
+                }
+                8 if !open_calls.is_empty() => {
+                    // The result of a call made `back` calls ago.
+                    let at = open_calls.len() - 1 - back % open_calls.len();
+                    let id = open_calls.remove(at);
+                    TurnInput::new("s", Role::Tool, text).with_tool_call_id(&id)
+                }
+                9 if *back == 0 => {
+                    TurnInput::new("s", Role::Tool, text).with_tool_call_id(&format!("gone{i}"))
+                }
+                _ => TurnInput::new("s", Role::Assistant, text),
+            };
+            inputs.push(input);
+        }
+        ws.append_turns(&inputs).unwrap();
+        let mut request = AssembleRequest::new("s", budget);
+        request.query = query;
+        request.settings = Some(AssembleSettings {
+            min_tail_turns: min_tail,
+            tail_budget_tokens: tail_budget,
+            ..AssembleSettings::default()
+        });
+        let at_once = {
+            super::tail::FIRST_READ.with(|n| n.set(super::tail::MAX_TAIL_CANDIDATES));
+            ws.assemble(&request, &NoRetrieval, &TrustAll)
+        };
+        let one_by_one = {
+            super::tail::FIRST_READ.with(|n| n.set(1));
+            ws.assemble(&request, &NoRetrieval, &TrustAll)
+        };
+        super::tail::FIRST_READ.with(|n| n.set(16));
+        match (at_once, one_by_one) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => prop_assert!(false, "{:?} vs {:?}", a.map(|c| c.text), b.map(|c| c.text)),
+        }
+    }
+}
