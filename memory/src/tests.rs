@@ -506,13 +506,37 @@ fn everything_survives_reopen() {
 /// Operations of the model-based storage test.
 #[derive(Debug, Clone)]
 enum Op {
-    Append { session: u8, key: Option<u8> },
+    Append {
+        session: u8,
+        key: Option<u8>,
+    },
+    /// Several turns in one batch (past what a session's run keeps).
+    Batch {
+        session: u8,
+        n: u8,
+    },
+    /// Reads turns from `from`, at most `limit` (compared with the model).
+    Read {
+        session: u8,
+        from: u8,
+        limit: Option<u8>,
+    },
+    /// Forgets the session (turns, keys): it starts again from 0.
+    Forget {
+        session: u8,
+    },
+    /// Drops what the process cached about the workspace.
+    Evict,
     Reboot,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0u8..3, proptest::option::of(0u8..6)).prop_map(|(session, key)| Op::Append { session, key }),
+        2 => (0u8..3, 1u8..40).prop_map(|(session, n)| Op::Batch { session, n }),
+        4 => (0u8..3, 0u8..120, proptest::option::of(0u8..80)).prop_map(|(session, from, limit)| Op::Read { session, from, limit }),
+        1 => (0u8..3).prop_map(|session| Op::Forget { session }),
+        1 => Just(Op::Evict),
         1 => Just(Op::Reboot),
     ]
 }
@@ -521,14 +545,58 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
     /// Transcripts match a simple in-memory model across appends, idempotent
-    /// retries and reboots (the store is closed and reopened).
+    /// retries, batches, forgotten sessions, evictions and reboots (the store
+    /// is closed and reopened); reads in between, from any turn and of any
+    /// length, match it too.
     #[test]
-    fn transcripts_match_model_across_reboots(ops in proptest::collection::vec(op(), 1..40)) {
+    fn transcripts_match_model_across_reboots(ops in proptest::collection::vec(op(), 1..60)) {
         let mut fx = Fixture::new();
         let mut model: std::collections::HashMap<u8, (Vec<String>, std::collections::HashMap<u8, u64>)> = Default::default();
         for (i, op) in ops.into_iter().enumerate() {
             match op {
                 Op::Reboot => fx = reopen(fx),
+                Op::Evict => fx.memory.evict("acme"),
+                Op::Forget { session } => {
+                    let target = crate::forget::ForgetTarget::Session(format!("s{session}"));
+                    match fx.ws().forget(&target, "test") {
+                        Ok(_) | Err(MemoryError::SessionNotFound { .. }) => {}
+                        Err(e) => prop_assert!(false, "forget: {e}"),
+                    }
+                    model.remove(&session);
+                }
+                Op::Batch { session, n } => {
+                    let contents: Vec<String> = (0..n).map(|j| format!("turn {i}.{j}")).collect();
+                    let batch: Vec<TurnInput> = contents.iter().map(|c| user(&format!("s{session}"), c)).collect();
+                    let acks = fx.ws().append_turns(&batch).unwrap();
+                    let (turns, _) = model.entry(session).or_default();
+                    let first = turns.len() as u64;
+                    turns.extend(contents);
+                    let seqs: Vec<u64> = acks.iter().map(|a| a.seq).collect();
+                    prop_assert_eq!(seqs, (first..first + u64::from(n)).collect::<Vec<_>>());
+                }
+                Op::Read { session, from, limit } => {
+                    let id = format!("s{session}");
+                    let expected: Vec<String> = match model.get(&session) {
+                        Some((turns, _)) => turns
+                            .iter()
+                            .skip(from.into())
+                            .take(limit.map_or(usize::MAX, usize::from))
+                            .cloned()
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    match fx.ws().transcript(&id, from.into(), limit.map(usize::from)) {
+                        Ok(read) => {
+                            let seqs: Vec<u64> = read.iter().map(|t| t.seq).collect();
+                            let want: Vec<u64> = (u64::from(from)..).take(seqs.len()).collect();
+                            prop_assert_eq!(seqs, want);
+                            let read: Vec<String> = read.into_iter().map(|t| t.content).collect();
+                            prop_assert_eq!(read, expected);
+                        }
+                        Err(MemoryError::SessionNotFound { .. }) => prop_assert!(expected.is_empty()),
+                        Err(e) => prop_assert!(false, "read: {e}"),
+                    }
+                }
                 Op::Append { session, key } => {
                     let content = format!("turn {i}");
                     let mut turn = user(&format!("s{session}"), &content);
