@@ -989,10 +989,10 @@ impl Workspace {
     /// The live list of a patched snapshot from the list it started from:
     /// those entries less the ones the patches replaced, and the entries
     /// they added that are live, newest first. The same list `entries_in`
-    /// makes (`base` was valid at `now`, so no decay came between); also
+    /// makes (`base` was valid at `now`, so no decay came between); with
     /// the first decay time among them (or earlier: that of an entry the
-    /// patches replaced).
-    /// where each old entry went and where the added ones are ([`Moves`]).
+    /// patches replaced), and where each old entry went and where the added
+    /// ones are ([`Moves`]).
     fn live_from(
         &self,
         log: &LogSnapshot,

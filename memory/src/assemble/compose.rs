@@ -1142,8 +1142,8 @@ fn prejudge_known(
             .map(|v| entry_raw(v, Section::Pinned, None)),
     );
     // The tail, newest first, while it could fit the tail budget (about
-    // four bytes a token; the last m turns always).
-    // The turns are read first, as far as the estimate goes.
+    // four bytes a token; the last m turns always): read as far as that
+    // first, then offered.
     let target = tail_target(inputs);
     let mut bytes = 0usize;
     let mut estimate = 0;

@@ -22,16 +22,18 @@ use crate::record::{Role, Session, Turn};
 pub(super) const MAX_TAIL_CANDIDATES: u64 = 256;
 
 /// Turns in the first read; each later read adds as many as are held.
+pub(super) const FIRST_READ_TURNS: u64 = 16;
+
 #[cfg(not(test))]
 fn first_read() -> u64 {
-    16
+    FIRST_READ_TURNS
 }
 
 #[cfg(test)]
 thread_local! {
     /// The first read's size in tests: 1 makes every step read more on its
     /// own, [`MAX_TAIL_CANDIDATES`] reads everything at once.
-    pub(super) static FIRST_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(16) };
+    pub(super) static FIRST_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(FIRST_READ_TURNS) };
 }
 
 #[cfg(test)]

@@ -1015,7 +1015,7 @@ proptest! {
             super::tail::FIRST_READ.with(|n| n.set(1));
             ws.assemble(&request, &NoRetrieval, &TrustAll)
         };
-        super::tail::FIRST_READ.with(|n| n.set(16));
+        super::tail::FIRST_READ.with(|n| n.set(super::tail::FIRST_READ_TURNS));
         match (at_once, one_by_one) {
             (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
             (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
