@@ -510,7 +510,7 @@ enum Op {
         session: u8,
         key: Option<u8>,
     },
-    /// Several turns in one batch (past what a session's run keeps).
+    /// Several turns in one batch (up to 39).
     Batch {
         session: u8,
         n: u8,
