@@ -148,13 +148,15 @@ pub struct Tuning {
     /// Whether resolved dates are added to the lexical text (off, as in
     /// [`SearchIndex`] by default).
     pub time_terms: bool,
+    /// Whether the index embeds each sentence too (set by `sentence_sim`).
+    pub sentence_vectors: bool,
 }
 
 impl Tuning {
     /// Applies one `key=value` (`when_boost`, `period_boost`, `follow`,
-    /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`, `session_decay`,
-    /// `lexical_weight`, `smoothing`, `session_boost`, `speaker_boost`,
-    /// `time_terms`).
+    /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`,
+    /// `session_decay`, `diversity`, `sentence_sim`, `lexical_weight`,
+    /// `smoothing`, `session_boost`, `speaker_boost`, `time_terms`).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
         let (key, value) = assignment
             .split_once('=')
@@ -186,6 +188,11 @@ impl Tuning {
                     return Err(format!("session_decay: {d} is not in (0, 1]"));
                 }
                 r.session_decay = d;
+            }
+            "diversity" => r.diversity = float()?,
+            "sentence_sim" => {
+                r.sentence_sim = float()?;
+                self.sentence_vectors = r.sentence_sim > 0.0;
             }
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
@@ -557,6 +564,7 @@ pub fn run_locomo(
         let conv = parse(file)?;
         let mut index = SearchIndex::new(embedder.clone())?;
         index.set_time_terms(tuning.time_terms);
+        index.set_sentence_vectors(tuning.sentence_vectors);
         let t = Instant::now();
         index.add(&conv.docs)?;
         index_secs += t.elapsed().as_secs_f64();

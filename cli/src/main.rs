@@ -467,8 +467,9 @@ enum EvalCommand {
         /// Change one recipe parameter for this run, `KEY=VALUE`
         /// (repeatable): `when_boost`, `period_boost`, `follow`,
         /// `follow_seeds`, `follow_terms`, `follow_elsewhere` (0 or 1),
-        /// `session_cap`, `session_decay`, `lexical_weight`, `smoothing`, `session_boost`,
-        /// `speaker_boost`, `time_terms` (0 or 1).
+        /// `session_cap`, `session_decay`, `diversity`, `sentence_sim`,
+        /// `lexical_weight`, `smoothing`, `session_boost`, `speaker_boost`,
+        /// `time_terms` (0 or 1).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
         /// Write one JSON line per question to FILE: the hybrid rank of

@@ -55,6 +55,15 @@ pub struct RecipeParams {
     /// [`RecipeParams::session_cap`]: a session's third hit still ranks
     /// high when it scores well above the other sessions' hits.
     pub session_decay: f32,
+    /// Maximal marginal relevance: each next hit is the one whose
+    /// max-normalised score minus `diversity` times its highest cosine to
+    /// the hits already placed is best, so near-duplicates of a placed hit
+    /// let a different one ahead (0: off, the default).
+    pub diversity: f32,
+    /// How far a document's cosine moves towards its best sentence's
+    /// cosine when the index embeds sentences too (0: off, the default;
+    /// 1: the best of the document and its sentences).
+    pub sentence_sim: f32,
 }
 
 impl Default for RecipeParams {
@@ -73,6 +82,8 @@ impl Default for RecipeParams {
             follow_elsewhere: false,
             session_cap: 0,
             session_decay: 1.0,
+            diversity: 0.0,
+            sentence_sim: 0.0,
         }
     }
 }

@@ -332,6 +332,11 @@ pub struct SearchIndex {
     decaying: usize,
     /// Whether resolved dates are added to the lexical text.
     time_terms: bool,
+    /// Whether each sentence of a multi-sentence document is embedded too
+    /// (an evaluation switch; see [`RecipeParams::sentence_sim`]).
+    sentence_vectors: bool,
+    /// The sentence vectors of multi-sentence documents, by document.
+    sentences: HashMap<usize, Vec<Vec<f32>>>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -367,6 +372,8 @@ impl SearchIndex {
             archived: (HashSet::new(), HashMap::new()),
             decaying: 0,
             time_terms: false,
+            sentence_vectors: false,
+            sentences: HashMap::new(),
         })
     }
 
@@ -378,6 +385,13 @@ impl SearchIndex {
     /// hits either way.
     pub fn set_time_terms(&mut self, on: bool) {
         self.time_terms = on;
+    }
+
+    /// Embeds each sentence of a multi-sentence document too, for
+    /// [`RecipeParams::sentence_sim`] (off by default; an evaluation switch:
+    /// it embeds two to three times as many texts).
+    pub fn set_sentence_vectors(&mut self, on: bool) {
+        self.sentence_vectors = on;
     }
 
     /// Whether vectors are available.
@@ -425,7 +439,36 @@ impl SearchIndex {
     /// Embeds (when an embedder is set) and indexes documents, then commits.
     pub fn add(&mut self, docs: &[SearchDoc]) -> SearchResultOf<()> {
         let vectors = self.embed_docs(docs)?;
-        self.add_with_vectors(docs, &vectors)
+        self.add_with_vectors(docs, &vectors)?;
+        if let (true, Some(e)) = (self.sentence_vectors, &self.embedder) {
+            let mut owners = Vec::new();
+            let mut texts = Vec::new();
+            for d in docs {
+                let parts = sentences(&d.text);
+                if parts.len() < 2 {
+                    continue;
+                }
+                for p in parts {
+                    owners.push(d.id.as_str());
+                    texts.push(match &d.speaker {
+                        Some(sp) => format!("{sp}: {p}"),
+                        None => p.to_owned(),
+                    });
+                }
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vs = if refs.is_empty() {
+                Vec::new()
+            } else {
+                e.embed(&refs)?
+            };
+            for (id, v) in owners.into_iter().zip(vs) {
+                if let Some(&n) = self.by_id.get(id) {
+                    self.sentences.entry(n).or_default().push(v);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Indexes documents with vectors computed earlier (restart catch-up);
@@ -628,6 +671,9 @@ impl SearchIndex {
             if p.session_cap > 0 {
                 ranked = self.spread_sessions(ranked, p.session_cap, options.k);
             }
+            if p.diversity > 0.0 {
+                ranked = self.diversify(ranked, p.diversity, options.k);
+            }
         }
         ranked.truncate(options.k);
         let hits = ranked
@@ -828,10 +874,16 @@ impl SearchIndex {
         let cos: HashMap<usize, f32> = cands
             .iter()
             .map(|&d| {
-                let c = match (query_vector, self.vector.vector(d)) {
+                let mut c = match (query_vector, self.vector.vector(d)) {
                     (Some(q), Some(v)) => cosine(q, v).max(0.0),
                     _ => 0.0,
                 };
+                if let (true, Some(q), Some(vs)) =
+                    (p.sentence_sim > 0.0, query_vector, self.sentences.get(&d))
+                {
+                    let best = vs.iter().map(|v| cosine(q, v)).fold(c, f32::max);
+                    c += p.sentence_sim * (best - c);
+                }
                 (d, c)
             })
             .collect();
@@ -956,6 +1008,41 @@ impl SearchIndex {
             placed[q] += 1;
             out.push((d, adjusted));
         }
+        out
+    }
+
+    /// `ranked` (best first) with its first `k` placed greedily by maximal
+    /// marginal relevance: the max-normalised score minus `weight` times the
+    /// highest cosine to a hit already placed. The rest follow in order.
+    fn diversify(&self, ranked: Vec<(usize, f32)>, weight: f32, k: usize) -> Vec<(usize, f32)> {
+        let top = ranked.first().map_or(0.0, |x| x.1);
+        if top <= 0.0 {
+            return ranked;
+        }
+        let mut pool: Vec<(usize, f32, f32)> =
+            ranked.into_iter().map(|(d, s)| (d, s, 0.0)).collect();
+        let mut out = Vec::with_capacity(pool.len());
+        while out.len() < k && !pool.is_empty() {
+            let best = pool
+                .iter()
+                .enumerate()
+                .max_by(|(_, a), (_, b)| {
+                    let (x, y) = (a.1 / top - weight * a.2, b.1 / top - weight * b.2);
+                    x.total_cmp(&y).then(b.0.cmp(&a.0))
+                })
+                .map(|(i, _)| i);
+            let Some(i) = best else { break };
+            let (d, s, _) = pool.remove(i);
+            if let Some(v) = self.vector.vector(d) {
+                for c in pool.iter_mut() {
+                    if let Some(w) = self.vector.vector(c.0) {
+                        c.2 = c.2.max(cosine(v, w));
+                    }
+                }
+            }
+            out.push((d, s));
+        }
+        out.extend(pool.into_iter().map(|(d, s, _)| (d, s)));
         out
     }
 
@@ -1097,5 +1184,43 @@ impl SearchIndex {
                 *v += p.period_boost * top;
             }
         }
+    }
+}
+
+/// A text's sentences (split after `.`, `!` or `?` followed by white space),
+/// trimmed, empty ones left out.
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if matches!(b, b'.' | b'!' | b'?')
+            && bytes.get(i + 1).is_some_and(|c| c.is_ascii_whitespace())
+        {
+            out.push(text[start..=i].trim());
+            start = i + 1;
+        }
+    }
+    out.push(text[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+#[cfg(test)]
+mod sentence_tests {
+    use super::sentences;
+
+    #[test]
+    fn sentences_split_after_end_marks_followed_by_white_space() {
+        assert_eq!(
+            sentences("Hi there! I went out. Did you?  Yes"),
+            ["Hi there!", "I went out.", "Did you?", "Yes"]
+        );
+        // No white space after the mark: one sentence (decimals, URLs).
+        assert_eq!(
+            sentences("It cost 3.50 at x.com."),
+            ["It cost 3.50 at x.com."]
+        );
+        assert!(sentences("  ").is_empty());
     }
 }

@@ -391,6 +391,35 @@ fn a_session_decay_lets_other_sessions_ahead_by_score() {
     assert!(scores.is_sorted_by(|a, b| a >= b), "{scores:?}");
 }
 
+/// Maximal marginal relevance puts a different hit ahead of a near
+/// duplicate of the first; nothing is dropped.
+#[test]
+fn diversity_lets_a_different_hit_ahead_of_a_near_duplicate() {
+    let d = vec![
+        SearchDoc::new("x1", "s1", 0, "Ana paints landscapes on weekends."),
+        SearchDoc::new("x2", "s2", 0, "Ana paints landscapes on the weekends."),
+        SearchDoc::new("y", "s3", 0, "Ana paints portraits of her dog."),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let order = |diversity: f32| {
+        let p = RecipeParams {
+            diversity,
+            ..RecipeParams::default()
+        };
+        let o = SearchOptions::new(3).fusion(Fusion::Recipe(p));
+        ids(index.search("What does Ana paint?", &o).unwrap().hits)
+    };
+    let plain = order(0.0);
+    assert_eq!(plain.last().map(String::as_str), Some("y"), "{plain:?}");
+    let spread = order(2.0);
+    assert_eq!(spread.len(), 3, "{spread:?}");
+    assert!(spread[..2].contains(&"y".to_owned()), "{spread:?}");
+    let mut all = spread;
+    all.sort();
+    assert_eq!(all, ["x1", "x2", "y"]);
+}
+
 /// The second pass follows the best hit's rare words to the other part of
 /// a two-part question.
 #[test]
