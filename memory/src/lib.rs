@@ -61,6 +61,7 @@ pub mod testing;
 mod text;
 pub mod tokens;
 pub mod topics;
+mod turn_codec;
 
 pub use access::{AccessToken, TokenScope};
 pub use assemble::{

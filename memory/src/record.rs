@@ -15,6 +15,7 @@ use crate::error::{MemoryError, Result};
 use crate::ids::validate_id;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
 use crate::store::{Collection, WriteBatch, WriteOp};
+use crate::turn_codec::{decode_turn, decode_turn_head, encode_turn};
 
 /// Who produced a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -224,6 +225,26 @@ pub struct Ack {
     /// True when the idempotency key was already used: nothing was written and
     /// `seq` is the original turn's.
     pub duplicate: bool,
+}
+
+/// The bytes a turn is stored as: a version byte and a compact binary
+/// record (the workspace and session are not in it: they are the store and
+/// the key). For tools that measure or copy stored turns.
+///
+/// ```
+/// use cairn_memory::{Role, Turn, record::{content_hash, stored_turn_bytes}};
+/// let turn = Turn {
+///     workspace: "acme".into(), session: "s1".into(), work_context: "default".into(),
+///     seq: 0, role: Role::User, content: "hello".into(), tool_call_id: None,
+///     timestamp: chrono::Utc::now(), content_hash: content_hash("hello"),
+/// };
+/// let bytes = stored_turn_bytes(&turn)?;
+/// assert_eq!(bytes[0], 1);
+/// assert!(bytes.len() < 80); // JSON takes over 250
+/// # Ok::<(), cairn_memory::MemoryError>(())
+/// ```
+pub fn stored_turn_bytes(turn: &Turn) -> Result<Vec<u8>> {
+    encode_turn(turn)
 }
 
 /// blake3 hash of a turn's content, hex.
@@ -455,15 +476,10 @@ impl Workspace {
             .last_with_prefix(Collection::Turns, &session_prefix(id))?
         {
             Some((key, value)) => {
-                // Only the last turn's seq and time: skip decoding its content.
-                #[derive(serde::Deserialize)]
-                struct TurnHead {
-                    seq: u64,
-                    timestamp: DateTime<Utc>,
-                }
-                let last: TurnHead = decode("turn", &key, &value)?;
-                session.next_seq = last.seq + 1;
-                session.last_turn_at = Some(last.timestamp);
+                // Only the last turn's seq and time: its content is not copied.
+                let (seq, at) = decode_turn_head(&key, &value)?;
+                session.next_seq = seq + 1;
+                session.last_turn_at = Some(at);
             }
             None => {
                 session.next_seq = 0;
@@ -684,7 +700,7 @@ impl Workspace {
                 timestamp,
                 content_hash: content_hash(&input.content),
             };
-            batch.put(Collection::Turns, turn_key(sid, seq), encode(&turn)?);
+            batch.put(Collection::Turns, turn_key(sid, seq), encode_turn(&turn)?);
             if let Some(key) = input.idempotency_key.as_deref() {
                 batch.put(
                     Collection::Idempotency,
@@ -748,7 +764,7 @@ impl Workspace {
             if seq >= meta.next_seq {
                 break;
             }
-            out.push(decode("turn", &key, &value)?);
+            out.push(decode_turn(&self.id, &key, &value)?);
         }
         Ok(out)
     }
@@ -771,7 +787,7 @@ impl Workspace {
         let key = turn_key(session, seq);
         self.store
             .get(Collection::Turns, &key)?
-            .map(|value| decode("turn", &key, &value))
+            .map(|value| decode_turn(&self.id, &key, &value))
             .transpose()
     }
 
@@ -790,7 +806,7 @@ impl Workspace {
             .store
             .scan_prefix_rev(Collection::Turns, &session_prefix(session), n)?
             .into_iter()
-            .map(|(k, v)| decode("turn", &k, &v))
+            .map(|(k, v)| decode_turn(&self.id, &k, &v))
             .collect::<Result<_>>()?;
         turns.reverse();
         Ok(turns)

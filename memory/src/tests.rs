@@ -57,6 +57,38 @@ fn user(session: &str, text: &str) -> TurnInput {
     TurnInput::new(session, Role::User, text)
 }
 
+/// Turns stored as JSON (before the binary record) still read: a session
+/// whose older turns are JSON and newer ones binary reads whole, through
+/// every reader, and appends go on from its last turn.
+#[test]
+fn turns_written_as_json_still_read() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turns(&[user("s1", "one"), user("s1", "two")])
+        .unwrap();
+    let written = ws.transcript("s1", 0, None).unwrap();
+    // Rewrite both as JSON records, the format before version 1.
+    for t in &written {
+        let key = record::turn_key("s1", t.seq);
+        let json = crate::memory::encode(t).unwrap();
+        assert_eq!(json[0], b'{');
+        ws.raw_write_for_tests(crate::store::Collection::Turns, &key, Some(&json))
+            .unwrap();
+    }
+    fx.memory.evict("acme");
+    assert_eq!(ws.transcript("s1", 0, None).unwrap(), written);
+    assert_eq!(ws.turn("s1", 1).unwrap().as_ref(), Some(&written[1]));
+    let head = ws.session("s1").unwrap();
+    assert_eq!(
+        (head.next_seq, head.last_turn_at),
+        (2, Some(written[1].timestamp))
+    );
+    assert_eq!(ws.append_turn(&user("s1", "three")).unwrap().seq, 2);
+    let all = ws.recent_turns("s1", 3).unwrap();
+    assert_eq!(all[..2], written[..]);
+    assert_eq!(all[2].content, "three");
+}
+
 #[test]
 fn sequence_numbers_and_idempotency() {
     let fx = Fixture::new();

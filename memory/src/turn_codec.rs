@@ -1,0 +1,252 @@
+//! How a turn is stored: a version byte, then a compact binary record.
+//!
+//! Version 1 is `0x01` followed by the postcard encoding of [`StoredTurn`]:
+//! the work context, sequence number, role, content, tool-call id, time
+//! (seconds and nanoseconds) and the content's blake3 hash as 32 bytes. The
+//! workspace and session are not stored: the workspace is the store the
+//! record is in and the session is the first part of its key. Turns written
+//! before version 1 are JSON objects (their first byte is `{`) and are still
+//! read.
+//!
+//! ```text
+//! 01 | work_context | seq (varint) | role (u8) | content | tool_call_id? | secs | nanos | hash[32]
+//! ```
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MemoryError, Result};
+use crate::record::{Role, Turn};
+
+/// The version byte of the binary turn record.
+const V1: u8 = 1;
+
+/// The binary record (borrowed on both sides: no copy on encode, and a
+/// decode that only wants the head allocates nothing).
+#[derive(Serialize, Deserialize)]
+struct StoredTurn<'a> {
+    work_context: &'a str,
+    seq: u64,
+    role: u8,
+    content: &'a str,
+    tool_call_id: Option<&'a str>,
+    secs: i64,
+    nanos: u32,
+    hash: [u8; 32],
+}
+
+fn role_code(role: Role) -> u8 {
+    match role {
+        Role::User => 0,
+        Role::Assistant => 1,
+        Role::Tool => 2,
+        Role::System => 3,
+    }
+}
+
+fn role_of(code: u8) -> Option<Role> {
+    Some(match code {
+        0 => Role::User,
+        1 => Role::Assistant,
+        2 => Role::Tool,
+        3 => Role::System,
+        _ => return None,
+    })
+}
+
+fn corrupt(key: &[u8], reason: impl Into<String>) -> MemoryError {
+    MemoryError::Corrupt {
+        what: "turn",
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Encodes a turn as a version-1 record. The content hash must be the hex
+/// blake3 hash [`crate::record::content_hash`] makes.
+pub(crate) fn encode_turn(turn: &Turn) -> Result<Vec<u8>> {
+    let mut hash = [0u8; 32];
+    hex_to_bytes(&turn.content_hash, &mut hash).ok_or_else(|| MemoryError::Corrupt {
+        what: "outgoing turn",
+        key: format!("{}/{}", turn.session, turn.seq),
+        reason: format!("content hash {:?} is not 64 hex digits", turn.content_hash),
+    })?;
+    let record = StoredTurn {
+        work_context: &turn.work_context,
+        seq: turn.seq,
+        role: role_code(turn.role),
+        content: &turn.content,
+        tool_call_id: turn.tool_call_id.as_deref(),
+        secs: turn.timestamp.timestamp(),
+        nanos: turn.timestamp.timestamp_subsec_nanos(),
+        hash,
+    };
+    let mut out = Vec::with_capacity(1 + turn.work_context.len() + turn.content.len() + 64);
+    out.push(V1);
+    postcard::to_extend(&record, out).map_err(|e| MemoryError::Corrupt {
+        what: "outgoing turn",
+        key: format!("{}/{}", turn.session, turn.seq),
+        reason: e.to_string(),
+    })
+}
+
+/// The record's version-1 body, or `None` for a JSON record.
+fn v1<'a>(key: &[u8], value: &'a [u8]) -> Result<Option<StoredTurn<'a>>> {
+    match value.first() {
+        Some(&V1) => postcard::from_bytes(&value[1..])
+            .map(Some)
+            .map_err(|e| corrupt(key, e.to_string())),
+        Some(b'{') => Ok(None),
+        Some(b) => Err(corrupt(key, format!("unknown turn record version {b}"))),
+        None => Err(corrupt(key, "empty turn record")),
+    }
+}
+
+fn time_of(key: &[u8], r: &StoredTurn<'_>) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp(r.secs, r.nanos)
+        .ok_or_else(|| corrupt(key, format!("time {}.{} out of range", r.secs, r.nanos)))
+}
+
+/// Decodes a stored turn of `workspace` at `key` (the session id, a NUL,
+/// the sequence number), whichever version it was written in.
+pub(crate) fn decode_turn(workspace: &str, key: &[u8], value: &[u8]) -> Result<Turn> {
+    let Some(r) = v1(key, value)? else {
+        return crate::memory::decode("turn", key, value);
+    };
+    let session = key
+        .iter()
+        .position(|b| *b == 0)
+        .and_then(|end| std::str::from_utf8(&key[..end]).ok())
+        .ok_or_else(|| corrupt(key, "the key does not start with a session id"))?;
+    Ok(Turn {
+        workspace: workspace.to_owned(),
+        session: session.to_owned(),
+        work_context: r.work_context.to_owned(),
+        seq: r.seq,
+        role: role_of(r.role).ok_or_else(|| corrupt(key, format!("unknown role {}", r.role)))?,
+        content: r.content.to_owned(),
+        tool_call_id: r.tool_call_id.map(str::to_owned),
+        timestamp: time_of(key, &r)?,
+        content_hash: bytes_to_hex(&r.hash),
+    })
+}
+
+/// A stored turn's sequence number and time, without copying its text.
+pub(crate) fn decode_turn_head(key: &[u8], value: &[u8]) -> Result<(u64, DateTime<Utc>)> {
+    match v1(key, value)? {
+        Some(r) => Ok((r.seq, time_of(key, &r)?)),
+        None => {
+            #[derive(Deserialize)]
+            struct Head {
+                seq: u64,
+                timestamp: DateTime<Utc>,
+            }
+            let h: Head = crate::memory::decode("turn", key, value)?;
+            Ok((h.seq, h.timestamp))
+        }
+    }
+}
+
+fn hex_to_bytes(hex: &str, out: &mut [u8; 32]) -> Option<()> {
+    let raw = hex.as_bytes();
+    if raw.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    for (i, pair) in raw.chunks_exact(2).enumerate() {
+        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(())
+}
+
+fn bytes_to_hex(bytes: &[u8; 32]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(64);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{content_hash, turn_key};
+    use proptest::prelude::*;
+
+    fn turn(content: &str, tool: Option<&str>, role: Role, secs: i64, nanos: u32) -> Turn {
+        Turn {
+            workspace: "ws".into(),
+            session: "s-1".into(),
+            work_context: "wc".into(),
+            seq: 7,
+            role,
+            content: content.into(),
+            tool_call_id: tool.map(Into::into),
+            timestamp: DateTime::from_timestamp(secs, nanos).unwrap(),
+            content_hash: content_hash(content),
+        }
+    }
+
+    fn roles() -> impl Strategy<Value = Role> {
+        prop_oneof![
+            Just(Role::User),
+            Just(Role::Assistant),
+            Just(Role::Tool),
+            Just(Role::System)
+        ]
+    }
+
+    proptest! {
+        /// Any turn reads back as written, from either version.
+        #[test]
+        fn a_turn_reads_back_as_written(
+            content in ".{0,200}",
+            tool in proptest::option::of("[a-z0-9_-]{1,20}"),
+            role in roles(),
+            secs in 0i64..4_102_444_800,
+            nanos in 0u32..1_000_000_000,
+        ) {
+            let t = turn(&content, tool.as_deref(), role, secs, nanos);
+            let key = turn_key(&t.session, t.seq);
+            let binary = encode_turn(&t).unwrap();
+            prop_assert_eq!(binary[0], V1);
+            prop_assert_eq!(&decode_turn("ws", &key, &binary).unwrap(), &t);
+            prop_assert_eq!(decode_turn_head(&key, &binary).unwrap(), (t.seq, t.timestamp));
+            let json = crate::memory::encode(&t).unwrap();
+            prop_assert_eq!(&decode_turn("ws", &key, &json).unwrap(), &t);
+            prop_assert_eq!(decode_turn_head(&key, &json).unwrap(), (t.seq, t.timestamp));
+            prop_assert!(binary.len() < json.len());
+        }
+
+        /// Damaged bytes give an error naming the key, never a panic.
+        #[test]
+        fn damaged_records_are_errors(cut in 1usize..60, flip in 0usize..60) {
+            let t = turn("hello there", Some("call_1"), Role::Tool, 1_700_000_000, 5);
+            let key = turn_key(&t.session, t.seq);
+            let mut b = encode_turn(&t).unwrap();
+            let at = flip % b.len();
+            b[at] ^= 0xff;
+            b.truncate(b.len().saturating_sub(cut % b.len()));
+            if let Err(e) = decode_turn("ws", &key, &b) {
+                prop_assert!(e.to_string().contains("s-1"), "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_versions_and_empty_records_are_errors() {
+        let key = turn_key("s", 0);
+        for bad in [&[][..], &[9u8, 1, 2][..]] {
+            let e = decode_turn("ws", &key, bad).unwrap_err();
+            assert!(
+                matches!(e, MemoryError::Corrupt { what: "turn", .. }),
+                "{e}"
+            );
+        }
+        let mut t = turn("x", None, Role::User, 0, 0);
+        t.content_hash = "not hex".into();
+        assert!(encode_turn(&t).is_err());
+    }
+}
