@@ -45,7 +45,7 @@
 //! chunk at a time, in the batch that pushes them out (so up to one chunk
 //! more than `keep` may stay).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -276,6 +276,7 @@ impl DecisionLog {
             next,
             counters: HashMap::new(),
             errors: write_errors.clone(),
+            written: VecDeque::new(),
         };
         let handle = std::thread::Builder::new()
             .name("cairn-decisions".to_owned())
@@ -484,6 +485,11 @@ struct Writer {
     next: u64,
     counters: HashMap<String, GenerationCounts>,
     errors: Arc<AtomicU64>,
+    /// The chunks this writer stored, oldest first, as (first sequence
+    /// number, records): retiring them needs no scan of the log (which
+    /// would read their values). Values stored before it started are found
+    /// by the scan.
+    written: VecDeque<(u64, u32)>,
 }
 
 impl Writer {
@@ -558,11 +564,13 @@ impl Writer {
         let mut batch = WriteBatch::default();
         let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
         let mut next = self.next;
+        let mut spans = Vec::new();
         for chunk in chunks(stored) {
             let mut value = vec![CHUNK_V1];
             serde_json::to_writer(&mut value, chunk).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             batch.put(Collection::State, chunk_key(next, count), value);
+            spans.push((next, count));
             next += u64::from(count);
         }
         for record in stored.iter().flatten() {
@@ -598,6 +606,14 @@ impl Writer {
         self.store.apply(batch).map_err(|e| e.to_string())?;
         self.next = next;
         self.first = first;
+        while self
+            .written
+            .front()
+            .is_some_and(|&(start, _)| start < first)
+        {
+            self.written.pop_front();
+        }
+        self.written.extend(spans);
         // Keep the counter cache small: generations come and go rarely.
         if self.counters.len() > 1_024 {
             self.counters.clear();
@@ -613,6 +629,19 @@ impl Writer {
         let mut first = self.first;
         let stale_until = next.saturating_sub(self.config.keep);
         let budget_until = first.saturating_add(MAX_DELETES_PER_BATCH);
+        // The chunks this writer stored, while the oldest stored value is
+        // one of them: their keys are known, nothing is read.
+        for &(start, count) in &self.written {
+            if start != first || first >= stale_until || first >= budget_until {
+                break;
+            }
+            let end = start + u64::from(count);
+            if end > stale_until {
+                return Ok(first);
+            }
+            batch.delete(Collection::State, chunk_key(start, count));
+            first = end;
+        }
         while first < stale_until && first < budget_until {
             let stored = self
                 .store
@@ -980,6 +1009,51 @@ mod tests {
         assert_eq!(ids(&log.query(&all)?), ids(&kept));
         assert!(store.get(Collection::State, &record_key(0))?.is_none());
         assert!(store.get(Collection::State, &record_key(1))?.is_none());
+        // What is stored is the four kept records' values, nothing older:
+        // the chunks this writer wrote are deleted, not only passed over.
+        let spans: Vec<(u64, u64)> = store
+            .scan_prefix(Collection::State, &[RECORD])?
+            .iter()
+            .filter_map(|(key, _)| span_of(key))
+            .collect();
+        assert_eq!(spans.iter().map(|s| s.1).sum::<u64>(), 4, "{spans:?}");
+        Ok(())
+    }
+
+    /// Retention deletes the chunks the writer itself stored (known
+    /// without a scan) once they fall out of the newest `keep`.
+    #[test]
+    fn retention_deletes_the_writers_own_chunks() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let r = decisions(made.path(), 10)?;
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = cairn_memory::testing::memory(
+            dir.path(),
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )?;
+        let config = DecisionLogConfig {
+            keep: 3,
+            ..DecisionLogConfig::default()
+        };
+        let log = DecisionLog::open(&memory, &config)?;
+        for record in &r {
+            log.record(record).map_err(io)?;
+            log.flush()?;
+        }
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let spans: Vec<(u64, u64)> = store
+            .scan_prefix(Collection::State, &[RECORD])?
+            .iter()
+            .filter_map(|(key, _)| span_of(key))
+            .collect();
+        assert_eq!(spans, [(7, 1), (8, 1), (9, 1)]);
+        let all = DecisionQuery {
+            limit: 100,
+            ..DecisionQuery::default()
+        };
+        let kept: Vec<_> = r[7..].iter().rev().cloned().collect();
+        assert_eq!(ids(&log.query(&all)?), ids(&kept));
         Ok(())
     }
 
