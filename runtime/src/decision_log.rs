@@ -939,6 +939,24 @@ mod tests {
         Ok(records)
     }
 
+    /// A fresh memory on `dir`.
+    fn fresh(dir: &Path) -> Result<Memory> {
+        Ok(cairn_memory::testing::memory(
+            dir,
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )?)
+    }
+
+    /// The (first sequence number, records) of every stored value.
+    fn stored_spans(store: &dyn WorkspaceStore) -> Result<Vec<(u64, u64)>> {
+        Ok(store
+            .scan_prefix(Collection::State, &[RECORD])?
+            .iter()
+            .filter_map(|(key, _)| span_of(key))
+            .collect())
+    }
+
     fn ids(records: &[DecisionRecord]) -> Vec<String> {
         records.iter().map(|r| r.decision_id.to_string()).collect()
     }
@@ -954,11 +972,7 @@ mod tests {
             r[i].session = Some("s1".to_owned());
         }
         let dir = tempfile::tempdir().map_err(io)?;
-        let memory = cairn_memory::testing::memory(
-            dir.path(),
-            MemoryConfig::default(),
-            Arc::new(SystemClock),
-        )?;
+        let memory = fresh(dir.path())?;
         let store = memory.system(DECISIONS_NAMESPACE)?;
         let mut batch = WriteBatch::default();
         batch.put(Collection::State, record_key(0), json(&r[0])?);
@@ -1011,11 +1025,7 @@ mod tests {
         assert!(store.get(Collection::State, &record_key(1))?.is_none());
         // What is stored is the four kept records' values, nothing older:
         // the chunks this writer wrote are deleted, not only passed over.
-        let spans: Vec<(u64, u64)> = store
-            .scan_prefix(Collection::State, &[RECORD])?
-            .iter()
-            .filter_map(|(key, _)| span_of(key))
-            .collect();
+        let spans = stored_spans(store.as_ref())?;
         assert_eq!(spans.iter().map(|s| s.1).sum::<u64>(), 4, "{spans:?}");
         Ok(())
     }
@@ -1027,11 +1037,7 @@ mod tests {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 10)?;
         let dir = tempfile::tempdir().map_err(io)?;
-        let memory = cairn_memory::testing::memory(
-            dir.path(),
-            MemoryConfig::default(),
-            Arc::new(SystemClock),
-        )?;
+        let memory = fresh(dir.path())?;
         let config = DecisionLogConfig {
             keep: 3,
             ..DecisionLogConfig::default()
@@ -1042,11 +1048,7 @@ mod tests {
             log.flush()?;
         }
         let store = memory.system(DECISIONS_NAMESPACE)?;
-        let spans: Vec<(u64, u64)> = store
-            .scan_prefix(Collection::State, &[RECORD])?
-            .iter()
-            .filter_map(|(key, _)| span_of(key))
-            .collect();
+        let spans = stored_spans(store.as_ref())?;
         assert_eq!(spans, [(7, 1), (8, 1), (9, 1)]);
         let all = DecisionQuery {
             limit: 100,
