@@ -189,10 +189,20 @@ impl Tuning {
                 }
                 r.session_decay = d;
             }
-            "diversity" => r.diversity = float()?,
+            "diversity" => {
+                let d = float()?;
+                if !(d >= 0.0 && d.is_finite()) {
+                    return Err(format!("diversity: {d} is not a finite number ≥ 0"));
+                }
+                r.diversity = d;
+            }
             "sentence_sim" => {
-                r.sentence_sim = float()?;
-                self.sentence_vectors = r.sentence_sim > 0.0;
+                let a = float()?;
+                if !(0.0..=1.0).contains(&a) {
+                    return Err(format!("sentence_sim: {a} is not in [0, 1]"));
+                }
+                r.sentence_sim = a;
+                self.sentence_vectors = a > 0.0;
             }
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
@@ -847,5 +857,12 @@ mod time_tests {
         assert!(t.set("session_decay=0").is_err());
         assert!(t.set("session_decay=1.5").is_err());
         assert!(t.set("session_decay=NaN").is_err());
+        t.set("sentence_sim=0.5").unwrap();
+        assert!(t.sentence_vectors);
+        assert!(t.set("sentence_sim=1.5").is_err());
+        assert!(t.set("diversity=-1").is_err());
+        assert!(t.set("diversity=inf").is_err());
+        t.set("diversity=0.2").unwrap();
+        assert_eq!(t.recipe.diversity, 0.2);
     }
 }
