@@ -258,6 +258,12 @@ pub(crate) fn turn_key(session: &str, seq: u64) -> Vec<u8> {
     key
 }
 
+/// The session id a turn key starts with (turn keys are the session id, a
+/// NUL, the seq); `None` when the key holds no NUL.
+pub(crate) fn session_of_turn_key(key: &[u8]) -> Option<&[u8]> {
+    key.iter().position(|b| *b == 0).map(|end| &key[..end])
+}
+
 /// Key prefix of everything stored per session: the id and a NUL (ids never contain NUL).
 pub(crate) fn session_prefix(session: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(session.len() + 9);
@@ -374,11 +380,7 @@ pub(crate) fn sessions_touched(batch: &WriteBatch) -> BTreeSet<String> {
         | WriteOp::Delete { collection, key }) = op;
         let id = match collection {
             Collection::Sessions => key.as_slice(),
-            // Turn keys are the session id, a NUL, the seq.
-            Collection::Turns => match key.iter().position(|b| *b == 0) {
-                Some(end) => &key[..end],
-                None => key.as_slice(),
-            },
+            Collection::Turns => session_of_turn_key(key).unwrap_or(key),
             _ => continue,
         };
         out.insert(String::from_utf8_lossy(id).into_owned());

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
-use crate::record::{Role, Turn};
+use crate::record::{Role, Turn, session_of_turn_key};
 
 /// The version byte of the binary turn record.
 const V1: u8 = 1;
@@ -65,11 +65,16 @@ fn corrupt(key: &[u8], reason: impl Into<String>) -> MemoryError {
 /// Encodes a turn as a version-1 record. The content hash must be the hex
 /// blake3 hash [`crate::record::content_hash`] makes.
 pub(crate) fn encode_turn(turn: &Turn) -> Result<Vec<u8>> {
-    let mut hash = [0u8; 32];
-    hex_to_bytes(&turn.content_hash, &mut hash).ok_or_else(|| MemoryError::Corrupt {
+    let outgoing = |reason: String| MemoryError::Corrupt {
         what: "outgoing turn",
         key: format!("{}/{}", turn.session, turn.seq),
-        reason: format!("content hash {:?} is not 64 hex digits", turn.content_hash),
+        reason,
+    };
+    let hash = blake3::Hash::from_hex(&turn.content_hash).map_err(|_| {
+        outgoing(format!(
+            "content hash {:?} is not 64 hex digits",
+            turn.content_hash
+        ))
     })?;
     let record = StoredTurn {
         work_context: &turn.work_context,
@@ -79,15 +84,11 @@ pub(crate) fn encode_turn(turn: &Turn) -> Result<Vec<u8>> {
         tool_call_id: turn.tool_call_id.as_deref(),
         secs: turn.timestamp.timestamp(),
         nanos: turn.timestamp.timestamp_subsec_nanos(),
-        hash,
+        hash: *hash.as_bytes(),
     };
     let mut out = Vec::with_capacity(1 + turn.work_context.len() + turn.content.len() + 64);
     out.push(V1);
-    postcard::to_extend(&record, out).map_err(|e| MemoryError::Corrupt {
-        what: "outgoing turn",
-        key: format!("{}/{}", turn.session, turn.seq),
-        reason: e.to_string(),
-    })
+    postcard::to_extend(&record, out).map_err(|e| outgoing(e.to_string()))
 }
 
 /// The record's version-1 body, or `None` for a JSON record.
@@ -113,10 +114,8 @@ pub(crate) fn decode_turn(workspace: &str, key: &[u8], value: &[u8]) -> Result<T
     let Some(r) = v1(key, value)? else {
         return crate::memory::decode("turn", key, value);
     };
-    let session = key
-        .iter()
-        .position(|b| *b == 0)
-        .and_then(|end| std::str::from_utf8(&key[..end]).ok())
+    let session = session_of_turn_key(key)
+        .and_then(|id| std::str::from_utf8(id).ok())
         .ok_or_else(|| corrupt(key, "the key does not start with a session id"))?;
     Ok(Turn {
         workspace: workspace.to_owned(),
@@ -127,7 +126,7 @@ pub(crate) fn decode_turn(workspace: &str, key: &[u8], value: &[u8]) -> Result<T
         content: r.content.to_owned(),
         tool_call_id: r.tool_call_id.map(str::to_owned),
         timestamp: time_of(key, &r)?,
-        content_hash: bytes_to_hex(&r.hash),
+        content_hash: blake3::Hash::from_bytes(r.hash).to_hex().to_string(),
     })
 }
 
@@ -145,28 +144,6 @@ pub(crate) fn decode_turn_head(key: &[u8], value: &[u8]) -> Result<(u64, DateTim
             Ok((h.seq, h.timestamp))
         }
     }
-}
-
-fn hex_to_bytes(hex: &str, out: &mut [u8; 32]) -> Option<()> {
-    let raw = hex.as_bytes();
-    if raw.len() != 64 {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    for (i, pair) in raw.chunks_exact(2).enumerate() {
-        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
-    Some(())
-}
-
-fn bytes_to_hex(bytes: &[u8; 32]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(64);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 #[cfg(test)]
