@@ -226,4 +226,14 @@ mod tests {
         t.content_hash = "not hex".into();
         assert!(encode_turn(&t).is_err());
     }
+
+    /// A 1 MB turn and the largest sequence number read back.
+    #[test]
+    fn large_turns_read_back() {
+        let mut t = turn(&"x".repeat(1 << 20), None, Role::Assistant, 0, 0);
+        t.seq = u64::MAX;
+        let key = turn_key(&t.session, t.seq);
+        let bytes = encode_turn(&t).unwrap();
+        assert_eq!(decode_turn("ws", &key, &bytes).unwrap(), t);
+    }
 }
