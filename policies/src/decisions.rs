@@ -29,6 +29,15 @@ impl DecisionId {
     pub(crate) fn new() -> DecisionId {
         DecisionId(ulid::Ulid::new())
     }
+
+    /// The id as its 128 bits (the binary log form).
+    pub(crate) fn as_u128(self) -> u128 {
+        self.0.0
+    }
+
+    pub(crate) fn from_u128(bits: u128) -> DecisionId {
+        DecisionId(ulid::Ulid(bits))
+    }
 }
 
 impl fmt::Display for DecisionId {
@@ -71,6 +80,11 @@ impl PolicyGenerationId {
         &self.0
     }
 
+    /// An id read back from a log.
+    pub(crate) fn from_text(text: String) -> PolicyGenerationId {
+        PolicyGenerationId(text.into())
+    }
+
     /// The generation number (the part after `#`; 0 if the id, read back
     /// from a log, has none).
     pub fn number(&self) -> u64 {
@@ -101,7 +115,7 @@ impl Serialize for PolicyGenerationId {
 
 impl<'de> Deserialize<'de> for PolicyGenerationId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(PolicyGenerationId(String::deserialize(d)?.into()))
+        Ok(PolicyGenerationId::from_text(String::deserialize(d)?))
     }
 }
 
@@ -199,6 +213,18 @@ impl DecisionRecord {
     /// The fault, if the plugin faulted.
     pub fn fault(&self) -> Option<&Fault> {
         self.outcome.fault()
+    }
+
+    /// Forgets what the record says about its session (for a `forget` of
+    /// that session): the session reference and the plugin's free-text
+    /// note, which may quote it. The decision itself stays.
+    pub fn scrub(&mut self) {
+        self.session = None;
+        match &mut self.output {
+            DecisionOutput::Significance(d) => d.note = None,
+            DecisionOutput::Topic(d) => d.note = None,
+            DecisionOutput::Memory(d) => d.note = None,
+        }
     }
 }
 

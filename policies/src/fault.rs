@@ -9,8 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// How a plugin call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FaultKind {
     /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a
@@ -32,6 +31,19 @@ pub enum FaultKind {
     /// resources exhausted).
     InstantiationFailed,
 }
+
+serde_by_name!(
+    FaultKind::code,
+    [
+        Trap,
+        OutOfFuel,
+        MemoryLimit,
+        StackOverflow,
+        InvalidOutput,
+        OutputTooLarge,
+        InstantiationFailed,
+    ]
+);
 
 impl FaultKind {
     /// The fault's stable reason code, as logged.

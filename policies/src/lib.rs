@@ -53,8 +53,39 @@
 //! # }
 //! ```
 
+/// Implements serde for a unit-only enum as its name (the text the `$name`
+/// method gives), in every format: JSON and TOML see the same string as a
+/// derive with kebab-case names would give, and the binary decision log
+/// ([`decision_codec`]) stores the name too, not the variant's index, so a
+/// case added anywhere in a later WIT version leaves old logs readable.
+macro_rules! serde_by_name {
+    ($ty:ident :: $name:ident, [$($variant:ident),* $(,)?]) => {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.$name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                const ALL: &[$ty] = &[$($ty::$variant),*];
+                let text = <String as serde::Deserialize>::deserialize(d)?;
+                ALL.iter().copied().find(|v| v.$name() == text).ok_or_else(|| {
+                    let names: Vec<String> =
+                        ALL.iter().map(|v| format!("`{}`", v.$name())).collect();
+                    serde::de::Error::custom(format_args!(
+                        "unknown variant `{text}`, expected one of {}",
+                        names.join(", ")
+                    ))
+                })
+            }
+        }
+    };
+}
+
 mod bindings;
 mod cache;
+pub mod decision_codec;
 mod decisions;
 pub mod defaults;
 mod digest;

@@ -20,12 +20,13 @@ macro_rules! mirror_enum {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(rename_all = "kebab-case")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum $name {
             $( $(#[$vmeta])* $variant, )*
         }
+
+        serde_by_name!($name::as_str, [$($variant),*]);
 
         impl $name {
             /// The case's name in the WIT package (kebab-case).
@@ -200,13 +201,14 @@ macro_rules! reason_codes {
         /// [`PluginFault`](ReasonCode::PluginFault) and
         /// [`CircuitOpen`](ReasonCode::CircuitOpen) to decisions it makes in
         /// a plugin's place. A plugin cannot return those.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[serde(rename_all = "kebab-case")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum ReasonCode {
             $( $(#[$vmeta])* $variant, )*
             $( $(#[$hmeta])* $hvariant, )*
         }
+
+        serde_by_name!(ReasonCode::as_str, [$($variant,)* $($hvariant),*]);
 
         impl ReasonCode {
             /// The code as written in the WIT package and the decision log.

@@ -5,7 +5,6 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
@@ -16,8 +15,7 @@ use crate::store::StoreState;
 use crate::vocab::ReasonCode;
 
 /// Which of the three worlds a plugin implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WorldKind {
     /// `cairn:policy/significance-gate`.
@@ -27,6 +25,11 @@ pub enum WorldKind {
     /// `cairn:policy/memory-policy`.
     MemoryPolicy,
 }
+
+serde_by_name!(
+    WorldKind::as_str,
+    [SignificanceGate, TopicDirective, MemoryPolicy]
+);
 
 impl WorldKind {
     /// The world's name in the WIT package.

@@ -34,11 +34,14 @@
 //! one batch (an assembly's, [`DecisionSink::record_batch`]; queries list
 //! each decision of it). In collection `State` of the system namespace:
 //! `r` + big-endian first sequence number + big-endian `u32` count → a
-//! chunk of `count` consecutive records (written since the chunked layout;
-//! [`CHUNK_V1`] then the JSON array of the records, each a JSON array of
-//! its decisions); `r` + big-endian sequence number alone → one record as
-//! JSON, a decision object or an array of them (the layout before, still
-//! read, scrubbed and retired); `c` + generation id → that generation's
+//! chunk of `count` consecutive records: [`CHUNK_V2`] then their binary
+//! form ([`cairn_policies::decision_codec`], about a third of the JSON's
+//! bytes), or (written before it, still read and scrubbed) [`CHUNK_V1`]
+//! then the JSON array of the records, each a JSON array of its decisions;
+//! `r` + big-endian sequence number alone → one record as JSON, a decision
+//! object or an array of them (the layout before chunks, still read,
+//! scrubbed and retired); a scrubbed value is written back in the binary
+//! form; `c` + generation id → that generation's
 //! decision and fault counts; `m:first` / `m:next` → the oldest kept and
 //! the next sequence number. Retention keeps the newest
 //! [`DecisionLogConfig::keep`] records; older ones are deleted, a whole
@@ -53,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use cairn_memory::Memory;
 use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
-use cairn_policies::{DecisionRecord, DecisionSink, SinkError, WorldKind};
+use cairn_policies::{DecisionRecord, DecisionSink, SinkError, WorldKind, decision_codec};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
@@ -71,9 +74,12 @@ const PAGE_SHIFT: u32 = 8;
 /// The most old records one batch deletes (a lowered `keep` catches up
 /// over several batches).
 const MAX_DELETES_PER_BATCH: u64 = 10_000;
-/// The first byte of a chunk value: the JSON array of its records follows.
-/// (A value of the layout before starts with `{` or `[`.)
+/// The first byte of a chunk value written before [`CHUNK_V2`]: the JSON
+/// array of its records follows. (A value of the layout before chunks
+/// starts with `{` or `[`.)
 const CHUNK_V1: u8 = 1;
+/// The first byte of a chunk value: the binary form of its records follows.
+const CHUNK_V2: u8 = 2;
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
 const CHUNK_DECISIONS: usize = 64;
@@ -566,8 +572,8 @@ impl Writer {
         let mut next = self.next;
         let mut spans = Vec::new();
         for chunk in chunks(stored) {
-            let mut value = vec![CHUNK_V1];
-            serde_json::to_writer(&mut value, chunk).map_err(|e| e.to_string())?;
+            let mut value = vec![CHUNK_V2];
+            decision_codec::encode(chunk, &mut value).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             batch.put(Collection::State, chunk_key(next, count), value);
             spans.push((next, count));
@@ -744,18 +750,21 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
         prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
         let mut batch = WriteBatch::default();
         for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
-            let (version, json) = match value.split_first() {
-                Some((&CHUNK_V1, rest)) => (Some(CHUNK_V1), rest),
-                _ => (None, value.as_slice()),
-            };
-            let mut stored: serde_json::Value = serde_json::from_slice(json)
-                .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
-            let hits = scrub_stored(&mut stored, session);
+            // Scrubbed in any layout, written back in the binary one (the
+            // key stays: it says which sequence numbers the value holds).
+            let mut records = decode_records(&key, &value)?;
+            let mut hits = 0;
+            for record in records.iter_mut().flatten() {
+                if record.session.as_deref() == Some(session) {
+                    record.scrub();
+                    hits += 1;
+                }
+            }
             if hits == 0 {
                 continue;
             }
-            let mut bytes: Vec<u8> = version.into_iter().collect();
-            serde_json::to_writer(&mut bytes, &stored)
+            let mut bytes = vec![CHUNK_V2];
+            decision_codec::encode(&records, &mut bytes)
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
@@ -860,57 +869,25 @@ fn decode_counts(bytes: &[u8]) -> GenerationCounts {
 /// (the layout before chunks) one record, a JSON object or array. Every
 /// decision of it, oldest first.
 fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
-    let decoded = match value.first() {
-        Some(&CHUNK_V1) => serde_json::from_slice::<Vec<Vec<DecisionRecord>>>(&value[1..])
-            .map(|records| records.into_iter().flatten().collect()),
-        Some(b'[') => serde_json::from_slice(value),
-        _ => serde_json::from_slice(value).map(|record| vec![record]),
+    Ok(decode_records(key, value)?.into_iter().flatten().collect())
+}
+
+/// The records a stored value holds, each as the list of its decisions.
+fn decode_records(key: &[u8], value: &[u8]) -> Result<Vec<Vec<DecisionRecord>>> {
+    let json = match value.split_first() {
+        Some((&CHUNK_V2, records)) => {
+            return decision_codec::decode(records)
+                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+        }
+        Some((&CHUNK_V1, records)) => serde_json::from_slice(records),
+        Some((b'[', _)) => serde_json::from_slice(value).map(|record| vec![record]),
+        _ => serde_json::from_slice(value).map(|decision| vec![vec![decision]]),
     };
-    decoded.map_err(|e| CairnError::decision_log_from(undecodable(key), e))
+    json.map_err(|e| CairnError::decision_log_from(undecodable(key), e))
 }
 
 fn undecodable(key: &[u8]) -> String {
     format!("record {} does not decode", seq_of(key).unwrap_or_default())
-}
-
-/// Scrubs every decision (a JSON object) under `stored` (a decision, a
-/// record's array of them, a chunk's array of records) that is about
-/// `session`; returns how many.
-fn scrub_stored(stored: &mut serde_json::Value, session: &str) -> u64 {
-    match stored {
-        serde_json::Value::Array(items) => items
-            .iter_mut()
-            .map(|item| scrub_stored(item, session))
-            .sum(),
-        decision => u64::from(scrub_record(decision, session)),
-    }
-}
-
-/// Scrubs one record (as JSON) if it is about `session`: its session
-/// reference and every plugin note go. Returns whether it was.
-fn scrub_record(record: &mut serde_json::Value, session: &str) -> bool {
-    if record.get("session").and_then(serde_json::Value::as_str) != Some(session) {
-        return false;
-    }
-    if let Some(fields) = record.as_object_mut() {
-        fields.remove("session");
-        if let Some(output) = fields.get_mut("output") {
-            strip_notes(output);
-        }
-    }
-    true
-}
-
-/// Removes every `note` field under `value` (a plugin's free text).
-fn strip_notes(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(fields) => {
-            fields.remove("note");
-            fields.values_mut().for_each(strip_notes);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_notes),
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -961,22 +938,28 @@ mod tests {
         records.iter().map(|r| r.decision_id.to_string()).collect()
     }
 
-    /// A log written in the layout before chunks (one JSON value per
-    /// record) and extended in chunks answers queries, scrubs and counts
-    /// across both, and retention retires the old values and whole chunks.
+    /// A log written in the layouts before (one JSON value per record, then
+    /// JSON chunks) and extended in binary chunks answers queries, scrubs
+    /// and counts across all three; a scrubbed value is rewritten in the
+    /// binary form; retention retires the old values and whole chunks.
     #[test]
-    fn chunks_and_the_layout_before_read_scrub_and_retire_alike() -> Result<()> {
+    fn every_layout_reads_scrubs_and_retires_alike() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
-        let mut r = decisions(made.path(), 10)?;
-        for i in [0, 2, 4] {
+        let mut r = decisions(made.path(), 12)?;
+        for i in [0, 2, 4, 5] {
             r[i].session = Some("s1".to_owned());
         }
         let dir = tempfile::tempdir().map_err(io)?;
         let memory = fresh(dir.path())?;
         let store = memory.system(DECISIONS_NAMESPACE)?;
         let mut batch = WriteBatch::default();
+        // Records 0 and 1 as the layout before chunks stored them (a
+        // decision object, an array), 2 and 3 in a JSON chunk.
         batch.put(Collection::State, record_key(0), json(&r[0])?);
         batch.put(Collection::State, record_key(1), json(&r[1..3])?);
+        let mut v1 = vec![CHUNK_V1];
+        v1.extend(json(&[vec![r[3].clone()], vec![r[4].clone()]])?);
+        batch.put(Collection::State, chunk_key(2, 2), v1);
         batch.put(
             Collection::State,
             FIRST.to_vec(),
@@ -985,48 +968,74 @@ mod tests {
         batch.put(
             Collection::State,
             NEXT.to_vec(),
-            2u64.to_be_bytes().to_vec(),
+            4u64.to_be_bytes().to_vec(),
         );
         store.apply(batch)?;
         let config = DecisionLogConfig {
-            keep: 4,
+            keep: 6,
             ..DecisionLogConfig::default()
         };
         let log = DecisionLog::open(&memory, &config)?;
-        log.record(&r[3]).map_err(io)?;
-        log.record_batch(&r[4..6]).map_err(io)?;
+        log.record(&r[5]).map_err(io)?;
+        log.record_batch(&r[6..8]).map_err(io)?;
         log.flush()?;
         let stats = log.stats()?;
-        assert_eq!((stats.written, stats.kept), (4, 4), "{stats:?}");
+        assert_eq!((stats.written, stats.kept), (6, 6), "{stats:?}");
         let all = DecisionQuery {
             limit: 100,
             ..DecisionQuery::default()
         };
-        let newest_first: Vec<_> = r[..6].iter().rev().cloned().collect();
+        let newest_first: Vec<_> = r[..8].iter().rev().cloned().collect();
         assert_eq!(ids(&log.query(&all)?), ids(&newest_first));
-        assert_eq!(log.counts(r[3].generation.as_str())?.decisions, 3);
+        assert_eq!(log.query(&all)?, newest_first, "every field read back");
+        assert_eq!(log.counts(r[5].generation.as_str())?.decisions, 3);
 
-        assert_eq!(log.scrub_session("s1")?, 3);
+        assert_eq!(log.scrub_session("s1")?, 4);
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
+        for key in [record_key(0), record_key(1), chunk_key(2, 2)] {
+            let value = store.get(Collection::State, &key)?;
+            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V2));
+        }
 
-        // Four more records: the two old values and the chunk(s) of
-        // records 2 and 3 fall out of the newest four, whole.
-        for record in &r[6..10] {
+        // Four more records: the three old values fall out of the newest
+        // six, whole.
+        for record in &r[8..12] {
             log.record(record).map_err(io)?;
         }
         log.flush()?;
         let stats = log.stats()?;
-        assert_eq!((stats.written, stats.kept), (8, 4), "{stats:?}");
-        let kept: Vec<_> = r[6..10].iter().rev().cloned().collect();
+        assert_eq!((stats.written, stats.kept), (10, 6), "{stats:?}");
+        let kept: Vec<_> = r[5..12].iter().rev().cloned().collect();
         assert_eq!(ids(&log.query(&all)?), ids(&kept));
         assert!(store.get(Collection::State, &record_key(0))?.is_none());
         assert!(store.get(Collection::State, &record_key(1))?.is_none());
-        // What is stored is the four kept records' values, nothing older:
+        assert!(store.get(Collection::State, &chunk_key(2, 2))?.is_none());
+        // What is stored is the six kept records' values, nothing older:
         // the chunks this writer wrote are deleted, not only passed over.
         let spans = stored_spans(store.as_ref())?;
-        assert_eq!(spans.iter().map(|s| s.1).sum::<u64>(), 4, "{spans:?}");
+        assert_eq!(spans.iter().map(|s| s.1).sum::<u64>(), 6, "{spans:?}");
+        Ok(())
+    }
+
+    /// A damaged binary chunk is an error naming the record, not a panic
+    /// or a silently shorter answer.
+    #[test]
+    fn a_damaged_chunk_is_an_error() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let r = decisions(made.path(), 2)?;
+        let mut value = vec![CHUNK_V2];
+        decision_codec::encode(&[r], &mut value).map_err(io)?;
+        let key = chunk_key(7, 1);
+        assert_eq!(decode_stored(&key, &value)?.len(), 2);
+        for cut in [value.len() - 1, value.len() / 2, 1] {
+            let err = decode_stored(&key, &value[..cut]).err();
+            assert!(
+                err.is_some_and(|e| e.to_string().contains("record 7")),
+                "cut at {cut}"
+            );
+        }
         Ok(())
     }
 
