@@ -10,9 +10,11 @@
 //!   every call (target p99 ≤ 25 ms). Skipped without the model
 //!   (`eval "$(scripts/setup-embeddings.sh --print-env)"`, export both).
 //!
-//! Document vectors are synthetic unit vectors (embedding 100k texts takes
-//! minutes on 2 cores); the index holds them in full. p50/p99 over 300
-//! calls are printed to stderr. `CAIRN_BENCH_ITEMS` overrides the size.
+//! Document vectors are made (embedding 100k texts takes minutes on 2
+//! cores): clustered like real embeddings by default, uniformly random with
+//! `CAIRN_BENCH_VECTORS=uniform` (see `common::Vectors`); the index holds
+//! them in full. p50/p99 over 300 calls are printed to stderr.
+//! `CAIRN_BENCH_ITEMS` overrides the size.
 
 use std::hint::black_box;
 use std::sync::{Arc, OnceLock};
@@ -30,7 +32,7 @@ use cairn_policies::{HostConfig, MemoryPolicy, MemorySink, PolicyHost, PolicySlo
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 mod common;
-use common::{Rng, WORDS};
+use common::{Rng, Vectors, WORDS};
 
 fn full_run() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -66,6 +68,7 @@ fn build(items: usize) -> Fixture {
         .clone()
         .map(|e| SearchIndex::new(Some(e)).unwrap_or_else(|e| panic!("{e}")));
     let mut rng = Rng(0x9e3779b97f4a7c15);
+    let vectors = embedder.as_deref().map(Vectors::from_env);
     let t = Instant::now();
     let sessions = items.div_ceil(PER_SESSION);
     for s in 0..sessions {
@@ -89,8 +92,8 @@ fn build(items: usize) -> Fixture {
             .map(|(i, t)| SearchDoc::new(&format!("{id}:{i}"), &id, i as u64, &t.content))
             .collect();
         lexical.add(&docs).unwrap_or_else(|e| panic!("{e}"));
-        if let Some(h) = hybrid.as_mut() {
-            let vectors: Vec<Vec<f32>> = docs.iter().map(|_| rng.unit(384)).collect();
+        if let (Some(h), Some(vectors)) = (hybrid.as_mut(), vectors.as_ref()) {
+            let vectors: Vec<Vec<f32>> = docs.iter().map(|_| vectors.next(&mut rng)).collect();
             h.add_with_vectors(&docs, &vectors)
                 .unwrap_or_else(|e| panic!("{e}"));
         }

@@ -27,7 +27,7 @@ use cairn_memory::{Memory, MemoryConfig, Role, SystemClock, TurnInput};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
 mod common;
-use common::{Rng, WORDS};
+use common::{Rng, Vectors, WORDS};
 
 fn model() -> Arc<FastEmbedder> {
     let config = EmbedConfig::from_env()
@@ -57,93 +57,34 @@ struct Fixture {
     queries: Vec<String>,
 }
 
-/// Up to `n` sentences of the repository's documentation (real text, so
-/// their embeddings have the model's real statistics).
-fn real_sentences(n: usize) -> Vec<String> {
-    let docs = [
-        include_str!("../../docs/DESIGN.md"),
-        include_str!("../../ARCHITECTURE.md"),
-        include_str!("../../docs/SECURITY.md"),
-        include_str!("../../docs/DURABILITY.md"),
-        include_str!("../../docs/retrieval-research.md"),
-        include_str!("../../README.md"),
-    ];
-    let mut seen = std::collections::HashSet::new();
-    docs.iter()
-        .flat_map(|d| d.split(['.', '\n', '|']))
-        .map(str::trim)
-        .filter(|t| (40..300).contains(&t.len()) && t.split(' ').count() >= 6)
-        .filter(|t| seen.insert(*t))
-        .take(n)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// A standard normal deviate (Box–Muller).
-fn gaussian(rng: &mut Rng) -> f32 {
-    let u = |rng: &mut Rng| ((rng.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    let (a, b) = (u(rng), u(rng));
-    ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
-}
-
-/// The document vectors: clustered around real embeddings, or uniform.
-struct Vectors {
-    bases: Vec<Vec<f32>>,
-}
-
-impl Vectors {
-    fn new(embedder: &FastEmbedder) -> Vectors {
-        let kind = std::env::var("CAIRN_BENCH_VECTORS").unwrap_or_else(|_| "clustered".into());
-        let bases = match kind.as_str() {
-            "uniform" => Vec::new(),
-            "clustered" => {
-                let sentences = real_sentences(1_024);
-                let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
-                let bases = embedder.embed(&refs).unwrap_or_else(|e| panic!("{e}"));
-                eprintln!("{} real sentences embedded as cluster centres", bases.len());
-                bases
-            }
-            other => panic!("CAIRN_BENCH_VECTORS={other}: expected clustered or uniform"),
-        };
-        Vectors { bases }
-    }
-
-    fn next(&self, rng: &mut Rng) -> Vec<f32> {
-        if self.bases.is_empty() {
-            return rng.unit(384);
-        }
-        let base = &self.bases[(rng.next() % self.bases.len() as u64) as usize];
-        // σ per dimension in [0.02, 0.05]: cosine to the centre 0.93–0.71.
-        let sigma = 0.02 + 0.03 * (rng.next() % 1000) as f32 / 1000.0;
-        let mut v: Vec<f32> = base.iter().map(|x| x + sigma * gaussian(rng)).collect();
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= norm);
-        v
-    }
-}
-
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// The graph's recall@10: for each query, how many of the exact ten
 /// nearest documents (every vector scored) the dense search returns, with
-/// `candidates` neighbours asked of the graph (its `ef` is twice that).
+/// `candidates` neighbours asked of the graph and a walk of `breadth`
+/// (HNSW's `ef`; `None`, the default, is four times the candidates).
 fn recall_at_10(
     index: &SearchIndex,
     all: &[Vec<f32>],
     queries: &[(String, Vec<f32>)],
     candidates: usize,
+    breadth: Option<usize>,
 ) -> (f64, f64) {
     let mut found = 0usize;
     let mut lat = Vec::new();
     for (text, q) in queries {
-        let mut exact: Vec<(usize, f32)> =
-            all.iter().enumerate().map(|(i, v)| (i, dot(q, v))).collect();
+        let mut exact: Vec<(usize, f32)> = all
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, dot(q, v)))
+            .collect();
         exact.select_nth_unstable_by(9, |a, b| b.1.total_cmp(&a.1));
         let exact: std::collections::HashSet<usize> = exact[..10].iter().map(|e| e.0).collect();
         let mut options = SearchOptions::new(10).mode(SearchMode::Dense);
         options.candidates = candidates;
+        options.graph_breadth = breadth;
         let t = Instant::now();
         let hits = index
             .search_with_vector(text, Some(q), &options)
@@ -168,7 +109,7 @@ fn recall_at_10(
 fn build(items: usize) -> Fixture {
     let embedder = model();
     let mut rng = Rng(0x9e3779b97f4a7c15);
-    let vectors = Vectors::new(&embedder);
+    let vectors = Vectors::from_env(embedder.as_ref());
     let mut all = Vec::with_capacity(items);
     let mut index = SearchIndex::new(Some(embedder.clone() as Arc<dyn Embedder>))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -207,11 +148,16 @@ fn build(items: usize) -> Fixture {
     let refs: Vec<&str> = queries.iter().map(String::as_str).collect();
     let embedded = embedder.embed(&refs).unwrap_or_else(|e| panic!("{e}"));
     let with_vectors: Vec<(String, Vec<f32>)> = queries.iter().cloned().zip(embedded).collect();
-    for candidates in [25, 50, 100, 200] {
-        let (recall, p99) = recall_at_10(&index, &all, &with_vectors, candidates);
+    let defaults = SearchOptions::new(10);
+    let settings = [25, 50, 100, 200]
+        .map(|c| (c, None))
+        .into_iter()
+        .chain([200, 300, 800].map(|ef| (defaults.candidates, Some(ef))));
+    for (candidates, breadth) in settings {
+        let (recall, p99) = recall_at_10(&index, &all, &with_vectors, candidates, breadth);
         eprintln!(
-            "graph recall@10 at {items} items, {candidates} candidates (ef {}): {recall:.3}; dense p99 {p99:.2} ms without the query embedding",
-            (candidates * 2).max(64)
+            "graph recall@10 at {items} items, {candidates} candidates, ef {}: {recall:.3}; dense p99 {p99:.2} ms without the query embedding",
+            breadth.unwrap_or((candidates * 4).max(64))
         );
     }
     drop(all);

@@ -172,6 +172,12 @@ pub struct SearchOptions {
     pub fusion: Fusion,
     /// Candidates taken from each index before fusion.
     pub candidates: usize,
+    /// How wide the vector graph's search is (HNSW's `ef`: the frontier
+    /// it keeps while walking); `None` is four times the vector candidates,
+    /// at least 64. Wider finds more of the true nearest neighbours in large
+    /// indexes, at some latency (docs/BENCHMARKS.md, *Search latency*);
+    /// never narrower than the candidates asked for.
+    pub graph_breadth: Option<usize>,
     /// Only these sessions (lineage, filters); all when `None`.
     pub sessions: Option<HashSet<String>>,
     /// Attribute filters and the replaced / expired exclusions.
@@ -189,6 +195,7 @@ impl SearchOptions {
             mode: SearchMode::Hybrid,
             fusion: Fusion::default(),
             candidates: 100,
+            graph_breadth: None,
             sessions: None,
             filters: SearchFilters::default(),
             now: None,
@@ -615,9 +622,12 @@ impl SearchIndex {
         };
         let dense = match (mode, query_vector) {
             (SearchMode::Bm25, _) | (_, None) => Vec::new(),
-            (_, Some(q)) => self
-                .vector
-                .search(q, n, allowed.as_ref().map(|a| a.as_slice())),
+            (_, Some(q)) => self.vector.search(
+                q,
+                n,
+                options.graph_breadth,
+                allowed.as_ref().map(|a| a.as_slice()),
+            ),
         };
         let mut scored: HashMap<usize, f32> = HashMap::new();
         match mode {
