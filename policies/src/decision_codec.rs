@@ -341,6 +341,8 @@ mod tests {
             err.as_deref(),
             Some("decision records: 1 bytes after the records")
         );
+        // A count that claims four billion records, and nothing after it.
+        assert!(decode(&[0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
         // A reason code's name changed by one byte.
         let at = bytes.windows(5).position(|w| w == b"above").unwrap_or(0);
         bytes[at] = b'A';

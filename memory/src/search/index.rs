@@ -176,7 +176,8 @@ pub struct SearchOptions {
     /// it keeps while walking); `None` is four times the vector candidates,
     /// at least 64. Wider finds more of the true nearest neighbours in large
     /// indexes, at some latency (docs/BENCHMARKS.md, *Search latency*);
-    /// never narrower than the candidates asked for.
+    /// never narrower than the candidates asked for, nor wider than the
+    /// index.
     pub graph_breadth: Option<usize>,
     /// Only these sessions (lineage, filters); all when `None`.
     pub sessions: Option<HashSet<String>>,

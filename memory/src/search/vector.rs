@@ -90,9 +90,12 @@ impl VectorIndex {
         breadth: Option<usize>,
         allowed: Option<&[bool]>,
     ) -> Vec<(usize, f32)> {
+        // A walk wider than the graph visits nothing more (and hnsw_rs
+        // sizes its heaps by it): at most every point.
         let ef = |want: usize| {
             breadth
                 .unwrap_or((want * DEFAULT_BREADTH).max(64))
+                .min(self.points)
                 .max(want)
         };
         if self.points == 0 || n == 0 {
@@ -214,6 +217,7 @@ mod tests {
         let exact: HashSet<usize> = exact[..20].iter().map(|e| e.0).collect();
 
         assert_eq!(index.search(&query, 20, Some(1), None).len(), 20);
+        assert_eq!(index.search(&query, 20, Some(usize::MAX), None).len(), 20);
         let wide = index.search(&query, 20, Some(items.len()), None);
         let found = wide.iter().filter(|(d, _)| exact.contains(d)).count();
         assert_eq!(found, 20, "a walk over the whole index is exact");
