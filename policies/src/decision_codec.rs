@@ -8,11 +8,13 @@
 //! into the same records. A record takes about a third of its JSON bytes.
 //!
 //! The encoding has no version byte of its own: a log that stores it puts
-//! one in front (the runtime's decision log does). Postcard writes enum
-//! variants by index, so the vocabularies a record carries ([`ReasonCode`],
-//! [`FaultKind`](crate::FaultKind), the decisions' enums) may gain variants
-//! only at their end; a test pins the bytes of a known record so that a
-//! reorder fails it.
+//! one in front (the runtime's decision log does). The vocabularies a
+//! record carries ([`ReasonCode`], [`FaultKind`](crate::FaultKind), the
+//! worlds and the decisions' enums) are stored by name, so a case added
+//! anywhere in them leaves old records readable; only this module's own
+//! mirror enums (which world decided, which outcome) are stored by variant
+//! index and may gain variants only at their end. A test pins the bytes of
+//! a known record, so any change to the layout fails it.
 //!
 //! ```
 //! use cairn_policies::decision_codec;
@@ -344,7 +346,9 @@ mod tests {
         // A count that claims four billion records, and nothing after it.
         assert!(decode(&[0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());
         // A reason code's name changed by one byte.
-        let at = bytes.windows(5).position(|w| w == b"above").unwrap_or(0);
+        let Some(at) = bytes.windows(5).position(|w| w == b"above") else {
+            panic!("the reason code is stored by name");
+        };
         bytes[at] = b'A';
         assert!(decode(&bytes).is_err(), "an unknown reason code");
         Ok(())

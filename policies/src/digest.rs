@@ -20,11 +20,12 @@ impl InputsDigest {
         &self.0
     }
 
-    /// Digests a value that knows how to feed itself.
+    /// A digest read back from a log.
     pub(crate) fn from_bytes(bytes: [u8; 32]) -> InputsDigest {
         InputsDigest(bytes)
     }
 
+    /// Digests a value that knows how to feed itself.
     pub(crate) fn of(value: &impl Feed) -> InputsDigest {
         let mut h = blake3::Hasher::new();
         value.feed(&mut h);

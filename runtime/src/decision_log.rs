@@ -737,7 +737,10 @@ fn query_log(
 }
 
 /// Scrubs one log's records about `session` (see
-/// [`DecisionLog::scrub_session`]).
+/// [`DecisionLog::scrub_session`]). A value that does not decode fails the
+/// scrub with an error naming it rather than being passed over (it might be
+/// about the session); the pages scrubbed before it stay scrubbed, and a
+/// retry scrubs nothing twice.
 fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
     let first = read_u64(store, FIRST)?;
     let next = read_u64(store, NEXT)?;

@@ -58,23 +58,13 @@ impl Rng {
     }
 }
 
-/// Up to `n` sentences of the repository's documentation (real text, so
-/// their embeddings have the model's real statistics).
+/// Up to `n` real sentences: `sentences.txt`, 1,024 lines cut from this
+/// repository's documentation once (frozen, so that editing the docs does
+/// not change the bench's vectors), whose embeddings have the model's real
+/// statistics.
 pub(crate) fn real_sentences(n: usize) -> Vec<String> {
-    let docs = [
-        include_str!("../../../docs/DESIGN.md"),
-        include_str!("../../../ARCHITECTURE.md"),
-        include_str!("../../../docs/SECURITY.md"),
-        include_str!("../../../docs/DURABILITY.md"),
-        include_str!("../../../docs/retrieval-research.md"),
-        include_str!("../../../README.md"),
-    ];
-    let mut seen = std::collections::HashSet::new();
-    docs.iter()
-        .flat_map(|d| d.split(['.', '\n', '|']))
-        .map(str::trim)
-        .filter(|t| (40..300).contains(&t.len()) && t.split(' ').count() >= 6)
-        .filter(|t| seen.insert(*t))
+    include_str!("sentences.txt")
+        .lines()
         .take(n)
         .map(str::to_owned)
         .collect()
@@ -88,9 +78,9 @@ pub(crate) fn gaussian(rng: &mut Rng) -> f32 {
 }
 
 /// Made document vectors (embedding 100k texts takes minutes): by default
-/// clustered like real embeddings, 1,024 sentences of this repository's
-/// documentation embedded by the real model and each vector one of them
-/// plus Gaussian noise (cosine 0.7–0.93 to it); with
+/// clustered like real embeddings, the 1,024 [`real_sentences`] embedded
+/// by the real model and each vector one of them plus Gaussian noise
+/// (cosine 0.7–0.93 to it); with
 /// `CAIRN_BENCH_VECTORS=uniform`, uniformly random unit vectors (the worst
 /// case for HNSW).
 pub(crate) struct Vectors {

@@ -175,9 +175,9 @@ pub struct SearchOptions {
     /// How wide the vector graph's search is (HNSW's `ef`: the frontier
     /// it keeps while walking); `None` is four times the vector candidates,
     /// at least 64. Wider finds more of the true nearest neighbours in large
-    /// indexes, at some latency (docs/BENCHMARKS.md, *Search latency*);
-    /// never narrower than the candidates asked for, nor wider than the
-    /// index.
+    /// indexes, at some latency (docs/BENCHMARKS.md, *Search latency*).
+    /// Capped at the number of indexed vectors (a wider walk visits nothing
+    /// more), and never narrower than the candidates asked for.
     pub graph_breadth: Option<usize>,
     /// Only these sessions (lineage, filters); all when `None`.
     pub sessions: Option<HashSet<String>>,

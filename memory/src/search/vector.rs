@@ -82,7 +82,8 @@ impl VectorIndex {
     /// documents are allowed they are scored exactly instead (a filtered
     /// graph walk finds little when the filter keeps little). `breadth` is
     /// the graph walk's `ef` (default [`DEFAULT_BREADTH`] times what is
-    /// asked for, at least 64).
+    /// asked for, at least 64), capped at the number of points, then raised
+    /// to what is asked for if that is more.
     pub(crate) fn search(
         &self,
         query: &[f32],
