@@ -19,8 +19,7 @@
 //! ```
 //! use cairn_policies::decision_codec;
 //!
-//! let mut bytes = Vec::new();
-//! decision_codec::encode(&[], &mut bytes)?;
+//! let bytes = decision_codec::encode(&[], Vec::new())?;
 //! assert!(decision_codec::decode(&bytes)?.is_empty());
 //! assert!(decision_codec::decode(&[0xff, 0xff]).is_err());
 //! # Ok::<(), decision_codec::CodecError>(())
@@ -150,21 +149,19 @@ fn record(stored: In) -> DecisionRecord {
     }
 }
 
-/// Appends the binary form of `records` (each the decisions of one call or
-/// one assembly) to `out`.
+/// `out` (which may already hold a version byte) followed by the binary
+/// form of `records` (each the decisions of one call or one assembly).
 ///
 /// # Errors
 ///
 /// [`CodecError`] if a value does not serialize (postcard refuses nothing
 /// these records hold; the error is the serializer's, passed on).
-pub fn encode(records: &[Vec<DecisionRecord>], out: &mut Vec<u8>) -> Result<(), CodecError> {
+pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, CodecError> {
     let stored: Vec<Vec<Out<'_>>> = records
         .iter()
         .map(|decisions| decisions.iter().map(self::out).collect())
         .collect();
-    postcard::to_extend(&stored, std::mem::take(out))
-        .map(|bytes| *out = bytes)
-        .map_err(|e| CodecError(e.to_string()))
+    postcard::to_extend(&stored, out).map_err(|e| CodecError(e.to_string()))
 }
 
 /// Reads records written by [`encode`].
@@ -271,8 +268,7 @@ mod tests {
     #[test]
     fn records_read_back_as_written() -> Result<(), CodecError> {
         let mut records = records();
-        let mut bytes = vec![9];
-        encode(&records, &mut bytes)?;
+        let bytes = encode(&records, vec![9])?;
         assert_eq!(bytes[0], 9, "appends, keeps what was there");
         let back = decode(&bytes[1..])?;
         // A duration past u64 nanoseconds (584 years) is stored as the most.
@@ -286,8 +282,7 @@ mod tests {
     /// vocabulary's names fails here, not in a user's old log.
     #[test]
     fn the_encoding_is_pinned() -> Result<(), CodecError> {
-        let mut bytes = Vec::new();
-        encode(&[vec![significance()]], &mut bytes)?;
+        let bytes = encode(&[vec![significance()]], Vec::new())?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         // Each line: a field's bytes (a string's are its length, then it).
         let pinned = [
@@ -317,8 +312,7 @@ mod tests {
     #[test]
     fn smaller_than_json() -> Result<(), CodecError> {
         let records = records();
-        let mut bytes = Vec::new();
-        encode(&records, &mut bytes)?;
+        let bytes = encode(&records, Vec::new())?;
         let json = serde_json::to_vec(&records).map_err(|e| CodecError(e.to_string()))?;
         assert!(
             bytes.len() * 2 < json.len(),
@@ -331,8 +325,7 @@ mod tests {
 
     #[test]
     fn damaged_bytes_are_errors() -> Result<(), CodecError> {
-        let mut bytes = Vec::new();
-        encode(&records(), &mut bytes)?;
+        let mut bytes = encode(&records(), Vec::new())?;
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }

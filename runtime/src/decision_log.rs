@@ -572,8 +572,7 @@ impl Writer {
         let mut next = self.next;
         let mut spans = Vec::new();
         for chunk in chunks(stored) {
-            let mut value = vec![CHUNK_V2];
-            decision_codec::encode(chunk, &mut value).map_err(|e| e.to_string())?;
+            let value = decision_codec::encode(chunk, vec![CHUNK_V2]).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             batch.put(Collection::State, chunk_key(next, count), value);
             spans.push((next, count));
@@ -766,8 +765,7 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
             if hits == 0 {
                 continue;
             }
-            let mut bytes = vec![CHUNK_V2];
-            decision_codec::encode(&records, &mut bytes)
+            let bytes = decision_codec::encode(&records, vec![CHUNK_V2])
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
@@ -1028,8 +1026,7 @@ mod tests {
     fn a_damaged_chunk_is_an_error() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 2)?;
-        let mut value = vec![CHUNK_V2];
-        decision_codec::encode(&[r], &mut value).map_err(io)?;
+        let value = decision_codec::encode(&[r], vec![CHUNK_V2]).map_err(io)?;
         let key = chunk_key(7, 1);
         assert_eq!(decode_stored(&key, &value)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
