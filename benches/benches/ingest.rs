@@ -42,7 +42,7 @@ fn stored_turn_bytes() -> Vec<u8> {
         timestamp: chrono::Utc::now(),
         content_hash: cairn_memory::record::content_hash(CONTENT),
     };
-    cairn_memory::record::stored_turn_bytes(&turn).expect("a turn encodes")
+    cairn_memory::record::stored_turn_bytes(&turn, Some("k1000")).expect("a turn encodes")
 }
 
 /// Memory on the PostgreSQL database `CAIRN_BENCH_POSTGRES_URL` names, if set.

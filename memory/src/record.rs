@@ -15,7 +15,7 @@ use crate::error::{MemoryError, Result};
 use crate::ids::validate_id;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
 use crate::store::{Collection, WriteBatch, WriteOp};
-use crate::turn_codec::{decode_turn, decode_turn_head, encode_turn};
+use crate::turn_codec::{decode_turn, decode_turn_head, encode_turn, turn_has_idempotency_key};
 
 /// Who produced a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -229,7 +229,8 @@ pub struct Ack {
 
 /// The bytes a turn is stored as: a version byte and a compact binary
 /// record (the workspace and session are not in it: they are the store and
-/// the key). For tools that measure or copy stored turns.
+/// the key), with the idempotency key the turn was appended with. For tools
+/// that measure or copy stored turns.
 ///
 /// ```
 /// use cairn_memory::{Role, Turn, record::{content_hash, stored_turn_bytes}};
@@ -238,13 +239,13 @@ pub struct Ack {
 ///     seq: 0, role: Role::User, content: "hello".into(), tool_call_id: None,
 ///     timestamp: chrono::Utc::now(), content_hash: content_hash("hello"),
 /// };
-/// let bytes = stored_turn_bytes(&turn)?;
-/// assert_eq!(bytes[0], 1);
+/// let bytes = stored_turn_bytes(&turn, Some("retry-7"))?;
+/// assert_eq!(bytes[0], 2); // the version
 /// assert!(bytes.len() < 80); // JSON takes over 250
 /// # Ok::<(), cairn_memory::MemoryError>(())
 /// ```
-pub fn stored_turn_bytes(turn: &Turn) -> Result<Vec<u8>> {
-    encode_turn(turn)
+pub fn stored_turn_bytes(turn: &Turn, idempotency_key: Option<&str>) -> Result<Vec<u8>> {
+    encode_turn(turn, idempotency_key)
 }
 
 /// blake3 hash of a turn's content, hex.
@@ -624,6 +625,8 @@ impl Workspace {
         // time of the last turn this batch appends (what a fresh read
         // would derive `last_turn_at` from).
         let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
+        // Per session: the sequence number of its last stored turn.
+        let mut stored_last: HashMap<&str, u64> = HashMap::new();
         let mut last_appended: HashMap<&str, DateTime<Utc>> = HashMap::new();
         let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
         let mut batch = WriteBatch::default();
@@ -632,7 +635,12 @@ impl Workspace {
             let sid = input.session.as_str();
             if !sessions.contains_key(sid) {
                 let loaded = match self.load_session(sid)? {
-                    Some(s) => (s, false),
+                    Some(s) => {
+                        if let Some(last) = s.next_seq.checked_sub(1) {
+                            stored_last.insert(sid, last);
+                        }
+                        (s, false)
+                    }
                     None => (
                         Session {
                             id: sid.to_owned(),
@@ -676,11 +684,25 @@ impl Workspace {
                     });
                     continue;
                 }
-                if let Some(raw) = self
-                    .store
-                    .get(Collection::Idempotency, &idempotency_key(sid, key))?
-                {
-                    let seq = decode_seq(&raw)?;
+                let entry = idempotency_key(sid, key);
+                let mut stored = match self.store.get(Collection::Idempotency, &entry)? {
+                    Some(raw) => Some(decode_seq(&raw)?),
+                    None => None,
+                };
+                if stored.is_none() {
+                    // A single-turn append writes the turn, then its key
+                    // (`WriteBatch::in_order`): a crash between the two
+                    // leaves the session's last turn naming a key that has
+                    // no entry. Only the last: the next append to the
+                    // session starts after both writes. Mend the entry.
+                    if let Some(&last) = stored_last.get(sid) {
+                        if self.turn_was_appended_with(sid, last, key)? {
+                            batch.put(Collection::Idempotency, entry, last.to_be_bytes().to_vec());
+                            stored = Some(last);
+                        }
+                    }
+                }
+                if let Some(seq) = stored {
                     seen_keys.insert((sid, key), seq);
                     acks.push(Ack {
                         seq,
@@ -702,7 +724,11 @@ impl Workspace {
                 timestamp,
                 content_hash: content_hash(&input.content),
             };
-            batch.put(Collection::Turns, turn_key(sid, seq), encode_turn(&turn)?);
+            batch.put(
+                Collection::Turns,
+                turn_key(sid, seq),
+                encode_turn(&turn, input.idempotency_key.as_deref())?,
+            );
             if let Some(key) = input.idempotency_key.as_deref() {
                 batch.put(
                     Collection::Idempotency,
@@ -730,7 +756,17 @@ impl Workspace {
                 );
             }
         }
-        if acks.iter().any(|a| !a.duplicate) {
+        if !batch.is_empty() {
+            // One new turn on a session that exists needs no atomic batch:
+            // the turn goes first and names its key, and the key's entry
+            // (and any mended entry) can be recovered from it.
+            let appended = acks.iter().filter(|a| !a.duplicate).count();
+            let creates = sessions.values().any(|(_, created)| *created);
+            let batch = if appended == 1 && !creates {
+                batch.in_order()
+            } else {
+                batch
+            };
             self.apply(batch)?;
             // The stripe locks are held: these heads are the store's now.
             for (sid, at) in last_appended {
@@ -748,6 +784,21 @@ impl Workspace {
 
     fn validate_turn(&self, turn: &TurnInput) -> Result<()> {
         validate_turn(turn, &self.shared.config.limits)
+    }
+
+    /// Whether the stored turn `seq` of `session` was appended with
+    /// `idempotency_key`.
+    fn turn_was_appended_with(
+        &self,
+        session: &str,
+        seq: u64,
+        idempotency_key: &str,
+    ) -> Result<bool> {
+        let key = turn_key(session, seq);
+        match self.store.get(Collection::Turns, &key)? {
+            Some(value) => Ok(turn_has_idempotency_key(&key, &value, idempotency_key)?),
+            None => Ok(false),
+        }
     }
 
     /// Turns of a session from sequence number `from`, at most `limit`, in order.

@@ -135,6 +135,52 @@ fn sequence_numbers_and_idempotency() {
     assert_eq!(ws.session("s2").unwrap().next_seq, 1);
 }
 
+/// A single-turn append writes its turn, then its idempotency entry, as
+/// two writes in order: a crash between them leaves the turn without its
+/// entry. The turn names its key, so a retry is still a duplicate, and the
+/// entry is mended for the retries after the session moves on.
+#[test]
+fn a_turn_cut_from_its_idempotency_entry_is_still_a_duplicate() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_turn(&user("s1", "one").with_idempotency_key("k1"))
+        .unwrap();
+    ws.append_turn(&user("s1", "two").with_idempotency_key("k2"))
+        .unwrap();
+    // What a crash between the two writes of "two" leaves behind.
+    let entry = record::idempotency_key("s1", "k2");
+    ws.raw_write_for_tests(crate::store::Collection::Idempotency, &entry, None)
+        .unwrap();
+    drop(ws);
+    let fx = reopen(fx);
+    let ws = fx.ws();
+    let dup = Ack {
+        seq: 1,
+        duplicate: true,
+    };
+    let retry = || ws.append_turn(&user("s1", "two (retry)").with_idempotency_key("k2"));
+    assert_eq!(retry().unwrap(), dup);
+    // Mended: still a duplicate once another turn is the last.
+    assert_eq!(ws.append_turn(&user("s1", "three")).unwrap().seq, 2);
+    assert_eq!(retry().unwrap(), dup);
+    let texts: Vec<String> = ws
+        .transcript("s1", 0, None)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.content)
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    // A key no turn names is new, whatever the last turn carries.
+    assert_eq!(
+        ws.append_turn(&user("s1", "four").with_idempotency_key("k4"))
+            .unwrap(),
+        Ack {
+            seq: 3,
+            duplicate: false
+        }
+    );
+}
+
 #[test]
 fn bad_turn_refuses_the_whole_batch() {
     let fx = Fixture::new();

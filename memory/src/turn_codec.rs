@@ -1,16 +1,22 @@
 //! How a turn is stored: a version byte, then a compact binary record.
 //!
-//! Version 1 is `0x01` followed by the postcard encoding of [`StoredTurn`]:
+//! Version 2 is `0x02` followed by the postcard encoding of [`StoredTurn`]:
 //! the work context, sequence number, role, content, tool-call id, time
-//! (seconds and nanoseconds) and the content's blake3 hash as 32 bytes. The
-//! workspace and session are not stored: the workspace is the store the
-//! record is in and the session is the first part of its key. Turns written
-//! before version 1 are JSON objects (their first byte is `{`) and are still
-//! read.
+//! (seconds and nanoseconds), the content's blake3 hash as 32 bytes, and the
+//! idempotency key the turn was appended with. The workspace and session are
+//! not stored: the workspace is the store the record is in and the session is
+//! the first part of its key. Version 1 is the same without the idempotency
+//! key; turns written before version 1 are JSON objects (their first byte is
+//! `{`). Both still read.
 //!
 //! ```text
-//! 01 | work_context | seq (varint) | role (u8) | content | tool_call_id? | secs | nanos | hash[32]
+//! 02 | work_context | seq (varint) | role (u8) | content | tool_call_id? | secs | nanos | hash[32] | idempotency_key?
 //! ```
+//!
+//! The key is in the record so a single-turn append can write the turn and
+//! its idempotency entry as two plain writes instead of one atomic batch
+//! (whose manifest costs sled a second log write and sync): after a crash
+//! between the two, the session's last turn still names its key.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -18,8 +24,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{MemoryError, Result};
 use crate::record::{Role, Turn, session_of_turn_key};
 
-/// The version byte of the binary turn record.
+/// The version byte of the binary turn record without an idempotency key.
 const V1: u8 = 1;
+/// The version byte of the binary turn record that carries one.
+const V2: u8 = 2;
 
 /// The binary record (borrowed on both sides: no copy on encode, and a
 /// decode that only wants the head allocates nothing).
@@ -33,6 +41,15 @@ struct StoredTurn<'a> {
     secs: i64,
     nanos: u32,
     hash: [u8; 32],
+}
+
+/// Version 2: version 1's fields, then the idempotency key (postcard writes
+/// a nested struct's fields inline, so the prefix is a version-1 body).
+#[derive(Serialize, Deserialize)]
+struct StoredTurnV2<'a> {
+    #[serde(borrow)]
+    turn: StoredTurn<'a>,
+    idempotency_key: Option<&'a str>,
 }
 
 fn role_code(role: Role) -> u8 {
@@ -62,9 +79,10 @@ fn corrupt(key: &[u8], reason: impl Into<String>) -> MemoryError {
     }
 }
 
-/// Encodes a turn as a version-1 record. The content hash must be the hex
-/// blake3 hash [`crate::record::content_hash`] makes.
-pub(crate) fn encode_turn(turn: &Turn) -> Result<Vec<u8>> {
+/// Encodes a turn, appended with `idempotency_key`, as a version-2 record.
+/// The content hash must be the hex blake3 hash
+/// [`crate::record::content_hash`] makes.
+pub(crate) fn encode_turn(turn: &Turn, idempotency_key: Option<&str>) -> Result<Vec<u8>> {
     let outgoing = |reason: String| MemoryError::Corrupt {
         what: "outgoing turn",
         key: format!("{}/{}", turn.session, turn.seq),
@@ -76,27 +94,40 @@ pub(crate) fn encode_turn(turn: &Turn) -> Result<Vec<u8>> {
             turn.content_hash
         ))
     })?;
-    let record = StoredTurn {
-        work_context: &turn.work_context,
-        seq: turn.seq,
-        role: role_code(turn.role),
-        content: &turn.content,
-        tool_call_id: turn.tool_call_id.as_deref(),
-        secs: turn.timestamp.timestamp(),
-        nanos: turn.timestamp.timestamp_subsec_nanos(),
-        hash: *hash.as_bytes(),
+    let record = StoredTurnV2 {
+        turn: StoredTurn {
+            work_context: &turn.work_context,
+            seq: turn.seq,
+            role: role_code(turn.role),
+            content: &turn.content,
+            tool_call_id: turn.tool_call_id.as_deref(),
+            secs: turn.timestamp.timestamp(),
+            nanos: turn.timestamp.timestamp_subsec_nanos(),
+            hash: *hash.as_bytes(),
+        },
+        idempotency_key,
     };
-    let mut out = Vec::with_capacity(1 + turn.work_context.len() + turn.content.len() + 64);
-    out.push(V1);
+    let key_len = idempotency_key.map_or(0, str::len);
+    let mut out =
+        Vec::with_capacity(1 + turn.work_context.len() + turn.content.len() + key_len + 64);
+    out.push(V2);
     postcard::to_extend(&record, out).map_err(|e| outgoing(e.to_string()))
 }
 
-/// The record's version-1 body, or `None` for a JSON record.
-fn v1<'a>(key: &[u8], value: &'a [u8]) -> Result<Option<StoredTurn<'a>>> {
+/// The record's binary body (a version-1 record reads with no idempotency
+/// key), or `None` for a JSON record.
+fn binary<'a>(key: &[u8], value: &'a [u8]) -> Result<Option<StoredTurnV2<'a>>> {
+    let damaged = |e: postcard::Error| corrupt(key, e.to_string());
     match value.first() {
+        Some(&V2) => postcard::from_bytes(&value[1..]).map(Some).map_err(damaged),
         Some(&V1) => postcard::from_bytes(&value[1..])
-            .map(Some)
-            .map_err(|e| corrupt(key, e.to_string())),
+            .map(|turn| {
+                Some(StoredTurnV2 {
+                    turn,
+                    idempotency_key: None,
+                })
+            })
+            .map_err(damaged),
         Some(b'{') => Ok(None),
         Some(b) => Err(corrupt(key, format!("unknown turn record version {b}"))),
         None => Err(corrupt(key, "empty turn record")),
@@ -111,7 +142,7 @@ fn time_of(key: &[u8], r: &StoredTurn<'_>) -> Result<DateTime<Utc>> {
 /// Decodes a stored turn of `workspace` at `key` (the session id, a NUL,
 /// the sequence number), whichever version it was written in.
 pub(crate) fn decode_turn(workspace: &str, key: &[u8], value: &[u8]) -> Result<Turn> {
-    let Some(r) = v1(key, value)? else {
+    let Some(StoredTurnV2 { turn: r, .. }) = binary(key, value)? else {
         return crate::memory::decode("turn", key, value);
     };
     let session = session_of_turn_key(key)
@@ -132,8 +163,8 @@ pub(crate) fn decode_turn(workspace: &str, key: &[u8], value: &[u8]) -> Result<T
 
 /// A stored turn's sequence number and time, without copying its text.
 pub(crate) fn decode_turn_head(key: &[u8], value: &[u8]) -> Result<(u64, DateTime<Utc>)> {
-    match v1(key, value)? {
-        Some(r) => Ok((r.seq, time_of(key, &r)?)),
+    match binary(key, value)? {
+        Some(StoredTurnV2 { turn: r, .. }) => Ok((r.seq, time_of(key, &r)?)),
         None => {
             #[derive(Deserialize)]
             struct Head {
@@ -144,6 +175,16 @@ pub(crate) fn decode_turn_head(key: &[u8], value: &[u8]) -> Result<(u64, DateTim
             Ok((h.seq, h.timestamp))
         }
     }
+}
+
+/// Whether the stored turn at `key` was appended with `idempotency_key`
+/// (records before version 2 carry no key: never).
+pub(crate) fn turn_has_idempotency_key(
+    key: &[u8],
+    value: &[u8],
+    idempotency_key: &str,
+) -> Result<bool> {
+    Ok(binary(key, value)?.is_some_and(|r| r.idempotency_key == Some(idempotency_key)))
 }
 
 #[cfg(test)]
@@ -175,25 +216,45 @@ mod tests {
         ]
     }
 
+    /// A version-1 record of `t`, as the binary layout before idempotency
+    /// keys wrote it.
+    fn encode_v1(t: &Turn) -> Vec<u8> {
+        let v2 = encode_turn(t, None).unwrap();
+        let decoded: StoredTurnV2<'_> = postcard::from_bytes(&v2[1..]).unwrap();
+        postcard::to_extend(&decoded.turn, vec![V1]).unwrap()
+    }
+
     proptest! {
-        /// Any turn reads back as written, from either version.
+        /// Any turn reads back as written, from every version, and a
+        /// version-2 record names the key it was appended with.
         #[test]
         fn a_turn_reads_back_as_written(
             content in ".{0,200}",
             tool in proptest::option::of("[a-z0-9_-]{1,20}"),
+            idempotency in proptest::option::of("[ -~]{1,40}"),
             role in roles(),
             secs in 0i64..4_102_444_800,
             nanos in 0u32..1_000_000_000,
         ) {
             let t = turn(&content, tool.as_deref(), role, secs, nanos);
             let key = turn_key(&t.session, t.seq);
-            let binary = encode_turn(&t).unwrap();
-            prop_assert_eq!(binary[0], V1);
+            let binary = encode_turn(&t, idempotency.as_deref()).unwrap();
+            prop_assert_eq!(binary[0], V2);
             prop_assert_eq!(&decode_turn("ws", &key, &binary).unwrap(), &t);
             prop_assert_eq!(decode_turn_head(&key, &binary).unwrap(), (t.seq, t.timestamp));
+            if let Some(k) = &idempotency {
+                prop_assert!(turn_has_idempotency_key(&key, &binary, k).unwrap());
+                let other = format!("{k}!");
+                prop_assert!(!turn_has_idempotency_key(&key, &binary, &other).unwrap());
+            }
+            let v1 = encode_v1(&t);
+            prop_assert_eq!(&decode_turn("ws", &key, &v1).unwrap(), &t);
+            prop_assert_eq!(decode_turn_head(&key, &v1).unwrap(), (t.seq, t.timestamp));
+            prop_assert!(!turn_has_idempotency_key(&key, &v1, "k").unwrap());
             let json = crate::memory::encode(&t).unwrap();
             prop_assert_eq!(&decode_turn("ws", &key, &json).unwrap(), &t);
             prop_assert_eq!(decode_turn_head(&key, &json).unwrap(), (t.seq, t.timestamp));
+            prop_assert!(!turn_has_idempotency_key(&key, &json, "k").unwrap());
             prop_assert!(binary.len() < json.len());
         }
 
@@ -202,7 +263,7 @@ mod tests {
         fn damaged_records_are_errors(cut in 1usize..60, flip in 0usize..60) {
             let t = turn("hello there", Some("call_1"), Role::Tool, 1_700_000_000, 5);
             let key = turn_key(&t.session, t.seq);
-            let mut b = encode_turn(&t).unwrap();
+            let mut b = encode_turn(&t, Some("retry-1")).unwrap();
             let at = flip % b.len();
             b[at] ^= 0xff;
             b.truncate(b.len().saturating_sub(cut % b.len()));
@@ -224,7 +285,7 @@ mod tests {
         }
         let mut t = turn("x", None, Role::User, 0, 0);
         t.content_hash = "not hex".into();
-        assert!(encode_turn(&t).is_err());
+        assert!(encode_turn(&t, None).is_err());
     }
 
     /// A 1 MB turn and the largest sequence number read back.
@@ -233,7 +294,7 @@ mod tests {
         let mut t = turn(&"x".repeat(1 << 20), None, Role::Assistant, 0, 0);
         t.seq = u64::MAX;
         let key = turn_key(&t.session, t.seq);
-        let bytes = encode_turn(&t).unwrap();
+        let bytes = encode_turn(&t, Some(&"k".repeat(256))).unwrap();
         assert_eq!(decode_turn("ws", &key, &bytes).unwrap(), t);
     }
 }

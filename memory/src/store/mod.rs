@@ -275,17 +275,20 @@ pub enum WriteOp {
     },
 }
 
-/// A set of changes applied atomically to one workspace.
+/// A set of changes applied atomically to one workspace, or, when marked
+/// [`WriteBatch::in_order`], in order.
 ///
 /// ```
 /// use cairn_memory::store::{Collection, WriteBatch};
 /// let mut batch = WriteBatch::default();
 /// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
 /// assert_eq!(batch.len(), 1);
+/// assert!(!batch.is_in_order());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<WriteOp>,
+    in_order: bool,
 }
 
 impl WriteBatch {
@@ -321,6 +324,22 @@ impl WriteBatch {
     /// Takes the operations out.
     pub fn into_ops(self) -> Vec<WriteOp> {
         self.ops
+    }
+
+    /// Lets a backend apply the operations as separate writes, in order,
+    /// instead of atomically: after a crash before [`Store::sync`], any
+    /// prefix of them may be present (never a later one without an earlier
+    /// one). For callers that can recognise a cut prefix; cheaper on sled,
+    /// where an atomic batch writes a manifest to the log of its own.
+    #[must_use]
+    pub fn in_order(mut self) -> Self {
+        self.in_order = true;
+        self
+    }
+
+    /// Whether [`WriteBatch::in_order`] was asked for.
+    pub fn is_in_order(&self) -> bool {
+        self.in_order
     }
 }
 
@@ -368,7 +387,9 @@ pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
         prefix: &[u8],
     ) -> Result<Option<KeyValue>, StoreError>;
 
-    /// Applies every operation of `batch` atomically. Not yet durable: see [`Store::sync`].
+    /// Applies every operation of `batch` atomically (or in order, when the
+    /// batch allows it: [`WriteBatch::in_order`]). Not yet durable: see
+    /// [`Store::sync`].
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
 }
 
