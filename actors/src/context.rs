@@ -5,9 +5,13 @@
 //! context record (high-water marks, last capture, work phase) and the turns
 //! after the high-water marks, each assessed by the [`CaptureGate`].
 //! It is loaded in `started` (on the blocking pool, with `ctx.wait` so no
-//! message is handled before it), and loaded again after each capture and
-//! after a restart. Passivation and a crash therefore lose nothing: the next
-//! incarnation reads the same record and the same turns.
+//! message is handled before it) and after a restart. After a capture only
+//! the record, subjects, phase and session list are read again: the turns
+//! the capture left uncaptured keep the verdicts and times the actor holds,
+//! and are accounted again in the order a load reads them, which makes the
+//! state a load would (`a_refresh_after_a_capture_is_a_load`) without
+//! reading every uncaptured turn back. Passivation and a crash lose nothing:
+//! the next incarnation reads the same record and the same turns.
 //!
 //! **Dirty** (docs/DESIGN.md, *Dirty*): at least `min_dirty_user_turns` uncaptured user
 //! turns, or any tool use, or a mention of a known subject.
@@ -33,8 +37,8 @@ use cairn_memory::{Role, Session, SessionKind, Subject, Workspace};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::capture::{
-    CaptureEnv, CaptureReport, ExtractionOutcome, GateView, Trigger, capture, extract_session,
-    extractable, load_record,
+    CaptureEnv, CaptureReport, ContextRecord, ExtractionOutcome, GateView, Trigger, capture,
+    extract_session, extractable, load_record,
 };
 use crate::config::TriggerConfig;
 use crate::error::{ActorError, Result};
@@ -55,7 +59,7 @@ pub(crate) struct ObservedTurn {
 }
 
 /// What the actor derives from the store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ContextState {
     subjects: Vec<Subject>,
     /// Per session: the next sequence number already accounted for.
@@ -68,10 +72,13 @@ pub(crate) struct ContextState {
     first_uncaptured_at: Option<DateTime<Utc>>,
     last_capture_at: Option<DateTime<Utc>>,
     /// The gate's verdict on every uncaptured turn, by (session, seq): a
-    /// reload after a capture or an extraction reuses them, so each turn is
-    /// judged (and its decision logged) once, not once per reload; the
+    /// refresh after a capture or an extraction reuses them, so each turn is
+    /// judged (and its decision logged) once, not once per capture; the
     /// capture reads their depths.
     verdicts: Verdicts,
+    /// The time of every uncaptured turn accounted for, by (session, seq):
+    /// the order a load reads them in.
+    noted_at: BTreeMap<(String, u64), DateTime<Utc>>,
     /// The work context's active phase (what the gate is told).
     phase: Option<String>,
     /// The policy generation of the verdict that made the context dirty.
@@ -91,7 +98,6 @@ impl ContextState {
         turn: &ObservedTurn,
         known: &mut Verdicts,
     ) {
-        let was_dirty = self.is_dirty(triggers);
         let next = self.seen.entry(session.to_owned()).or_insert(0);
         if turn.seq < *next {
             return; // already accounted for (loaded from the store)
@@ -112,19 +118,72 @@ impl ContextState {
                 work_phase: self.phase.as_deref(),
             }),
         };
-        self.verdicts.insert(key.clone(), significance.clone());
+        self.account(key, turn.timestamp, significance, triggers);
+    }
+
+    /// Adds one judged, uncaptured turn to the dirty state.
+    fn account(
+        &mut self,
+        key: (String, u64),
+        at: DateTime<Utc>,
+        significance: Significance,
+        triggers: &TriggerConfig,
+    ) {
+        let was_dirty = self.is_dirty(triggers);
         if significance.user_turn {
             self.user_turns += 1;
         }
         self.tool_use |= significance.tool_use;
         self.significant |= significance.significant;
-        self.mentions.extend(significance.mentions);
+        self.mentions.extend(significance.mentions.iter().cloned());
         if self.first_uncaptured_at.is_none() {
-            self.first_uncaptured_at = Some(turn.timestamp);
+            self.first_uncaptured_at = Some(at);
         }
         if !was_dirty && self.is_dirty(triggers) {
-            self.dirtied_by = self.verdicts.get(&key).and_then(|v| v.generation.clone());
+            self.dirtied_by = significance.generation.clone();
         }
+        self.verdicts.insert(key.clone(), significance);
+        self.noted_at.insert(key, at);
+    }
+
+    /// The state after a capture, from what the store says now (`fresh`)
+    /// and the turns this state accounted for: those the capture left
+    /// uncaptured (past their session's new high-water mark, in a session
+    /// that still exists) are accounted again, in the order a load reads
+    /// them (sessions by id, turns by seq), with the verdicts they had.
+    fn after_capture(mut self, fresh: Fresh, extract_all: bool, triggers: &TriggerConfig) -> Self {
+        let Fresh {
+            record,
+            subjects,
+            phase,
+            sessions,
+        } = fresh;
+        let mut next = ContextState {
+            subjects,
+            last_capture_at: record.last_capture_at,
+            phase,
+            ..ContextState::default()
+        };
+        let mark = |session: &str| record.high_water.get(session).copied().unwrap_or(0);
+        let live: BTreeSet<&str> = sessions
+            .iter()
+            .filter(|s| extractable(s, extract_all))
+            .map(|s| s.id.as_str())
+            .collect();
+        for session in &live {
+            let seen = self.seen.get(*session).copied().unwrap_or(0);
+            next.seen
+                .insert((*session).to_owned(), seen.max(mark(session)));
+        }
+        for (key, at) in std::mem::take(&mut self.noted_at) {
+            let Some(significance) = self.verdicts.remove(&key) else {
+                continue;
+            };
+            if live.contains(key.0.as_str()) && key.1 >= mark(&key.0) {
+                next.account(key, at, significance, triggers);
+            }
+        }
+        next
     }
 
     pub(crate) fn is_dirty(&self, triggers: &TriggerConfig) -> bool {
@@ -157,6 +216,31 @@ impl ContextState {
     }
 }
 
+/// What a context's state is made from besides its uncaptured turns.
+struct Fresh {
+    record: ContextRecord,
+    subjects: Vec<Subject>,
+    phase: Option<String>,
+    sessions: Vec<Session>,
+}
+
+impl Fresh {
+    /// Reads them from the store (blocking).
+    fn read(ws: &Workspace, work_context: &str) -> Result<Fresh> {
+        let record = load_record(ws, work_context)?;
+        let phase = match ws.work_phase(work_context)? {
+            Some(phase) => Some(phase.to_owned()),
+            None => record.phase.clone(),
+        };
+        Ok(Fresh {
+            subjects: ws.subjects()?,
+            phase,
+            sessions: ws.sessions(Some(work_context))?,
+            record,
+        })
+    }
+}
+
 /// Rebuilds a context's state from the store (blocking).
 pub(crate) fn load_state(
     ws: &Workspace,
@@ -166,18 +250,18 @@ pub(crate) fn load_state(
     mut known: Verdicts,
 ) -> Result<ContextState> {
     let extract_all = triggers.extract_all_sessions;
-    let record = load_record(ws, work_context)?;
-    let phase = match ws.work_phase(work_context)? {
-        Some(phase) => Some(phase.to_owned()),
-        None => record.phase.clone(),
-    };
+    let Fresh {
+        record,
+        subjects,
+        phase,
+        sessions,
+    } = Fresh::read(ws, work_context)?;
     let mut state = ContextState {
-        subjects: ws.subjects()?,
+        subjects,
         last_capture_at: record.last_capture_at,
         phase,
         ..ContextState::default()
     };
-    let sessions: Vec<Session> = ws.sessions(Some(work_context))?;
     for session in sessions.iter().filter(|s| extractable(s, extract_all)) {
         let from = record.high_water.get(&session.id).copied().unwrap_or(0);
         state.seen.insert(session.id.clone(), from);
@@ -268,8 +352,28 @@ impl WorkContextActor {
         }));
     }
 
+    /// After a capture: reads the record, subjects, phase and sessions again
+    /// and keeps the uncaptured turns' verdicts (see [`ContextState`]); the
+    /// mailbox waits. A failed read falls back to a whole load.
+    fn refresh(&mut self, ctx: &mut Context<Self>) {
+        let ws = self.ws.clone();
+        let wc = self.work_context.clone();
+        let read = blocking(move || Fresh::read(&ws, &wc));
+        ctx.wait(read.into_actor(self).map(|fresh, act, ctx| match fresh {
+            Ok(fresh) => {
+                let triggers = &act.inner.config.triggers;
+                let state = std::mem::take(&mut act.state);
+                act.state = state.after_capture(fresh, triggers.extract_all_sessions, triggers);
+            }
+            Err(error) => {
+                tracing::warn!(actor = %act.name(), %error, "could not refresh after a capture; loading again");
+                act.reload(ctx);
+            }
+        }));
+    }
+
     /// Runs a capture (or a session extraction) on the blocking pool; the
-    /// mailbox waits; then reloads. A panic in the capture restarts the actor.
+    /// mailbox waits; then refreshes. A panic in the capture restarts the actor.
     fn run<T: Send + 'static>(
         &mut self,
         ctx: &mut Context<Self>,
@@ -302,6 +406,7 @@ impl WorkContextActor {
         });
         ctx.wait(task.into_actor(self).map(move |result, act, ctx| {
             let crashed = matches!(result, Err(ActorError::Task(_)));
+            let failed = result.is_err();
             let _ = reply.send(result.map_err(|e| match e {
                 ActorError::Task(_) => ActorError::Panicked { actor: name },
                 other => other,
@@ -309,8 +414,11 @@ impl WorkContextActor {
             if crashed {
                 tracing::error!(actor = %act.name(), "capture panicked; stopping it so its supervisor restarts it");
                 ctx.stop();
-            } else {
+            } else if failed {
+                // What a failed capture left is the store's to say.
                 act.reload(ctx);
+            } else {
+                act.refresh(ctx);
             }
         }));
     }
@@ -519,5 +627,97 @@ impl Handler<HopCount> for WorkContextActor {
 
     fn handle(&mut self, _msg: HopCount, _ctx: &mut Self::Context) -> u64 {
         std::mem::take(&mut self.hops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cairn_memory::store::StateKey;
+    use cairn_memory::{ForgetTarget, Memory, MemoryConfig, SystemClock, TurnInput};
+
+    use super::*;
+    use crate::gate::HeuristicGate;
+
+    fn observed(ws: &Workspace, session: &str, seq: u64) -> ObservedTurn {
+        let turn = ws.transcript(session, seq, Some(1)).unwrap().remove(0);
+        ObservedTurn {
+            seq,
+            session_kind: SessionKind::Main,
+            work_context: "w".into(),
+            role: turn.role,
+            tool_use: turn.tool_call_id.is_some() || turn.role == Role::Tool,
+            content: turn.content,
+            timestamp: turn.timestamp,
+        }
+    }
+
+    /// After a capture, the state kept and refreshed equals the state a
+    /// whole load makes: captured turns dropped, turns past the marks kept
+    /// with their verdicts in load order, erased sessions gone, and turns
+    /// stored during the capture observed afterwards.
+    #[test]
+    fn a_refresh_after_a_capture_is_a_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory =
+            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        let triggers = TriggerConfig {
+            min_dirty_user_turns: 3,
+            ..TriggerConfig::default()
+        };
+        let gate = HeuristicGate;
+        let append = |session: &str, role: Role, text: &str| {
+            let mut turn = TurnInput::new(session, role, text).in_context("w");
+            if role == Role::Tool {
+                turn = turn.with_tool_call_id("call-1");
+            }
+            ws.append_turn(&turn).unwrap().seq
+        };
+        for i in 0..4 {
+            append("s2", Role::User, &format!("second session, turn {i}"));
+            append("s1", Role::Assistant, &format!("first session, answer {i}"));
+            append("s3", Role::User, &format!("third session, turn {i}"));
+            append("s4", Role::User, &format!("fourth session, turn {i}"));
+        }
+        append("s3", Role::Tool, "ran the migration");
+        let mut kept = load_state(&ws, "w", &gate, &triggers, Verdicts::new()).unwrap();
+        assert!(kept.is_dirty(&triggers));
+        // Observed while the actor runs, before the capture.
+        let seq = append("s1", Role::User, "a user turn in the first session");
+        kept.note(
+            &gate,
+            &triggers,
+            "s1",
+            &observed(&ws, "s1", seq),
+            &mut Verdicts::new(),
+        );
+        // The capture: s1 up to 3, s3 whole, s2 untouched; s4 erased.
+        let record = ContextRecord {
+            high_water: BTreeMap::from([("s1".to_owned(), 3), ("s3".to_owned(), 5)]),
+            last_capture_at: Some(Utc::now()),
+            ..ContextRecord::default()
+        };
+        let key = StateKey::CaptureMark {
+            work_context: "w".into(),
+        };
+        ws.state_put(&key, &serde_json::to_vec(&record).unwrap())
+            .unwrap();
+        ws.forget(&ForgetTarget::Session("s4".into()), "test")
+            .unwrap();
+        // Stored during the capture, observed after it.
+        let late = append("s2", Role::User, "stored while the capture ran");
+
+        let extract_all = triggers.extract_all_sessions;
+        let mut refreshed =
+            kept.after_capture(Fresh::read(&ws, "w").unwrap(), extract_all, &triggers);
+        let loaded = load_state(&ws, "w", &gate, &triggers, Verdicts::new()).unwrap();
+        let turn = observed(&ws, "s2", late);
+        refreshed.note(&gate, &triggers, "s2", &turn, &mut Verdicts::new());
+        assert_eq!(refreshed, loaded);
+        assert_eq!(refreshed.verdicts.len(), 2 + 5);
+        assert!(!refreshed.seen.contains_key("s4"));
+        assert_eq!(refreshed.seen.get("s3"), Some(&5));
     }
 }
