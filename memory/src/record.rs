@@ -6,6 +6,7 @@
 //! modified or deleted through the normal API; only an audited `forget` erases
 //! them (see [`crate::forget`]).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
@@ -15,7 +16,7 @@ use crate::error::{MemoryError, Result};
 use crate::ids::validate_id;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
 use crate::store::{Collection, WriteBatch, WriteOp};
-use crate::turn_codec::{decode_turn, decode_turn_head, encode_turn, turn_has_idempotency_key};
+use crate::turn_codec::{decode_turn, decode_turn_head, encode_turn, stored_idempotency_key};
 
 /// Who produced a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -627,6 +628,9 @@ impl Workspace {
         let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
         // Per session: the sequence number of its last stored turn.
         let mut stored_last: HashMap<&str, u64> = HashMap::new();
+        // Per session: the idempotency key its last stored turn names (read
+        // once, at the first key this batch misses).
+        let mut last_keys: HashMap<&str, Option<String>> = HashMap::new();
         let mut last_appended: HashMap<&str, DateTime<Utc>> = HashMap::new();
         let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
         let mut batch = WriteBatch::default();
@@ -696,7 +700,11 @@ impl Workspace {
                     // no entry. Only the last: the next append to the
                     // session starts after both writes. Mend the entry.
                     if let Some(&last) = stored_last.get(sid) {
-                        if self.turn_was_appended_with(sid, last, key)? {
+                        let named = match last_keys.entry(sid) {
+                            Entry::Occupied(e) => e.into_mut(),
+                            Entry::Vacant(e) => e.insert(self.idempotency_key_of(sid, last)?),
+                        };
+                        if named.as_deref() == Some(key) {
                             batch.put(Collection::Idempotency, entry, last.to_be_bytes().to_vec());
                             stored = Some(last);
                         }
@@ -786,18 +794,13 @@ impl Workspace {
         validate_turn(turn, &self.shared.config.limits)
     }
 
-    /// Whether the stored turn `seq` of `session` was appended with
-    /// `idempotency_key`.
-    fn turn_was_appended_with(
-        &self,
-        session: &str,
-        seq: u64,
-        idempotency_key: &str,
-    ) -> Result<bool> {
+    /// The idempotency key the stored turn `seq` of `session` was appended
+    /// with, if any.
+    fn idempotency_key_of(&self, session: &str, seq: u64) -> Result<Option<String>> {
         let key = turn_key(session, seq);
         match self.store.get(Collection::Turns, &key)? {
-            Some(value) => Ok(turn_has_idempotency_key(&key, &value, idempotency_key)?),
-            None => Ok(false),
+            Some(value) => Ok(stored_idempotency_key(&key, &value)?),
+            None => Ok(None),
         }
     }
 
