@@ -8,62 +8,32 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// How a plugin call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum FaultKind {
-    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a
-    /// call to an import it is not given (all WASI imports trap), or a
-    /// violation of the canonical ABI.
-    Trap,
-    /// The guest used up its fuel (an endless or too-long computation).
-    OutOfFuel,
-    /// The guest tried to grow its linear memory past the limit.
-    MemoryLimit,
-    /// The guest overflowed the wasm call stack.
-    StackOverflow,
-    /// The guest returned a well-typed but invalid decision (a NaN or
-    /// out-of-range score, fields that contradict each other).
-    InvalidOutput,
-    /// The guest returned more bytes than the output cap allows.
-    OutputTooLarge,
-    /// A fresh instance could not be created (a trap while initialising, or
-    /// resources exhausted).
-    InstantiationFailed,
-}
-
-serde_by_name!(
-    FaultKind::code,
-    [
-        Trap,
-        OutOfFuel,
-        MemoryLimit,
-        StackOverflow,
-        InvalidOutput,
-        OutputTooLarge,
-        InstantiationFailed,
-    ]
-);
-
-impl FaultKind {
+named_enum! {
+    /// How a plugin call failed.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum FaultKind {
+        /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a
+        /// call to an import it is not given (all WASI imports trap), or a
+        /// violation of the canonical ABI.
+        Trap = "trap",
+        /// The guest used up its fuel (an endless or too-long computation).
+        OutOfFuel = "out-of-fuel",
+        /// The guest tried to grow its linear memory past the limit.
+        MemoryLimit = "memory-limit",
+        /// The guest overflowed the wasm call stack.
+        StackOverflow = "stack-overflow",
+        /// The guest returned a well-typed but invalid decision (a NaN or
+        /// out-of-range score, fields that contradict each other).
+        InvalidOutput = "invalid-output",
+        /// The guest returned more bytes than the output cap allows.
+        OutputTooLarge = "output-too-large",
+        /// A fresh instance could not be created (a trap while initialising, or
+        /// resources exhausted).
+        InstantiationFailed = "instantiation-failed",
+    }
     /// The fault's stable reason code, as logged.
-    pub fn code(self) -> &'static str {
-        match self {
-            FaultKind::Trap => "trap",
-            FaultKind::OutOfFuel => "out-of-fuel",
-            FaultKind::MemoryLimit => "memory-limit",
-            FaultKind::StackOverflow => "stack-overflow",
-            FaultKind::InvalidOutput => "invalid-output",
-            FaultKind::OutputTooLarge => "output-too-large",
-            FaultKind::InstantiationFailed => "instantiation-failed",
-        }
-    }
-}
-
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
+    fn code;
 }
 
 /// A contained plugin fault: its kind and a human-readable message.

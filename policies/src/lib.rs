@@ -83,6 +83,42 @@ macro_rules! serde_by_name {
     };
 }
 
+/// Declares a unit-only enum whose cases have stable names, from one list:
+/// the enum, the method `$name` that gives a case's name, `Display` as that
+/// name, and serde by name ([`serde_by_name!`]).
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $ty:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )*
+        }
+        $(#[$fmeta:meta])*
+        fn $name:ident;
+    ) => {
+        $(#[$meta])*
+        pub enum $ty {
+            $( $(#[$vmeta])* $variant, )*
+        }
+
+        impl $ty {
+            $(#[$fmeta])*
+            pub fn $name(self) -> &'static str {
+                match self {
+                    $( $ty::$variant => $text, )*
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.$name())
+            }
+        }
+
+        serde_by_name!($ty::$name, [$($variant),*]);
+    };
+}
+
 mod bindings;
 mod cache;
 pub mod decision_codec;

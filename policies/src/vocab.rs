@@ -19,28 +19,15 @@ macro_rules! mirror_enum {
             $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )*
         }
     ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum $name {
-            $( $(#[$vmeta])* $variant, )*
-        }
-
-        serde_by_name!($name::as_str, [$($variant),*]);
-
-        impl $name {
+        named_enum! {
+            $(#[$meta])*
+            #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+            #[non_exhaustive]
+            pub enum $name {
+                $( $(#[$vmeta])* $variant = $text, )*
+            }
             /// The case's name in the WIT package (kebab-case).
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $( $name::$variant => $text, )*
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
+            fn as_str;
         }
 
         #[allow(unreachable_patterns, reason = "some mirrors are only lowered or only lifted")]

@@ -14,38 +14,20 @@ use crate::fault::Fault;
 use crate::store::StoreState;
 use crate::vocab::ReasonCode;
 
-/// Which of the three worlds a plugin implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WorldKind {
-    /// `cairn:policy/significance-gate`.
-    SignificanceGate,
-    /// `cairn:policy/topic-directive`.
-    TopicDirective,
-    /// `cairn:policy/memory-policy`.
-    MemoryPolicy,
-}
-
-serde_by_name!(
-    WorldKind::as_str,
-    [SignificanceGate, TopicDirective, MemoryPolicy]
-);
-
-impl WorldKind {
+named_enum! {
+    /// Which of the three worlds a plugin implements.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum WorldKind {
+        /// `cairn:policy/significance-gate`.
+        SignificanceGate = "significance-gate",
+        /// `cairn:policy/topic-directive`.
+        TopicDirective = "topic-directive",
+        /// `cairn:policy/memory-policy`.
+        MemoryPolicy = "memory-policy",
+    }
     /// The world's name in the WIT package.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorldKind::SignificanceGate => "significance-gate",
-            WorldKind::TopicDirective => "topic-directive",
-            WorldKind::MemoryPolicy => "memory-policy",
-        }
-    }
-}
-
-impl fmt::Display for WorldKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    fn as_str;
 }
 
 /// The `significance-gate` world: is this turn worth capturing, how deeply?
