@@ -275,6 +275,20 @@ pub enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// The collection, the key, and the new value (`None` for a delete).
+    pub fn into_parts(self) -> (Collection, Vec<u8>, Option<Vec<u8>>) {
+        match self {
+            WriteOp::Put {
+                collection,
+                key,
+                value,
+            } => (collection, key, Some(value)),
+            WriteOp::Delete { collection, key } => (collection, key, None),
+        }
+    }
+}
+
 /// A set of changes applied atomically to one workspace, or, when marked
 /// [`WriteBatch::in_order`], in order.
 ///

@@ -52,7 +52,7 @@ use parking_lot::RwLock;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp};
+use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
 use crate::config::{ClusterConfig, PostgresConfig};
 
 mod leases;
@@ -831,14 +831,8 @@ impl WorkspaceStore for PostgresSpace {
         let fence = self.store.fence(self.kind, &self.space)?;
         let mut last: BTreeMap<(i16, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for op in batch.into_ops() {
-            match op {
-                WriteOp::Put {
-                    collection,
-                    key,
-                    value,
-                } => last.insert((tag(collection), key), Some(value)),
-                WriteOp::Delete { collection, key } => last.insert((tag(collection), key), None),
-            };
+            let (collection, key, value) = op.into_parts();
+            last.insert((tag(collection), key), value);
         }
         let (mut del_tags, mut del_keys) = (Vec::new(), Vec::new());
         let (mut put_tags, mut put_keys, mut put_values) = (Vec::new(), Vec::new(), Vec::new());

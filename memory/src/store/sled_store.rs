@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp};
+use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
 
 const WORKSPACE_TREE_PREFIX: &str = "ws:";
 const META_TREE: &str = "cairn:meta";
@@ -428,30 +428,25 @@ impl WorkspaceStore for SledWorkspace {
         // more than its writes in order (sled's log recovers a prefix):
         // either skips the batch manifest, which sled writes to the log as
         // an entry of its own, costing a second write and sync.
-        if batch.len() == 1 || batch.is_in_order() {
-            for op in batch.into_ops() {
-                match op {
-                    WriteOp::Put {
-                        collection,
-                        key,
-                        value,
-                    } => self.tree.insert(tagged(collection, &key), value)?,
-                    WriteOp::Delete { collection, key } => {
-                        self.tree.remove(tagged(collection, &key))?
-                    }
+        let plain = batch.len() == 1 || batch.is_in_order();
+        let writes = batch.into_ops().into_iter().map(|op| {
+            let (collection, key, value) = op.into_parts();
+            (tagged(collection, &key), value)
+        });
+        if plain {
+            for (key, value) in writes {
+                match value {
+                    Some(value) => self.tree.insert(key, value)?,
+                    None => self.tree.remove(key)?,
                 };
             }
             return Ok(());
         }
         let mut sled_batch = sled::Batch::default();
-        for op in batch.into_ops() {
-            match op {
-                WriteOp::Put {
-                    collection,
-                    key,
-                    value,
-                } => sled_batch.insert(tagged(collection, &key), value),
-                WriteOp::Delete { collection, key } => sled_batch.remove(tagged(collection, &key)),
+        for (key, value) in writes {
+            match value {
+                Some(value) => sled_batch.insert(key, value),
+                None => sled_batch.remove(key),
             }
         }
         self.tree.apply_batch(sled_batch)?;
