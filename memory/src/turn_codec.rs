@@ -1,6 +1,6 @@
 //! How a turn is stored: a version byte, then a compact binary record.
 //!
-//! Version 2 is `0x02` followed by the postcard encoding of [`StoredTurn`]:
+//! Version 2 is `0x02` followed by the postcard encoding of [`StoredTurnV2`]:
 //! the work context, sequence number, role, content, tool-call id, time
 //! (seconds and nanoseconds), the content's blake3 hash as 32 bytes, and the
 //! idempotency key the turn was appended with. The workspace and session are
