@@ -867,6 +867,7 @@ impl crate::memory::Workspace {
         let briefing = AssemblyBriefing {
             brief: std::sync::Arc::new(brief),
             items: std::sync::Arc::new(items),
+            lines: std::sync::Arc::default(),
         };
         *cache.briefing.lock() = Some(CachedBriefing {
             version: derived.version,
@@ -918,12 +919,38 @@ pub(crate) struct AssemblyBriefing {
     pub(crate) brief: std::sync::Arc<Briefing>,
     /// Per entry id, the entry an item stands for (its first).
     items: std::sync::Arc<HashMap<String, EntryView>>,
+    /// The lines as the assembly offers them, per token encoding: made by
+    /// the first assembly of each encoding that uses this rendering.
+    lines: std::sync::Arc<parking_lot::Mutex<Vec<AssemblyLines>>>,
 }
+
+/// The lines of one rendering under one encoding.
+type AssemblyLines = (
+    &'static str,
+    std::sync::Arc<[crate::assemble::BriefingLine]>,
+);
 
 impl AssemblyBriefing {
     /// The live entry an item of the briefing stands for (its first entry).
     pub(crate) fn entry(&self, id: &str) -> Option<&EntryView> {
         self.items.get(id)
+    }
+
+    /// The lines for `encoding`: made once by `make`, then shared by every
+    /// assembly that uses this rendering (across sessions, for up to a
+    /// minute).
+    pub(crate) fn lines(
+        &self,
+        encoding: &'static str,
+        make: impl FnOnce() -> Vec<crate::assemble::BriefingLine>,
+    ) -> std::sync::Arc<[crate::assemble::BriefingLine]> {
+        let mut lines = self.lines.lock();
+        if let Some((_, made)) = lines.iter().find(|(e, _)| *e == encoding) {
+            return made.clone();
+        }
+        let made: std::sync::Arc<[_]> = make().into();
+        lines.push((encoding, made.clone()));
+        made
     }
 }
 

@@ -329,53 +329,7 @@ impl<'a> Ctx<'a> {
             .at
             .map(|at| render::age(self.now, at))
             .unwrap_or_default();
-        let content = render::shown(raw.text, verdict.fidelity, &raw.source);
-        let fid = render::fidelity_label(verdict.fidelity);
-        let line = match (&raw.source, raw.section) {
-            (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
-            (ItemSource::Turn { seq, .. }, Section::Tail) => {
-                let low = if warrant == Warrant::LowTrust {
-                    "; low_trust"
-                } else {
-                    ""
-                };
-                if low.is_empty() && fid.is_empty() {
-                    format!("[{seq}] {}: {content}\n", raw.role)
-                } else {
-                    format!(
-                        "[{seq}] {} ({}{low}{fid}): {content}\n",
-                        raw.role, raw.support
-                    )
-                }
-            }
-            (
-                _,
-                Section::LivingMemory
-                | Section::Resume
-                | Section::RecentActivity
-                | Section::Briefing
-                | Section::Handoff,
-            ) => {
-                let label = if fid.is_empty() && warrant != Warrant::LowTrust {
-                    String::new()
-                } else {
-                    format!("({}{fid}) ", warrant.as_str())
-                };
-                format!("{}{label}{content}\n", raw.prefix)
-            }
-            _ => format!(
-                "- ({}; {}; {}; {}; {}{fid}) {content}\n",
-                raw.role,
-                warrant.as_str(),
-                raw.support,
-                if freshness.is_empty() {
-                    "undated"
-                } else {
-                    &freshness
-                },
-                scope.as_str()
-            ),
-        };
+        let line = line_of(&raw, warrant, verdict.fidelity, &freshness, scope);
         let tokens = self.count(&line);
         let mut keys = render::rule_keys(raw.section, warrant, verdict.fidelity);
         keys.push(section_key(raw.section));
@@ -428,6 +382,63 @@ impl<'a> Ctx<'a> {
 
     fn remaining(&self) -> usize {
         self.budget.saturating_sub(self.used)
+    }
+}
+
+/// The line `raw` renders to, as `fidelity` and `warrant` have it.
+fn line_of(
+    raw: &Raw<'_>,
+    warrant: Warrant,
+    fidelity: Fidelity,
+    freshness: &str,
+    scope: ScopeRelation,
+) -> String {
+    let content = render::shown(raw.text, fidelity, &raw.source);
+    let fid = render::fidelity_label(fidelity);
+    match (&raw.source, raw.section) {
+        (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
+        (ItemSource::Turn { seq, .. }, Section::Tail) => {
+            let low = if warrant == Warrant::LowTrust {
+                "; low_trust"
+            } else {
+                ""
+            };
+            if low.is_empty() && fid.is_empty() {
+                format!("[{seq}] {}: {content}\n", raw.role)
+            } else {
+                format!(
+                    "[{seq}] {} ({}{low}{fid}): {content}\n",
+                    raw.role, raw.support
+                )
+            }
+        }
+        (
+            _,
+            Section::LivingMemory
+            | Section::Resume
+            | Section::RecentActivity
+            | Section::Briefing
+            | Section::Handoff,
+        ) => {
+            let label = if fid.is_empty() && warrant != Warrant::LowTrust {
+                String::new()
+            } else {
+                format!("({}{fid}) ", warrant.as_str())
+            };
+            format!("{}{label}{content}\n", raw.prefix)
+        }
+        _ => format!(
+            "- ({}; {}; {}; {}; {}{fid}) {content}\n",
+            raw.role,
+            warrant.as_str(),
+            raw.support,
+            if freshness.is_empty() {
+                "undated"
+            } else {
+                freshness
+            },
+            scope.as_str()
+        ),
     }
 }
 
@@ -833,9 +844,57 @@ fn handoff(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
     Ok(())
 }
 
+/// A line of the workspace briefing as an assembly offers it, with the
+/// fewest tokens it could take under any verdict. Made once per rendering
+/// of the briefing and encoding ([`AssemblyBriefing::lines`]), shared by
+/// every assembly that uses the rendering.
+///
+/// [`AssemblyBriefing::lines`]: crate::brief::AssemblyBriefing::lines
+#[derive(Debug)]
+pub(crate) struct BriefingLine {
+    text: String,
+    /// The entry the line stands for (its item's first).
+    entry: String,
+    prefix: &'static str,
+    /// The fewest tokens the line renders to, whatever the policy says.
+    floor: usize,
+}
+
+/// The candidate a briefing line is.
+fn briefing_raw<'t>(line: &'t BriefingLine, v: &'t EntryView) -> Raw<'t> {
+    let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
+    raw.text = &line.text;
+    raw.prefix = line.prefix.to_owned();
+    raw
+}
+
+/// The fewest tokens `raw` renders to under any verdict that shows it
+/// (any fidelity, labelled low-trust or not).
+fn floor_tokens(counter: &TokenCounter, raw: &Raw<'_>) -> usize {
+    let warrants: &[Warrant] = if raw.low_trust {
+        &[Warrant::LowTrust]
+    } else {
+        &[raw.warrant, Warrant::LowTrust]
+    };
+    let fidelities = [Fidelity::Full, Fidelity::Redacted, Fidelity::ReferenceOnly];
+    warrants
+        .iter()
+        .flat_map(|w| fidelities.map(|f| (*w, f)))
+        .map(|(w, f)| counter.count(&line_of(raw, w, f, "", ScopeRelation::Workspace)))
+        .min()
+        .unwrap_or(0)
+}
+
 /// Step 8, the briefing: the workspace's briefing, one line per entry not
 /// in the block yet (pending tasks and open questions first), within its
 /// cap and what the budget has left; dropped whole under budget pressure.
+///
+/// A line is judged only when it could fit: once the cap has fewer tokens
+/// left than the line's [floor](BriefingLine::floor), it is over the cap
+/// whatever the policy would say, and is traced so without a verdict. The
+/// lines are judged in at most a few calls: first as many as the cap
+/// could hold together, then, if a line was blocked or rendered shorter,
+/// every line left that could still fit.
 fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()> {
     use crate::brief::BriefSectionKind as K;
     let cap = inputs.settings.briefing_max_tokens;
@@ -843,47 +902,82 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
         return Ok(());
     }
     let briefing = ws.briefing_for_assembly()?;
-    let order = [
-        (K::Pending, "Pending: "),
-        (K::OpenQuestions, "Open: "),
-        (K::Contradictions, "Conflict: "),
-        (K::Decisions, "Decision: "),
-        (K::Active, "Active: "),
-        (K::Stale, "Stale: "),
-    ];
-    let mut lines: Vec<(String, &EntryView, &'static str)> = Vec::new();
-    for (kind, prefix) in order {
-        for item in &briefing.brief.section(kind).items {
-            let Some(v) = item.entries.first().and_then(|id| briefing.entry(id)) else {
-                continue;
-            };
-            lines.push((format!("{} {}", item.text, item.reference()), v, prefix));
+    let lines = briefing.lines(cx.counter.encoding(), || {
+        let order = [
+            (K::Pending, "Pending: "),
+            (K::OpenQuestions, "Open: "),
+            (K::Contradictions, "Conflict: "),
+            (K::Decisions, "Decision: "),
+            (K::Active, "Active: "),
+            (K::Stale, "Stale: "),
+        ];
+        let mut lines = Vec::new();
+        for (kind, prefix) in order {
+            for item in &briefing.brief.section(kind).items {
+                let Some(v) = item.entries.first().and_then(|id| briefing.entry(id)) else {
+                    continue;
+                };
+                let mut line = BriefingLine {
+                    text: format!("{} {}", item.text, item.reference()),
+                    entry: v.entry.id.clone(),
+                    prefix,
+                    floor: 0,
+                };
+                line.floor = floor_tokens(cx.counter, &briefing_raw(&line, v));
+                lines.push(line);
+            }
         }
-    }
-    fn briefing_raw<'t>((text, v, prefix): &'t (String, &'t EntryView, &'static str)) -> Raw<'t> {
-        let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
-        raw.text = text;
-        raw.prefix = (*prefix).to_owned();
-        raw
-    }
-    let candidates: Vec<Raw<'_>> = lines
+        lines
+    });
+    let offered: Vec<(&BriefingLine, &EntryView)> = lines
         .iter()
-        .filter(|(_, v, _)| !cx.in_block.contains(&entry_source(v)))
-        .map(briefing_raw)
+        .filter_map(|line| Some((line, briefing.entry(&line.entry)?)))
+        .filter(|(_, v)| !cx.in_block.contains(&entry_source(v)))
         .collect();
-    cx.prejudge(&candidates)?;
+    let header = |cx: &Ctx<'_>| cx.extra(&[section_key(Section::Briefing)]);
+    let free = |cx: &Ctx<'_>| cap.saturating_sub(section_total(cx, Section::Briefing));
     let before = cx.used;
     let mut added = Vec::new();
     let mut over = Vec::new();
-    for line in &lines {
-        if cx.in_block.contains(&entry_source(line.1)) {
+    let mut first_ask = true;
+    for (at, (line, v)) in offered.iter().enumerate() {
+        let raw = briefing_raw(line, v);
+        if cx.in_block.contains(&raw.source) {
+            // Two lines of one entry: the first stands for it.
             continue;
         }
-        let raw = briefing_raw(line);
-        let free = cap.saturating_sub(section_total(cx, Section::Briefing));
+        let judged = cx
+            .verdicts
+            .contains_key(&verdict_key(&raw.source, raw.text));
+        if !judged && line.floor + header(cx) > free(cx) {
+            let trace = cx.push_trace(&raw, "briefing.cap", String::new());
+            cx.trace[trace].tokens = line.floor;
+            over.push((trace, true));
+            continue;
+        }
+        if !judged {
+            // The first ask: this line and the next ones the cap could hold
+            // with it. A later ask (a line was blocked or rendered short):
+            // every line left that could still fit.
+            let mut room = free(cx).saturating_sub(header(cx));
+            let mut ahead = Vec::new();
+            for (line, v) in &offered[at..] {
+                if cx.in_block.contains(&entry_source(v)) {
+                    continue;
+                }
+                if line.floor <= room || ahead.is_empty() {
+                    ahead.push(briefing_raw(line, v));
+                    if first_ask {
+                        room = room.saturating_sub(line.floor);
+                    }
+                }
+            }
+            first_ask = false;
+            cx.prejudge(&ahead)?;
+        }
         match cx.offer(
             raw,
-            free,
+            free(cx),
             "briefing.line",
             "the workspace briefing (MEMORY.md), with what the budget has left",
         )? {

@@ -81,6 +81,7 @@ mod tests;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub(crate) use compose::BriefingLine;
 pub use seams::{
     Candidate, CandidateRef, NoRetrieval, PolicyCheck, PolicyContext, PolicyItem, PolicyVerdict,
     RetrievalQuery, Retrieved, Retriever, SeamError, TrustAll,

@@ -864,6 +864,111 @@ fn the_briefing_fills_what_is_left() {
     assert!(rules_of(&check(&ws, &request), Section::Briefing).is_empty());
 }
 
+/// Blocks the briefing lines whose text has `blocked` in it, shows the
+/// rest, and records the briefing lines it was asked about.
+struct BlockBriefing {
+    blocked: &'static str,
+    asked: std::cell::RefCell<Vec<String>>,
+}
+
+impl PolicyCheck for BlockBriefing {
+    fn check(
+        &self,
+        item: &PolicyItem<'_>,
+        context: &PolicyContext<'_>,
+    ) -> Result<PolicyVerdict, SeamError> {
+        let mut verdict = TrustAll.check(item, context)?;
+        if item.section == Section::Briefing {
+            self.asked.borrow_mut().push(item.text.to_owned());
+            if item.text.contains(self.blocked) {
+                verdict.fidelity = Fidelity::Blocked;
+            }
+        }
+        Ok(verdict)
+    }
+}
+
+/// A briefing line is judged only when it could fit what the cap has
+/// left: the lines after the cap is full are traced over the cap without
+/// a verdict, and a line the policy blocks takes none of the cap, so the
+/// next line takes its place, as when every line was judged.
+#[test]
+fn only_the_briefing_lines_that_could_fit_are_judged() {
+    let fx = Fx::new();
+    let ws = fx.ws();
+    past(&ws, "s-p", "pricing");
+    for n in 0..12 {
+        let task = entry(
+            EntryKind::Task,
+            &format!("Follow up on the open pricing item number {n} with the vendor"),
+            "pricing",
+            "s-p",
+            fx.now(),
+        );
+        ws.append_entry(&task).unwrap();
+    }
+    fx.clock.advance(Duration::hours(3));
+    new_session(&ws, "s1", "launch", "What is left to do?", fx.now());
+    let mut request = AssembleRequest::new("s1", 4000);
+    request.retrieval = RetrievalMode::Off;
+    request.settings = Some(AssembleSettings {
+        briefing_max_tokens: 125,
+        ..AssembleSettings::default()
+    });
+    let shown = |blocked: &'static str| {
+        let policy = BlockBriefing {
+            blocked,
+            asked: Default::default(),
+        };
+        let block = ws.assemble(&request, &NoRetrieval, &policy).unwrap();
+        assert_block(&ws, &block);
+        let lines: Vec<&TraceItem> = block
+            .trace
+            .iter()
+            .filter(|t| t.section == Section::Briefing)
+            .collect();
+        assert!(lines.len() >= 12, "{lines:?}");
+        for t in &lines {
+            if t.policy.is_none() {
+                assert_eq!(t.rule, "briefing.cap", "{t:?}");
+                assert!(!t.included && t.tokens > 0, "{t:?}");
+            }
+        }
+        let judged = lines.iter().filter(|t| t.policy.is_some()).count();
+        assert_eq!(judged, policy.asked.borrow().len());
+        let included: Vec<String> = block
+            .items
+            .iter()
+            .filter(|i| i.section == Section::Briefing)
+            .map(|i| i.source.to_string())
+            .collect();
+        (included, judged, block)
+    };
+    let (all, judged, block) = shown("nothing is blocked");
+    assert!(all.len() >= 2, "{}", block.text);
+    assert!(judged < 12, "every line judged: {judged}");
+    // The first line shown is blocked: the others move up, one more fits.
+    let first = block
+        .text
+        .lines()
+        .find(|l| l.starts_with("Pending: "))
+        .and_then(|l| l.split("number ").nth(1))
+        .and_then(|l| l.split(' ').next())
+        .unwrap()
+        .to_owned();
+    let blocked: &'static str = Box::leak(format!("number {first} ").into_boxed_str());
+    let (moved, _, block) = shown(blocked);
+    assert_eq!(moved.len(), all.len(), "{}", block.text);
+    assert_eq!(moved[..all.len() - 1], all[1..], "{}", block.text);
+    assert!(!moved.contains(&all[0]));
+    let rules = rules_of(&block, Section::Briefing);
+    assert_eq!(
+        rules.iter().filter(|r| *r == "out policy.blocked").count(),
+        1,
+        "{rules:?}"
+    );
+}
+
 /// One write of the index property: an entry of one of the kinds the
 /// index reads, in one of three contexts, maybe about a subject, maybe
 /// correcting an earlier one, captured some minutes from now (so additions
