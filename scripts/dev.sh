@@ -20,6 +20,14 @@ setup() {
         log "rust target wasm32-wasip2 (policy plugins)"
         rustup target add wasm32-wasip2
     fi
+    # The `cairn` binary's allocator, jemalloc (tikv-jemalloc-sys), is built
+    # from its C source with make and a C compiler (Debian's packages).
+    if ! command -v make >/dev/null || ! command -v cc >/dev/null; then
+        [[ $(id -u) -eq 0 ]] || { echo "error: make and a C compiler are needed (jemalloc) and this is not root; install the 'make' and 'gcc' packages" >&2; exit 1; }
+        log "make and a C compiler (apt-get install make gcc libc6-dev)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make gcc libc6-dev >&2
+    fi
     # The embedding model and ONNX Runtime (idempotent: only hashes are
     # checked once installed). Tests need the real model and never skip.
     log "embedding model and ONNX Runtime"

@@ -11,6 +11,14 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// The binary's allocator, jemalloc: the hot path allocates many small,
+/// short-lived values (candidates, rendered lines, policy requests) on many
+/// threads, where the system allocator cost 17 % more CPU per turn and more
+/// memory (docs/BENCHMARKS.md, eleventh pass). A gateway that embeds the
+/// library keeps its own allocator.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod doctor;
 mod maintain;
 mod plugins;

@@ -856,7 +856,7 @@ impl crate::memory::Workspace {
         tracing::debug!(
             workspace = %self.id(),
             entries = live.len(),
-            lineage_rendered = earlier.is_some_and(|c| c.lineage == derived.lineage),
+            lineage_rendered = earlier.as_ref().is_some_and(|c| c.lineage == derived.lineage),
             micros = started.elapsed().as_micros() as u64,
             "rendered the assembly briefing"
         );
@@ -868,6 +868,13 @@ impl crate::memory::Workspace {
             brief: std::sync::Arc::new(brief),
             items: std::sync::Arc::new(items),
             lines: std::sync::Arc::default(),
+            // The earlier rendering's lines, while this one's are not made:
+            // most lines carry over, and so do their floors.
+            earlier_lines: std::sync::Arc::new(parking_lot::Mutex::new(
+                earlier
+                    .map(|c| c.briefing.lines.lock().clone())
+                    .unwrap_or_default(),
+            )),
         };
         *cache.briefing.lock() = Some(CachedBriefing {
             version: derived.version,
@@ -922,6 +929,9 @@ pub(crate) struct AssemblyBriefing {
     /// The lines as the assembly offers them, per token encoding: made by
     /// the first assembly of each encoding that uses this rendering.
     lines: std::sync::Arc<parking_lot::Mutex<Vec<AssemblyLines>>>,
+    /// The lines of the rendering this one replaced, per encoding, until
+    /// this one's are made.
+    earlier_lines: std::sync::Arc<parking_lot::Mutex<Vec<AssemblyLines>>>,
 }
 
 /// The lines of one rendering under one encoding.
@@ -936,19 +946,25 @@ impl AssemblyBriefing {
         self.items.get(id)
     }
 
-    /// The lines for `encoding`: made once by `make`, then shared by every
-    /// assembly that uses this rendering (across sessions, for up to a
-    /// minute).
+    /// The lines for `encoding`: made once by `make` (given the lines the
+    /// rendering before this one had made for `encoding`, if any), then
+    /// shared by every assembly that uses this rendering (across sessions,
+    /// for up to a minute).
     pub(crate) fn lines(
         &self,
         encoding: &'static str,
-        make: impl FnOnce() -> Vec<crate::assemble::BriefingLine>,
+        make: impl FnOnce(&[crate::assemble::BriefingLine]) -> Vec<crate::assemble::BriefingLine>,
     ) -> std::sync::Arc<[crate::assemble::BriefingLine]> {
         let mut lines = self.lines.lock();
         if let Some((_, made)) = lines.iter().find(|(e, _)| *e == encoding) {
             return made.clone();
         }
-        let made: std::sync::Arc<[_]> = make().into();
+        let earlier = {
+            let mut earlier = self.earlier_lines.lock();
+            let at = earlier.iter().position(|(e, _)| *e == encoding);
+            at.map(|at| earlier.swap_remove(at).1)
+        };
+        let made: std::sync::Arc<[_]> = make(earlier.as_deref().unwrap_or_default()).into();
         lines.push((encoding, made.clone()));
         made
     }

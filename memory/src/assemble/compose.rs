@@ -902,7 +902,13 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
         return Ok(());
     }
     let briefing = ws.briefing_for_assembly()?;
-    let lines = briefing.lines(cx.counter.encoding(), || {
+    let lines = briefing.lines(cx.counter.encoding(), |earlier| {
+        // A line's floor depends on its prefix, text and entry only: the
+        // lines the earlier rendering had keep theirs.
+        let floors: HashMap<(&str, &str, &str), usize> = earlier
+            .iter()
+            .map(|l| ((l.prefix, l.text.as_str(), l.entry.as_str()), l.floor))
+            .collect();
         let order = [
             (K::Pending, "Pending: "),
             (K::OpenQuestions, "Open: "),
@@ -923,7 +929,11 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
                     prefix,
                     floor: 0,
                 };
-                line.floor = floor_tokens(cx.counter, &briefing_raw(&line, v));
+                let key = (prefix, line.text.as_str(), line.entry.as_str());
+                line.floor = match floors.get(&key) {
+                    Some(floor) => *floor,
+                    None => floor_tokens(cx.counter, &briefing_raw(&line, v)),
+                };
                 lines.push(line);
             }
         }
