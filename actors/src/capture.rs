@@ -656,7 +656,7 @@ struct OpenLoop {
     kind: EntryKind,
     content: String,
     subject: Option<String>,
-    read: Prepared,
+    read: Arc<Prepared>,
     /// The turn it came from (session, seq), if known.
     turn: Option<(String, u64)>,
     /// When that turn was said (or the entry captured).
@@ -718,21 +718,21 @@ fn keep_current(
     let batch_ids: HashSet<String> = inputs.iter().filter_map(|i| i.id.clone()).collect();
     // Live entries of the context, except this capture's own (stored by an
     // interrupted attempt): what new items are compared with.
-    let live: Vec<(EntryView, Prepared)> = ws
-        .live_entries()?
+    let all = ws.live_entries()?;
+    let live: Vec<(&EntryView, Arc<Prepared>)> = all
         .iter()
         .filter(|v| v.entry.work_context == work_context && !batch_ids.contains(&v.entry.id))
         .filter(|v| comparable(v.entry.kind))
         .filter(|v| !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done)))
-        .map(|v| (v.clone(), Prepared::new(v.entry.kind, &v.entry.content)))
+        .map(|v| (v, Prepared::shared(v.entry.kind, &v.entry.content)))
         .collect();
     let mut replaced: HashSet<String> = HashSet::new();
 
     // Restatements.
     let mut merged = Vec::new();
-    let mut kept: Vec<(EntryInput, Prepared)> = Vec::with_capacity(inputs.len());
+    let mut kept: Vec<(EntryInput, Arc<Prepared>)> = Vec::with_capacity(inputs.len());
     for mut input in inputs.drain(..) {
-        let read = Prepared::new(input.kind, &input.content);
+        let read = Arc::new(Prepared::new(input.kind, &input.content));
         if !comparable(input.kind) {
             kept.push((input, read));
             continue;
