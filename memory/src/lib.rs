@@ -48,6 +48,7 @@ pub mod forget;
 pub mod ids;
 pub mod log;
 pub mod maintain;
+pub mod memo;
 mod memory;
 pub mod reconstruct;
 pub mod record;

@@ -271,8 +271,8 @@ pub struct Prepared {
 impl Prepared {
     /// [`Prepared::new`], remembered by kind and text: a live entry is
     /// compared with the new items of every capture in its work context,
-    /// and is read once instead of on each (a bounded, process-wide memo
-    /// of recent texts; a text over 8 KiB is read every time).
+    /// and is read once instead of on each (a bounded, process-wide
+    /// [`TextMemo`](crate::memo::TextMemo) of recent texts).
     ///
     /// ```
     /// use cairn_memory::EntryKind;
@@ -283,25 +283,12 @@ impl Prepared {
     /// assert_eq!(*a, Prepared::new(EntryKind::Task, "Send the contract to legal"));
     /// ```
     pub fn shared(kind: EntryKind, text: &str) -> std::sync::Arc<Prepared> {
-        const MEMO_MAX_BYTES: usize = 8 * 1024;
-        const MEMO_ENTRIES: usize = 32_768;
-        type Memo = quick_cache::sync::Cache<[u8; 32], std::sync::Arc<Prepared>>;
-        static MEMO: std::sync::OnceLock<Memo> = std::sync::OnceLock::new();
-        if text.len() > MEMO_MAX_BYTES {
-            return std::sync::Arc::new(Prepared::new(kind, text));
-        }
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(kind.as_str().as_bytes());
-        hasher.update(&[0]);
-        hasher.update(text.as_bytes());
-        let key = *hasher.finalize().as_bytes();
-        let memo = MEMO.get_or_init(|| Memo::new(MEMO_ENTRIES));
-        if let Some(known) = memo.get(&key) {
-            return known;
-        }
-        let read = std::sync::Arc::new(Prepared::new(kind, text));
-        memo.insert(key, read.clone());
-        read
+        static MEMO: std::sync::OnceLock<crate::memo::TextMemo<std::sync::Arc<Prepared>>> =
+            std::sync::OnceLock::new();
+        MEMO.get_or_init(|| crate::memo::TextMemo::new(32_768))
+            .get_or_make(kind.as_str().as_bytes(), text, || {
+                std::sync::Arc::new(Prepared::new(kind, text))
+            })
     }
 
     /// Reads `text` of an entry of `kind`.

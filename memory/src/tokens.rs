@@ -5,8 +5,8 @@
 //! is the default; `cl100k_base` (GPT-4 / GPT-3.5) is available. An encoding
 //! is loaded once per process and shared.
 //!
-//! Counts of short texts are memoized per encoding (keyed by the text's
-//! 128-bit blake3 digest, bounded): assembly renders the same lines (a
+//! Counts of short texts are memoized per encoding ([`crate::memo::TextMemo`],
+//! bounded): assembly renders the same lines (a
 //! session's tail, its living memory) call after call, and BPE with its
 //! regex pre-tokenizer was the largest cost of an `assemble` under load.
 
@@ -33,12 +33,9 @@ pub struct TokenCounter {
 /// An encoding with its memo of counts.
 struct Encoding {
     bpe: CoreBPE,
-    memo: quick_cache::sync::Cache<[u8; 16], u32>,
+    memo: crate::memo::TextMemo<u32>,
 }
 
-/// Texts up to this size are memoized; longer ones (whole blocks) are
-/// counted every time.
-const MEMO_MAX_BYTES: usize = 8 * 1024;
 /// Counts remembered per encoding.
 const MEMO_ENTRIES: usize = 65_536;
 
@@ -80,7 +77,7 @@ impl TokenCounter {
                     .map(|bpe| {
                         Arc::new(Encoding {
                             bpe,
-                            memo: quick_cache::sync::Cache::new(MEMO_ENTRIES),
+                            memo: crate::memo::TextMemo::new(MEMO_ENTRIES),
                         })
                     })
                     .map_err(|e| e.to_string())
@@ -130,19 +127,10 @@ impl TokenCounter {
         if text.is_empty() {
             return 0;
         }
-        if text.len() > MEMO_MAX_BYTES {
-            return self.bpe.bpe.encode_ordinary(text).len();
-        }
-        let mut key = [0u8; 16];
-        key.copy_from_slice(&blake3::hash(text.as_bytes()).as_bytes()[..16]);
-        if let Some(n) = self.bpe.memo.get(&key) {
-            return n as usize;
-        }
-        let n = self.bpe.bpe.encode_ordinary(text).len();
-        self.bpe
-            .memo
-            .insert(key, u32::try_from(n).unwrap_or(u32::MAX));
-        n
+        let bpe = &self.bpe.bpe;
+        self.bpe.memo.get_or_make(b"", text, || {
+            u32::try_from(bpe.encode_ordinary(text).len()).unwrap_or(u32::MAX)
+        }) as usize
     }
 
     /// The longest prefix of `text` (cut at a char boundary) with at most `max` tokens.

@@ -93,26 +93,14 @@ pub fn policy_destination(destination: Destination) -> cairn_policies::Destinati
 /// assert_eq!(sensitivity_of("lunch at noon"), Sensitivity::Normal);
 /// ```
 pub fn sensitivity_of(text: &str) -> Sensitivity {
-    const MEMO_MAX_BYTES: usize = 8 * 1024;
-    const MEMO_ENTRIES: usize = 65_536;
-    static MEMO: std::sync::OnceLock<quick_cache::sync::Cache<[u8; 32], Sensitivity>> =
+    static MEMO: std::sync::OnceLock<cairn_memory::memo::TextMemo<Sensitivity>> =
         std::sync::OnceLock::new();
-    let scan = |text: &str| match exposure(text) {
-        Exposure::Secret => Sensitivity::Secret,
-        Exposure::Personal => Sensitivity::Personal,
-        Exposure::Clean => Sensitivity::Normal,
-    };
-    if text.len() > MEMO_MAX_BYTES {
-        return scan(text);
-    }
-    let memo = MEMO.get_or_init(|| quick_cache::sync::Cache::new(MEMO_ENTRIES));
-    let key = *blake3::hash(text.as_bytes()).as_bytes();
-    if let Some(known) = memo.get(&key) {
-        return known;
-    }
-    let found = scan(text);
-    memo.insert(key, found);
-    found
+    MEMO.get_or_init(|| cairn_memory::memo::TextMemo::new(65_536))
+        .get_or_make(b"", text, || match exposure(text) {
+            Exposure::Secret => Sensitivity::Secret,
+            Exposure::Personal => Sensitivity::Personal,
+            Exposure::Clean => Sensitivity::Normal,
+        })
 }
 
 /// The `PolicyCheck` seam over the memory-policy world: every candidate is
