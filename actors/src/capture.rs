@@ -31,7 +31,7 @@
 //! `actors/extraction/<session>` so that each session is extracted once, with
 //! one retry after a failure (docs/DESIGN.md, *Session extraction*).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -721,9 +721,9 @@ fn keep_current(
     let all = ws.live_entries()?;
     let live: Vec<(&EntryView, Arc<Prepared>)> = all
         .iter()
-        .filter(|v| v.entry.work_context == work_context && !batch_ids.contains(&v.entry.id))
-        .filter(|v| comparable(v.entry.kind))
+        .filter(|v| comparable(v.entry.kind) && v.entry.work_context == work_context)
         .filter(|v| !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done)))
+        .filter(|v| !batch_ids.contains(&v.entry.id))
         .map(|v| (v, Prepared::shared(v.entry.kind, &v.entry.content)))
         .collect();
     let mut replaced: HashSet<String> = HashSet::new();
@@ -1060,12 +1060,8 @@ fn cross_updates(
 ) -> Result<()> {
     let range = format!("{}-{}", span.from_seq, span.to_seq);
     for slug in &extraction.mentioned {
-        let others: BTreeSet<String> = ws
-            .live_entries_about(slug)?
-            .into_iter()
-            .map(|e| e.entry.work_context.clone())
-            .filter(|wc| wc != work_context)
-            .collect();
+        let mut others = ws.work_contexts_about(slug)?;
+        others.remove(work_context);
         let display = subjects
             .iter()
             .find(|s| &s.slug == slug)

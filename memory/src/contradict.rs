@@ -58,6 +58,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -120,43 +121,30 @@ const MAX_GROUP: usize = 32;
 pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
     struct Candidate<'a> {
         view: &'a EntryView,
-        tokens: Vec<String>,
+        read: Arc<Reading>,
     }
     let mut candidates: Vec<Candidate<'_>> = entries
         .iter()
         .filter(|v| v.is_live() && is_assertive(v.entry.kind))
         .map(|v| Candidate {
             view: v,
-            tokens: tokens(&v.entry.content),
+            read: Reading::shared(&v.entry.content),
         })
         .collect();
     // Newest first, so a capped group keeps the newest.
     candidates.sort_by(|a, b| a.view.entry.newest_first(&b.view.entry));
 
     // Both rules need equal keys: group by (scope, key) and compare inside.
-    let mut negation_groups: BTreeMap<(Scope, Vec<&str>), Vec<usize>> = BTreeMap::new();
-    let mut value_groups: BTreeMap<(Scope, Vec<&str>), Vec<usize>> = BTreeMap::new();
+    type Groups<'a> = BTreeMap<(Scope<'a>, &'a [String]), Vec<usize>>;
+    let mut negation_groups: Groups<'_> = BTreeMap::new();
+    let mut value_groups: Groups<'_> = BTreeMap::new();
     for (i, c) in candidates.iter().enumerate() {
         let scope = scope_of(c.view);
-        let without_neg: Vec<&str> = c
-            .tokens
-            .iter()
-            .map(String::as_str)
-            .filter(|t| *t != NEG && !matches!(*t, "do" | "does" | "did"))
-            .collect();
-        if content_words(&without_neg) >= 2 {
-            negation_groups
-                .entry((scope.clone(), without_neg))
-                .or_default()
-                .push(i);
+        if let Some(key) = &c.read.without_negation {
+            negation_groups.entry((scope, key)).or_default().push(i);
         }
-        let masked: Vec<&str> = c
-            .tokens
-            .iter()
-            .map(|t| if is_value(t) { "#" } else { t.as_str() })
-            .collect();
-        if masked.contains(&"#") && content_words(&masked) >= 2 {
-            value_groups.entry((scope, masked)).or_default().push(i);
+        if let Some(key) = &c.read.masked {
+            value_groups.entry((scope, key)).or_default().push(i);
         }
     }
 
@@ -178,7 +166,7 @@ pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
         for (x, &newer) in members.iter().enumerate() {
             for &older in &members[x + 1..] {
                 let (n, o) = (&candidates[newer], &candidates[older]);
-                let (nn, on) = (negations(&n.tokens), negations(&o.tokens));
+                let (nn, on) = (n.read.negations, o.read.negations);
                 if nn % 2 != on % 2 {
                     let which = if nn % 2 == 1 { "newer" } else { "older" };
                     pair(
@@ -196,7 +184,7 @@ pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
         for (x, &newer) in members.iter().enumerate() {
             for &older in &members[x + 1..] {
                 let (n, o) = (&candidates[newer], &candidates[older]);
-                if let Some(detail) = one_slot_differs(&o.tokens, &n.tokens) {
+                if let Some(detail) = one_slot_differs(&o.read.tokens, &n.read.tokens) {
                     pair(o, n, ContradictionRule::ValueChange, detail);
                 }
             }
@@ -218,16 +206,64 @@ fn is_assertive(kind: EntryKind) -> bool {
 
 /// What two entries must share to be compared: a subject, or (both without
 /// one) a work context.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Scope {
-    Subject(String),
-    Context(String),
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope<'a> {
+    Subject(&'a str),
+    Context(&'a str),
 }
 
-fn scope_of(v: &EntryView) -> Scope {
+fn scope_of(v: &EntryView) -> Scope<'_> {
     match &v.subject {
-        Some(s) => Scope::Subject(s.clone()),
-        None => Scope::Context(v.entry.work_context.clone()),
+        Some(s) => Scope::Subject(s),
+        None => Scope::Context(&v.entry.work_context),
+    }
+}
+
+/// A text read once for both rules: the live list is searched again on
+/// every change, and its texts are mostly the ones read last time.
+struct Reading {
+    tokens: Vec<String>,
+    negations: usize,
+    /// The tokens without negations (the negation rule's key), when at
+    /// least two content words remain.
+    without_negation: Option<Vec<String>>,
+    /// The tokens with every value masked (the value rule's key), when
+    /// there is a value and at least two content words.
+    masked: Option<Vec<String>>,
+}
+
+impl Reading {
+    fn new(text: &str) -> Reading {
+        let tokens = tokens(text);
+        let without: Vec<&str> = tokens
+            .iter()
+            .map(String::as_str)
+            .filter(|t| *t != NEG && !matches!(*t, "do" | "does" | "did"))
+            .collect();
+        let without_negation = (content_words(&without) >= 2)
+            .then(|| without.iter().map(|t| (*t).to_owned()).collect());
+        let masked: Vec<&str> = tokens
+            .iter()
+            .map(|t| if is_value(t) { "#" } else { t.as_str() })
+            .collect();
+        let masked = (masked.contains(&"#") && content_words(&masked) >= 2)
+            .then(|| masked.iter().map(|t| (*t).to_owned()).collect());
+        Reading {
+            negations: negations(&tokens),
+            tokens,
+            without_negation,
+            masked,
+        }
+    }
+
+    /// [`Reading::new`], remembered by text (a bounded process-wide memo).
+    fn shared(text: &str) -> Arc<Reading> {
+        static MEMO: std::sync::OnceLock<crate::memo::TextMemo<Arc<Reading>>> =
+            std::sync::OnceLock::new();
+        MEMO.get_or_init(|| crate::memo::TextMemo::new(32_768))
+            .get_or_make(b"contradiction reading", text, || {
+                Arc::new(Reading::new(text))
+            })
     }
 }
 

@@ -920,6 +920,14 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn live_entries_about(&self, subject: &str) -> Result<Vec<EntryView>> {
+        self.about(subject, |live, at| {
+            at.iter().map(|&i| live[i].clone()).collect()
+        })
+    }
+
+    /// `read` of the live list and the positions in it of the entries
+    /// about `subject` (after aliases), through an index kept with the list.
+    fn about<T>(&self, subject: &str, read: impl FnOnce(&[EntryView], &[usize]) -> T) -> Result<T> {
         validate_slug(subject)?;
         let canonical = match self.log_snapshot()?.aliases.get(subject) {
             Some(to) => to.clone(),
@@ -929,10 +937,34 @@ impl Workspace {
         let index = derived
             .by_subject
             .get_or_init(|| crate::memory::positions_by(&live, |v| v.subject.as_deref()));
-        Ok(index
-            .get(&canonical)
-            .map(|at| at.iter().map(|&i| live[i].clone()).collect())
-            .unwrap_or_default())
+        let at = index.get(&canonical).map(Vec::as_slice).unwrap_or_default();
+        Ok(read(&live, at))
+    }
+
+    /// The work contexts that have live entries about `subject` (an alias
+    /// resolves to its subject), in order: what [`Self::live_entries_about`]
+    /// would name, without copying the entries.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2").about("api").in_context("web"))?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "API keys rotate").about("api").in_context("ops"))?;
+    /// let contexts: Vec<String> = ws.work_contexts_about("api")?.into_iter().collect();
+    /// assert_eq!(contexts, ["ops", "web"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn work_contexts_about(&self, subject: &str) -> Result<BTreeSet<String>> {
+        self.about(subject, |live, at| {
+            let contexts: BTreeSet<&str> = at
+                .iter()
+                .map(|&i| live[i].entry.work_context.as_str())
+                .collect();
+            contexts.into_iter().map(str::to_owned).collect()
+        })
     }
 
     /// The live entries with what is derived from them (kept as long as
@@ -950,7 +982,10 @@ impl Workspace {
         {
             return Ok((live.views.clone(), live.derived.clone()));
         }
-        let base = log.base.lock().take();
+        // Cloned, not taken: a write that patches this snapshot while the
+        // list is being made starts its own base from this one (dropped
+        // once the list is made).
+        let base = log.base.lock().clone();
         let mut derived = LiveDerived::new();
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
@@ -983,6 +1018,7 @@ impl Workspace {
             views: views.clone(),
             derived: derived.clone(),
         });
+        *log.base.lock() = None;
         Ok((views, derived))
     }
 
@@ -1063,7 +1099,7 @@ impl Workspace {
             None => None,
         };
         let mut out = Vec::new();
-        for entry in &log.entries {
+        for entry in log.entries.all() {
             if filter.kind.is_some_and(|k| k != entry.kind)
                 || filter
                     .work_context

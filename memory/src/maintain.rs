@@ -1191,8 +1191,13 @@ impl Workspace {
         let seq = self.next_run_seq()?;
         let run = run_id(seq);
         let facts = Facts {
-            entries: &log.entries,
-            by_id: log.entries.iter().map(|e| (e.id.as_str(), &**e)).collect(),
+            entries: log.entries.all(),
+            by_id: log
+                .entries
+                .all()
+                .iter()
+                .map(|e| (e.id.as_str(), &**e))
+                .collect(),
             replacements: &log.replacements,
             aliases: &log.aliases,
             lifecycle: &log.lifecycle,

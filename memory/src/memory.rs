@@ -113,9 +113,8 @@ pub(crate) struct LogCache {
 
 #[derive(Debug)]
 pub(crate) struct LogSnapshot {
-    /// Every entry, in id order; shared, so a patched snapshot copies
-    /// pointers, not entries.
-    pub(crate) entries: Vec<Arc<Entry>>,
+    /// Every entry, in id order ([`LogEntries::all`]).
+    pub(crate) entries: LogEntries,
     pub(crate) replacements: Arc<HashMap<String, String>>,
     pub(crate) aliases: Arc<HashMap<String, String>>,
     /// What maintenance decayed, archived and restored.
@@ -126,6 +125,80 @@ pub(crate) struct LogSnapshot {
     pub(crate) live: Mutex<Option<LiveEntries>>,
     /// For a patched snapshot: the live list it can start from.
     pub(crate) base: Mutex<Option<LiveBase>>,
+}
+
+/// The entries of a log snapshot, in id order. A patched snapshot shares
+/// its predecessor's list and keeps what the patches added beside it (a
+/// write copies the additions, not the log); they are merged into one list
+/// when a reader asks for every entry, or when the additions outgrow the
+/// square root of the list (so a write costs about that many pointer
+/// copies, and a merge is paid for by as many writes).
+#[derive(Debug)]
+pub(crate) struct LogEntries {
+    /// The list this one extends.
+    base: Arc<Vec<Arc<Entry>>>,
+    /// Entries added since, in id order, none of them in `base`.
+    added: Vec<Arc<Entry>>,
+    /// `base` and `added` merged, once asked for.
+    merged: std::sync::OnceLock<Arc<Vec<Arc<Entry>>>>,
+}
+
+impl LogEntries {
+    /// The entries of `sorted` (in id order).
+    pub(crate) fn new(sorted: Vec<Arc<Entry>>) -> LogEntries {
+        LogEntries {
+            base: Arc::new(sorted),
+            added: Vec::new(),
+            merged: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Every entry, in id order.
+    pub(crate) fn all(&self) -> &[Arc<Entry>] {
+        if self.added.is_empty() {
+            return &self.base;
+        }
+        self.merged
+            .get_or_init(|| Arc::new(merge_by_id(&self.base, &self.added)))
+    }
+
+    /// Whether an entry with this id (as key bytes) is here.
+    fn contains(&self, id: &[u8]) -> bool {
+        let find = |list: &[Arc<Entry>]| list.binary_search_by(|e| e.id.as_bytes().cmp(id)).is_ok();
+        find(&self.base) || find(&self.added)
+    }
+
+    /// These entries and `new` (in id order, none of them here).
+    fn with(&self, new: &[Arc<Entry>]) -> LogEntries {
+        let (base, added) = match self.merged.get() {
+            Some(merged) => (merged.clone(), new.to_vec()),
+            None => (self.base.clone(), merge_by_id(&self.added, new)),
+        };
+        if added.len() * added.len() > base.len().max(4_096) {
+            return LogEntries::new(merge_by_id(&base, &added));
+        }
+        LogEntries {
+            base,
+            added,
+            merged: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// Two lists in id order, merged.
+fn merge_by_id(a: &[Arc<Entry>], b: &[Arc<Entry>]) -> Vec<Arc<Entry>> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        if x.id <= y.id {
+            out.extend(a.next().cloned());
+        } else {
+            out.extend(b.next().cloned());
+        }
+    }
+    out.extend(a.cloned());
+    out.extend(b.cloned());
+    out
 }
 
 /// A live list a patched snapshot starts from instead of judging and
@@ -157,26 +230,25 @@ impl LogSnapshot {
         {
             return None;
         }
-        let mut entries = self.entries.clone();
-        let mut added = Vec::with_capacity(patch.entries.len());
+        let mut added: Vec<Arc<Entry>> = Vec::with_capacity(patch.entries.len());
         for (key, value) in &patch.entries {
             let entry: Entry = decode("entry", key, value).ok()?;
-            match entries.binary_search_by(|e| e.id.as_bytes().cmp(key)) {
-                Ok(_) => return None,
-                Err(at) => {
-                    let entry = Arc::new(entry);
-                    added.push(entry.clone());
-                    entries.insert(at, entry);
-                }
+            if self.entries.contains(key) {
+                return None;
             }
+            added.push(Arc::new(entry));
         }
+        added.sort_by(|a, b| a.id.cmp(&b.id));
+        if added.windows(2).any(|w| w[0].id == w[1].id) {
+            return None;
+        }
+        let entries = self.entries.with(&added);
         // The live list to start from: this snapshot's, or the one it
-        // started from itself, with this patch's additions. (A list being
-        // made right now is not waited for: the next one is made whole.)
-        let Some(live) = self.live.try_lock() else {
-            return Some(self.with(entries, patch, None));
-        };
-        let base = match live.as_ref() {
+        // started from itself, with this patch's additions. A list being
+        // made right now is not waited for: its base is (kept until the
+        // list is made).
+        let live = self.live.try_lock();
+        let base = match live.as_deref().and_then(Option::as_ref) {
             Some(live) => Some(LiveBase {
                 at: live.at,
                 until: live.until,
@@ -199,12 +271,7 @@ impl LogSnapshot {
 
     /// A snapshot of these entries, with the patch's replacements and
     /// subjects applied to this one's.
-    fn with(
-        &self,
-        entries: Vec<Arc<Entry>>,
-        patch: &LogPatch,
-        base: Option<LiveBase>,
-    ) -> LogSnapshot {
+    fn with(&self, entries: LogEntries, patch: &LogPatch, base: Option<LiveBase>) -> LogSnapshot {
         let replacements = if patch.replacements.is_empty() {
             self.replacements.clone()
         } else {
@@ -803,7 +870,7 @@ impl Workspace {
             .map(|(key, value)| decode("entry", &key, &value).map(Arc::new))
             .collect::<Result<Vec<Arc<Entry>>>>()?;
         let snapshot = Arc::new(LogSnapshot {
-            entries,
+            entries: LogEntries::new(entries),
             replacements: Arc::new(self.replacement_map()?),
             aliases: Arc::new(self.alias_map()?),
             lifecycle: Arc::new(self.lifecycle()?),
@@ -934,4 +1001,69 @@ fn install_key(store: &dyn Store) -> Result<[u8; 32]> {
     store.meta_put(INSTALL_KEY, &key)?;
     store.sync()?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod log_entries_tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::LogEntries;
+    use crate::log::{Entry, EntryKind};
+
+    fn entry(id: u32) -> Arc<Entry> {
+        let at = chrono::DateTime::UNIX_EPOCH;
+        Arc::new(Entry {
+            id: format!("e{id:06}"),
+            kind: EntryKind::Fact,
+            content: String::new(),
+            detail: None,
+            subject: None,
+            work_context: "default".into(),
+            provenance: None,
+            replaces: None,
+            status: None,
+            timestamp: at,
+            recorded_at: at,
+            gate_generation: None,
+        })
+    }
+
+    proptest! {
+        /// However the additions come (small batches kept beside the
+        /// list, large ones merged, reads in between), the entries are the
+        /// sorted union, and each is found.
+        #[test]
+        fn patched_entries_are_the_sorted_union(
+            start in proptest::collection::btree_set(0u32..20_000, 0..300),
+            batches in proptest::collection::vec(
+                (proptest::collection::btree_set(0u32..20_000, 1..40), any::<bool>()),
+                0..60,
+            ),
+        ) {
+            let mut want: BTreeSet<u32> = start.clone();
+            let mut entries = LogEntries::new(start.iter().map(|&i| entry(i)).collect());
+            for (batch, read) in batches {
+                let new: Vec<Arc<Entry>> =
+                    batch.iter().filter(|i| !want.contains(i)).map(|&i| entry(i)).collect();
+                for e in &new {
+                    prop_assert!(!entries.contains(e.id.as_bytes()));
+                }
+                want.extend(batch);
+                entries = entries.with(&new);
+                if read {
+                    prop_assert_eq!(entries.all().len(), want.len());
+                }
+            }
+            let ids: Vec<String> = entries.all().iter().map(|e| e.id.clone()).collect();
+            let expected: Vec<String> = want.iter().map(|i| format!("e{i:06}")).collect();
+            prop_assert_eq!(ids, expected);
+            for i in &want {
+                let id = format!("e{:06}", i);
+                prop_assert!(entries.contains(id.as_bytes()), "{} not found", id);
+            }
+        }
+    }
 }

@@ -344,7 +344,7 @@ impl Workspace {
     /// The cached log snapshot and live list against a fresh read.
     fn compare_view(&self, entries: Vec<Entry>, f: &mut Findings) -> Result<()> {
         let fresh = LogSnapshot {
-            entries: entries.into_iter().map(Arc::new).collect(),
+            entries: crate::memory::LogEntries::new(entries.into_iter().map(Arc::new).collect()),
             replacements: Arc::new(self.replacement_map()?),
             aliases: Arc::new(self.alias_map()?),
             lifecycle: Arc::new(self.lifecycle()?),
@@ -354,9 +354,10 @@ impl Workspace {
         };
         let now = self.now();
         let cached = self.log_snapshot()?;
-        let ids =
-            |s: &LogSnapshot| -> Vec<String> { s.entries.iter().map(|e| e.id.clone()).collect() };
-        f.compared(fresh.entries.len());
+        let ids = |s: &LogSnapshot| -> Vec<String> {
+            s.entries.all().iter().map(|e| e.id.clone()).collect()
+        };
+        f.compared(fresh.entries.all().len());
         if ids(&cached) != ids(&fresh)
             || cached.replacements != fresh.replacements
             || cached.aliases != fresh.aliases
