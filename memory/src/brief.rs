@@ -469,11 +469,8 @@ fn render_scoped<'a>(
         .take(cap(BriefSectionKind::Active))
         .map(|(thread, views)| {
             let newest = views[0];
-            let recent: Vec<&EntryView> = views
-                .iter()
-                .copied()
-                .filter(|v| v.entry.timestamp >= active_since)
-                .collect();
+            // Newest first: the recent ones are a prefix.
+            let recent = &views[..views.partition_point(|v| v.entry.timestamp >= active_since)];
             // The newest entry that says something about the subject
             // itself: not a pointer to a summary, an update elsewhere, or
             // a task already done.
@@ -535,20 +532,26 @@ fn render_scoped<'a>(
         })
         .collect();
 
-    let pick = |keep: &dyn Fn(&EntryView) -> bool| -> Vec<&EntryView> {
-        live.iter().copied().filter(|v| keep(v)).collect()
-    };
-    let decisions = pick(&|v| {
-        matches!(v.entry.kind, EntryKind::Decision | EntryKind::KeyDecision)
-            && v.entry.timestamp >= decisions_since
-    });
-    let pending =
-        pick(&|v| v.entry.kind == EntryKind::Task && v.entry.status != Some(TaskStatus::Done));
-    let questions =
-        pick(&|v| matches!(v.entry.kind, EntryKind::Question | EntryKind::OpenQuestion));
+    // One pass for the three lists: how many each has, and the first
+    // ones, as many as a section shows.
+    let mut decisions = Picked::new(cap(BriefSectionKind::Decisions));
+    let mut pending = Picked::new(cap(BriefSectionKind::Pending));
+    let mut questions = Picked::new(cap(BriefSectionKind::OpenQuestions));
+    for v in live.iter().copied() {
+        match v.entry.kind {
+            EntryKind::Decision | EntryKind::KeyDecision
+                if v.entry.timestamp >= decisions_since =>
+            {
+                decisions.offer(v)
+            }
+            EntryKind::Task if v.entry.status != Some(TaskStatus::Done) => pending.offer(v),
+            EntryKind::Question | EntryKind::OpenQuestion => questions.offer(v),
+            _ => {}
+        }
+    }
     let decision_items: Vec<BriefItem> = decisions
+        .first
         .iter()
-        .take(cap(BriefSectionKind::Decisions))
         .map(|v| {
             let about = v
                 .subject
@@ -579,16 +582,8 @@ fn render_scoped<'a>(
             ),
         )
     };
-    let pending_items: Vec<BriefItem> = pending
-        .iter()
-        .take(cap(BriefSectionKind::Pending))
-        .map(open_item)
-        .collect();
-    let question_items: Vec<BriefItem> = questions
-        .iter()
-        .take(cap(BriefSectionKind::OpenQuestions))
-        .map(open_item)
-        .collect();
+    let pending_items: Vec<BriefItem> = pending.first.iter().map(open_item).collect();
+    let question_items: Vec<BriefItem> = questions.first.iter().map(open_item).collect();
     let recent_conflicts: Vec<&Contradiction> = contradictions
         .iter()
         .copied()
@@ -622,11 +617,11 @@ fn render_scoped<'a>(
 
     let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 6] = [
         (BriefSectionKind::Active, active.len(), active_items),
-        (BriefSectionKind::Decisions, decisions.len(), decision_items),
-        (BriefSectionKind::Pending, pending.len(), pending_items),
+        (BriefSectionKind::Decisions, decisions.total, decision_items),
+        (BriefSectionKind::Pending, pending.total, pending_items),
         (
             BriefSectionKind::OpenQuestions,
-            questions.len(),
+            questions.total,
             question_items,
         ),
         (BriefSectionKind::Stale, stale.len(), stale_items),
@@ -677,6 +672,31 @@ fn render_scoped<'a>(
         entries_read: live.len(),
     };
     (briefing, noted.into_inner())
+}
+
+/// A section's entries as a pass finds them: how many, and the first
+/// `cap` (the ones it shows).
+struct Picked<'a> {
+    total: usize,
+    first: Vec<&'a EntryView>,
+    cap: usize,
+}
+
+impl<'a> Picked<'a> {
+    fn new(cap: usize) -> Self {
+        Picked {
+            total: 0,
+            first: Vec::with_capacity(cap),
+            cap,
+        }
+    }
+
+    fn offer(&mut self, v: &'a EntryView) {
+        self.total += 1;
+        if self.first.len() < self.cap {
+            self.first.push(v);
+        }
+    }
 }
 
 fn more_command(kind: BriefSectionKind) -> &'static str {

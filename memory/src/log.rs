@@ -928,11 +928,7 @@ impl Workspace {
     /// `read` of the live list and the positions in it of the entries
     /// about `subject` (after aliases), through an index kept with the list.
     fn about<T>(&self, subject: &str, read: impl FnOnce(&[EntryView], &[usize]) -> T) -> Result<T> {
-        validate_slug(subject)?;
-        let canonical = match self.log_snapshot()?.aliases.get(subject) {
-            Some(to) => to.clone(),
-            None => subject.to_owned(),
-        };
+        let canonical = self.canonical_subject(subject)?;
         let (live, derived) = self.live_state()?;
         let index = derived
             .by_subject
@@ -958,12 +954,21 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn work_contexts_about(&self, subject: &str) -> Result<BTreeSet<String>> {
-        self.about(subject, |live, at| {
-            let contexts: BTreeSet<&str> = at
-                .iter()
-                .map(|&i| live[i].entry.work_context.as_str())
-                .collect();
-            contexts.into_iter().map(str::to_owned).collect()
+        let canonical = self.canonical_subject(subject)?;
+        let (live, derived) = self.live_state()?;
+        let index = derived
+            .subject_contexts
+            .get_or_init(|| crate::memory::SubjectContexts::build(&live));
+        Ok(index.of(&canonical).map(str::to_owned).collect())
+    }
+
+    /// The subject `subject` names now (an old slug resolves to the one it
+    /// was renamed or merged into).
+    fn canonical_subject(&self, subject: &str) -> Result<String> {
+        validate_slug(subject)?;
+        Ok(match self.log_snapshot()?.aliases.get(subject) {
+            Some(to) => to.clone(),
+            None => subject.to_owned(),
         })
     }
 
@@ -993,14 +998,22 @@ impl Workspace {
             Some(base) if base.at <= now && base.until.is_none_or(|until| now < until) => {
                 derived.lineage = base.derived.lineage;
                 let from = base.derived.clone();
-                let old = from.assembly.get();
+                let old_views = base.views.clone();
                 let (views, until, moves) = self.live_from(&log, base, now);
-                // The assembly index follows the patch when the old list
-                // had one (no pass over the new list).
-                if let Some(old) = old {
+                // The indexes the old list had follow the patch (no pass
+                // over the new list).
+                if let Some(old) = from.assembly.get() {
                     let _ = derived
                         .assembly
                         .set(old.patched(&moves.remap, &views, &moves.added));
+                }
+                if let Some(old) = from.subject_contexts.get() {
+                    let _ = derived.subject_contexts.set(old.patched(
+                        &old_views,
+                        &moves.remap,
+                        &views,
+                        &moves.added,
+                    ));
                 }
                 (views, until)
             }

@@ -18,7 +18,7 @@
 //! metadata and applying a batch, never across the fsync: [`Store::sync`] runs
 //! after the lock is released so that concurrent appenders share one flush.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Arc;
@@ -380,6 +380,10 @@ pub(crate) struct LiveDerived {
     pub(crate) by_id: std::sync::OnceLock<HashMap<String, usize>>,
     /// Per (resolved) subject, the indexes of its entries in the views.
     pub(crate) by_subject: std::sync::OnceLock<HashMap<String, Vec<usize>>>,
+    /// Per (resolved) subject, how many of its entries each work context
+    /// has: made in one pass on first use, or patched from the previous
+    /// list's ([`SubjectContexts::patched`]).
+    pub(crate) subject_contexts: std::sync::OnceLock<SubjectContexts>,
     /// What assembly reads per work context (continuity records, recent
     /// activity, handoffs) and the facts of tier 3: one pass over the
     /// views makes them all.
@@ -419,6 +423,85 @@ impl LiveDerived {
             })
             .get(id)
             .copied()
+    }
+}
+
+/// Per subject, how many live entries about it each work context has (an
+/// index kept in a [`LiveDerived`]). The per-subject counts are shared
+/// between lists, so a patch copies only those of the subjects it touched.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SubjectContexts(HashMap<String, Arc<BTreeMap<String, usize>>>);
+
+impl SubjectContexts {
+    /// One pass over `views`.
+    pub(crate) fn build(views: &[EntryView]) -> SubjectContexts {
+        let mut index = SubjectContexts::default();
+        for v in views {
+            index.count(v, true);
+        }
+        index
+    }
+
+    /// The index of `views`, a list patched from `old_views` (whose index
+    /// this is): `remap[i]` is where `old_views[i]` went (`usize::MAX`:
+    /// replaced), `added` the positions of the new entries in `views`.
+    pub(crate) fn patched(
+        &self,
+        old_views: &[EntryView],
+        remap: &[usize],
+        views: &[EntryView],
+        added: &[usize],
+    ) -> SubjectContexts {
+        let mut index = self.clone();
+        for (i, _) in remap
+            .iter()
+            .enumerate()
+            .filter(|(_, to)| **to == usize::MAX)
+        {
+            if let Some(v) = old_views.get(i) {
+                index.count(v, false);
+            }
+        }
+        for v in added.iter().filter_map(|&j| views.get(j)) {
+            index.count(v, true);
+        }
+        index
+    }
+
+    /// The work contexts with entries about `subject`, in order.
+    pub(crate) fn of(&self, subject: &str) -> impl Iterator<Item = &str> {
+        self.0
+            .get(subject)
+            .into_iter()
+            .flat_map(|counts| counts.keys().map(String::as_str))
+    }
+
+    fn count(&mut self, v: &EntryView, add: bool) {
+        let Some(subject) = v.subject.as_deref() else {
+            return;
+        };
+        let counts = match self.0.get_mut(subject) {
+            Some(counts) => Arc::make_mut(counts),
+            None if add => Arc::make_mut(self.0.entry(subject.to_owned()).or_default()),
+            None => return,
+        };
+        let wc = v.entry.work_context.as_str();
+        match counts.get_mut(wc) {
+            Some(n) if add => *n += 1,
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(wc);
+                }
+            }
+            None if add => {
+                counts.insert(wc.to_owned(), 1);
+            }
+            None => {}
+        }
+        if counts.is_empty() {
+            self.0.remove(subject);
+        }
     }
 }
 

@@ -807,10 +807,20 @@ fn live_entries_about_a_subject_match_the_subject_filter() {
         };
         let expected = ws.entries(&filter).unwrap();
         assert_eq!(ws.live_entries_about(slug).unwrap(), expected, "{slug}");
+        // So do the work contexts about it (an index patched with the list).
+        let contexts: std::collections::BTreeSet<String> = expected
+            .iter()
+            .map(|v| v.entry.work_context.clone())
+            .collect();
+        assert_eq!(ws.work_contexts_about(slug).unwrap(), contexts, "{slug}");
         expected.len()
     };
     let old = ws
-        .append_entry(&EntryInput::new(EntryKind::Fact, "The API is v1").about("api"))
+        .append_entry(
+            &EntryInput::new(EntryKind::Fact, "The API is v1")
+                .about("api")
+                .in_context("web"),
+        )
         .unwrap();
     ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ship on Friday").about("launch"))
         .unwrap();
@@ -824,8 +834,20 @@ fn live_entries_about_a_subject_match_the_subject_filter() {
     ws.append_entry(&EntryInput::new(EntryKind::Decision, "Freeze the API").about("api"))
         .unwrap();
     assert_eq!(about("api"), 2);
+    assert_eq!(
+        ws.work_contexts_about("api").unwrap().len(),
+        1,
+        "web's only entry was replaced"
+    );
+    ws.append_entry(
+        &EntryInput::new(EntryKind::Task, "Document the API")
+            .about("api")
+            .in_context("docs"),
+    )
+    .unwrap();
+    assert_eq!(about("api"), 3);
     ws.rename_subject("api", "service").unwrap();
-    assert_eq!((about("api"), about("service")), (2, 2));
+    assert_eq!((about("api"), about("service")), (3, 3));
     assert!(ws.live_entries_about("Not A Slug").is_err());
 }
 
