@@ -313,20 +313,7 @@ mod tests {
     fn view(id: &str, kind: EntryKind, subject: Option<&str>, hours: i64, text: &str) -> EntryView {
         let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap() + Duration::hours(hours);
         EntryView {
-            entry: Arc::new(Entry {
-                id: id.into(),
-                kind,
-                content: text.into(),
-                detail: None,
-                subject: subject.map(str::to_owned),
-                work_context: "launch".into(),
-                provenance: None,
-                replaces: None,
-                status: None,
-                timestamp: at,
-                recorded_at: at,
-                gate_generation: None,
-            }),
+            entry: Arc::new(Entry::bare(id, kind, text, subject, "launch", at)),
             subject: subject.map(str::to_owned),
             status: EntryStatus::Live,
             decay_at: None,

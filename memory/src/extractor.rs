@@ -400,20 +400,14 @@ mod tests {
     fn dedup_drops_what_the_context_already_says() {
         let now = Utc::now();
         let live = vec![EntryView {
-            entry: Arc::new(Entry {
-                id: "e1".into(),
-                kind: EntryKind::Decision,
-                content: "Ship on April 1.".into(),
-                detail: None,
-                subject: None,
-                work_context: "launch".into(),
-                provenance: None,
-                replaces: None,
-                status: None,
-                timestamp: now,
-                recorded_at: now,
-                gate_generation: None,
-            }),
+            entry: Arc::new(Entry::bare(
+                "e1",
+                EntryKind::Decision,
+                "Ship on April 1.",
+                None,
+                "launch",
+                now,
+            )),
             subject: None,
             status: EntryStatus::Live,
             decay_at: None,

@@ -266,6 +266,33 @@ impl Entry {
     pub(crate) fn newest_first(&self, other: &Entry) -> std::cmp::Ordering {
         (other.timestamp, &other.id).cmp(&(self.timestamp, &self.id))
     }
+
+    /// A bare entry for unit tests: `kind`, `content`, `subject`, in
+    /// `work_context`, captured and recorded `at`; nothing else set.
+    #[cfg(test)]
+    pub(crate) fn bare(
+        id: &str,
+        kind: EntryKind,
+        content: &str,
+        subject: Option<&str>,
+        work_context: &str,
+        at: DateTime<Utc>,
+    ) -> Entry {
+        Entry {
+            id: id.into(),
+            kind,
+            content: content.into(),
+            detail: None,
+            subject: subject.map(str::to_owned),
+            work_context: work_context.into(),
+            provenance: None,
+            replaces: None,
+            status: None,
+            timestamp: at,
+            recorded_at: at,
+            gate_generation: None,
+        }
+    }
 }
 
 /// Whether an entry shows as live.

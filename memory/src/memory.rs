@@ -1098,20 +1098,14 @@ mod log_entries_tests {
 
     fn entry(id: u32) -> Arc<Entry> {
         let at = chrono::DateTime::UNIX_EPOCH;
-        Arc::new(Entry {
-            id: format!("e{id:06}"),
-            kind: EntryKind::Fact,
-            content: String::new(),
-            detail: None,
-            subject: None,
-            work_context: "default".into(),
-            provenance: None,
-            replaces: None,
-            status: None,
-            timestamp: at,
-            recorded_at: at,
-            gate_generation: None,
-        })
+        Arc::new(Entry::bare(
+            &format!("e{id:06}"),
+            EntryKind::Fact,
+            "",
+            None,
+            "default",
+            at,
+        ))
     }
 
     proptest! {
