@@ -947,21 +947,15 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn live_entries_about(&self, subject: &str) -> Result<Vec<EntryView>> {
-        self.about(subject, |live, at| {
-            at.iter().map(|&i| live[i].clone()).collect()
-        })
-    }
-
-    /// `read` of the live list and the positions in it of the entries
-    /// about `subject` (after aliases), through an index kept with the list.
-    fn about<T>(&self, subject: &str, read: impl FnOnce(&[EntryView], &[usize]) -> T) -> Result<T> {
         let canonical = self.canonical_subject(subject)?;
         let (live, derived) = self.live_state()?;
         let index = derived
             .by_subject
             .get_or_init(|| crate::memory::positions_by(&live, |v| v.subject.as_deref()));
-        let at = index.get(&canonical).map(Vec::as_slice).unwrap_or_default();
-        Ok(read(&live, at))
+        Ok(index
+            .get(&canonical)
+            .map(|at| at.iter().map(|&i| live[i].clone()).collect())
+            .unwrap_or_default())
     }
 
     /// The work contexts that have live entries about `subject` (an alias
