@@ -6,6 +6,8 @@
 //! `none`, mutation `none`, obligation `audit-log`. A broken policy never
 //! lets content out.
 
+use std::cell::RefCell;
+
 use serde::{Deserialize, Serialize};
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
@@ -13,7 +15,7 @@ use wasmtime::component::InstancePre;
 use crate::bindings::memory as b;
 use crate::bindings::memory_batch as bb;
 use crate::decisions::DecisionOutput;
-use crate::digest::{Feed, InputsDigest};
+use crate::digest::{Digester, Feed, InputsDigest};
 use crate::fault::{self, Fault};
 use crate::store::StoreState;
 use crate::vocab::{ReasonCode, mirror_enum};
@@ -308,7 +310,7 @@ impl MemoryPolicyDecision {
 }
 
 impl Feed for PolicyRequest {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         let o = &self.object_ref;
         o.kind.feed(h);
         o.id.feed(h);
@@ -353,6 +355,62 @@ fn to_wit(r: &PolicyRequest) -> b::PolicyRequest {
         requesting_work_context_id: r.requesting_work_context_id.clone(),
         lineage_permitted: r.lineage_permitted,
     }
+}
+
+/// Copies `r` into `w`, reusing `w`'s strings' buffers.
+fn assign_wit(w: &mut b::PolicyRequest, r: &PolicyRequest) {
+    let o = &r.object_ref;
+    let wo = &mut w.object_ref;
+    wo.kind = o.kind.into();
+    wo.id.clone_from(&o.id);
+    wo.work_context_id.clone_from(&o.work_context_id);
+    wo.session_id.clone_from(&o.session_id);
+    wo.sensitivity = o.sensitivity.into();
+    wo.low_trust = o.low_trust;
+    w.action = r.action.into();
+    w.destination = r.destination.map(Into::into);
+    match (&mut w.principal_ref, &r.principal_ref) {
+        (Some(wp), Some(p)) => {
+            wp.kind = p.kind.into();
+            wp.id.clone_from(&p.id);
+        }
+        (wp, p) => {
+            *wp = p.as_ref().map(|p| wm::PrincipalRef {
+                kind: p.kind.into(),
+                id: p.id.clone(),
+            });
+        }
+    }
+    w.surface_ref.clone_from(&r.surface_ref);
+    w.requesting_work_context_id
+        .clone_from(&r.requesting_work_context_id);
+    w.lineage_permitted = r.lineage_permitted;
+}
+
+/// The largest batch whose converted requests a thread keeps for the next.
+const MAX_KEPT_REQUESTS: usize = 1024;
+
+/// Calls `f` with `inputs` in the generated bindings' form, converted into
+/// a per-thread list kept between batches: an assembly's batch then costs
+/// no allocation for its requests' strings, only their bytes.
+fn with_wit_requests<R>(inputs: &[PolicyRequest], f: impl FnOnce(&[b::PolicyRequest]) -> R) -> R {
+    thread_local! {
+        static REQUESTS: RefCell<Vec<b::PolicyRequest>> = const { RefCell::new(Vec::new()) };
+    }
+    REQUESTS.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            let requests: Vec<b::PolicyRequest> = inputs.iter().map(to_wit).collect();
+            return f(&requests);
+        };
+        for (slot, input) in kept.iter_mut().zip(inputs) {
+            assign_wit(slot, input);
+        }
+        let have = kept.len();
+        kept.extend(inputs.iter().skip(have).map(to_wit));
+        let out = f(&kept[..inputs.len()]);
+        kept.truncate(MAX_KEPT_REQUESTS);
+        out
+    })
 }
 
 fn accept(
@@ -449,10 +507,9 @@ impl World for MemoryPolicy {
         inputs: &[Self::Input],
     ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
         match instance {
-            MemoryInstance::Batch(i) => {
-                let requests: Vec<b::PolicyRequest> = inputs.iter().map(to_wit).collect();
-                Some(i.call_decide_batch(store, &requests))
-            }
+            MemoryInstance::Batch(i) => Some(with_wit_requests(inputs, |requests| {
+                i.call_decide_batch(&mut *store, requests)
+            })),
             MemoryInstance::Single(_) => None,
         }
     }

@@ -12,7 +12,7 @@ use wasmtime::component::InstancePre;
 
 use crate::bindings::significance as b;
 use crate::decisions::DecisionOutput;
-use crate::digest::{Feed, InputsDigest};
+use crate::digest::{Digester, Feed, InputsDigest};
 use crate::fault::{self, Fault};
 use crate::store::StoreState;
 use crate::vocab::{
@@ -125,7 +125,7 @@ impl SignificanceDecision {
 }
 
 impl Feed for GateContext {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         self.activity_type.feed(h);
         self.has_active_work_context.feed(h);
         self.work_phase.feed(h);
@@ -136,7 +136,7 @@ impl Feed for GateContext {
 }
 
 impl Feed for SignificanceInput {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         self.turn.feed(h);
         self.context.feed(h);
     }

@@ -295,10 +295,11 @@ impl<W: World> PolicySlot<W> {
         let share = elapsed / u32::try_from(inputs.len()).unwrap_or(u32::MAX);
         let mut decided = Vec::with_capacity(inputs.len());
         let mut records = Vec::with_capacity(inputs.len());
-        for (input, (decision, outcome)) in inputs.iter().zip(judged) {
+        let ids = DecisionId::run(inputs.len());
+        for ((input, (decision, outcome)), decision_id) in inputs.iter().zip(judged).zip(ids) {
             let d = Decided {
                 decision,
-                decision_id: DecisionId::new(),
+                decision_id,
                 generation: generation.id.clone(),
                 outcome,
                 duration: share,

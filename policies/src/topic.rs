@@ -12,7 +12,7 @@ use wasmtime::component::InstancePre;
 
 use crate::bindings::topic as b;
 use crate::decisions::DecisionOutput;
-use crate::digest::{Feed, InputsDigest};
+use crate::digest::{Digester, Feed, InputsDigest};
 use crate::fault::{self, Fault};
 use crate::store::StoreState;
 use crate::vocab::{
@@ -207,7 +207,7 @@ pub struct TopicDirectiveDecision {
 }
 
 impl Feed for SourceScope {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         match self {
             SourceScope::AllEligibleSources => 0u8.feed(h),
             SourceScope::SelectedLibrary(id) => {
@@ -227,7 +227,7 @@ impl Feed for SourceScope {
 }
 
 impl Feed for MatchCriterion {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         match self {
             MatchCriterion::Keyword(s) => {
                 0u8.feed(h);
@@ -250,7 +250,7 @@ impl Feed for MatchCriterion {
 }
 
 impl Feed for TopicInput {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         let t = &self.topic;
         t.topic_id.feed(h);
         t.name.feed(h);

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::significance::cairn::policy::types as wit;
-use crate::digest::Feed;
+use crate::digest::{Digester, Feed};
 
 /// Declares a host enum that mirrors a WIT enum case for case, with
 /// conversions both ways and kebab-case serde names (the WIT spelling).
@@ -48,7 +48,7 @@ macro_rules! mirror_enum {
         }
 
         impl $crate::digest::Feed for $name {
-            fn feed(&self, h: &mut blake3::Hasher) {
+            fn feed(&self, h: &mut $crate::digest::Digester) {
                 h.update(self.as_str().as_bytes());
                 h.update(&[0xff]);
             }
@@ -392,7 +392,7 @@ impl TurnView {
 }
 
 impl Feed for TurnView {
-    fn feed(&self, h: &mut blake3::Hasher) {
+    fn feed(&self, h: &mut Digester) {
         self.session_id.feed(h);
         self.session_kind.feed(h);
         self.work_context_id.feed(h);
