@@ -12,9 +12,9 @@ wit_bindgen::generate!({
         package cairn:hostile;
 
         world hostile {
-            include cairn:policy/significance-gate@0.1.1;
-            include cairn:policy/topic-directive@0.1.1;
-            include cairn:policy/memory-policy-batch@0.1.1;
+            include cairn:policy/significance-gate@0.1.2;
+            include cairn:policy/topic-directive@0.1.2;
+            include cairn:policy/memory-policy-assembly@0.1.2;
         }
     "#,
     path: "../../../wit",
@@ -94,6 +94,29 @@ impl Guest for Hostile {
 
     fn decide_batch(requests: Vec<PolicyRequest>) -> Vec<MemoryPolicyDecision> {
         requests.into_iter().map(Self::decide).collect()
+    }
+
+    /// As `decide` for each candidate, with a note that says which call
+    /// served it (the host's tests check it picks this one).
+    fn decide_candidates(asker: Asker, candidates: Vec<Candidate>) -> Vec<MemoryPolicyDecision> {
+        candidates
+            .into_iter()
+            .map(|c| {
+                let mut decision = Self::decide(PolicyRequest {
+                    object_ref: c.object_ref,
+                    action: asker.action,
+                    destination: asker.destination,
+                    principal_ref: asker.principal_ref.clone(),
+                    surface_ref: asker.surface_ref.clone(),
+                    requesting_work_context_id: asker.requesting_work_context_id.clone(),
+                    lineage_permitted: c.lineage_permitted,
+                });
+                if let Some(note) = &mut decision.note {
+                    note.push_str(" candidates");
+                }
+                decision
+            })
+            .collect()
     }
 }
 

@@ -44,3 +44,14 @@ pub(crate) mod memory_batch {
         },
     });
 }
+
+pub(crate) mod memory_assembly {
+    wasmtime::component::bindgen!({
+        world: "memory-policy-assembly",
+        path: "../wit",
+        with: {
+            "cairn:policy/types": crate::bindings::significance::cairn::policy::types,
+            "cairn:policy/memory": crate::bindings::memory::cairn::policy::memory,
+        },
+    });
+}

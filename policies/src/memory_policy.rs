@@ -13,6 +13,7 @@ use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
 use crate::bindings::memory as b;
+use crate::bindings::memory_assembly as ba;
 use crate::bindings::memory_batch as bb;
 use crate::decisions::DecisionOutput;
 use crate::digest::{Digester, Feed, InputsDigest};
@@ -334,17 +335,20 @@ impl Feed for PolicyRequest {
     }
 }
 
+fn to_wit_reference(o: &ContentReference) -> wm::ContentReference {
+    wm::ContentReference {
+        kind: o.kind.into(),
+        id: o.id.clone(),
+        work_context_id: o.work_context_id.clone(),
+        session_id: o.session_id.clone(),
+        sensitivity: o.sensitivity.into(),
+        low_trust: o.low_trust,
+    }
+}
+
 fn to_wit(r: &PolicyRequest) -> b::PolicyRequest {
-    let o = &r.object_ref;
     b::PolicyRequest {
-        object_ref: wm::ContentReference {
-            kind: o.kind.into(),
-            id: o.id.clone(),
-            work_context_id: o.work_context_id.clone(),
-            session_id: o.session_id.clone(),
-            sensitivity: o.sensitivity.into(),
-            low_trust: o.low_trust,
-        },
+        object_ref: to_wit_reference(&r.object_ref),
         action: r.action.into(),
         destination: r.destination.map(Into::into),
         principal_ref: r.principal_ref.as_ref().map(|p| wm::PrincipalRef {
@@ -357,16 +361,19 @@ fn to_wit(r: &PolicyRequest) -> b::PolicyRequest {
     }
 }
 
+/// Copies `o` into `w`, reusing `w`'s strings' buffers.
+fn assign_reference(w: &mut wm::ContentReference, o: &ContentReference) {
+    w.kind = o.kind.into();
+    w.id.clone_from(&o.id);
+    w.work_context_id.clone_from(&o.work_context_id);
+    w.session_id.clone_from(&o.session_id);
+    w.sensitivity = o.sensitivity.into();
+    w.low_trust = o.low_trust;
+}
+
 /// Copies `r` into `w`, reusing `w`'s strings' buffers.
 fn assign_wit(w: &mut b::PolicyRequest, r: &PolicyRequest) {
-    let o = &r.object_ref;
-    let wo = &mut w.object_ref;
-    wo.kind = o.kind.into();
-    wo.id.clone_from(&o.id);
-    wo.work_context_id.clone_from(&o.work_context_id);
-    wo.session_id.clone_from(&o.session_id);
-    wo.sensitivity = o.sensitivity.into();
-    wo.low_trust = o.low_trust;
+    assign_reference(&mut w.object_ref, &r.object_ref);
     w.action = r.action.into();
     w.destination = r.destination.map(Into::into);
     match (&mut w.principal_ref, &r.principal_ref) {
@@ -413,6 +420,77 @@ fn with_wit_requests<R>(inputs: &[PolicyRequest], f: impl FnOnce(&[b::PolicyRequ
     })
 }
 
+/// Whether every request of `inputs` has the first one's asker (action,
+/// destination, principal, surface, requesting work context): then one
+/// `decide-candidates` call can carry them.
+fn one_asker(inputs: &[PolicyRequest]) -> bool {
+    let Some((first, rest)) = inputs.split_first() else {
+        return false;
+    };
+    rest.iter().all(|r| {
+        r.action == first.action
+            && r.destination == first.destination
+            && r.principal_ref == first.principal_ref
+            && r.surface_ref == first.surface_ref
+            && r.requesting_work_context_id == first.requesting_work_context_id
+    })
+}
+
+/// The asker of `r`, in the generated bindings' form.
+fn asker_of(r: &PolicyRequest) -> wm::Asker {
+    wm::Asker {
+        action: r.action.into(),
+        destination: r.destination.map(Into::into),
+        principal_ref: r.principal_ref.as_ref().map(|p| wm::PrincipalRef {
+            kind: p.kind.into(),
+            id: p.id.clone(),
+        }),
+        surface_ref: r.surface_ref.clone(),
+        requesting_work_context_id: r.requesting_work_context_id.clone(),
+    }
+}
+
+fn candidate_of(r: &PolicyRequest) -> wm::Candidate {
+    wm::Candidate {
+        object_ref: to_wit_reference(&r.object_ref),
+        lineage_permitted: r.lineage_permitted,
+    }
+}
+
+/// Calls `f` with the asker `inputs` share (see [`one_asker`]) and their
+/// candidates, in the generated bindings' form, converted into a per-thread
+/// list kept between calls (as [`with_wit_requests`]).
+fn with_wit_candidates<R>(
+    inputs: &[PolicyRequest],
+    f: impl FnOnce(&wm::Asker, &[wm::Candidate]) -> R,
+) -> R {
+    thread_local! {
+        static CANDIDATES: RefCell<Vec<wm::Candidate>> = const { RefCell::new(Vec::new()) };
+    }
+    let asker = inputs.first().map(asker_of).unwrap_or(wm::Asker {
+        action: Action::Retrieve.into(),
+        destination: None,
+        principal_ref: None,
+        surface_ref: None,
+        requesting_work_context_id: None,
+    });
+    CANDIDATES.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            let candidates: Vec<wm::Candidate> = inputs.iter().map(candidate_of).collect();
+            return f(&asker, &candidates);
+        };
+        for (slot, input) in kept.iter_mut().zip(inputs) {
+            assign_reference(&mut slot.object_ref, &input.object_ref);
+            slot.lineage_permitted = input.lineage_permitted;
+        }
+        let have = kept.len();
+        kept.extend(inputs.iter().skip(have).map(candidate_of));
+        let out = f(&asker, &kept[..inputs.len()]);
+        kept.truncate(MAX_KEPT_REQUESTS);
+        out
+    })
+}
+
 fn accept(
     raw: b::MemoryPolicyDecision,
     max_output_bytes: usize,
@@ -444,21 +522,25 @@ fn accept(
     })
 }
 
-/// A memory-policy component, type-checked: one that exports the batched
-/// call (`memory-policy-batch`, 0.1.1) or one that only decides one request
-/// at a time (`memory-policy`, still served).
+/// A memory-policy component, type-checked: one that also takes an
+/// assembly's candidates with their asker once (`memory-policy-assembly`,
+/// 0.1.2), one that exports the batched call (`memory-policy-batch`, 0.1.1)
+/// or one that only decides one request at a time (`memory-policy`); all
+/// are served.
 #[derive(Clone)]
 #[doc(hidden)]
 #[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
 pub enum MemoryPre {
+    Assembly(ba::MemoryPolicyAssemblyPre<StoreState>),
     Batch(bb::MemoryPolicyBatchPre<StoreState>),
     Single(b::MemoryPolicyPre<StoreState>),
 }
 
-/// An instance of either kind of memory-policy component.
+/// An instance of any kind of memory-policy component.
 #[doc(hidden)]
 #[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
 pub enum MemoryInstance {
+    Assembly(ba::MemoryPolicyAssembly),
     Batch(bb::MemoryPolicyBatch),
     Single(b::MemoryPolicy),
 }
@@ -474,6 +556,9 @@ impl World for MemoryPolicy {
     type Raw = b::MemoryPolicyDecision;
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        if let Ok(assembly) = ba::MemoryPolicyAssemblyPre::new(pre.clone()) {
+            return Ok(MemoryPre::Assembly(assembly));
+        }
         match bb::MemoryPolicyBatchPre::new(pre.clone()) {
             Ok(batch) => Ok(MemoryPre::Batch(batch)),
             Err(_) => b::MemoryPolicyPre::new(pre).map(MemoryPre::Single),
@@ -485,6 +570,7 @@ impl World for MemoryPolicy {
         store: &mut Store<StoreState>,
     ) -> wasmtime::Result<Self::Instance> {
         match pre {
+            MemoryPre::Assembly(pre) => pre.instantiate(store).map(MemoryInstance::Assembly),
             MemoryPre::Batch(pre) => pre.instantiate(store).map(MemoryInstance::Batch),
             MemoryPre::Single(pre) => pre.instantiate(store).map(MemoryInstance::Single),
         }
@@ -496,6 +582,7 @@ impl World for MemoryPolicy {
         input: &Self::Input,
     ) -> wasmtime::Result<Self::Raw> {
         match instance {
+            MemoryInstance::Assembly(i) => i.call_decide(store, &to_wit(input)),
             MemoryInstance::Batch(i) => i.call_decide(store, &to_wit(input)),
             MemoryInstance::Single(i) => i.call_decide(store, &to_wit(input)),
         }
@@ -507,6 +594,14 @@ impl World for MemoryPolicy {
         inputs: &[Self::Input],
     ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
         match instance {
+            MemoryInstance::Assembly(i) if one_asker(inputs) => {
+                Some(with_wit_candidates(inputs, |asker, candidates| {
+                    i.call_decide_candidates(&mut *store, asker, candidates)
+                }))
+            }
+            MemoryInstance::Assembly(i) => Some(with_wit_requests(inputs, |requests| {
+                i.call_decide_batch(&mut *store, requests)
+            })),
             MemoryInstance::Batch(i) => Some(with_wit_requests(inputs, |requests| {
                 i.call_decide_batch(&mut *store, requests)
             })),

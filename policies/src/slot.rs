@@ -223,7 +223,9 @@ impl<W: World> PolicySlot<W> {
     }
 
     /// Decides about every input, in order, with one plugin call when the
-    /// plugin exports a batched call (the `memory-policy-batch` world), and
+    /// plugin exports a batched call (the `memory-policy-batch` world, or
+    /// `memory-policy-assembly`, which takes the asker once when every
+    /// input has the same), and
     /// logs the decisions as **one** decision-log record
     /// ([`DecisionSink::record_batch`](crate::DecisionSink::record_batch)),
     /// each still with its own decision id.

@@ -19,13 +19,13 @@
 //!    learned from beyond its scope.
 
 wit_bindgen::generate!({
-    world: "memory-policy-batch",
+    world: "memory-policy-assembly",
     path: "../../wit",
 });
 
 use cairn::policy::memory::{
-    Action, ContentFidelity, Destination, LearningScope, Locality, MutationAuthority,
-    PolicyObligation, PrincipalKind, Sensitivity,
+    Action, ContentFidelity, ContentReference, Destination, LearningScope, Locality,
+    MutationAuthority, PolicyObligation, PrincipalKind, Sensitivity,
 };
 use cairn::policy::types::ReasonCode;
 
@@ -33,126 +33,23 @@ struct DefaultPolicy;
 
 impl Guest for DefaultPolicy {
     fn decide(request: PolicyRequest) -> MemoryPolicyDecision {
-        let mut d = Draft::default();
-        let object = &request.object_ref;
-
-        // 1. Context.
-        match (&request.requesting_work_context_id, &object.work_context_id) {
-            (Some(from), Some(of)) if from != of => {
-                d.reason(ReasonCode::CrossContext);
-                if request.lineage_permitted {
-                    d.reason(ReasonCode::LineagePermitted);
-                    d.oblige(PolicyObligation::AttributeSource);
-                } else {
-                    d.reason(ReasonCode::LineageDenied);
-                    d.cap_fidelity(ContentFidelity::ReferenceOnly);
-                    d.cross_context = true;
-                }
-            }
-            (Some(_), Some(_)) => d.reason(ReasonCode::SameContext),
-            _ => {}
-        }
-
-        // 2. Destination and sensitivity.
-        let external = matches!(
-            request.destination,
-            Some(Destination::CloudModel | Destination::ExternalLlm | Destination::ShareLink)
-        );
-        if external {
-            d.reason(ReasonCode::ExternalDestination);
-            d.locality = Locality::ApprovedExternal;
-            d.oblige(PolicyObligation::AuditLog);
-        } else if request.destination.is_some() {
-            d.reason(ReasonCode::LocalDestination);
-        }
-        match object.sensitivity {
-            Sensitivity::Normal => {}
-            Sensitivity::Personal => {
-                d.reason(ReasonCode::SensitivityPersonal);
-                if external || request.action == Action::Delegate {
-                    d.cap_fidelity(ContentFidelity::Redacted);
-                    d.oblige(PolicyObligation::RedactPersonalData);
-                }
-            }
-            Sensitivity::Confidential => {
-                d.reason(ReasonCode::SensitivityConfidential);
-                if external || request.action == Action::Delegate {
-                    d.cap_fidelity(ContentFidelity::ReferenceOnly);
-                }
-            }
-            Sensitivity::Secret => {
-                d.reason(ReasonCode::SensitivitySecret);
-                if external || matches!(request.action, Action::Export | Action::CarryoverGenerate)
-                {
-                    d.block();
-                } else if request.destination != Some(Destination::UserVisibleUi) {
-                    d.cap_fidelity(ContentFidelity::ReferenceOnly);
-                    d.locality = Locality::LocalOnly;
-                }
-            }
-        }
-        if object.low_trust {
-            d.reason(ReasonCode::LowTrustSource);
-            d.oblige(PolicyObligation::LabelLowTrust);
-        }
-
-        // 3. Action.
-        let principal = request.principal_ref.as_ref().map(|p| p.kind);
-        match principal {
-            Some(PrincipalKind::User | PrincipalKind::Operator) => {
-                d.reason(ReasonCode::PrincipalUser)
-            }
-            Some(PrincipalKind::Agent | PrincipalKind::Subagent) => {
-                d.reason(ReasonCode::PrincipalAgent)
-            }
-            Some(PrincipalKind::External) | None => d.reason(ReasonCode::PrincipalUnknown),
-        }
-        match request.action {
-            Action::Export | Action::CarryoverGenerate => {
-                d.reason(ReasonCode::ExportRequested);
-                d.oblige(PolicyObligation::DiscloseToUser);
-                d.oblige(PolicyObligation::AuditLog);
-            }
-            Action::RenderReference => d.cap_fidelity(ContentFidelity::ReferenceOnly),
-            Action::Delegate => d.oblige(PolicyObligation::ExpireWithSession),
-            Action::LearnFrom => {
-                d.learning_scope = if d.cross_context
-                    || matches!(
-                        object.sensitivity,
-                        Sensitivity::Confidential | Sensitivity::Secret
-                    ) {
-                    LearningScope::None
-                } else if object.low_trust || object.sensitivity == Sensitivity::Personal {
-                    LearningScope::SameScopeOnly
-                } else {
-                    LearningScope::Partitioned
-                };
-                d.reason(ReasonCode::LearningRestricted);
-            }
-            Action::Capture | Action::Mutate => {
-                d.mutation_authority = match principal {
-                    Some(PrincipalKind::User | PrincipalKind::Operator) => {
-                        MutationAuthority::DurableAllowed
-                    }
-                    Some(PrincipalKind::Agent | PrincipalKind::Subagent) => {
-                        d.reason(ReasonCode::MutationRestricted);
-                        MutationAuthority::CandidateOnly
-                    }
-                    _ => {
-                        d.reason(ReasonCode::MutationRestricted);
-                        MutationAuthority::None
-                    }
-                };
-                if d.cross_context {
-                    d.mutation_authority = MutationAuthority::None;
-                }
-            }
-            Action::Retrieve | Action::RenderInline => {}
-        }
-        if d.reason_codes.is_empty() {
-            d.reason(ReasonCode::DefaultRule);
-        }
-        d.finish()
+        let PolicyRequest {
+            object_ref,
+            action,
+            destination,
+            principal_ref,
+            surface_ref,
+            requesting_work_context_id,
+            lineage_permitted,
+        } = request;
+        let asker = Asker {
+            action,
+            destination,
+            principal_ref,
+            surface_ref,
+            requesting_work_context_id,
+        };
+        judge(&asker, &object_ref, lineage_permitted)
     }
 
     /// One call for every candidate of an assembly: the same rules, applied
@@ -160,6 +57,138 @@ impl Guest for DefaultPolicy {
     fn decide_batch(requests: Vec<PolicyRequest>) -> Vec<MemoryPolicyDecision> {
         requests.into_iter().map(Self::decide).collect()
     }
+
+    /// The same rules for each candidate, with the asker given once.
+    fn decide_candidates(asker: Asker, candidates: Vec<Candidate>) -> Vec<MemoryPolicyDecision> {
+        candidates
+            .iter()
+            .map(|c| judge(&asker, &c.object_ref, c.lineage_permitted))
+            .collect()
+    }
+}
+
+/// The rules, for `object` as `asker` asks about it.
+fn judge(
+    asker: &Asker,
+    object: &ContentReference,
+    lineage_permitted: bool,
+) -> MemoryPolicyDecision {
+    let mut d = Draft::default();
+
+    // 1. Context.
+    match (&asker.requesting_work_context_id, &object.work_context_id) {
+        (Some(from), Some(of)) if from != of => {
+            d.reason(ReasonCode::CrossContext);
+            if lineage_permitted {
+                d.reason(ReasonCode::LineagePermitted);
+                d.oblige(PolicyObligation::AttributeSource);
+            } else {
+                d.reason(ReasonCode::LineageDenied);
+                d.cap_fidelity(ContentFidelity::ReferenceOnly);
+                d.cross_context = true;
+            }
+        }
+        (Some(_), Some(_)) => d.reason(ReasonCode::SameContext),
+        _ => {}
+    }
+
+    // 2. Destination and sensitivity.
+    let external = matches!(
+        asker.destination,
+        Some(Destination::CloudModel | Destination::ExternalLlm | Destination::ShareLink)
+    );
+    if external {
+        d.reason(ReasonCode::ExternalDestination);
+        d.locality = Locality::ApprovedExternal;
+        d.oblige(PolicyObligation::AuditLog);
+    } else if asker.destination.is_some() {
+        d.reason(ReasonCode::LocalDestination);
+    }
+    match object.sensitivity {
+        Sensitivity::Normal => {}
+        Sensitivity::Personal => {
+            d.reason(ReasonCode::SensitivityPersonal);
+            if external || asker.action == Action::Delegate {
+                d.cap_fidelity(ContentFidelity::Redacted);
+                d.oblige(PolicyObligation::RedactPersonalData);
+            }
+        }
+        Sensitivity::Confidential => {
+            d.reason(ReasonCode::SensitivityConfidential);
+            if external || asker.action == Action::Delegate {
+                d.cap_fidelity(ContentFidelity::ReferenceOnly);
+            }
+        }
+        Sensitivity::Secret => {
+            d.reason(ReasonCode::SensitivitySecret);
+            if external || matches!(asker.action, Action::Export | Action::CarryoverGenerate) {
+                d.block();
+            } else if asker.destination != Some(Destination::UserVisibleUi) {
+                d.cap_fidelity(ContentFidelity::ReferenceOnly);
+                d.locality = Locality::LocalOnly;
+            }
+        }
+    }
+    if object.low_trust {
+        d.reason(ReasonCode::LowTrustSource);
+        d.oblige(PolicyObligation::LabelLowTrust);
+    }
+
+    // 3. Action.
+    let principal = asker.principal_ref.as_ref().map(|p| p.kind);
+    match principal {
+        Some(PrincipalKind::User | PrincipalKind::Operator) => d.reason(ReasonCode::PrincipalUser),
+        Some(PrincipalKind::Agent | PrincipalKind::Subagent) => {
+            d.reason(ReasonCode::PrincipalAgent)
+        }
+        Some(PrincipalKind::External) | None => d.reason(ReasonCode::PrincipalUnknown),
+    }
+    match asker.action {
+        Action::Export | Action::CarryoverGenerate => {
+            d.reason(ReasonCode::ExportRequested);
+            d.oblige(PolicyObligation::DiscloseToUser);
+            d.oblige(PolicyObligation::AuditLog);
+        }
+        Action::RenderReference => d.cap_fidelity(ContentFidelity::ReferenceOnly),
+        Action::Delegate => d.oblige(PolicyObligation::ExpireWithSession),
+        Action::LearnFrom => {
+            d.learning_scope = if d.cross_context
+                || matches!(
+                    object.sensitivity,
+                    Sensitivity::Confidential | Sensitivity::Secret
+                ) {
+                LearningScope::None
+            } else if object.low_trust || object.sensitivity == Sensitivity::Personal {
+                LearningScope::SameScopeOnly
+            } else {
+                LearningScope::Partitioned
+            };
+            d.reason(ReasonCode::LearningRestricted);
+        }
+        Action::Capture | Action::Mutate => {
+            d.mutation_authority = match principal {
+                Some(PrincipalKind::User | PrincipalKind::Operator) => {
+                    MutationAuthority::DurableAllowed
+                }
+                Some(PrincipalKind::Agent | PrincipalKind::Subagent) => {
+                    d.reason(ReasonCode::MutationRestricted);
+                    MutationAuthority::CandidateOnly
+                }
+                _ => {
+                    d.reason(ReasonCode::MutationRestricted);
+                    MutationAuthority::None
+                }
+            };
+            if d.cross_context {
+                d.mutation_authority = MutationAuthority::None;
+            }
+        }
+        Action::Retrieve | Action::RenderInline => {}
+    }
+    if d.reason_codes.is_empty() {
+        d.reason(ReasonCode::DefaultRule);
+    }
+    d.finish()
 }
 
 /// A decision being built: starts fully permissive for a local use and is

@@ -1,7 +1,9 @@
-//! The batched memory policy (`memory-policy-batch`, 0.1.1): one plugin call
-//! and one decision-log record for many requests, the same decisions as
-//! one call each, a plugin built for the single-request world still served,
-//! and a fault in a batch contained for the whole batch.
+//! The batched memory policy (`memory-policy-batch`, 0.1.1, and
+//! `memory-policy-assembly`, 0.1.2): one plugin call and one decision-log
+//! record for many requests, the same decisions as one call each (whether
+//! the requests share their asker or not), a plugin built for the
+//! single-request world still served, and a fault in a batch contained for
+//! the whole batch.
 
 use std::sync::Arc;
 
@@ -66,8 +68,45 @@ fn requests() -> Vec<PolicyRequest> {
     out
 }
 
+/// Requests with one asker (as an assembly's are) that take different paths
+/// through the default policy: sensitivity, context, lineage, trust.
+fn one_asker_requests() -> Vec<PolicyRequest> {
+    let mut out = Vec::new();
+    for (i, sensitivity) in [
+        Sensitivity::Normal,
+        Sensitivity::Personal,
+        Sensitivity::Confidential,
+        Sensitivity::Secret,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for j in 0..4 {
+            let mut request = policy_request(&format!("e-{i}-{j}"), Destination::CloudModel);
+            request.surface_ref = Some("assemble".into());
+            request.object_ref.sensitivity = sensitivity;
+            if j >= 2 {
+                request.object_ref.work_context_id = Some("elsewhere".into());
+            }
+            request.lineage_permitted = j == 3;
+            request.object_ref.low_trust = j == 1;
+            out.push(request);
+        }
+    }
+    out
+}
+
 #[test]
 fn a_batch_is_one_call_and_one_record_with_the_same_decisions() {
+    a_batch_decides_as_one_call_each(requests());
+}
+
+#[test]
+fn a_batch_with_one_asker_is_one_call_with_the_same_decisions() {
+    a_batch_decides_as_one_call_each(one_asker_requests());
+}
+
+fn a_batch_decides_as_one_call_each(requests: Vec<PolicyRequest>) {
     let (host, sink) = host_with_batches();
     let slot = host
         .slot(
@@ -76,7 +115,6 @@ fn a_batch_is_one_call_and_one_record_with_the_same_decisions() {
                 .unwrap(),
         )
         .unwrap();
-    let requests = requests();
     let one_by_one: Vec<MemoryPolicyDecision> = requests
         .iter()
         .map(|r| slot.decide(r).unwrap().decision)
@@ -113,6 +151,48 @@ fn a_batch_is_one_call_and_one_record_with_the_same_decisions() {
         1,
         "the call's fuel is recorded once"
     );
+}
+
+#[test]
+fn a_batch_passes_its_asker_once_only_when_every_request_has_it() {
+    // The hostile guests note which call served a decision.
+    let (name, path, _) = HOSTILE[0];
+    let (host, _) = host_with_batches();
+    let slot = host
+        .slot(&host.prepare::<MemoryPolicy>(name, &wasm(path)).unwrap())
+        .unwrap();
+    let served_by_candidates = |decided: &[Decided<MemoryPolicyDecision>]| -> Vec<bool> {
+        decided
+            .iter()
+            .map(|d| {
+                d.decision
+                    .note
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with(" candidates"))
+            })
+            .collect()
+    };
+    let one_asker = one_asker_requests();
+    let decided = slot.decide_many(&one_asker).unwrap();
+    assert!(served_by_candidates(&decided).iter().all(|&c| c));
+
+    // Any field of the asker that differs sends the batch through
+    // `decide-batch`.
+    type Change = fn(&mut PolicyRequest);
+    let changes: [Change; 5] = [
+        |r| r.action = Action::Retrieve,
+        |r| r.destination = None,
+        |r| r.principal_ref = None,
+        |r| r.surface_ref = Some("elsewhere".into()),
+        |r| r.requesting_work_context_id = None,
+    ];
+    for change in changes {
+        let mut mixed = one_asker.clone();
+        change(&mut mixed[5]);
+        let decided = slot.decide_many(&mixed).unwrap();
+        assert_eq!(decided.len(), mixed.len());
+        assert!(served_by_candidates(&decided).iter().all(|&c| !c));
+    }
 }
 
 #[test]
@@ -192,7 +272,7 @@ fn a_fault_in_a_batch_gives_every_request_the_fail_safe() {
         assert!(after.iter().all(|d| d.outcome.is_plugin()), "{name}");
         assert_eq!(
             after[0].decision.note.as_deref(),
-            Some("calls=1"),
+            Some("calls=1 candidates"),
             "{name}: store reused"
         );
     }
