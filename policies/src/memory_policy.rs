@@ -404,36 +404,50 @@ fn with_wit_requests<R>(inputs: &[PolicyRequest], f: impl FnOnce(&[b::PolicyRequ
     thread_local! {
         static REQUESTS: RefCell<Vec<b::PolicyRequest>> = const { RefCell::new(Vec::new()) };
     }
-    REQUESTS.with(|kept| {
+    with_kept(&REQUESTS, inputs, to_wit, assign_wit, f)
+}
+
+/// Calls `f` with `inputs` converted by `make` (or, into a slot kept from
+/// an earlier call, by `assign`) in the per-thread list `kept`, which keeps
+/// up to [`MAX_KEPT_REQUESTS`] converted values and their strings' buffers
+/// for the next call. A fresh list when `kept` is in use (a reentrant call).
+fn with_kept<T: 'static, R>(
+    kept: &'static std::thread::LocalKey<RefCell<Vec<T>>>,
+    inputs: &[PolicyRequest],
+    make: fn(&PolicyRequest) -> T,
+    assign: fn(&mut T, &PolicyRequest),
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    kept.with(|kept| {
         let Ok(mut kept) = kept.try_borrow_mut() else {
-            let requests: Vec<b::PolicyRequest> = inputs.iter().map(to_wit).collect();
-            return f(&requests);
+            let fresh: Vec<T> = inputs.iter().map(make).collect();
+            return f(&fresh);
         };
         for (slot, input) in kept.iter_mut().zip(inputs) {
-            assign_wit(slot, input);
+            assign(slot, input);
         }
         let have = kept.len();
-        kept.extend(inputs.iter().skip(have).map(to_wit));
+        kept.extend(inputs.iter().skip(have).map(make));
         let out = f(&kept[..inputs.len()]);
         kept.truncate(MAX_KEPT_REQUESTS);
         out
     })
 }
 
-/// Whether every request of `inputs` has the first one's asker (action,
+/// The first request of `inputs` when every other has its asker (action,
 /// destination, principal, surface, requesting work context): then one
-/// `decide-candidates` call can carry them.
-fn one_asker(inputs: &[PolicyRequest]) -> bool {
-    let Some((first, rest)) = inputs.split_first() else {
-        return false;
-    };
-    rest.iter().all(|r| {
-        r.action == first.action
-            && r.destination == first.destination
-            && r.principal_ref == first.principal_ref
-            && r.surface_ref == first.surface_ref
-            && r.requesting_work_context_id == first.requesting_work_context_id
-    })
+/// `decide-candidates` call can carry them all.
+fn shared_asker(inputs: &[PolicyRequest]) -> Option<&PolicyRequest> {
+    let (first, rest) = inputs.split_first()?;
+    rest.iter()
+        .all(|r| {
+            r.action == first.action
+                && r.destination == first.destination
+                && r.principal_ref == first.principal_ref
+                && r.surface_ref == first.surface_ref
+                && r.requesting_work_context_id == first.requesting_work_context_id
+        })
+        .then_some(first)
 }
 
 /// The asker of `r`, in the generated bindings' form.
@@ -457,37 +471,25 @@ fn candidate_of(r: &PolicyRequest) -> wm::Candidate {
     }
 }
 
-/// Calls `f` with the asker `inputs` share (see [`one_asker`]) and their
-/// candidates, in the generated bindings' form, converted into a per-thread
-/// list kept between calls (as [`with_wit_requests`]).
+/// Calls `f` with the asker of `shared` (which every request of `inputs`
+/// has: see [`shared_asker`]) and the requests' candidates, in the
+/// generated bindings' form, converted into a per-thread list kept between
+/// calls (as [`with_wit_requests`]).
 fn with_wit_candidates<R>(
+    shared: &PolicyRequest,
     inputs: &[PolicyRequest],
     f: impl FnOnce(&wm::Asker, &[wm::Candidate]) -> R,
 ) -> R {
     thread_local! {
         static CANDIDATES: RefCell<Vec<wm::Candidate>> = const { RefCell::new(Vec::new()) };
     }
-    let asker = inputs.first().map(asker_of).unwrap_or(wm::Asker {
-        action: Action::Retrieve.into(),
-        destination: None,
-        principal_ref: None,
-        surface_ref: None,
-        requesting_work_context_id: None,
-    });
-    CANDIDATES.with(|kept| {
-        let Ok(mut kept) = kept.try_borrow_mut() else {
-            let candidates: Vec<wm::Candidate> = inputs.iter().map(candidate_of).collect();
-            return f(&asker, &candidates);
-        };
-        for (slot, input) in kept.iter_mut().zip(inputs) {
-            assign_reference(&mut slot.object_ref, &input.object_ref);
-            slot.lineage_permitted = input.lineage_permitted;
-        }
-        let have = kept.len();
-        kept.extend(inputs.iter().skip(have).map(candidate_of));
-        let out = f(&asker, &kept[..inputs.len()]);
-        kept.truncate(MAX_KEPT_REQUESTS);
-        out
+    let asker = asker_of(shared);
+    let assign = |slot: &mut wm::Candidate, input: &PolicyRequest| {
+        assign_reference(&mut slot.object_ref, &input.object_ref);
+        slot.lineage_permitted = input.lineage_permitted;
+    };
+    with_kept(&CANDIDATES, inputs, candidate_of, assign, |candidates| {
+        f(&asker, candidates)
     })
 }
 
@@ -594,14 +596,14 @@ impl World for MemoryPolicy {
         inputs: &[Self::Input],
     ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
         match instance {
-            MemoryInstance::Assembly(i) if one_asker(inputs) => {
-                Some(with_wit_candidates(inputs, |asker, candidates| {
+            MemoryInstance::Assembly(i) => Some(match shared_asker(inputs) {
+                Some(shared) => with_wit_candidates(shared, inputs, |asker, candidates| {
                     i.call_decide_candidates(&mut *store, asker, candidates)
-                }))
-            }
-            MemoryInstance::Assembly(i) => Some(with_wit_requests(inputs, |requests| {
-                i.call_decide_batch(&mut *store, requests)
-            })),
+                }),
+                None => with_wit_requests(inputs, |requests| {
+                    i.call_decide_batch(&mut *store, requests)
+                }),
+            }),
             MemoryInstance::Batch(i) => Some(with_wit_requests(inputs, |requests| {
                 i.call_decide_batch(&mut *store, requests)
             })),

@@ -30,7 +30,7 @@ use hdrhistogram::Histogram;
 
 use super::report::{Latencies, Report};
 use super::scenario::Scenario;
-use super::target::{StoredTurn, SwapOutcome, Target};
+use super::target::{ContentHash, StoredTurn, SwapOutcome, Target};
 use super::workload::{SessionSim, topics};
 use super::{LoadgenError, Progress};
 
@@ -42,12 +42,12 @@ const ATTEMPTS: u32 = 6;
 struct Ledger {
     workspace: String,
     session: String,
-    acked: Vec<(u64, String)>,
+    acked: Vec<(u64, ContentHash)>,
 }
 
 struct Slot {
     sim: SessionSim,
-    ledger: Vec<(u64, String)>,
+    ledger: Vec<(u64, ContentHash)>,
 }
 
 #[derive(Default)]
@@ -233,7 +233,7 @@ impl Shared {
                 }
             }
         }
-        let hash = blake3::hash(turn.content.as_bytes()).to_hex().to_string();
+        let hash: ContentHash = *blake3::hash(turn.content.as_bytes()).as_bytes();
         let input = TurnInput {
             session: slot.sim.id.clone(),
             work_context: Some(slot.sim.work_context.clone()),
@@ -615,33 +615,30 @@ struct Tally {
 
 impl Tally {
     /// Compares one session's acknowledged turns with what storage holds.
-    fn account(&mut self, acked: &[(u64, String)], stored: &[StoredTurn]) {
+    fn account(&mut self, acked: &[(u64, ContentHash)], stored: &[StoredTurn]) {
         // A session's seqs are 0, 1, 2…: any other seq at a position is a gap.
         self.seq_gaps += stored
             .iter()
             .enumerate()
             .filter(|(i, t)| t.seq != *i as u64)
             .count() as u64;
-        let by_seq: HashMap<u64, &str> = stored.iter().map(|t| (t.seq, t.hash.as_str())).collect();
-        let mut copies: HashMap<&str, u64> = HashMap::new();
-        for t in stored {
-            *copies.entry(t.hash.as_str()).or_default() += 1;
+        let by_seq: HashMap<u64, Option<&ContentHash>> =
+            stored.iter().map(|t| (t.seq, t.hash.as_ref())).collect();
+        let mut copies: HashMap<&ContentHash, u64> = HashMap::new();
+        for hash in stored.iter().filter_map(|t| t.hash.as_ref()) {
+            *copies.entry(hash).or_default() += 1;
         }
         for (seq, hash) in acked {
             self.checked += 1;
-            if by_seq.get(seq) != Some(&hash.as_str()) {
+            if by_seq.get(seq) != Some(&Some(hash)) {
                 self.lost += 1;
             }
-            self.duplicated += copies
-                .get(hash.as_str())
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(1);
+            self.duplicated += copies.get(hash).copied().unwrap_or(0).saturating_sub(1);
         }
-        let acked: HashSet<&str> = acked.iter().map(|(_, h)| h.as_str()).collect();
+        let acked: HashSet<&ContentHash> = acked.iter().map(|(_, h)| h).collect();
         self.stored_unacked += stored
             .iter()
-            .filter(|t| !acked.contains(t.hash.as_str()))
+            .filter(|t| t.hash.as_ref().is_none_or(|h| !acked.contains(h)))
             .count() as u64;
     }
 }
@@ -665,18 +662,27 @@ fn sleep_unless_stopped(shared: &Shared, d: Duration) -> bool {
 mod tests {
     use super::*;
 
+    /// The hash of a test content; "corrupt:…" stands for a stored turn
+    /// whose hash disagrees with its content.
+    fn hash(content: &str) -> Option<ContentHash> {
+        (!content.starts_with("corrupt:")).then(|| *blake3::hash(content.as_bytes()).as_bytes())
+    }
+
     fn stored(turns: &[(u64, &str)]) -> Vec<StoredTurn> {
         turns
             .iter()
-            .map(|(seq, hash)| StoredTurn {
+            .map(|(seq, content)| StoredTurn {
                 seq: *seq,
-                hash: (*hash).to_owned(),
+                hash: hash(content),
             })
             .collect()
     }
 
     fn check(acked: &[(u64, &str)], storage: &[(u64, &str)], expect: (u64, u64, u64)) {
-        let acked: Vec<(u64, String)> = acked.iter().map(|(s, h)| (*s, (*h).to_owned())).collect();
+        let acked: Vec<(u64, ContentHash)> = acked
+            .iter()
+            .filter_map(|(s, content)| Some((*s, hash(content)?)))
+            .collect();
         let mut tally = Tally::default();
         tally.account(&acked, &stored(storage));
         assert_eq!(

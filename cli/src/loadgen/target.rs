@@ -26,12 +26,18 @@ pub(crate) struct CallError {
     pub(crate) message: String,
 }
 
+/// The blake3 of a turn's content: how the loadgen's ledger names an
+/// acknowledged turn (32 bytes, not 64 hex characters: the ledger holds one
+/// per turn of the run).
+pub(crate) type ContentHash = [u8; 32];
+
 /// One stored turn as read back: its seq and the blake3 of its content
-/// (recomputed from the content, and checked against the stored hash).
+/// (recomputed from the content, and checked against the stored hash:
+/// `None` when they disagree, which matches no acknowledged turn).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StoredTurn {
     pub(crate) seq: u64,
-    pub(crate) hash: String,
+    pub(crate) hash: Option<ContentHash>,
 }
 
 /// What a plugin swap did.
@@ -93,14 +99,10 @@ fn stored(turns: Vec<cairn::Turn>) -> Vec<StoredTurn> {
     turns
         .into_iter()
         .map(|t| {
-            let hash = blake3::hash(t.content.as_bytes()).to_hex().to_string();
+            let hash = blake3::hash(t.content.as_bytes());
             // A stored hash that disagrees with the content is corruption:
-            // report a hash that matches nothing, so the turn counts as lost.
-            let hash = if hash == t.content_hash {
-                hash
-            } else {
-                format!("corrupt:{}", t.content_hash)
-            };
+            // no hash, which matches nothing, so the turn counts as lost.
+            let hash = (hash.to_hex().as_str() == t.content_hash).then(|| *hash.as_bytes());
             StoredTurn { seq: t.seq, hash }
         })
         .collect()
