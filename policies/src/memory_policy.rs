@@ -347,16 +347,14 @@ fn to_wit_reference(o: &ContentReference) -> wm::ContentReference {
 }
 
 fn to_wit(r: &PolicyRequest) -> b::PolicyRequest {
+    let asker = asker_of(r);
     b::PolicyRequest {
         object_ref: to_wit_reference(&r.object_ref),
-        action: r.action.into(),
-        destination: r.destination.map(Into::into),
-        principal_ref: r.principal_ref.as_ref().map(|p| wm::PrincipalRef {
-            kind: p.kind.into(),
-            id: p.id.clone(),
-        }),
-        surface_ref: r.surface_ref.clone(),
-        requesting_work_context_id: r.requesting_work_context_id.clone(),
+        action: asker.action,
+        destination: asker.destination,
+        principal_ref: asker.principal_ref,
+        surface_ref: asker.surface_ref,
+        requesting_work_context_id: asker.requesting_work_context_id,
         lineage_permitted: r.lineage_permitted,
     }
 }
