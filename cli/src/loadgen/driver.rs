@@ -443,7 +443,8 @@ pub(crate) fn run(
             .join()
             .map_err(|_| LoadgenError::Setup("a loadgen worker panicked".to_owned()))?;
     }
-    let hists = std::mem::replace(&mut *lock(&shared.hists), Hists::new()?);
+    // Every worker has stopped: the histograms are read in place.
+    let hists = lock(&shared.hists);
     let elapsed = start.elapsed();
     for side in [ticker, swapper].into_iter().flatten() {
         side.join()
