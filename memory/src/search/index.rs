@@ -480,8 +480,23 @@ impl SearchIndex {
     }
 
     /// Indexes documents with vectors computed earlier (restart catch-up);
-    /// `vectors` is empty or one per document.
+    /// `vectors` is empty or one per document. Commits, so they are
+    /// searchable when it returns.
     pub fn add_with_vectors(
+        &mut self,
+        docs: &[SearchDoc],
+        vectors: &[Vec<f32>],
+    ) -> SearchResultOf<()> {
+        self.stage_with_vectors(docs, vectors)?;
+        self.commit()
+    }
+
+    /// Like [`Self::add_with_vectors`] without the commit: the documents
+    /// are held (and known to [`Self::contains`]) but reach lexical search
+    /// only at the next [`Self::commit`]. A commit has a fixed cost (tantivy
+    /// writes a segment, sized for its memory budget, however few documents
+    /// it holds), so a caller adding in many small groups commits once.
+    pub(crate) fn stage_with_vectors(
         &mut self,
         docs: &[SearchDoc],
         vectors: &[Vec<f32>],
@@ -549,13 +564,34 @@ impl SearchIndex {
             }
         }
         self.vector.insert(&items);
+        Ok(())
+    }
+
+    /// How many segments the lexical index has.
+    #[cfg(test)]
+    pub(crate) fn lexical_segments(&self) -> usize {
+        self.lexical.segments()
+    }
+
+    /// Makes what was staged or removed since the last commit searchable
+    /// (nothing to do when nothing was).
+    pub(crate) fn commit(&mut self) -> SearchResultOf<()> {
         self.lexical.commit()
     }
 
     /// Removes a document from both indexes (forget). Returns whether it was there.
     pub fn remove(&mut self, id: &str) -> SearchResultOf<bool> {
+        let removed = self.unstage(id);
+        self.commit()?;
+        Ok(removed)
+    }
+
+    /// Like [`Self::remove`] without the commit: gone from dense search and
+    /// from every answer at once (hits are resolved through the document
+    /// table), from the lexical index at the next [`Self::commit`].
+    pub(crate) fn unstage(&mut self, id: &str) -> bool {
         let Some(n) = self.by_id.remove(id) else {
-            return Ok(false);
+            return false;
         };
         if let Some(meta) = self.docs.get_mut(n).and_then(Option::take) {
             if let Some(s) = self.sessions.get_mut(&meta.session) {
@@ -577,8 +613,7 @@ impl SearchIndex {
         }
         self.lexical.delete(n as u64);
         self.vector.delete(n);
-        self.lexical.commit()?;
-        Ok(true)
+        true
     }
 
     /// Searches. A dense or hybrid request without an embedder answers

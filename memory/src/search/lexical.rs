@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
-    FAST, Field, INDEXED, IndexRecordOption, STORED, Schema, TextFieldIndexing, TextOptions,
+    FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions,
 };
 use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, TextAnalyzer,
@@ -63,14 +63,17 @@ pub(crate) struct LexicalIndex {
 impl LexicalIndex {
     pub(crate) fn new() -> SearchResultOf<Self> {
         let mut schema = Schema::builder();
+        // Term frequencies only: BM25 needs no positions (no phrase query is
+        // ever built), and the document number is read from its fast field,
+        // so nothing is stored: less to write on every turn and to merge.
         let indexing = TextFieldIndexing::default()
             .set_tokenizer(ANALYZER)
-            .set_index_option(IndexRecordOption::WithFreqsAndPositions);
+            .set_index_option(IndexRecordOption::WithFreqs);
         let text = schema.add_text_field(
             "text",
             TextOptions::default().set_indexing_options(indexing),
         );
-        let doc = schema.add_u64_field("doc", INDEXED | FAST | STORED);
+        let doc = schema.add_u64_field("doc", INDEXED | FAST);
         let index = Index::create_in_ram(schema.build());
         index.tokenizers().register(ANALYZER, stemming());
         let writer = index.writer_with_num_threads(1, 15_000_000)?;
@@ -112,6 +115,13 @@ impl LexicalIndex {
             self.dirty = false;
         }
         Ok(())
+    }
+
+    /// How many segments the searchable index has (each commit writes one;
+    /// merges join them).
+    #[cfg(test)]
+    pub(crate) fn segments(&self) -> usize {
+        self.reader.searcher().segment_readers().len()
     }
 
     /// The query terms: analysed like documents, stopwords dropped before

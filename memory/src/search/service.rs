@@ -381,6 +381,18 @@ impl SearchService {
     }
 }
 
+#[cfg(test)]
+impl SearchService {
+    /// How many lexical segments `workspace`'s index has (0 before its
+    /// first pass).
+    pub(crate) fn lexical_segments(&self, workspace: &str) -> usize {
+        let indexes = self.inner.indexes.read();
+        indexes
+            .get(workspace)
+            .map_or(0, |i| i.read().index.lexical_segments())
+    }
+}
+
 impl Drop for SearchService {
     fn drop(&mut self) {
         self.shutdown();
@@ -420,14 +432,26 @@ impl Inner {
         for id in live {
             let ws = self.memory.existing_workspace(&id)?;
             let index = self.index_of(&id)?;
-            self.apply_forgets(&ws, &index)?;
-            self.index_workspace(&ws, &index)?;
-            self.index_entries(&ws, &index)?;
-            self.sync_replaced(&ws, &index)?;
-            self.sync_archived(&ws, &index)?;
+            // What the steps add or remove is staged and committed once for
+            // the workspace (a commit per session's new turns cost a tantivy
+            // segment each); also after a failed step, so what was staged
+            // before it is searchable.
+            let pass = self.pass_over(&ws, &index);
+            let committed = index.write().index.commit();
+            pass?;
+            committed?;
             index.write().warm = true;
         }
         Ok(())
+    }
+
+    /// A workspace's indexing steps, staged (see `catch_up_locked`).
+    fn pass_over(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        self.apply_forgets(ws, index)?;
+        self.index_workspace(ws, index)?;
+        self.index_entries(ws, index)?;
+        self.sync_replaced(ws, index)?;
+        self.sync_archived(ws, index)
     }
 
     /// Tells the index which entries are replaced (read from the log, so a
@@ -541,7 +565,7 @@ impl Inner {
                 let upto = guard.indexed.remove(&session).unwrap_or(0);
                 let mut keys = Vec::new();
                 for seq in 0..upto {
-                    guard.index.remove(&format!("{session}:{seq}"))?;
+                    guard.index.unstage(&format!("{session}:{seq}"));
                     keys.push(vector_key(&session, seq));
                 }
                 ws.state_apply(&[], &keys)?;
@@ -559,7 +583,7 @@ impl Inner {
                 .collect();
             let mut keys = Vec::with_capacity(gone.len());
             for id in &gone {
-                if guard.index.remove(id)? {
+                if guard.index.unstage(id) {
                     guard.entries -= 1;
                 }
                 keys.push(entry_vector_key(id));
@@ -622,7 +646,7 @@ impl Inner {
             .iter()
             .filter_map(|&i| vectors.get(i).cloned())
             .collect();
-        guard.index.add_with_vectors(&fresh_docs, &fresh_vecs)?;
+        guard.index.stage_with_vectors(&fresh_docs, &fresh_vecs)?;
         Ok((guard, fresh_docs.len()))
     }
 

@@ -615,6 +615,49 @@ mod service {
         search.shutdown();
     }
 
+    /// A pass commits once per workspace, not once per session with new
+    /// turns: a commit writes a tantivy segment with a fixed cost, and the
+    /// server's passes each found a few new turns in many sessions.
+    #[test]
+    fn a_pass_commits_the_new_turns_of_every_session_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let ws = memory.workspace("acme").unwrap();
+        for s in 0..12 {
+            ws.append_turn(&TurnInput::new(
+                &format!("s{s}"),
+                Role::User,
+                &format!("turn number {s} about the violin"),
+            ))
+            .unwrap();
+        }
+        let search = SearchService::new(memory.clone(), None);
+        search.catch_up().unwrap();
+        assert_eq!(search.lexical_segments("acme"), 1);
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(20))
+            .unwrap();
+        assert_eq!(r.hits.len(), 12, "{r:?}");
+        // Removals (a forgotten session) are committed with the pass too.
+        for s in 0..6 {
+            ws.append_turn(&TurnInput::new(
+                &format!("s{s}"),
+                Role::User,
+                "and the cello",
+            ))
+            .unwrap();
+        }
+        ws.forget(&ForgetTarget::Session("s11".into()), "asked")
+            .unwrap();
+        search.catch_up().unwrap();
+        assert!(search.lexical_segments("acme") <= 2);
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(20))
+            .unwrap();
+        assert_eq!(r.hits.len(), 11, "{r:?}");
+        assert!(r.hits.iter().all(|h| h.session != "s11"), "{r:?}");
+    }
+
     #[test]
     fn a_search_before_the_first_pass_says_the_index_is_catching_up() {
         let dir = tempfile::tempdir().unwrap();
