@@ -573,6 +573,11 @@ impl SearchIndex {
         self.lexical.segments()
     }
 
+    /// Additions and removals staged since the last commit.
+    pub(crate) fn pending(&self) -> usize {
+        self.lexical.pending()
+    }
+
     /// Makes what was staged or removed since the last commit searchable
     /// (nothing to do when nothing was).
     pub(crate) fn commit(&mut self) -> SearchResultOf<()> {

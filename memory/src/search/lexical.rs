@@ -57,7 +57,8 @@ pub(crate) struct LexicalIndex {
     text: Field,
     doc: Field,
     stopwords: HashSet<&'static str>,
-    dirty: bool,
+    /// Additions and deletions since the last commit.
+    pending: usize,
 }
 
 impl LexicalIndex {
@@ -87,7 +88,7 @@ impl LexicalIndex {
             text,
             doc,
             stopwords: STOPWORDS.split_whitespace().collect(),
-            dirty: false,
+            pending: 0,
         })
     }
 
@@ -97,24 +98,29 @@ impl LexicalIndex {
         d.add_text(self.text, text);
         d.add_u64(self.doc, doc);
         self.writer.add_document(d)?;
-        self.dirty = true;
+        self.pending += 1;
         Ok(())
     }
 
     /// Removes a document.
     pub(crate) fn delete(&mut self, doc: u64) {
         self.writer.delete_term(Term::from_field_u64(self.doc, doc));
-        self.dirty = true;
+        self.pending += 1;
     }
 
     /// Makes pending changes searchable.
     pub(crate) fn commit(&mut self) -> SearchResultOf<()> {
-        if self.dirty {
+        if self.pending > 0 {
             self.writer.commit()?;
             self.reader.reload()?;
-            self.dirty = false;
+            self.pending = 0;
         }
         Ok(())
+    }
+
+    /// Additions and deletions not committed yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
     }
 
     /// How many segments the searchable index has (each commit writes one;

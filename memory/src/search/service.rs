@@ -215,6 +215,10 @@ impl SearchService {
     /// How often the worker looks for new turns when not nudged.
     pub const POLL: Duration = Duration::from_millis(250);
 
+    /// The most documents a pass stages before it commits (it commits once
+    /// per workspace otherwise: a commit has a fixed cost).
+    pub const COMMIT_EVERY: usize = 2_048;
+
     /// A service over `memory`; `embedder` `None` means lexical only (every
     /// dense or hybrid answer is then flagged as a lexical fallback).
     pub fn new(memory: Memory, embedder: Option<Arc<dyn Embedder>>) -> Self {
@@ -647,6 +651,11 @@ impl Inner {
             .filter_map(|&i| vectors.get(i).cloned())
             .collect();
         guard.index.stage_with_vectors(&fresh_docs, &fresh_vecs)?;
+        // A long pass (a backlog after a restart) still becomes searchable
+        // as it goes.
+        if guard.index.pending() >= SearchService::COMMIT_EVERY {
+            guard.index.commit()?;
+        }
         Ok((guard, fresh_docs.len()))
     }
 

@@ -658,6 +658,26 @@ mod service {
         assert!(r.hits.iter().all(|h| h.session != "s11"), "{r:?}");
     }
 
+    /// A pass over a long backlog commits every `COMMIT_EVERY` documents,
+    /// so its first turns are searchable before its last are read.
+    #[test]
+    fn a_long_pass_commits_as_it_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let ws = memory.workspace("acme").unwrap();
+        let n = SearchService::COMMIT_EVERY + 100;
+        let turns: Vec<TurnInput> = (0..n)
+            .map(|i| TurnInput::new(&format!("s{}", i % 40), Role::User, &format!("note {i}")))
+            .collect();
+        for chunk in turns.chunks(500) {
+            ws.append_turns(chunk).unwrap();
+        }
+        let search = SearchService::new(memory.clone(), None);
+        search.catch_up().unwrap();
+        assert_eq!(search.lexical_segments("acme"), 2);
+        assert_eq!(search.stats().unwrap().indexed, n as u64);
+    }
+
     #[test]
     fn a_search_before_the_first_pass_says_the_index_is_catching_up() {
         let dir = tempfile::tempdir().unwrap();
