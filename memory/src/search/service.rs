@@ -215,8 +215,9 @@ impl SearchService {
     /// How often the worker looks for new turns when not nudged.
     pub const POLL: Duration = Duration::from_millis(250);
 
-    /// The most documents a pass stages before it commits (it commits once
-    /// per workspace otherwise: a commit has a fixed cost).
+    /// A pass commits as soon as this many additions and removals are
+    /// staged (checked after each batch it adds; otherwise it commits once
+    /// per workspace: a commit has a fixed cost).
     pub const COMMIT_EVERY: usize = 2_048;
 
     /// A service over `memory`; `embedder` `None` means lexical only (every
@@ -441,10 +442,11 @@ impl Inner {
             // segment each); also after a failed step, so what was staged
             // before it is searchable.
             let pass = self.pass_over(&ws, &index);
-            let committed = index.write().index.commit();
+            let mut guard = index.write();
+            let committed = guard.index.commit();
             pass?;
             committed?;
-            index.write().warm = true;
+            guard.warm = true;
         }
         Ok(())
     }
