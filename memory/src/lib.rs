@@ -37,6 +37,7 @@
 pub mod access;
 pub mod assemble;
 pub mod brief;
+mod changes;
 pub mod clock;
 pub mod compact;
 pub mod config;

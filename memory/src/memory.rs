@@ -78,6 +78,9 @@ pub(crate) struct Shared {
     heads: Mutex<HashMap<String, Arc<SessionHeads>>>,
     /// This install's secret (see [`Memory::derive_key`]).
     install_key: [u8; 32],
+    /// Who is told of every write (the search worker; see
+    /// [`crate::changes`]).
+    pub(crate) watchers: crate::changes::Watchers,
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -666,6 +669,7 @@ impl Memory {
                 logs: Mutex::new(HashMap::new()),
                 heads: Mutex::new(HashMap::new()),
                 install_key,
+                watchers: crate::changes::Watchers::default(),
             }),
         };
         memory.finish_interrupted_erasures()?;
@@ -702,6 +706,11 @@ impl Memory {
     /// without the store, cannot make them.
     pub fn derive_key(&self, context: &str) -> [u8; 32] {
         self.shared.derive_key(context)
+    }
+
+    /// A watch told of every write from now on (see [`crate::changes`]).
+    pub(crate) fn watch_changes(&self) -> Arc<crate::changes::ChangeWatch> {
+        self.shared.watchers.watch()
     }
 
     /// The configuration in force.
@@ -876,11 +885,17 @@ impl Workspace {
         let log = LogChange::of(&batch);
         let topics = touches_topics(&batch);
         let sessions = crate::record::sessions_touched(&batch);
+        let watched = self.shared.watchers.changes_of(&batch, &sessions);
         let applied = self.store.apply(batch);
         // Even a failed apply may have changed something underneath (a
         // backend error after the write): the heads are forgotten either way.
         if !sessions.is_empty() {
             self.heads.invalidate(&sessions);
+        }
+        if let Some(changes) = watched {
+            self.shared
+                .watchers
+                .deliver(&self.id, changes, applied.is_err());
         }
         if let Err(error) = applied {
             // What a failed apply left is unknown: read everything again.

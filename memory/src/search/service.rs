@@ -3,12 +3,16 @@
 //! path.
 //!
 //! Ingest never waits for indexing. The worker wakes every
-//! [`SearchService::POLL`] (or when nudged), reads each session's turns past
-//! the indexed high-water mark and every memory-log entry not indexed yet,
-//! embeds them in batches and indexes them. Vectors are persisted in the
-//! workspace's state collection ([`StateKey::TurnVector`] for turns,
-//! [`StateKey::EntryVector`] for entries), so after a restart the indexes are
-//! rebuilt from the record without re-embedding anything that was embedded.
+//! [`SearchService::POLL`] (or when nudged), reads the turns past the indexed
+//! high-water mark of each session written since its last pass and the
+//! memory-log entries written since (every write tells it what it touched:
+//! `changes.rs`), embeds them in batches and indexes them. A whole pass
+//! (every session and entry compared with the index) runs for a cold
+//! index, after an erasure, and every [`SearchService::WHOLE_EVERY`].
+//! Vectors are persisted in the workspace's state collection
+//! ([`StateKey::TurnVector`] for turns, [`StateKey::EntryVector`] for
+//! entries), so after a restart the indexes are rebuilt from the record
+//! without re-embedding anything that was embedded.
 //! Forgotten sessions, entries and subjects are removed from the indexes
 //! (and their vectors from the store) before any search answers.
 //!
@@ -20,7 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -29,11 +33,12 @@ use super::{
     DocAttrs, DocSource, Embedder, SearchDoc, SearchFilters, SearchIndex, SearchOptions,
     SearchResult,
 };
+use crate::changes::{ChangeWatch, WorkspaceChanges};
 use crate::reconstruct::{DerivedStore, Findings};
 use crate::store::{StateFamily, StateKey};
 use crate::{
-    DecayConfig, Entry, ForgetTarget, Memory, MemoryError, Provenance, Role, SessionKind, Turn,
-    Workspace,
+    DecayConfig, Entry, ForgetTarget, Memory, MemoryError, Provenance, Role, Session, SessionKind,
+    Turn, Workspace,
 };
 
 /// Turns embedded per model call by the worker.
@@ -81,6 +86,13 @@ struct WsIndex {
     /// The worker has finished a whole pass over the workspace since the
     /// service started: everything stored before that pass is searchable.
     warm: bool,
+    /// When the last whole pass over the workspace ended (`None`: never,
+    /// or a pass failed since, so the next one is whole).
+    whole_at: Option<Instant>,
+    /// The replacement map and lifecycle marks the index was last told of
+    /// (the log snapshot's own: the same pointer means nothing changed).
+    replaced_seen: Option<Arc<HashMap<String, String>>>,
+    archived_seen: Option<Arc<crate::maintain::Lifecycle>>,
 }
 
 struct Inner {
@@ -92,6 +104,14 @@ struct Inner {
     /// One indexing pass at a time (worker and explicit catch-ups).
     pass: Mutex<()>,
     wake: (Mutex<bool>, Condvar),
+    /// What every write changed since the last pass (see
+    /// [`crate::changes`]): a pass reads those sessions and entries, not
+    /// every one.
+    changes: Arc<ChangeWatch>,
+    /// Sessions whose turns a pass looked at, since start (for the tests
+    /// of the above).
+    #[cfg(test)]
+    sessions_read: std::sync::atomic::AtomicUsize,
 }
 
 /// Hybrid search over every workspace of a [`Memory`], indexed in the
@@ -215,6 +235,19 @@ impl SearchService {
     /// How often the worker looks for new turns when not nudged.
     pub const POLL: Duration = Duration::from_millis(250);
 
+    /// The least time from the start of one pass to the start of the next,
+    /// however often the worker is nudged: a pass commits the lexical
+    /// index, every commit has a fixed cost and leaves a segment to merge,
+    /// so under a stream of writes the index is refreshed at most this
+    /// often (the refresh interval of search engines).
+    pub const REFRESH: Duration = Duration::from_millis(200);
+
+    /// How often a workspace gets a whole pass (every session and entry
+    /// compared with the index) when writes keep naming what they changed:
+    /// the net under what no write of this process names (another node's
+    /// writes to a shared backend).
+    pub const WHOLE_EVERY: Duration = Duration::from_secs(60);
+
     /// A pass commits as soon as this many additions and removals are
     /// staged (checked after each batch it adds; otherwise it commits once
     /// per workspace: a commit has a fixed cost).
@@ -225,6 +258,7 @@ impl SearchService {
     pub fn new(memory: Memory, embedder: Option<Arc<dyn Embedder>>) -> Self {
         SearchService {
             inner: Arc::new(Inner {
+                changes: memory.watch_changes(),
                 memory,
                 embedder,
                 indexes: RwLock::new(HashMap::new()),
@@ -232,6 +266,8 @@ impl SearchService {
                 stop: AtomicBool::new(false),
                 pass: Mutex::new(()),
                 wake: (Mutex::new(false), Condvar::new()),
+                #[cfg(test)]
+                sessions_read: std::sync::atomic::AtomicUsize::new(0),
             }),
             worker: Mutex::new(None),
         }
@@ -247,11 +283,17 @@ impl SearchService {
         let inner = Arc::clone(&self.inner);
         *worker = Some(std::thread::spawn(move || {
             while !inner.stop.load(Ordering::Acquire) {
+                let started = Instant::now();
                 if let Err(err) = inner.catch_up() {
                     tracing::warn!(error = %err, "search indexing pass failed; retrying");
                 }
                 let (lock, cv) = &inner.wake;
                 let mut nudged = lock.lock();
+                // Nudges during the gap are kept for the pass after it.
+                let gap = started + SearchService::REFRESH;
+                while !inner.stop.load(Ordering::Acquire) && Instant::now() < gap {
+                    cv.wait_until(&mut nudged, gap);
+                }
                 if !*nudged {
                     cv.wait_for(&mut nudged, SearchService::POLL);
                 }
@@ -396,6 +438,11 @@ impl SearchService {
             .get(workspace)
             .map_or(0, |i| i.read().index.lexical_segments())
     }
+
+    /// How many sessions' turns the passes looked at since start.
+    pub(crate) fn sessions_read(&self) -> usize {
+        self.inner.sessions_read.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for SearchService {
@@ -419,6 +466,9 @@ impl Inner {
             tombstones: 0,
             entries: 0,
             warm: false,
+            whole_at: None,
+            replaced_seen: None,
+            archived_seen: None,
         }));
         all.insert(workspace.to_owned(), Arc::clone(&fresh));
         Ok(fresh)
@@ -429,23 +479,55 @@ impl Inner {
         self.catch_up_locked()
     }
 
-    /// One indexing pass; the caller holds `pass`.
+    /// One indexing pass; the caller holds `pass`. A workspace no write
+    /// touched since the last pass is skipped; one whose sessions and
+    /// entries the writes name is passed over for those
+    /// ([`pass_over_changes`](Self::pass_over_changes)); the rest (a cold
+    /// index, an erasure, [`SearchService::WHOLE_EVERY`] since the last
+    /// whole pass) get a whole pass.
     fn catch_up_locked(&self) -> Res<()> {
         let live: HashSet<String> = self.memory.served_workspaces()?.into_iter().collect();
         // A forgotten workspace takes its index with it.
         self.indexes.write().retain(|id, _| live.contains(id));
+        let mut changes = self.changes.take();
+        let mut failed = None;
         for id in live {
-            let ws = self.memory.existing_workspace(&id)?;
-            let index = self.index_of(&id)?;
-            // What the steps add or remove is staged and committed once for
-            // the workspace (a commit per session's new turns cost a tantivy
-            // segment each); also after a failed step, so what was staged
-            // before it is searchable.
-            let pass = self.pass_over(&ws, &index);
-            let mut guard = index.write();
-            let committed = guard.index.commit();
-            pass?;
-            committed?;
+            let changed = changes.remove(&id);
+            if let Err(error) = self.catch_up_workspace(&id, changed.as_ref()) {
+                // What the changes named may be half done: the next pass
+                // over this workspace is whole; the others go on.
+                self.changes.ask_whole(&id);
+                failed.get_or_insert(error);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One workspace's part of a pass (see `catch_up_locked`).
+    fn catch_up_workspace(&self, id: &str, changed: Option<&WorkspaceChanges>) -> Res<()> {
+        let ws = self.memory.existing_workspace(id)?;
+        let index = self.index_of(id)?;
+        let whole = {
+            let guard = index.read();
+            guard
+                .whole_at
+                .is_none_or(|at| at.elapsed() >= SearchService::WHOLE_EVERY)
+        } || changed.is_some_and(|c| c.other);
+        // What the steps add or remove is staged and committed once for
+        // the workspace (a commit per session's new turns cost a tantivy
+        // segment each); also after a failed step, so what was staged
+        // before it is searchable.
+        let pass = match changed {
+            _ if whole => self.pass_over(&ws, &index),
+            Some(changed) => self.pass_over_changes(&ws, &index, changed),
+            None => return Ok(()),
+        };
+        let mut guard = index.write();
+        let committed = guard.index.commit();
+        pass?;
+        committed?;
+        if whole {
+            guard.whole_at = Some(Instant::now());
             guard.warm = true;
         }
         Ok(())
@@ -460,53 +542,112 @@ impl Inner {
         self.sync_archived(ws, index)
     }
 
+    /// The steps for what `changed` names: those sessions' new turns, those
+    /// entries, and the replacement map and lifecycle marks when they
+    /// moved (compared by pointer: nothing when they did not). Costs what
+    /// was written, not what is stored.
+    fn pass_over_changes(
+        &self,
+        ws: &Workspace,
+        index: &RwLock<WsIndex>,
+        changed: &WorkspaceChanges,
+    ) -> Res<()> {
+        for session in &changed.sessions {
+            match ws.session(session) {
+                Ok(s) => self.index_session(ws, index, &s)?,
+                // Erased since (its tombstone makes the next pass whole).
+                Err(MemoryError::SessionNotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let pending: Vec<&String> = {
+            let guard = index.read();
+            changed
+                .entries
+                .iter()
+                .filter(|id| !guard.index.contains(id))
+                .collect()
+        };
+        self.index_entry_ids(ws, index, pending)?;
+        self.sync_replaced(ws, index)?;
+        self.sync_archived(ws, index)
+    }
+
     /// Tells the index which entries are replaced (read from the log, so a
     /// replacement still in the backlog already hides what it replaces).
+    /// The log snapshot's map is shared until a write changes it: the same
+    /// one as last time costs nothing.
     fn sync_replaced(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
-        if index.read().entries == 0 {
-            return Ok(());
-        }
-        let replaced: HashSet<String> = ws.replacements()?.into_keys().collect();
-        let changed = {
+        let map = ws.log_snapshot()?.replacements.clone();
+        {
             let guard = index.read();
-            !same_set(&guard.index, &replaced)
-        };
-        if changed {
-            index.write().index.set_replaced(replaced);
+            if guard.entries == 0
+                || guard
+                    .replaced_seen
+                    .as_ref()
+                    .is_some_and(|seen| Arc::ptr_eq(seen, &map))
+            {
+                return Ok(());
+            }
         }
+        let replaced: HashSet<String> = map.keys().cloned().collect();
+        let mut guard = index.write();
+        if !same_set(&guard.index, &replaced) {
+            guard.index.set_replaced(replaced);
+        }
+        guard.replaced_seen = Some(map);
         Ok(())
     }
 
     /// Tells the index what maintenance archived (read from the log's
-    /// lifecycle marks, kept with the log snapshot).
+    /// lifecycle marks, kept with the log snapshot: the same marks as last
+    /// time cost nothing).
     fn sync_archived(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
-        let lifecycle = ws.archived()?;
-        let entries: HashSet<String> = lifecycle.archived_entries.into_keys().collect();
+        let lifecycle = ws.log_snapshot()?.lifecycle.clone();
+        if index
+            .read()
+            .archived_seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, &lifecycle))
+        {
+            return Ok(());
+        }
+        let entries: HashSet<String> = lifecycle.archived_entries.keys().cloned().collect();
         let sessions: HashMap<String, u64> = lifecycle
             .archived_sessions
-            .into_iter()
-            .map(|(s, m)| (s, m.through_seq))
+            .iter()
+            .map(|(s, m)| (s.clone(), m.through_seq))
             .collect();
-        let changed = {
-            let guard = index.read();
-            let (e, s) = guard.index.archived();
-            *e != entries || *s != sessions
-        };
-        if changed {
-            index.write().index.set_archived(entries, sessions);
+        let mut guard = index.write();
+        let (e, s) = guard.index.archived();
+        if *e != entries || *s != sessions {
+            guard.index.set_archived(entries, sessions);
         }
+        guard.archived_seen = Some(lifecycle);
         Ok(())
     }
 
     /// Indexes every stored entry the index does not hold yet, in batches.
     fn index_entries(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
-        let pending: Vec<String> = {
+        let stored = ws.entry_ids()?;
+        let pending: Vec<&String> = {
             let guard = index.read();
-            ws.entry_ids()?
-                .into_iter()
+            stored
+                .iter()
                 .filter(|id| !guard.index.contains(id))
                 .collect()
         };
+        self.index_entry_ids(ws, index, pending)
+    }
+
+    /// Indexes the stored entries with these ids (those erased meanwhile
+    /// are skipped), in batches.
+    fn index_entry_ids(
+        &self,
+        ws: &Workspace,
+        index: &RwLock<WsIndex>,
+        pending: Vec<&String>,
+    ) -> Res<()> {
         let decay = &ws.config().decay;
         let mut kinds: HashMap<String, bool> = HashMap::new();
         for chunk in pending.chunks(BATCH) {
@@ -602,30 +743,38 @@ impl Inner {
         Ok(())
     }
 
+    /// Indexes the new turns of every session.
     fn index_workspace(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
         for listed in ws.sessions(None)? {
             // The listing's `next_seq` is not derived; `session` derives it.
             let s = ws.session(&listed.id)?;
-            let low_trust = s.kind != SessionKind::Main;
-            loop {
-                let from = index.read().indexed.get(&s.id).copied().unwrap_or(0);
-                if from >= s.next_seq {
-                    break;
-                }
-                let turns = ws.transcript(&s.id, from, Some(BATCH))?;
-                let Some(last) = turns.last().map(|t| t.seq) else {
-                    break;
-                };
-                let docs: Vec<SearchDoc> = turns.iter().map(|t| turn_doc(t, low_trust)).collect();
-                let keys: Vec<StateKey> = turns
-                    .iter()
-                    .map(|t| vector_key(&t.session, t.seq))
-                    .collect();
-                let (mut guard, _) = self.add_missing(ws, index, &keys, &docs)?;
-                guard.indexed.insert(s.id.clone(), last + 1);
-            }
+            self.index_session(ws, index, &s)?;
         }
         Ok(())
+    }
+
+    /// Indexes the turns of `s` past the indexed high-water mark.
+    fn index_session(&self, ws: &Workspace, index: &RwLock<WsIndex>, s: &Session) -> Res<()> {
+        #[cfg(test)]
+        self.sessions_read.fetch_add(1, Ordering::Relaxed);
+        let low_trust = s.kind != SessionKind::Main;
+        loop {
+            let from = index.read().indexed.get(&s.id).copied().unwrap_or(0);
+            if from >= s.next_seq {
+                return Ok(());
+            }
+            let turns = ws.transcript(&s.id, from, Some(BATCH))?;
+            let Some(last) = turns.last().map(|t| t.seq) else {
+                return Ok(());
+            };
+            let docs: Vec<SearchDoc> = turns.iter().map(|t| turn_doc(t, low_trust)).collect();
+            let keys: Vec<StateKey> = turns
+                .iter()
+                .map(|t| vector_key(&t.session, t.seq))
+                .collect();
+            let (mut guard, _) = self.add_missing(ws, index, &keys, &docs)?;
+            guard.indexed.insert(s.id.clone(), last + 1);
+        }
     }
 
     /// Embeds `docs` (when a model is loaded; stored vectors are reused)

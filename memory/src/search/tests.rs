@@ -658,6 +658,59 @@ mod service {
         assert!(r.hits.iter().all(|h| h.session != "s11"), "{r:?}");
     }
 
+    /// After a whole pass, a pass reads what the writes since named (their
+    /// sessions and entries), not every session: its cost follows what was
+    /// written, not what is stored. An erasure still gets a whole pass.
+    #[test]
+    fn a_pass_reads_only_what_was_written_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let ws = memory.workspace("acme").unwrap();
+        for s in 0..30 {
+            ws.append_turn(&TurnInput::new(
+                &format!("s{s}"),
+                Role::User,
+                "about the violin",
+            ))
+            .unwrap();
+        }
+        let search = SearchService::new(memory.clone(), None);
+        search.catch_up().unwrap();
+        assert_eq!(search.sessions_read(), 30);
+        search.catch_up().unwrap();
+        assert_eq!(search.sessions_read(), 30, "nothing written: nothing read");
+
+        ws.append_turn(&TurnInput::new("s7", Role::User, "and the cello"))
+            .unwrap();
+        ws.append_turn(&TurnInput::new("new", Role::User, "a cello too"))
+            .unwrap();
+        let entry = ws
+            .append_entry(&crate::EntryInput::new(
+                crate::EntryKind::Decision,
+                "The cello goes first",
+            ))
+            .unwrap();
+        search.catch_up().unwrap();
+        assert_eq!(search.sessions_read(), 32, "two sessions were written");
+        let r = search
+            .search("acme", "cello", &SearchOptions::new(10))
+            .unwrap();
+        let mut ids: Vec<&str> = r.hits.iter().map(|h| h.id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [entry.id.as_str(), "new:0", "s7:1"], "{r:?}");
+        assert!(!r.catching_up);
+
+        // An erasure: the next pass is whole, and the session is gone.
+        ws.forget(&ForgetTarget::Session("s7".into()), "asked")
+            .unwrap();
+        search.catch_up().unwrap();
+        assert_eq!(search.sessions_read(), 32 + 30);
+        let r = search
+            .search("acme", "cello", &SearchOptions::new(10))
+            .unwrap();
+        assert!(r.hits.iter().all(|h| h.session != "s7"), "{r:?}");
+    }
+
     /// A pass over a long backlog commits every `COMMIT_EVERY` documents,
     /// so its first turns are searchable before its last are read.
     #[test]
