@@ -801,7 +801,7 @@ fn keep_current(
             id: v.entry.id.clone(),
             kind: v.entry.kind,
             content: v.entry.content.clone(),
-            subject: v.subject.clone(),
+            subject: v.subject.as_deref().map(str::to_owned),
             read: read.clone(),
             turn,
             at: said_at.unwrap_or(v.entry.timestamp),

@@ -18,6 +18,13 @@
 //!   search and per insertion. `UnitCosine` (cairn's) against hnsw_rs's
 //!   `DistCosine` (the baseline, which the graph used before).
 //!
+//! - `live_list/20k_entries`: a new live list after a write to a log of
+//!   20,000 live entries (assembly asks for the list after every change
+//!   of the log, so its cost is paid per change and grows with the log).
+//!   `append_then_live`: one durable `append_entry` then `live_entries`;
+//!   baseline `append_only`: the same append alone. The difference is the
+//!   list's cost (the log grows by one entry per iteration).
+//!
 //! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
 
 use std::sync::{Arc, OnceLock};
@@ -201,5 +208,42 @@ fn distance(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble, gate, distance);
+/// The live list after a write, on a log of 20,000 live entries.
+fn live_list(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
+        .expect("memory");
+    let ws = memory.workspace("bench").expect("workspace");
+    let entry = |i: usize| {
+        EntryInput::new(
+            EntryKind::Fact,
+            &format!("Fact {i}: the queue is drained nightly"),
+        )
+        .about(TOPICS[i % TOPICS.len()])
+        .in_context(&format!("wc{}", i % 50))
+    };
+    let batch: Vec<EntryInput> = (0..20_000).map(entry).collect();
+    for chunk in batch.chunks(1_000) {
+        ws.append_entries(chunk).expect("entries");
+    }
+    assert_eq!(ws.live_entries().expect("live").len(), 20_000);
+    let mut group = c.benchmark_group("live_list/20k_entries");
+    let mut i = 20_000;
+    group.bench_function("append_only", |b| {
+        b.iter(|| {
+            i += 1;
+            ws.append_entry(&entry(i)).expect("append")
+        })
+    });
+    group.bench_function("append_then_live", |b| {
+        b.iter(|| {
+            i += 1;
+            ws.append_entry(&entry(i)).expect("append");
+            ws.live_entries().expect("live").len()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assemble, gate, distance, live_list);
 criterion_main!(benches);

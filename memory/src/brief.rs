@@ -751,7 +751,7 @@ fn item_of<'a>(noted: &RefCell<Vec<&'a EntryView>>, v: &'a EntryView, text: Stri
                 format!("{}:{}-{}", p.session, p.from_seq, p.to_seq)
             }
         }),
-        subject: v.subject.clone(),
+        subject: v.subject.as_deref().map(str::to_owned),
         work_context: v.entry.work_context.clone(),
         at: v.entry.timestamp,
     }

@@ -151,7 +151,7 @@ pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
     let mut found: Vec<Contradiction> = Vec::new();
     let mut pair = |older: &Candidate<'_>, newer: &Candidate<'_>, rule, detail: String| {
         found.push(Contradiction {
-            subject: newer.view.subject.clone(),
+            subject: newer.view.subject.as_deref().map(str::to_owned),
             work_context: newer.view.entry.work_context.clone(),
             older: older.view.entry.id.clone(),
             newer: newer.view.entry.id.clone(),
@@ -314,7 +314,7 @@ mod tests {
         let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap() + Duration::hours(hours);
         EntryView {
             entry: Arc::new(Entry::bare(id, kind, text, subject, "launch", at)),
-            subject: subject.map(str::to_owned),
+            subject: subject.map(Arc::from),
             status: EntryStatus::Live,
             decay_at: None,
         }

@@ -335,8 +335,9 @@ pub struct EntryView {
     /// The stored entry, shared with the log snapshot it was read from (a
     /// live list is pointers, not copies).
     pub entry: Arc<Entry>,
-    /// Canonical subject slug after renames and merges.
-    pub subject: Option<String>,
+    /// Canonical subject slug after renames and merges (shared: a live
+    /// list is copied per change of the log, and this copies a pointer).
+    pub subject: Option<Arc<str>>,
     /// Live, replaced or expired.
     pub status: EntryStatus,
     /// When the entry decays (none: it does not).
@@ -395,7 +396,7 @@ impl From<EntryView> for EntryViewWire {
             kind: entry.kind,
             content: entry.content,
             detail: entry.detail,
-            subject,
+            subject: subject.as_deref().map(str::to_owned),
             work_context: entry.work_context,
             provenance: entry.provenance,
             replaces: entry.replaces,
@@ -428,7 +429,7 @@ impl From<EntryViewWire> for EntryView {
                 recorded_at: wire.recorded_at,
                 gate_generation: wire.gate_generation,
             }),
-            subject: wire.subject,
+            subject: wire.subject.as_deref().map(Arc::from),
             status: wire.status,
             decay_at: wire.decay_at,
         }
@@ -848,7 +849,7 @@ impl Workspace {
         aliases: &HashMap<String, String>,
         lifecycle: &Lifecycle,
         now: DateTime<Utc>,
-    ) -> (Option<String>, EntryStatus, Option<DateTime<Utc>>) {
+    ) -> (Option<Arc<str>>, EntryStatus, Option<DateTime<Utc>>) {
         let decay_at = self
             .shared
             .config
@@ -874,7 +875,7 @@ impl Workspace {
         let subject = entry
             .subject
             .as_ref()
-            .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.clone()));
+            .map(|s| Arc::from(aliases.get(s).unwrap_or(s).as_str()));
         (subject, status, decay_at)
     }
 
@@ -1097,8 +1098,19 @@ impl Workspace {
             added: Vec::with_capacity(added.len()),
         };
         let mut added = added.into_iter().peekable();
-        for v in base.views.iter() {
-            if !base.replaced.is_empty() && base.replaced.contains(&v.entry.id) {
+        // Replaced ids not met yet in the old list: once none is left and
+        // every added entry is placed, the rest of the old list is copied
+        // as it is (corrections replace recent entries, near the front).
+        let mut unmet = base.replaced.len();
+        for (i, v) in base.views.iter().enumerate() {
+            if unmet == 0 && added.peek().is_none() {
+                let start = views.len();
+                moves.remap.extend(start..start + base.views.len() - i);
+                views.extend(base.views[i..].iter().cloned());
+                break;
+            }
+            if unmet > 0 && base.replaced.contains(&v.entry.id) {
+                unmet -= 1;
                 moves.remap.push(usize::MAX);
                 continue;
             }
@@ -1148,7 +1160,7 @@ impl Workspace {
             }
             let (resolved, status, decay_at) =
                 self.judge(entry, replacements, aliases, &log.lifecycle, now);
-            if subject.is_some() && resolved != subject {
+            if subject.is_some() && resolved.as_deref() != subject.as_deref() {
                 continue;
             }
             if !filter.all && status != EntryStatus::Live {

@@ -867,7 +867,12 @@ fn log_cache_sees_every_write() {
         assert_eq!(*ws.live_entries().unwrap(), entries);
         entries
             .into_iter()
-            .map(|v| (v.entry.content.clone(), v.subject))
+            .map(|v| {
+                (
+                    v.entry.content.clone(),
+                    v.subject.as_deref().map(str::to_owned),
+                )
+            })
             .collect()
     };
     assert!(live(&b).is_empty());

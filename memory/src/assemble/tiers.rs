@@ -510,7 +510,7 @@ impl AssemblyIndex {
                     && is_continuity(v.entry.kind)
                 {
                     *counts
-                        .entry(subject.clone())
+                        .entry(subject.to_string())
                         .or_default()
                         .entry(wc.to_owned())
                         .or_default() += 1;
