@@ -560,15 +560,7 @@ impl Inner {
                 Err(e) => return Err(e.into()),
             }
         }
-        let pending: Vec<&String> = {
-            let guard = index.read();
-            changed
-                .entries
-                .iter()
-                .filter(|id| !guard.index.contains(id))
-                .collect()
-        };
-        self.index_entry_ids(ws, index, pending)?;
+        self.index_entry_ids(ws, index, &changed.entries)?;
         self.sync_replaced(ws, index)?;
         self.sync_archived(ws, index)
     }
@@ -629,25 +621,16 @@ impl Inner {
 
     /// Indexes every stored entry the index does not hold yet, in batches.
     fn index_entries(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
-        let stored = ws.entry_ids()?;
-        let pending: Vec<&String> = {
-            let guard = index.read();
-            stored
-                .iter()
-                .filter(|id| !guard.index.contains(id))
-                .collect()
-        };
-        self.index_entry_ids(ws, index, pending)
+        self.index_entry_ids(ws, index, &ws.entry_ids()?)
     }
 
-    /// Indexes the stored entries with these ids (those erased meanwhile
-    /// are skipped), in batches.
-    fn index_entry_ids(
-        &self,
-        ws: &Workspace,
-        index: &RwLock<WsIndex>,
-        pending: Vec<&String>,
-    ) -> Res<()> {
+    /// Indexes those of the stored entries with these ids the index does
+    /// not hold yet (those erased meanwhile are skipped), in batches.
+    fn index_entry_ids(&self, ws: &Workspace, index: &RwLock<WsIndex>, ids: &[String]) -> Res<()> {
+        let pending: Vec<&String> = {
+            let guard = index.read();
+            ids.iter().filter(|id| !guard.index.contains(id)).collect()
+        };
         let decay = &ws.config().decay;
         let mut kinds: HashMap<String, bool> = HashMap::new();
         for chunk in pending.chunks(BATCH) {
