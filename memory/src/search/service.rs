@@ -570,17 +570,17 @@ impl Inner {
     /// The log snapshot's map is shared until a write changes it: the same
     /// one as last time costs nothing.
     fn sync_replaced(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
+        if index.read().entries == 0 {
+            return Ok(());
+        }
         let map = ws.log_snapshot()?.replacements.clone();
+        if index
+            .read()
+            .replaced_seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, &map))
         {
-            let guard = index.read();
-            if guard.entries == 0
-                || guard
-                    .replaced_seen
-                    .as_ref()
-                    .is_some_and(|seen| Arc::ptr_eq(seen, &map))
-            {
-                return Ok(());
-            }
+            return Ok(());
         }
         let replaced: HashSet<String> = map.keys().cloned().collect();
         let mut guard = index.write();
