@@ -433,8 +433,11 @@ fn render_scoped<'a>(
 
     // Threads: a subject, or a work context for entries without one.
     // Grouped by hash, then put in key order (threads are far fewer than
-    // entries).
-    let mut grouped: HashMap<Thread<'a>, Vec<&'a EntryView>> = HashMap::new();
+    // entries). Every live entry is hashed: with foldhash (randomly
+    // seeded, so still no chosen-collision attack), not SipHash, which was
+    // most of a rendering's time on a large log.
+    let mut grouped: foldhash::HashMap<Thread<'a>, Vec<&'a EntryView>> =
+        foldhash::HashMap::default();
     for v in live {
         grouped.entry(thread_of(v)).or_default().push(*v);
     }

@@ -205,6 +205,28 @@ impl Card {
             phase: self.phase.map(at),
         }
     }
+
+    /// This card after a patch that replaced none of its records and added
+    /// the records at `added` (positions in `live`): its positions moved by
+    /// `remap`, then its own records and the added ones noted in list
+    /// order. A card holds the first records of each part, so the first
+    /// ones after the patch are among those: the cost is the card's size
+    /// and the additions, not the context's records.
+    fn patched(&self, remap: &[usize], added: &[usize], live: &[EntryView]) -> Card {
+        let moved = self.remapped(remap);
+        if added.is_empty() {
+            return moved;
+        }
+        let mut positions: Vec<usize> = std::iter::once(moved.latest)
+            .chain(moved.lines.iter().map(|&(_, i)| i))
+            .chain(moved.handoff)
+            .chain(moved.phase)
+            .chain(added.iter().copied())
+            .collect();
+        positions.sort_unstable();
+        positions.dedup();
+        Card::of(&positions, live)
+    }
 }
 
 /// The active phase of a work context: its newest phase change.
@@ -435,9 +457,10 @@ impl AssemblyIndex {
     /// `remap[i]` is where that list's entry `i` is in `live`
     /// ([`usize::MAX`]: a patch replaced it), and `added` holds the
     /// positions in `live` of the entries the patches added. Costs the
-    /// index's size in integer moves, plus one pass over the continuity
-    /// records of each work context the patches touched: not a pass over
-    /// the list.
+    /// index's size in integer moves, plus, per work context, its card and
+    /// the records added to it ([`Card::patched`]), or one pass over its
+    /// continuity records when a patch replaced one of them: not a pass
+    /// over the list.
     pub(crate) fn patched(
         &self,
         remap: &[usize],
@@ -463,30 +486,39 @@ impl AssemblyIndex {
             facts_by_subject: moved_all(&self.facts_by_subject),
             ..AssemblyIndex::default()
         };
-        // Contexts whose cards are made again: a record of theirs was
-        // replaced or added.
-        let mut touched: HashSet<String> = HashSet::new();
+        // Contexts whose cards are made again from all their records: a
+        // record of theirs was replaced.
+        let mut replaced: HashSet<&str> = HashSet::new();
         for (wc, positions) in &self.continuity {
             let kept = moved(positions);
             if kept.len() != positions.len() {
-                touched.insert(wc.clone());
+                replaced.insert(wc);
             }
             if !kept.is_empty() {
                 index.continuity.insert(wc.clone(), kept);
             }
         }
+        // Per context, the continuity records the patches added (in list
+        // order: `added` is).
+        let mut added_to: HashMap<&str, Vec<usize>> = HashMap::new();
         for &j in added {
             let Some(v) = live.get(j) else { continue };
             if index.add(v, j, true) {
-                touched.insert(v.entry.work_context.clone());
+                added_to
+                    .entry(v.entry.work_context.as_str())
+                    .or_default()
+                    .push(j);
             }
         }
         index.cards = index
             .continuity
             .iter()
             .map(|(wc, positions)| {
+                let new = added_to.get(wc.as_str()).map_or(&[][..], Vec::as_slice);
                 let card = match self.cards.get(wc) {
-                    Some(card) if !touched.contains(wc) => card.remapped(remap),
+                    Some(card) if !replaced.contains(wc.as_str()) => {
+                        card.patched(remap, new, live)
+                    }
                     _ => Card::of(positions, live),
                 };
                 (wc.clone(), card)
