@@ -626,7 +626,7 @@ fn ask_model(
     match model.extract(&request) {
         Ok(items) => {
             let live = ws.live_entries()?;
-            let (kept, dropped) = dedup(items, &live, work_context);
+            let (kept, dropped) = dedup(items, live.iter(), work_context);
             if dropped > 0 {
                 tracing::debug!(workspace = %ws.id(), work_context, dropped, "model items already in the log");
             }

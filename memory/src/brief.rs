@@ -331,20 +331,26 @@ impl Briefing {
 /// (other entries are ignored; entries of other work contexts too when the
 /// scope names one) at `now`. Contradictions are found with
 /// [`find_contradictions`]; [`render_with`] takes them precomputed.
-pub fn render(
-    entries: &[EntryView],
+pub fn render<'a>(
+    entries: impl IntoIterator<Item = &'a EntryView> + Clone,
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
 ) -> Briefing {
-    render_with(entries, &find_contradictions(entries), scope, now, settings)
+    render_with(
+        entries.clone(),
+        &find_contradictions(entries),
+        scope,
+        now,
+        settings,
+    )
 }
 
 /// [`render`] with the contradictions among `entries` already found (a
 /// caller that caches them per log version); those with an entry outside
 /// the scope are left out.
-pub fn render_with(
-    entries: &[EntryView],
+pub fn render_with<'a>(
+    entries: impl IntoIterator<Item = &'a EntryView>,
     contradictions: &[Contradiction],
     scope: &BriefScope,
     now: DateTime<Utc>,
@@ -356,7 +362,7 @@ pub fn render_with(
 /// [`render_with`], with the entry each item stands for (its first), in
 /// item order. `ordered`: `entries` is a live list, already newest first.
 fn render_shown<'a>(
-    entries: &'a [EntryView],
+    entries: impl IntoIterator<Item = &'a EntryView>,
     contradictions: &[Contradiction],
     scope: &BriefScope,
     now: DateTime<Utc>,
@@ -393,9 +399,13 @@ fn render_shown<'a>(
     render_scoped(&in_scope, &contradictions, &named, scope, now, settings)
 }
 
-fn scoped<'a>(entries: &'a [EntryView], scope: &BriefScope, ordered: bool) -> Vec<&'a EntryView> {
+fn scoped<'a>(
+    entries: impl IntoIterator<Item = &'a EntryView>,
+    scope: &BriefScope,
+    ordered: bool,
+) -> Vec<&'a EntryView> {
     let mut live: Vec<&EntryView> = entries
-        .iter()
+        .into_iter()
         .filter(|v| v.is_live())
         .filter(|v| {
             scope
@@ -815,7 +825,7 @@ impl crate::memory::Workspace {
         let contradictions = self.live_contradictions()?;
         let live = self.live_entries()?;
         Ok(render_with(
-            &live,
+            live.iter(),
             &contradictions,
             &scope,
             self.clock().now(),
@@ -875,7 +885,8 @@ impl crate::memory::Workspace {
             work_context: None,
         };
         let started = std::time::Instant::now();
-        let (brief, shown) = render_shown(&live, &contradictions, &scope, now, settings, true);
+        let (brief, shown) =
+            render_shown(live.iter(), &contradictions, &scope, now, settings, true);
         tracing::debug!(
             workspace = %self.id(),
             entries = live.len(),
@@ -915,7 +926,7 @@ impl crate::memory::Workspace {
         let (live, derived) = self.live_state()?;
         Ok(derived
             .contradictions
-            .get_or_init(|| std::sync::Arc::new(find_contradictions(&live)))
+            .get_or_init(|| std::sync::Arc::new(find_contradictions(live.iter())))
             .clone())
     }
 

@@ -118,13 +118,15 @@ const MAX_GROUP: usize = 32;
 /// [module docs](self). Entries that are not live, or not a decision, key
 /// decision or fact, are ignored. Deterministic: newest `newer` first, then
 /// by ids.
-pub fn find_contradictions(entries: &[EntryView]) -> Vec<Contradiction> {
+pub fn find_contradictions<'a>(
+    entries: impl IntoIterator<Item = &'a EntryView>,
+) -> Vec<Contradiction> {
     struct Candidate<'a> {
         view: &'a EntryView,
         read: Arc<Reading>,
     }
     let mut candidates: Vec<Candidate<'_>> = entries
-        .iter()
+        .into_iter()
         .filter(|v| v.is_live() && is_assertive(v.entry.kind))
         .map(|v| Candidate {
             view: v,

@@ -306,13 +306,13 @@ fn normal(text: &str) -> String {
 /// Drops the items that say what a live entry of the same work context
 /// (of a kind that can restate it) already says, and repeats inside the
 /// reply. Returns the kept items and how many were dropped.
-pub fn dedup(
+pub fn dedup<'a>(
     items: Vec<ModelItem>,
-    live: &[EntryView],
+    live: impl IntoIterator<Item = &'a EntryView>,
     work_context: &str,
 ) -> (Vec<ModelItem>, usize) {
     let mut seen: HashSet<(u8, String)> = live
-        .iter()
+        .into_iter()
         .filter(|v| v.entry.work_context == work_context)
         .map(|v| (family(v.entry.kind), normal(&v.entry.content)))
         .collect();

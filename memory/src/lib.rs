@@ -47,6 +47,7 @@ pub mod extract;
 pub mod extractor;
 pub mod forget;
 pub mod ids;
+pub mod live;
 pub mod log;
 pub mod maintain;
 pub mod memo;
@@ -74,6 +75,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Limits, MemoryConfig, PostgresConfig, StorageBackend, StorageConfig};
 pub use error::{ErrorKind, MemoryError, Result};
 pub use forget::{ForgetTarget, Removed, Tombstone, TombstoneTarget};
+pub use live::LiveList;
 pub use log::{
     DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,
     TaskStatus,

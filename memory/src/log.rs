@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
 use crate::ids::{display_for_slug, validate_id, validate_slug};
+use crate::live::{LiveList, Moves};
 use crate::maintain::Lifecycle;
 use crate::memory::{
     DEFAULT_WORK_CONTEXT, LiveBase, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size,
@@ -457,14 +458,6 @@ impl utoipa::ToSchema for EntryView {
     ) {
         <EntryViewWire as utoipa::ToSchema>::schemas(schemas);
     }
-}
-
-/// How a patched live list was made from the one before it: where each of
-/// the old list's entries went (`usize::MAX`: replaced) and where the added
-/// entries are.
-pub(crate) struct Moves {
-    pub(crate) remap: Vec<usize>,
-    pub(crate) added: Vec<usize>,
 }
 
 impl EntryView {
@@ -927,7 +920,7 @@ impl Workspace {
     /// assert_eq!(ws.live_entries()?.len(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn live_entries(&self) -> Result<Arc<Vec<EntryView>>> {
+    pub fn live_entries(&self) -> Result<Arc<LiveList>> {
         Ok(self.live_state()?.0)
     }
 
@@ -996,7 +989,7 @@ impl Workspace {
 
     /// The live entries with what is derived from them (kept as long as
     /// they are).
-    pub(crate) fn live_state(&self) -> Result<(Arc<Vec<EntryView>>, Arc<LiveDerived>)> {
+    pub(crate) fn live_state(&self) -> Result<(Arc<LiveList>, Arc<LiveDerived>)> {
         let log = self.log_snapshot()?;
         let now = self.now();
         // Held through the computation: readers arriving together wait for
@@ -1042,7 +1035,7 @@ impl Workspace {
             _ => {
                 let views = self.entries_in(&log, &EntryFilter::default(), now)?;
                 let until = views.iter().filter_map(|v| v.decay_at).min();
-                (views, until)
+                (LiveList::from(views), until)
             }
         };
         let views = Arc::new(views);
@@ -1063,14 +1056,14 @@ impl Workspace {
     /// makes (`base` was valid at `now`, so no decay came between); with
     /// the first decay time among them (or earlier: that of an entry the
     /// patches replaced), and where each old entry went and where the added
-    /// ones are ([`Moves`]).
+    /// ones are ([`Moves`]). Shares most of the old list
+    /// ([`LiveList::patched`]).
     fn live_from(
         &self,
         log: &LogSnapshot,
         base: LiveBase,
         now: DateTime<Utc>,
-    ) -> (Vec<EntryView>, Option<DateTime<Utc>>, Moves) {
-        let newest_first = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
+    ) -> (LiveList, Option<DateTime<Utc>>, Moves) {
         let mut added: Vec<EntryView> = Vec::with_capacity(base.added.len());
         for entry in &base.added {
             let (subject, status, decay_at) =
@@ -1084,49 +1077,20 @@ impl Workspace {
                 });
             }
         }
-        added.sort_by(newest_first);
+        added.sort_by(|a, b| a.entry.newest_first(&b.entry));
         let until = added
             .iter()
             .filter_map(|v| v.decay_at)
             .chain(base.until)
             .min();
-        // Both in order: merged (new entries are mostly the newest, so
-        // this is mostly a copy of the old list behind them).
-        let mut views = Vec::with_capacity(base.views.len() + added.len());
-        let mut moves = Moves {
-            remap: Vec::with_capacity(base.views.len()),
-            added: Vec::with_capacity(added.len()),
-        };
-        let mut added = added.into_iter().peekable();
-        // Replaced ids not met yet in the old list: once none is left and
-        // every added entry is placed, the rest of the old list is copied
-        // as it is (corrections replace recent entries, near the front).
-        let mut unmet = base.replaced.len();
-        for (i, v) in base.views.iter().enumerate() {
-            if unmet == 0 && added.peek().is_none() {
-                let start = views.len();
-                moves.remap.extend(start..start + base.views.len() - i);
-                views.extend(base.views[i..].iter().cloned());
-                break;
-            }
-            if unmet > 0 && base.replaced.contains(&v.entry.id) {
-                unmet -= 1;
-                moves.remap.push(usize::MAX);
-                continue;
-            }
-            // The added entries that come before `v`, then `v`; after the
-            // last old entry, the rest.
-            while let Some(a) = added.next_if(|a| newest_first(a, v).is_le()) {
-                moves.added.push(views.len());
-                views.push(a);
-            }
-            moves.remap.push(views.len());
-            views.push(v.clone());
-        }
-        for a in added {
-            moves.added.push(views.len());
-            views.push(a);
-        }
+        // The replaced entries, from the log: the list finds them by their
+        // place in its order.
+        let found: Vec<Arc<Entry>> = base
+            .replaced
+            .iter()
+            .filter_map(|id| log.entries.get(id.as_bytes()).cloned())
+            .collect();
+        let (views, moves) = base.views.patched(added, &base.replaced, &found);
         (views, until, moves)
     }
 

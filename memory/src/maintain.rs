@@ -317,7 +317,9 @@ pub use crate::contradict::Contradiction;
 
 /// The contradictions a maintenance report lists: those among `live`
 /// ([`crate::contradict::find_contradictions`]).
-pub fn contradictions_for_report(live: &[EntryView]) -> Vec<Contradiction> {
+pub fn contradictions_for_report<'a>(
+    live: impl IntoIterator<Item = &'a EntryView>,
+) -> Vec<Contradiction> {
     crate::contradict::find_contradictions(live)
 }
 
@@ -1220,7 +1222,7 @@ impl Workspace {
             trigger: options.trigger,
             at: now,
             changes: planned.iter().map(|p| p.change.clone()).collect(),
-            contradictions: contradictions_for_report(&live),
+            contradictions: contradictions_for_report(live.iter()),
         };
         if options.dry_run || planned.is_empty() {
             return Ok(report);

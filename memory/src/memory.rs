@@ -32,6 +32,7 @@ use crate::clock::Clock;
 use crate::config::{MemoryConfig, StorageBackend, StorageConfig};
 use crate::error::{MemoryError, Result};
 use crate::ids::{validate_id, validate_slug};
+use crate::live::LiveList;
 use crate::log::{Entry, EntryView};
 use crate::record::SessionHeads;
 use crate::store::{
@@ -167,8 +168,16 @@ impl LogEntries {
 
     /// Whether an entry with this id (as key bytes) is here.
     fn contains(&self, id: &[u8]) -> bool {
-        let find = |list: &[Arc<Entry>]| list.binary_search_by(|e| e.id.as_bytes().cmp(id)).is_ok();
-        find(&self.base) || find(&self.added)
+        self.get(id).is_some()
+    }
+
+    /// The entry with this id (as key bytes).
+    pub(crate) fn get(&self, id: &[u8]) -> Option<&Arc<Entry>> {
+        let find = |list: &[Arc<Entry>]| list.binary_search_by(|e| e.id.as_bytes().cmp(id)).ok();
+        if let Some(i) = find(&self.base) {
+            return self.base.get(i);
+        }
+        find(&self.added).and_then(|i| self.added.get(i))
     }
 
     /// These entries and `new` (in id order, none of them here).
@@ -211,7 +220,7 @@ fn merge_by_id(a: &[Arc<Entry>], b: &[Arc<Entry>]) -> Vec<Arc<Entry>> {
 pub(crate) struct LiveBase {
     pub(crate) at: DateTime<Utc>,
     pub(crate) until: Option<DateTime<Utc>>,
-    pub(crate) views: Arc<Vec<EntryView>>,
+    pub(crate) views: Arc<crate::live::LiveList>,
     /// What is derived from `views`: its lineage (carried over: the
     /// patches only added entries and corrections; see
     /// [`LiveDerived::lineage`]) and its assembly index, when made (the
@@ -368,7 +377,7 @@ pub(crate) struct LiveEntries {
     pub(crate) at: DateTime<Utc>,
     /// The first decay time among them: the list is stale from then on.
     pub(crate) until: Option<DateTime<Utc>>,
-    pub(crate) views: Arc<Vec<EntryView>>,
+    pub(crate) views: Arc<crate::live::LiveList>,
     /// What is derived from exactly these entries, computed on first use
     /// and dropped with them (so it changes when the live log does).
     pub(crate) derived: Arc<LiveDerived>,
@@ -415,7 +424,7 @@ impl LiveDerived {
 impl LiveDerived {
     /// Where the entry with this id is in `views` (the list this is kept
     /// with), through an index built on first use.
-    pub(crate) fn position(&self, views: &[EntryView], id: &str) -> Option<usize> {
+    pub(crate) fn position(&self, views: &LiveList, id: &str) -> Option<usize> {
         self.by_id
             .get_or_init(|| {
                 views
@@ -437,7 +446,7 @@ pub(crate) struct SubjectContexts(HashMap<String, Arc<BTreeMap<String, usize>>>)
 
 impl SubjectContexts {
     /// One pass over `views`.
-    pub(crate) fn build(views: &[EntryView]) -> SubjectContexts {
+    pub(crate) fn build(views: &LiveList) -> SubjectContexts {
         let mut index = SubjectContexts::default();
         for v in views {
             index.count(v, true);
@@ -450,9 +459,9 @@ impl SubjectContexts {
     /// replaced), `added` the positions of the new entries in `views`.
     pub(crate) fn patched(
         &self,
-        old_views: &[EntryView],
+        old_views: &LiveList,
         remap: &[usize],
-        views: &[EntryView],
+        views: &LiveList,
         added: &[usize],
     ) -> SubjectContexts {
         let mut index = self.clone();
@@ -511,7 +520,7 @@ impl SubjectContexts {
 /// Where the views with each key are, in list order: an index kept in a
 /// [`LiveDerived`] (views without a key are left out).
 pub(crate) fn positions_by<'v>(
-    views: &'v [EntryView],
+    views: &'v LiveList,
     key: impl Fn(&'v EntryView) -> Option<&'v str>,
 ) -> HashMap<String, Vec<usize>> {
     let mut index: HashMap<String, Vec<usize>> = HashMap::new();

@@ -366,13 +366,16 @@ impl Workspace {
             f.differ("snapshot", "cached log differs", "fresh read");
         }
         let live = self.live_entries()?;
-        let rebuilt = Arc::new(self.entries_in(&fresh, &EntryFilter::default(), now)?);
-        let status = |v: &[crate::log::EntryView]| -> HashMap<String, String> {
-            v.iter()
+        let rebuilt = self.entries_in(&fresh, &EntryFilter::default(), now)?;
+        let status = |v: Vec<&crate::log::EntryView>| -> HashMap<String, String> {
+            v.into_iter()
                 .map(|v| (v.entry.id.clone(), format!("{:?}", v.status)))
                 .collect()
         };
-        let (a, b) = (status(&live), status(&rebuilt));
+        let (a, b) = (
+            status(live.iter().collect()),
+            status(rebuilt.iter().collect()),
+        );
         for id in a.keys().chain(b.keys()).collect::<BTreeSet<_>>() {
             if a.get(id) != b.get(id) {
                 f.differ(

@@ -760,7 +760,7 @@ fn additions_patch_the_snapshot_instead_of_reading_the_log() {
                 ..EntryFilter::default()
             })
             .unwrap();
-        (ids(&live), ids(&all))
+        (ids(&live.to_vec()), ids(&all))
     };
     // New entries, one with a new subject, and a correction.
     ws.append_entries(&[

@@ -509,7 +509,7 @@ struct Inputs<'r> {
     session: Session,
     now: DateTime<Utc>,
     /// Every live entry, newest first.
-    live: Arc<Vec<EntryView>>,
+    live: Arc<crate::live::LiveList>,
     /// What is kept with the live list (its indexes).
     derived: Arc<crate::memory::LiveDerived>,
     subjects: Arc<Vec<Subject>>,

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Duration, Utc};
 
 use super::{ActivityReport, AssembleSettings};
+use crate::live::LiveList;
 use crate::log::{EntryKind, EntryView};
 use crate::memory::DEFAULT_WORK_CONTEXT;
 use crate::memory::{LiveDerived, with_list};
@@ -123,14 +124,14 @@ pub(super) fn phase_of(content: &str) -> Option<&'static str> {
 /// context's card, not the context's records, let alone the whole log).
 #[derive(Clone, Copy)]
 pub(super) struct Continuity<'a> {
-    live: &'a [EntryView],
+    live: &'a LiveList,
     index: &'a AssemblyIndex,
 }
 
 impl<'a> Continuity<'a> {
     /// Over `live`, with the index `derived` (kept with that list) holds,
     /// built on first use.
-    pub(super) fn of(live: &'a [EntryView], derived: &'a LiveDerived) -> Self {
+    pub(super) fn of(live: &'a LiveList, derived: &'a LiveDerived) -> Self {
         let index = AssemblyIndex::of(live, derived);
         Continuity { live, index }
     }
@@ -161,7 +162,7 @@ struct Card {
 impl Card {
     /// The card of the continuity records at `positions` of `live` (list
     /// order; not empty).
-    fn of(positions: &[usize], live: &[EntryView]) -> Self {
+    fn of(positions: &[usize], live: &LiveList) -> Self {
         let mut card = Card {
             latest: positions.first().copied().unwrap_or_default(),
             lines: Vec::new(),
@@ -212,7 +213,7 @@ impl Card {
     /// order. A card holds the first records of each part, so the first
     /// ones after the patch are among those: the cost is the card's size
     /// and the additions, not the context's records.
-    fn patched(&self, remap: &[usize], added: &[usize], live: &[EntryView]) -> Card {
+    fn patched(&self, remap: &[usize], added: &[usize], live: &LiveList) -> Card {
         let moved = self.remapped(remap);
         if added.is_empty() {
             return moved;
@@ -341,7 +342,7 @@ pub(super) fn resume<'a>(
 /// records per context kept with the live list (`derived`): the cost of an
 /// assembly grows with the contexts, not with the log.
 pub(super) fn recent_activity<'a>(
-    live: &'a [EntryView],
+    live: &'a LiveList,
     derived: &'a LiveDerived,
     exclude: &[&str],
     now: DateTime<Utc>,
@@ -394,12 +395,12 @@ pub(crate) struct AssemblyIndex {
 
 impl AssemblyIndex {
     /// The index of `live`, kept in `derived` (made on first use).
-    pub(crate) fn of<'d>(live: &[EntryView], derived: &'d LiveDerived) -> &'d AssemblyIndex {
+    pub(crate) fn of<'d>(live: &LiveList, derived: &'d LiveDerived) -> &'d AssemblyIndex {
         derived.assembly.get_or_init(|| AssemblyIndex::build(live))
     }
 
     /// One pass over `live`.
-    pub(crate) fn build(live: &[EntryView]) -> AssemblyIndex {
+    pub(crate) fn build(live: &LiveList) -> AssemblyIndex {
         let mut index = AssemblyIndex::default();
         for (i, v) in live.iter().enumerate() {
             if index.add(v, i, false) {
@@ -464,7 +465,7 @@ impl AssemblyIndex {
     pub(crate) fn patched(
         &self,
         remap: &[usize],
-        live: &[EntryView],
+        live: &LiveList,
         added: &[usize],
     ) -> AssemblyIndex {
         let moved = |positions: &[usize]| -> Vec<usize> {
@@ -516,9 +517,7 @@ impl AssemblyIndex {
             .map(|(wc, positions)| {
                 let new = added_to.get(wc.as_str()).map_or(&[][..], Vec::as_slice);
                 let card = match self.cards.get(wc) {
-                    Some(card) if !replaced.contains(wc.as_str()) => {
-                        card.patched(remap, new, live)
-                    }
+                    Some(card) if !replaced.contains(wc.as_str()) => card.patched(remap, new, live),
                     _ => Card::of(positions, live),
                 };
                 (wc.clone(), card)
@@ -529,10 +528,7 @@ impl AssemblyIndex {
 
     /// Per subject, how many continuity records about it each named work
     /// context of `live` (the list this index is of) has.
-    fn continuity_by_subject(
-        &self,
-        live: &[EntryView],
-    ) -> &HashMap<String, BTreeMap<String, usize>> {
+    fn continuity_by_subject(&self, live: &LiveList) -> &HashMap<String, BTreeMap<String, usize>> {
         self.continuity_by_subject.get_or_init(|| {
             let mut counts: HashMap<String, BTreeMap<String, usize>> = HashMap::new();
             for v in live {
@@ -562,7 +558,7 @@ impl AssemblyIndex {
 /// facts about people, newest first. Reads an index of the facts kept with
 /// the live list (`derived`), not the whole list.
 pub(super) fn living_memory<'a>(
-    live: &'a [EntryView],
+    live: &'a LiveList,
     derived: &'a LiveDerived,
     subjects: &[Subject],
 ) -> Vec<&'a EntryView> {

@@ -1,0 +1,443 @@
+//! The live list: a workspace's live entries, newest first, as assembly,
+//! the briefing and capture read them.
+//!
+//! Assembly asks for the list after every change of the log, so a list is
+//! made per change; copying every view each time (two reference counts per
+//! view, cold in cache) grew with the log and was most of what made the hot
+//! path slow down as a run went on. A [`LiveList`] is made of a small front
+//! (the newest entries: those added since the shared part was made, and
+//! the shared entries they came before) and a shared back that lists made
+//! from one another share; an entry replaced in the back is skipped, not
+//! removed. A change rebuilds the front only; once the front outgrows the
+//! square root of the list, or the skipped entries pile up, the list is
+//! made again in one piece (so a change costs about the square root of the
+//! list in copies, and a rebuild is paid for by as many changes).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::log::EntryView;
+
+/// Skipped back entries past which a list is made again in one piece.
+const MAX_GONE: usize = 64;
+/// A front this short is never folded into the back.
+const MIN_FRONT: usize = 256;
+
+/// A workspace's live entries, newest first (ties by id): what
+/// [`Workspace::live_entries`](crate::Workspace::live_entries) returns.
+/// Read it like a slice: [`len`](Self::len), [`get`](Self::get), indexing,
+/// [`iter`](Self::iter) (or `for v in &list`).
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use cairn_memory::*;
+/// # let dir = tempfile::tempdir()?;
+/// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+/// let ws = memory.workspace("acme")?;
+/// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2"))?;
+/// ws.append_entry(&EntryInput::new(EntryKind::Fact, "Ship on Friday"))?;
+/// let live = ws.live_entries()?;
+/// assert_eq!(live.len(), 2);
+/// assert_eq!(live[0].entry.content, "Ship on Friday");
+/// let texts: Vec<&str> = live.iter().map(|v| v.entry.content.as_str()).collect();
+/// assert_eq!(texts, ["Ship on Friday", "The API is v2"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct LiveList {
+    /// The newest entries, newest first: every one comes before the
+    /// entries of `back` this list holds.
+    front: Vec<EntryView>,
+    /// Older entries, newest first, shared with the lists this one was
+    /// made from or will make.
+    back: Arc<Vec<EntryView>>,
+    /// Where this list's part of `back` starts (entries before it were
+    /// moved into the front, or replaced).
+    start: usize,
+    /// Indexes into `back` (at or after `start`) of entries this list
+    /// leaves out, ascending.
+    gone: Vec<usize>,
+    len: usize,
+}
+
+impl From<Vec<EntryView>> for LiveList {
+    /// A list of these views (newest first).
+    fn from(views: Vec<EntryView>) -> Self {
+        LiveList {
+            len: views.len(),
+            front: Vec::new(),
+            back: Arc::new(views),
+            start: 0,
+            gone: Vec::new(),
+        }
+    }
+}
+
+impl PartialEq for LiveList {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl PartialEq<Vec<EntryView>> for LiveList {
+    fn eq(&self, other: &Vec<EntryView>) -> bool {
+        self.len == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl LiveList {
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entry at `i` (0: the newest).
+    pub fn get(&self, i: usize) -> Option<&EntryView> {
+        if i < self.front.len() {
+            return self.front.get(i);
+        }
+        let mut at = self.start + (i - self.front.len());
+        for &g in &self.gone {
+            if g <= at {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+        self.back.get(at)
+    }
+
+    /// The newest entry.
+    pub fn first(&self) -> Option<&EntryView> {
+        self.get(0)
+    }
+
+    /// The entries, newest first.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            front: self.front.iter(),
+            back: self.back.get(self.start..).unwrap_or_default().iter(),
+            at: self.start,
+            gone: &self.gone,
+            left: self.len,
+        }
+    }
+
+    /// The entries as one vector (a copy of every view).
+    pub fn to_vec(&self) -> Vec<EntryView> {
+        self.iter().cloned().collect()
+    }
+
+    /// This list with `added` (newest first, none of them here) put in
+    /// their places and the entries whose ids `replaced` holds left out;
+    /// `found` names, per replaced id, the entry, when the caller knows it
+    /// (then it is found by its place in the order instead of by a pass).
+    /// With where each old entry went ([`Moves`]).
+    pub(crate) fn patched(
+        &self,
+        added: Vec<EntryView>,
+        replaced: &HashSet<String>,
+        found: &[Arc<crate::log::Entry>],
+    ) -> (LiveList, Moves) {
+        let newest_first = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
+        // The back entries the additions come before or among: they move
+        // into the front.
+        let mut until = self.start;
+        if let Some(oldest) = added.last() {
+            while let Some(v) = self.back.get(until)
+                && newest_first(v, oldest).is_lt()
+            {
+                until += 1;
+            }
+        }
+        // The replaced back entries past that, by their place in the order
+        // (the back is sorted), else by a pass.
+        let mut gone: Vec<usize> = self.gone.iter().copied().filter(|&g| g >= until).collect();
+        let mut unmet: HashSet<&str> = replaced.iter().map(String::as_str).collect();
+        for e in found {
+            let Some(rest) = self.back.get(until..) else {
+                break;
+            };
+            if let Ok(j) = rest.binary_search_by(|v| v.entry.newest_first(e)) {
+                let at = until + j;
+                if rest[j].entry.id == e.id && self.gone.binary_search(&at).is_err() {
+                    gone.push(at);
+                }
+            }
+        }
+        // Replaced ids not located above are looked for in the front and
+        // the moved part (below) and, failing that, in the back by a pass
+        // that stops once all are met.
+        for &g in &gone {
+            if let Some(v) = self.back.get(g) {
+                unmet.remove(v.entry.id.as_str());
+            }
+        }
+        let mut moves = Moves {
+            remap: Vec::with_capacity(self.len),
+            added: Vec::with_capacity(added.len()),
+        };
+        let mut front: Vec<EntryView> =
+            Vec::with_capacity(self.front.len() + (until - self.start) + added.len());
+        let mut added = added.into_iter().peekable();
+        let moved = self.front.iter().chain(
+            (self.start..until)
+                .filter(|i| self.gone.binary_search(i).is_err())
+                .filter_map(|i| self.back.get(i)),
+        );
+        for v in moved {
+            if !unmet.is_empty() && replaced.contains(&v.entry.id) {
+                unmet.remove(v.entry.id.as_str());
+                moves.remap.push(usize::MAX);
+                continue;
+            }
+            while let Some(a) = added.next_if(|a| newest_first(a, v).is_le()) {
+                moves.added.push(front.len());
+                front.push(a);
+            }
+            moves.remap.push(front.len());
+            front.push(v.clone());
+        }
+        for a in added {
+            moves.added.push(front.len());
+            front.push(a);
+        }
+        if !unmet.is_empty() {
+            for (i, v) in self.back.iter().enumerate().skip(until) {
+                if unmet.is_empty() {
+                    break;
+                }
+                if unmet.remove(v.entry.id.as_str()) && self.gone.binary_search(&i).is_err() {
+                    gone.push(i);
+                }
+            }
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        // The rest of the back keeps its order: each entry moves by the
+        // front's growth, less the entries left out before it.
+        let mut out = front.len();
+        let mut skip = gone.iter().peekable();
+        let mut old_gone = self.gone.iter().filter(|&&g| g >= until).peekable();
+        for i in until..self.back.len() {
+            if old_gone.next_if(|&&g| g == i).is_some() {
+                skip.next_if(|&&g| g == i);
+                continue;
+            }
+            if skip.next_if(|&&g| g == i).is_some() {
+                moves.remap.push(usize::MAX);
+                continue;
+            }
+            moves.remap.push(out);
+            out += 1;
+        }
+        let list = LiveList {
+            len: out,
+            front,
+            back: self.back.clone(),
+            start: until,
+            gone,
+        };
+        let list = if list.gone.len() > MAX_GONE
+            || (list.front.len() > MIN_FRONT && list.front.len().pow(2) > list.len)
+        {
+            LiveList::from(list.to_vec())
+        } else {
+            list
+        };
+        (list, moves)
+    }
+}
+
+/// Where a patch moved a live list's entries: `remap[i]` is where the old
+/// list's entry `i` is in the new one (`usize::MAX`: replaced), `added` the
+/// positions of the new entries, ascending.
+#[derive(Debug)]
+pub(crate) struct Moves {
+    pub(crate) remap: Vec<usize>,
+    pub(crate) added: Vec<usize>,
+}
+
+/// The entries of a [`LiveList`], newest first.
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    front: std::slice::Iter<'a, EntryView>,
+    back: std::slice::Iter<'a, EntryView>,
+    /// The index in the back of the next back entry.
+    at: usize,
+    gone: &'a [usize],
+    left: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = &'a EntryView;
+
+    fn next(&mut self) -> Option<&'a EntryView> {
+        if let Some(v) = self.front.next() {
+            self.left -= 1;
+            return Some(v);
+        }
+        loop {
+            let v = self.back.next()?;
+            let at = self.at;
+            self.at += 1;
+            match self.gone.first() {
+                Some(&g) if g == at => self.gone = &self.gone[1..],
+                _ => {
+                    self.left -= 1;
+                    return Some(v);
+                }
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a LiveList {
+    type Item = &'a EntryView;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl std::ops::Index<usize> for LiveList {
+    type Output = EntryView;
+
+    /// The entry at `i`; panics past the end, as a slice does.
+    fn index(&self, i: usize) -> &EntryView {
+        match self.get(i) {
+            Some(v) => v,
+            None => panic!("live list index {i} out of range for length {}", self.len),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, TimeZone, Utc};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::log::{Entry, EntryKind, EntryStatus};
+
+    fn view(n: usize, minute: i64) -> EntryView {
+        let at = Utc
+            .timestamp_opt(1_700_000_000, 0)
+            .single()
+            .unwrap_or_default()
+            + Duration::minutes(minute);
+        EntryView {
+            entry: Arc::new(Entry::bare(
+                &format!("e{n:05}"),
+                EntryKind::Fact,
+                "x",
+                None,
+                "default",
+                at,
+            )),
+            subject: None,
+            status: EntryStatus::Live,
+            decay_at: None,
+        }
+    }
+
+    fn ids(views: impl IntoIterator<Item = EntryView>) -> Vec<String> {
+        views.into_iter().map(|v| v.entry.id.to_string()).collect()
+    }
+
+    proptest! {
+        /// A list patched again and again is the sorted list of what is
+        /// left; `get` agrees with `iter`; the moves say where each old
+        /// entry went and where the added ones are; and a replaced entry
+        /// is found whether or not its caller knew it.
+        #[test]
+        fn patches_keep_the_list_that_a_sort_makes(
+            start in 0usize..400,
+            patches in proptest::collection::vec(
+                (
+                    proptest::collection::vec(-500i64..60, 0..40),
+                    proptest::collection::vec(any::<proptest::sample::Index>(), 0..4),
+                    any::<bool>(),
+                ),
+                1..30,
+            ),
+        ) {
+            let order = |a: &EntryView, b: &EntryView| a.entry.newest_first(&b.entry);
+            let mut next = 0usize;
+            let mut all: Vec<EntryView> = (0..start)
+                .map(|_| {
+                    next += 1;
+                    view(next, -(next as i64))
+                })
+                .collect();
+            all.sort_by(order);
+            let mut list = LiveList::from(all.clone());
+            for (minutes, replaced, known) in patches {
+                let mut added: Vec<EntryView> = minutes
+                    .iter()
+                    .map(|&m| {
+                        next += 1;
+                        view(next, m)
+                    })
+                    .collect();
+                added.sort_by(order);
+                let gone: HashSet<String> = if all.is_empty() {
+                    HashSet::new()
+                } else {
+                    replaced.iter().map(|i| all[i.index(all.len())].entry.id.to_string()).collect()
+                };
+                let found: Vec<Arc<Entry>> = if known {
+                    all.iter()
+                        .filter(|v| gone.contains(v.entry.id.as_str()))
+                        .map(|v| v.entry.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let (patched, moves) = list.patched(added.clone(), &gone, &found);
+                let mut expected: Vec<EntryView> = all
+                    .iter()
+                    .filter(|v| !gone.contains(v.entry.id.as_str()))
+                    .cloned()
+                    .chain(added.iter().cloned())
+                    .collect();
+                expected.sort_by(order);
+                prop_assert_eq!(ids(patched.iter().cloned()), ids(expected.clone()));
+                prop_assert_eq!(patched.len(), expected.len());
+                prop_assert_eq!(patched.iter().len(), expected.len());
+                for (i, v) in expected.iter().enumerate() {
+                    prop_assert_eq!(&patched.get(i).map(|v| v.entry.id.clone()), &Some(v.entry.id.clone()));
+                }
+                prop_assert!(patched.get(expected.len()).is_none());
+                prop_assert_eq!(moves.remap.len(), all.len());
+                for (i, &to) in moves.remap.iter().enumerate() {
+                    let id = &all[i].entry.id;
+                    if gone.contains(id.as_str()) {
+                        prop_assert_eq!(to, usize::MAX);
+                    } else {
+                        prop_assert_eq!(&patched[to].entry.id, id);
+                    }
+                }
+                prop_assert_eq!(
+                    moves.added.iter().map(|&j| patched[j].entry.id.to_string()).collect::<Vec<_>>(),
+                    ids(added.clone())
+                );
+                prop_assert!(moves.added.windows(2).all(|w| w[0] < w[1]));
+                all = expected;
+                list = patched;
+            }
+        }
+    }
+}
