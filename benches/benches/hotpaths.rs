@@ -24,6 +24,9 @@
 //!   `append_then_live`: one durable `append_entry` then `live_entries`;
 //!   baseline `append_only`: the same append alone. The difference is the
 //!   list's cost (the log grows by one entry per iteration).
+//!   `append_decision_then_phase`: a decision appended, then a work
+//!   context's phase (the list and its assembly index, with the resume
+//!   cards, patched from the previous list's).
 //!
 //! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
 
@@ -240,6 +243,19 @@ fn live_list(c: &mut Criterion) {
             i += 1;
             ws.append_entry(&entry(i)).expect("append");
             ws.live_entries().expect("live").len()
+        })
+    });
+    // A decision (a continuity record) each time, then what assembly asks
+    // for first: the work context's phase, read from the assembly index
+    // kept with the list (patched from the previous list's).
+    group.bench_function("append_decision_then_phase", |b| {
+        b.iter(|| {
+            i += 1;
+            let decision = EntryInput::new(EntryKind::Decision, &format!("Decision {i}: ship it"))
+                .about(TOPICS[i % TOPICS.len()])
+                .in_context(&format!("wc{}", i % 50));
+            ws.append_entry(&decision).expect("append");
+            ws.work_phase("wc0").expect("phase")
         })
     });
     group.finish();
