@@ -57,12 +57,16 @@ use serde::{Deserialize, Serialize};
 use crate::contradict::{Contradiction, find_contradictions};
 use crate::log::{EntryKind, EntryView, TaskStatus};
 use crate::text::{clip, one_line};
+pub(crate) use index::BriefIndex;
+use index::{Digest, ThreadDigest};
 
 /// The most lines a briefing block has.
 pub const MAX_LINES: usize = 80;
 
 /// The longest entry text a line shows, in characters.
 const MAX_TEXT_CHARS: usize = 140;
+
+mod index;
 
 /// The time windows (see the [module docs](self)); the defaults are the
 /// design's.
@@ -356,20 +360,43 @@ pub fn render_with<'a>(
     now: DateTime<Utc>,
     settings: &BriefSettings,
 ) -> Briefing {
-    render_shown(entries, contradictions, scope, now, settings, false).0
+    render_shown(entries, contradictions, scope, now, settings).0
 }
 
 /// [`render_with`], with the entry each item stands for (its first), in
-/// item order. `ordered`: `entries` is a live list, already newest first.
+/// item order.
 fn render_shown<'a>(
     entries: impl IntoIterator<Item = &'a EntryView>,
     contradictions: &[Contradiction],
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
-    ordered: bool,
-) -> (Briefing, Vec<&'a EntryView>) {
-    let in_scope = scoped(entries, scope, ordered);
+) -> (Briefing, Vec<EntryView>) {
+    let in_scope: Vec<&EntryView> = entries
+        .into_iter()
+        .filter(|v| v.is_live())
+        .filter(|v| {
+            scope
+                .work_context
+                .as_ref()
+                .is_none_or(|wc| &v.entry.work_context == wc)
+        })
+        .collect();
+    let digest = BriefIndex::of(in_scope.iter().copied()).digest(now, settings);
+    render_digest(&digest, in_scope, contradictions, scope, now, settings)
+}
+
+/// The briefing of `scope` from the digest of its live entries;
+/// `in_scope` are those entries (newest first is quickest: the entries
+/// contradictions name are looked for in it).
+fn render_digest<'a>(
+    digest: &Digest,
+    in_scope: impl IntoIterator<Item = &'a EntryView>,
+    contradictions: &[Contradiction],
+    scope: &BriefScope,
+    now: DateTime<Utc>,
+    settings: &BriefSettings,
+) -> (Briefing, Vec<EntryView>) {
     // The entries the contradictions name, found in the scope: a pass
     // that stops once all are found (they are recent, and the list is
     // newest first), not an index of every entry.
@@ -379,12 +406,12 @@ fn render_shown<'a>(
         .map(|id| (id, None))
         .collect();
     let mut missing = named.len();
-    for v in &in_scope {
+    for v in in_scope {
         if missing == 0 {
             break;
         }
         if let Some(slot @ None) = named.get_mut(v.entry.id.as_str()) {
-            *slot = Some(*v);
+            *slot = Some(v);
             missing -= 1;
         }
     }
@@ -396,107 +423,47 @@ fn render_shown<'a>(
         .iter()
         .filter(|c| named.contains_key(c.older.as_str()) && named.contains_key(c.newer.as_str()))
         .collect();
-    render_scoped(&in_scope, &contradictions, &named, scope, now, settings)
-}
-
-fn scoped<'a>(
-    entries: impl IntoIterator<Item = &'a EntryView>,
-    scope: &BriefScope,
-    ordered: bool,
-) -> Vec<&'a EntryView> {
-    let mut live: Vec<&EntryView> = entries
-        .into_iter()
-        .filter(|v| v.is_live())
-        .filter(|v| {
-            scope
-                .work_context
-                .as_ref()
-                .is_none_or(|wc| &v.entry.work_context == wc)
-        })
-        .collect();
-    // Newest first, ties by id: the order every section starts from. A
-    // live list is in it already (a sort would still read every entry).
-    let newest_first = |a: &&EntryView, b: &&EntryView| a.entry.newest_first(&b.entry);
-    if ordered {
-        debug_assert!(live.is_sorted_by(|a, b| newest_first(a, b).is_le()));
-    } else {
-        live.sort_by(newest_first);
-    }
-    live
+    render_scoped(digest, &contradictions, &named, scope, now, settings)
 }
 
 /// `named`: the entries the contradictions name, by id. With the entry
 /// each item stands for.
-fn render_scoped<'a>(
-    live: &[&'a EntryView],
+fn render_scoped(
+    digest: &Digest,
     contradictions: &[&Contradiction],
-    named: &HashMap<&str, &'a EntryView>,
+    named: &HashMap<&str, &EntryView>,
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
-) -> (Briefing, Vec<&'a EntryView>) {
+) -> (Briefing, Vec<EntryView>) {
     // Filled by `item_of` as items are made.
-    let noted: RefCell<Vec<&'a EntryView>> = RefCell::new(Vec::new());
+    let noted: RefCell<Vec<EntryView>> = RefCell::new(Vec::new());
     let active_since = now - Duration::days(i64::from(settings.active_days));
-    let decisions_since = now - Duration::days(i64::from(settings.decision_days));
     let stale_before = now - Duration::days(i64::from(settings.stale_days));
 
-    // Threads: a subject, or a work context for entries without one.
-    // Grouped by hash, then put in key order (threads are far fewer than
-    // entries). Every live entry is hashed: with foldhash (randomly
-    // seeded, so still no chosen-collision attack), not SipHash, which was
-    // most of a rendering's time on a large log.
-    let mut grouped: foldhash::HashMap<Thread<'a>, Vec<&'a EntryView>> =
-        foldhash::HashMap::default();
-    for v in live {
-        grouped.entry(thread_of(v)).or_default().push(*v);
-    }
-    let mut threads: Vec<(Thread<'a>, Vec<&'a EntryView>)> = grouped.into_iter().collect();
-    threads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-
-    // Each section picks its entries first, then formats only the ones it
-    // shows (redaction is the costly part): `(total, items)`.
+    // Threads (a subject, or a work context for entries without one), in
+    // thread order: each section sorts the ones it lists (stably, so ties
+    // stay in thread order), then formats only the ones it shows
+    // (redaction is the costly part).
     let cap = BriefSectionKind::max_items;
-    let mut active: Vec<(&Thread<'a>, &Vec<&'a EntryView>)> = Vec::new();
-    // (open loop?, newest), the thread and its entries.
-    type StaleThread<'t, 'a> = (
-        (bool, DateTime<Utc>),
-        &'t Thread<'a>,
-        &'t Vec<&'a EntryView>,
-    );
-    let mut stale: Vec<StaleThread<'_, 'a>> = Vec::new();
-    for (thread, views) in &threads {
-        // `views` is newest first.
-        let newest = views[0].entry.timestamp;
+    let mut active: Vec<&ThreadDigest> = Vec::new();
+    let mut stale: Vec<&ThreadDigest> = Vec::new();
+    for t in &digest.threads {
+        let newest = t.newest.entry.timestamp;
         if newest >= active_since {
-            active.push((thread, views));
+            active.push(t);
         } else if newest < stale_before {
-            let open = views.iter().any(|v| is_open_loop(v));
-            stale.push(((open, newest), thread, views));
+            stale.push(t);
         }
     }
-    active.sort_by_key(|(_, views)| std::cmp::Reverse(views[0].entry.timestamp));
-    stale.sort_by_key(|(key, _, _)| std::cmp::Reverse(*key));
+    active.sort_by_key(|t| std::cmp::Reverse(t.newest.entry.timestamp));
+    stale.sort_by_key(|t| std::cmp::Reverse((t.open > 0, t.newest.entry.timestamp)));
     let active_items: Vec<BriefItem> = active
         .iter()
         .take(cap(BriefSectionKind::Active))
-        .map(|(thread, views)| {
-            let newest = views[0];
-            // Newest first: the recent ones are a prefix.
-            let recent = &views[..views.partition_point(|v| v.entry.timestamp >= active_since)];
-            // The newest entry that says something about the subject
-            // itself: not a pointer to a summary, an update elsewhere, or
-            // a task already done.
-            let quoted = recent
-                .iter()
-                .copied()
-                .find(|v| {
-                    !matches!(
-                        v.entry.kind,
-                        EntryKind::SessionSummaryRef | EntryKind::CrossConversationUpdate
-                    ) && v.entry.status != Some(TaskStatus::Done)
-                })
-                .unwrap_or(recent[0]);
+        .map(|t| {
+            let newest = &t.newest;
+            let quoted = t.quoted.as_ref().unwrap_or(newest);
             let done = if quoted.entry.status == Some(TaskStatus::Done)
                 && !quoted.entry.content.to_lowercase().starts_with("done")
             {
@@ -509,10 +476,10 @@ fn render_scoped<'a>(
                 quoted,
                 format!(
                     "{}: {done}{} ({} entr{}, last {})",
-                    thread.label(),
+                    thread_of(newest).label(),
                     shown(&quoted.entry.content),
-                    recent.len(),
-                    if recent.len() == 1 { "y" } else { "ies" },
+                    t.recent,
+                    if t.recent == 1 { "y" } else { "ies" },
                     day(newest.entry.timestamp)
                 ),
             );
@@ -523,11 +490,10 @@ fn render_scoped<'a>(
     let stale_items: Vec<BriefItem> = stale
         .iter()
         .take(cap(BriefSectionKind::Stale))
-        .map(|(_, thread, views)| {
-            let newest = views[0];
-            let open = views.iter().filter(|v| is_open_loop(v)).count();
-            let open_note = if open > 0 {
-                format!(", {open} open")
+        .map(|t| {
+            let newest = &t.newest;
+            let open_note = if t.open > 0 {
+                format!(", {} open", t.open)
             } else {
                 String::new()
             };
@@ -536,33 +502,17 @@ fn render_scoped<'a>(
                 newest,
                 format!(
                     "{}: last touched {} ({} live entr{}{open_note})",
-                    thread.label(),
+                    thread_of(newest).label(),
                     day(newest.entry.timestamp),
-                    views.len(),
-                    if views.len() == 1 { "y" } else { "ies" },
+                    t.total,
+                    if t.total == 1 { "y" } else { "ies" },
                 ),
             )
         })
         .collect();
 
-    // One pass for the three lists: how many each has, and the first
-    // ones, as many as a section shows.
-    let mut decisions = Picked::new(cap(BriefSectionKind::Decisions));
-    let mut pending = Picked::new(cap(BriefSectionKind::Pending));
-    let mut questions = Picked::new(cap(BriefSectionKind::OpenQuestions));
-    for v in live.iter().copied() {
-        match v.entry.kind {
-            EntryKind::Decision | EntryKind::KeyDecision
-                if v.entry.timestamp >= decisions_since =>
-            {
-                decisions.offer(v)
-            }
-            EntryKind::Task if v.entry.status != Some(TaskStatus::Done) => pending.offer(v),
-            EntryKind::Question | EntryKind::OpenQuestion => questions.offer(v),
-            _ => {}
-        }
-    }
-    let decision_items: Vec<BriefItem> = decisions
+    let decision_items: Vec<BriefItem> = digest
+        .decisions
         .first
         .iter()
         .map(|v| {
@@ -581,7 +531,7 @@ fn render_scoped<'a>(
             )
         })
         .collect();
-    let open_item = |v: &&'a EntryView| {
+    let open_item = |v: &EntryView| {
         item_of(
             &noted,
             v,
@@ -595,8 +545,8 @@ fn render_scoped<'a>(
             ),
         )
     };
-    let pending_items: Vec<BriefItem> = pending.first.iter().map(open_item).collect();
-    let question_items: Vec<BriefItem> = questions.first.iter().map(open_item).collect();
+    let pending_items: Vec<BriefItem> = digest.pending.first.iter().map(open_item).collect();
+    let question_items: Vec<BriefItem> = digest.questions.first.iter().map(open_item).collect();
     let recent_conflicts: Vec<&Contradiction> = contradictions
         .iter()
         .copied()
@@ -607,7 +557,7 @@ fn render_scoped<'a>(
         .take(cap(BriefSectionKind::Contradictions))
         .filter_map(|c| {
             let (older, newer) = (named.get(c.older.as_str())?, named.get(c.newer.as_str())?);
-            noted.borrow_mut().push(older);
+            noted.borrow_mut().push((*older).clone());
             let about = c.subject.clone().unwrap_or_else(|| c.work_context.clone());
             Some(BriefItem {
                 text: format!(
@@ -630,11 +580,19 @@ fn render_scoped<'a>(
 
     let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 6] = [
         (BriefSectionKind::Active, active.len(), active_items),
-        (BriefSectionKind::Decisions, decisions.total, decision_items),
-        (BriefSectionKind::Pending, pending.total, pending_items),
+        (
+            BriefSectionKind::Decisions,
+            digest.decisions.total,
+            decision_items,
+        ),
+        (
+            BriefSectionKind::Pending,
+            digest.pending.total,
+            pending_items,
+        ),
         (
             BriefSectionKind::OpenQuestions,
-            questions.total,
+            digest.questions.total,
             question_items,
         ),
         (BriefSectionKind::Stale, stale.len(), stale_items),
@@ -682,34 +640,9 @@ fn render_scoped<'a>(
         sections,
         text,
         lines,
-        entries_read: live.len(),
+        entries_read: digest.entries,
     };
     (briefing, noted.into_inner())
-}
-
-/// A section's entries as a pass finds them: how many, and the first
-/// `cap` (the ones it shows).
-struct Picked<'a> {
-    total: usize,
-    first: Vec<&'a EntryView>,
-    cap: usize,
-}
-
-impl<'a> Picked<'a> {
-    fn new(cap: usize) -> Self {
-        Picked {
-            total: 0,
-            first: Vec::with_capacity(cap),
-            cap,
-        }
-    }
-
-    fn offer(&mut self, v: &'a EntryView) {
-        self.total += 1;
-        if self.first.len() < self.cap {
-            self.first.push(v);
-        }
-    }
 }
 
 fn more_command(kind: BriefSectionKind) -> &'static str {
@@ -752,8 +685,8 @@ fn thread_of(v: &EntryView) -> Thread<'_> {
 }
 
 /// The item standing for `v`, noted in `noted`.
-fn item_of<'a>(noted: &RefCell<Vec<&'a EntryView>>, v: &'a EntryView, text: String) -> BriefItem {
-    noted.borrow_mut().push(v);
+fn item_of(noted: &RefCell<Vec<EntryView>>, v: &EntryView, text: String) -> BriefItem {
+    noted.borrow_mut().push(v.clone());
     BriefItem {
         text,
         entries: vec![v.entry.id.clone()],
@@ -885,8 +818,16 @@ impl crate::memory::Workspace {
             work_context: None,
         };
         let started = std::time::Instant::now();
+        // The index kept with the live list (made on first use, then
+        // patched with the list): a rendering reads a few entries per
+        // thread, not the log.
+        let digest = derived
+            .brief
+            .lock()
+            .get_or_insert_with(|| BriefIndex::of(&*live))
+            .digest(now, settings);
         let (brief, shown) =
-            render_shown(live.iter(), &contradictions, &scope, now, settings, true);
+            render_digest(&digest, live.iter(), &contradictions, &scope, now, settings);
         tracing::debug!(
             workspace = %self.id(),
             entries = live.len(),
@@ -894,10 +835,7 @@ impl crate::memory::Workspace {
             micros = started.elapsed().as_micros() as u64,
             "rendered the assembly briefing"
         );
-        let items = shown
-            .into_iter()
-            .map(|v| (v.entry.id.clone(), v.clone()))
-            .collect();
+        let items = shown.into_iter().map(|v| (v.entry.id.clone(), v)).collect();
         let briefing = AssemblyBriefing {
             brief: std::sync::Arc::new(brief),
             items: std::sync::Arc::new(items),
@@ -1126,6 +1064,61 @@ mod tests {
         let two = ws.briefing_for_assembly().unwrap().brief;
         assert!(!Arc::ptr_eq(&one, &two));
         assert!(two.text.contains("Two"));
+    }
+
+    /// The index assembly renders from follows the live list through
+    /// additions and corrections (patched, not made again): after every
+    /// write, over days of the clock, its briefing is the one a pass over
+    /// the log renders.
+    #[test]
+    fn the_patched_index_renders_the_briefing_a_pass_renders() {
+        let mut config = MemoryConfig::default();
+        config.briefing.assembly_refresh_secs = 0;
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap());
+        let memory = crate::testing::memory(dir.path(), config, Arc::new(clock.clone())).unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        let kinds = [
+            EntryKind::Decision,
+            EntryKind::Task,
+            EntryKind::Question,
+            EntryKind::Fact,
+            EntryKind::KeyDecision,
+            EntryKind::SessionSummaryRef,
+        ];
+        let mut seed: u64 = 7;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for step in 0..160 {
+            let kind = kinds[next(kinds.len() as u64) as usize];
+            let subject = ["", "orion", "billing", "search"][next(4) as usize];
+            let wc = ["launch", "ops"][next(2) as usize];
+            let mut input = e(kind, &format!("Note {step}"), subject, wc);
+            if kind == EntryKind::Task && next(3) == 0 {
+                input.status = Some(TaskStatus::Done);
+            }
+            // A quarter of the writes correct an earlier entry.
+            let live = ws.live_entries().unwrap();
+            if !live.is_empty() && next(4) == 0 {
+                let old = &live[next(live.len() as u64) as usize];
+                input = input.replacing(&old.entry.id);
+            }
+            let before = ws.live_state().unwrap().1;
+            ws.append_entry(&input).unwrap();
+            let assembly = ws.briefing_for_assembly().unwrap();
+            assert_eq!(*assembly.brief, ws.briefing(None).unwrap(), "step {step}");
+            if step > 0 {
+                assert!(
+                    before.brief.lock().is_none(),
+                    "step {step}: the index moved on"
+                );
+            }
+            clock.advance(Duration::hours(next(30) as i64));
+        }
     }
 
     /// Assembly's briefing is the workspace briefing, rendered once per

@@ -181,6 +181,7 @@ impl LiveList {
         let mut moves = Moves {
             remap: Vec::with_capacity(self.len),
             added: Vec::with_capacity(added.len()),
+            removed: Vec::new(),
         };
         let mut front: Vec<EntryView> =
             Vec::with_capacity(self.front.len() + (until - self.start) + added.len());
@@ -193,6 +194,7 @@ impl LiveList {
         for v in moved {
             if !unmet.is_empty() && replaced.contains(&v.entry.id) {
                 unmet.remove(v.entry.id.as_str());
+                moves.removed.push(moves.remap.len());
                 moves.remap.push(usize::MAX);
                 continue;
             }
@@ -230,6 +232,7 @@ impl LiveList {
                 continue;
             }
             if skip.next_if(|&&g| g == i).is_some() {
+                moves.removed.push(moves.remap.len());
                 moves.remap.push(usize::MAX);
                 continue;
             }
@@ -256,11 +259,13 @@ impl LiveList {
 
 /// Where a patch moved a live list's entries: `remap[i]` is where the old
 /// list's entry `i` is in the new one (`usize::MAX`: replaced), `added` the
-/// positions of the new entries, ascending.
+/// positions of the new entries, ascending, `removed` the old positions of
+/// the replaced ones, ascending.
 #[derive(Debug)]
 pub(crate) struct Moves {
     pub(crate) remap: Vec<usize>,
     pub(crate) added: Vec<usize>,
+    pub(crate) removed: Vec<usize>,
 }
 
 /// The entries of a [`LiveList`], newest first.
@@ -435,6 +440,10 @@ mod tests {
                     ids(added.clone())
                 );
                 prop_assert!(moves.added.windows(2).all(|w| w[0] < w[1]));
+                prop_assert_eq!(
+                    &moves.removed,
+                    &(0..all.len()).filter(|&i| moves.remap[i] == usize::MAX).collect::<Vec<_>>()
+                );
                 all = expected;
                 list = patched;
             }

@@ -1022,6 +1022,13 @@ impl Workspace {
                         .assembly
                         .set(old.patched(&moves.remap, &views, &moves.added));
                 }
+                if let Some(mut index) = from.brief.lock().take() {
+                    index.patch(
+                        moves.removed.iter().filter_map(|&i| old_views.get(i)),
+                        moves.added.iter().filter_map(|&i| views.get(i)),
+                    );
+                    *derived.brief.lock() = Some(index);
+                }
                 if let Some(old) = from.subject_contexts.get() {
                     let _ = derived.subject_contexts.set(old.patched(
                         &old_views,

@@ -400,6 +400,10 @@ pub(crate) struct LiveDerived {
     /// activity, handoffs) and the facts of tier 3: one pass over the
     /// views makes them all.
     pub(crate) assembly: std::sync::OnceLock<crate::assemble::tiers::AssemblyIndex>,
+    /// The live entries grouped for the briefing: made on first use, and
+    /// moved to the list patched from this one (patched with it; taken
+    /// from this one, which makes its own again if asked).
+    pub(crate) brief: parking_lot::Mutex<Option<crate::brief::BriefIndex>>,
     /// This list's number (every list made gets a new one).
     pub(crate) version: u64,
     /// The version of the list this one descends from by patches alone
