@@ -55,7 +55,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::contradict::{Contradiction, find_contradictions};
-use crate::log::{EntryKind, EntryView, TaskStatus};
+use crate::log::{EntryView, TaskStatus};
 use crate::text::{clip, one_line};
 pub(crate) use index::BriefIndex;
 use index::{Digest, ThreadDigest};
@@ -654,14 +654,6 @@ fn more_command(kind: BriefSectionKind) -> &'static str {
     }
 }
 
-fn is_open_loop(v: &EntryView) -> bool {
-    match v.entry.kind {
-        EntryKind::Question | EntryKind::OpenQuestion => true,
-        EntryKind::Task => v.entry.status != Some(TaskStatus::Done),
-        _ => false,
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Thread<'a> {
     Subject(&'a str),
@@ -950,7 +942,9 @@ mod tests {
     use expect_test::expect;
 
     use super::*;
-    use crate::{EntryInput, ManualClock, Memory, MemoryConfig, Role, TurnInput, Workspace};
+    use crate::{
+        EntryInput, EntryKind, ManualClock, Memory, MemoryConfig, Role, TurnInput, Workspace,
+    };
 
     struct Fx {
         _dir: tempfile::TempDir,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::{BriefSectionKind, BriefSettings, is_open_loop};
+use super::{BriefSectionKind, BriefSettings};
 use crate::log::{EntryKind, EntryView, TaskStatus};
 
 /// What a thread is about: a subject, or a work context for entries
@@ -100,6 +100,15 @@ fn list_of(v: &EntryView) -> Option<BriefSectionKind> {
         EntryKind::Question | EntryKind::OpenQuestion => Some(BriefSectionKind::OpenQuestions),
         _ => None,
     }
+}
+
+/// An open loop: an open task or a question (the two lists an entry can
+/// be in besides the decisions).
+fn is_open_loop(v: &EntryView) -> bool {
+    matches!(
+        list_of(v),
+        Some(BriefSectionKind::Pending | BriefSectionKind::OpenQuestions)
+    )
 }
 
 impl BriefIndex {
