@@ -13,7 +13,7 @@ use cairn::Role;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::scenario::Scenario;
+use super::scenario::{Lifecycle, Scenario};
 
 /// Words the generated prose is made of.
 const WORDS: &[&str] = &[
@@ -195,6 +195,20 @@ pub(crate) struct PlannedTurn {
     pub(crate) content: String,
 }
 
+/// The turns a session has left when a long run is looked at at a random
+/// moment: the session found there lives a lifetime picked in proportion
+/// to its length (a long session is more likely to be the one running),
+/// and the moment falls uniformly within it.
+fn turns_left_mid_run(l: &Lifecycle, rng: &mut ChaCha8Rng) -> u32 {
+    let lifetime = loop {
+        let lifetime = rng.random_range(l.min_turns..=l.max_turns);
+        if rng.random_range(1..=l.max_turns) <= lifetime {
+            break lifetime;
+        }
+    };
+    rng.random_range(1..=lifetime)
+}
+
 /// A simulated session: identity, generator, plan, lifetime.
 #[derive(Debug)]
 pub(crate) struct SessionSim {
@@ -222,7 +236,11 @@ impl SessionSim {
             .wrapping_add(u64::from(generation));
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let wc = (slot + generation as usize * 7) % s.work_contexts;
-        let lifetime = rng.random_range(s.lifecycle.min_turns..=s.lifecycle.max_turns);
+        let lifetime = if generation == 0 && s.lifecycle.staggered {
+            turns_left_mid_run(&s.lifecycle, &mut rng)
+        } else {
+            rng.random_range(s.lifecycle.min_turns..=s.lifecycle.max_turns)
+        };
         SessionSim {
             id: format!("lg-{slot}-{generation}"),
             workspace: format!("lg-ws-{}", wc % s.workspaces),
@@ -359,5 +377,33 @@ impl SessionSim {
         let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
         let len = median as f64 * (sigma * z).exp();
         (len as usize).clamp(8, (median * 16).min(12_000))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staggered_first_sessions_have_the_turns_left_mid_run() {
+        let mut s = Scenario::default();
+        let (min, max) = (s.lifecycle.min_turns, s.lifecycle.max_turns);
+        let first: Vec<u32> = (0..20_000)
+            .map(|slot| SessionSim::new(&s, slot, 0).lifetime)
+            .collect();
+        assert!(first.iter().all(|l| (1..=max).contains(l)));
+        assert!(first.iter().any(|l| *l < min), "some end before min_turns");
+        // Uniform lifetimes of 20..=120 turns: at a random moment of a long
+        // run, (E[L^2] / E[L] + 1) / 2 = (5750 / 70 + 1) / 2 = 41.6 turns left.
+        let mean = first.iter().map(|l| f64::from(*l)).sum::<f64>() / first.len() as f64;
+        assert!((40.5..42.7).contains(&mean), "mean turns left {mean}");
+        // Successors live whole lifetimes.
+        let next = SessionSim::new(&s, 3, 0).successor(&s);
+        assert!((min..=max).contains(&next.lifetime));
+        // Unstaggered, first sessions live whole lifetimes too.
+        s.lifecycle.staggered = false;
+        assert!(
+            (0..2_000).all(|slot| (min..=max).contains(&SessionSim::new(&s, slot, 0).lifetime))
+        );
     }
 }
