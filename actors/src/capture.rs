@@ -678,18 +678,6 @@ impl OpenLoop {
 
 /// The kinds that restate or settle one another (the rest — summaries,
 /// handoffs, phase changes, updates — are records of their moment).
-fn comparable(kind: EntryKind) -> bool {
-    matches!(
-        kind,
-        EntryKind::KeyDecision
-            | EntryKind::Decision
-            | EntryKind::OpenQuestion
-            | EntryKind::Question
-            | EntryKind::Task
-            | EntryKind::Fact
-    )
-}
-
 fn is_open_loop(kind: EntryKind, status: Option<TaskStatus>) -> bool {
     match kind {
         EntryKind::Question | EntryKind::OpenQuestion => true,
@@ -718,13 +706,11 @@ fn keep_current(
     let batch_ids: HashSet<String> = inputs.iter().filter_map(|i| i.id.clone()).collect();
     // Live entries of the context, except this capture's own (stored by an
     // interrupted attempt): what new items are compared with.
-    let all = ws.live_entries()?;
-    let live: Vec<(&EntryView, Arc<Prepared>)> = all
+    let context = ws.live_comparable(work_context)?;
+    let live: Vec<(&EntryView, &Arc<Prepared>)> = context
         .iter()
-        .filter(|v| comparable(v.entry.kind) && v.entry.work_context == work_context)
-        .filter(|v| !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done)))
-        .filter(|v| !batch_ids.contains(&v.entry.id))
-        .map(|v| (v, Prepared::shared(v.entry.kind, &v.entry.content)))
+        .filter(|c| !batch_ids.contains(&c.view.entry.id))
+        .map(|c| (&c.view, &c.read))
         .collect();
     let mut replaced: HashSet<String> = HashSet::new();
 
@@ -733,14 +719,14 @@ fn keep_current(
     let mut kept: Vec<(EntryInput, Arc<Prepared>)> = Vec::with_capacity(inputs.len());
     for mut input in inputs.drain(..) {
         let read = Arc::new(Prepared::new(input.kind, &input.content));
-        if !comparable(input.kind) {
+        if !cairn_memory::settle::comparable(input.kind) {
             kept.push((input, read));
             continue;
         }
         let subject = input.subject.as_deref();
         let earlier = live
             .iter()
-            .map(|(v, p)| (v.entry.id.as_str(), v.subject.as_deref(), p))
+            .map(|&(v, p)| (v.entry.id.as_str(), v.subject.as_deref(), p))
             .chain(
                 kept.iter()
                     .filter_map(|(k, p)| Some((k.id.as_deref()?, k.subject.as_deref(), p))),
@@ -802,7 +788,7 @@ fn keep_current(
             kind: v.entry.kind,
             content: v.entry.content.clone(),
             subject: v.subject.as_deref().map(str::to_owned),
-            read: read.clone(),
+            read: Arc::clone(read),
             turn,
             at: said_at.unwrap_or(v.entry.timestamp),
         });

@@ -54,7 +54,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::contradict::{Contradiction, find_contradictions};
+use crate::contradict::{Contradiction, ContradictionIndex, find_contradictions};
 use crate::log::{EntryView, TaskStatus};
 use crate::text::{clip, one_line};
 pub(crate) use index::BriefIndex;
@@ -851,12 +851,17 @@ impl crate::memory::Workspace {
     }
 
     /// Contradictions among the live entries ([`find_contradictions`]),
-    /// computed once per version of the live log.
+    /// collected once per version of the live log from an index patched
+    /// with it (only the groups a change touched are compared again).
     pub fn live_contradictions(&self) -> crate::Result<std::sync::Arc<Vec<Contradiction>>> {
         let (live, derived) = self.live_state()?;
         Ok(derived
             .contradictions
-            .get_or_init(|| std::sync::Arc::new(find_contradictions(live.iter())))
+            .get_or_init(|| {
+                let mut index = derived.contradiction_index.lock();
+                let index = index.get_or_insert_with(|| ContradictionIndex::of(live.iter()));
+                std::sync::Arc::new(index.found())
+            })
             .clone())
     }
 

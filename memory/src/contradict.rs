@@ -57,7 +57,7 @@
 //! assert_eq!(found[0].rule, ContradictionRule::ValueChange);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -121,81 +121,182 @@ const MAX_GROUP: usize = 32;
 pub fn find_contradictions<'a>(
     entries: impl IntoIterator<Item = &'a EntryView>,
 ) -> Vec<Contradiction> {
-    struct Candidate<'a> {
-        view: &'a EntryView,
-        read: Arc<Reading>,
-    }
-    let mut candidates: Vec<Candidate<'_>> = entries
-        .into_iter()
-        .filter(|v| v.is_live() && is_assertive(v.entry.kind))
-        .map(|v| Candidate {
-            view: v,
-            read: Reading::shared(&v.entry.content),
-        })
-        .collect();
-    // Newest first, so a capped group keeps the newest.
-    candidates.sort_by(|a, b| a.view.entry.newest_first(&b.view.entry));
+    ContradictionIndex::of(entries).found()
+}
 
-    // Both rules need equal keys: group by (scope, key) and compare inside.
-    type Groups<'a> = BTreeMap<(Scope<'a>, &'a [String]), Vec<usize>>;
-    let mut negation_groups: Groups<'_> = BTreeMap::new();
-    let mut value_groups: Groups<'_> = BTreeMap::new();
-    for (i, c) in candidates.iter().enumerate() {
-        let scope = scope_of(c.view);
-        if let Some(key) = &c.read.without_negation {
-            negation_groups.entry((scope, key)).or_default().push(i);
+/// The entries that can contradict each other, grouped by what a rule
+/// compares (the rule, the scope and the key), each group newest first
+/// with the contradictions found inside it. Kept with the live list and
+/// patched with it ([`ContradictionIndex::patch`]): a new version of the
+/// list compares again only the groups its change touched, where a pass
+/// reads and groups every live entry.
+#[derive(Debug, Default)]
+pub(crate) struct ContradictionIndex {
+    groups: HashMap<GroupKey, Group>,
+}
+
+/// Both rules compare entries with equal keys in one scope.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    rule: ContradictionRule,
+    scope: OwnedScope,
+    key: Vec<String>,
+}
+
+/// What two entries must share to be compared: a subject, or (both without
+/// one) a work context.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum OwnedScope {
+    Subject(Arc<str>),
+    Context(String),
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    /// Newest first.
+    members: Vec<Member>,
+    found: Vec<Contradiction>,
+}
+
+#[derive(Debug)]
+struct Member {
+    view: EntryView,
+    read: Arc<Reading>,
+}
+
+impl ContradictionIndex {
+    /// The index of `entries`.
+    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> ContradictionIndex {
+        let mut index = ContradictionIndex::default();
+        index.patch([], entries);
+        index
+    }
+
+    /// Takes `removed` out (matched by entry id) and puts `added` in, then
+    /// compares again the groups either touched.
+    pub(crate) fn patch<'a>(
+        &mut self,
+        removed: impl IntoIterator<Item = &'a EntryView>,
+        added: impl IntoIterator<Item = &'a EntryView>,
+    ) {
+        let mut touched: HashSet<GroupKey> = HashSet::new();
+        for v in removed {
+            let Some(read) = reading_of(v) else { continue };
+            for key in keys_of(v, &read) {
+                if let Some(group) = self.groups.get_mut(&key)
+                    && let Some(at) = group
+                        .members
+                        .iter()
+                        .position(|m| m.view.entry.id == v.entry.id)
+                {
+                    group.members.remove(at);
+                    touched.insert(key);
+                }
+            }
         }
-        if let Some(key) = &c.read.masked {
-            value_groups.entry((scope, key)).or_default().push(i);
+        for v in added {
+            let Some(read) = reading_of(v) else { continue };
+            for key in keys_of(v, &read) {
+                let group = self.groups.entry(key.clone()).or_default();
+                let at = group
+                    .members
+                    .partition_point(|m| m.view.entry.newest_first(&v.entry).is_lt());
+                group.members.insert(
+                    at,
+                    Member {
+                        view: v.clone(),
+                        read: read.clone(),
+                    },
+                );
+                touched.insert(key);
+            }
+        }
+        for key in touched {
+            if let Some(group) = self.groups.get_mut(&key) {
+                if group.members.is_empty() {
+                    self.groups.remove(&key);
+                } else {
+                    group.found = compare(key.rule, &group.members);
+                }
+            }
         }
     }
 
-    let mut found: Vec<Contradiction> = Vec::new();
-    let mut pair = |older: &Candidate<'_>, newer: &Candidate<'_>, rule, detail: String| {
-        found.push(Contradiction {
-            subject: newer.view.subject.as_deref().map(str::to_owned),
-            work_context: newer.view.entry.work_context.clone(),
-            older: older.view.entry.id.clone(),
-            newer: newer.view.entry.id.clone(),
-            older_at: older.view.entry.timestamp,
-            newer_at: newer.view.entry.timestamp,
-            rule,
-            detail,
+    /// Every contradiction found, newest `newer` first, then by ids; a
+    /// pair both rules found is named once.
+    pub(crate) fn found(&self) -> Vec<Contradiction> {
+        let mut found: Vec<Contradiction> = self
+            .groups
+            .values()
+            .flat_map(|g| g.found.iter().cloned())
+            .collect();
+        found.sort_by(|a, b| {
+            (b.newer_at, &b.newer, &b.older, b.rule).cmp(&(a.newer_at, &a.newer, &a.older, a.rule))
         });
+        found.dedup_by(|a, b| a.newer == b.newer && a.older == b.older);
+        found
+    }
+}
+
+/// The reading of a live decision, key decision or fact.
+fn reading_of(v: &EntryView) -> Option<Arc<Reading>> {
+    (v.is_live() && is_assertive(v.entry.kind)).then(|| Reading::shared(&v.entry.content))
+}
+
+/// The groups `v` belongs to: one per rule whose key its text has.
+fn keys_of(v: &EntryView, read: &Reading) -> impl Iterator<Item = GroupKey> {
+    let scope = match &v.subject {
+        Some(s) => OwnedScope::Subject(s.clone()),
+        None => OwnedScope::Context(v.entry.work_context.clone()),
     };
-    for members in negation_groups.values() {
-        let members = &members[..members.len().min(MAX_GROUP)];
-        for (x, &newer) in members.iter().enumerate() {
-            for &older in &members[x + 1..] {
-                let (n, o) = (&candidates[newer], &candidates[older]);
-                let (nn, on) = (n.read.negations, o.read.negations);
-                if nn % 2 != on % 2 {
-                    let which = if nn % 2 == 1 { "newer" } else { "older" };
-                    pair(
-                        o,
-                        n,
-                        ContradictionRule::Negation,
-                        format!("the same statement, negated in the {which} entry only"),
-                    );
+    [
+        (ContradictionRule::Negation, &read.without_negation),
+        (ContradictionRule::ValueChange, &read.masked),
+    ]
+    .into_iter()
+    .filter_map(move |(rule, key)| {
+        Some(GroupKey {
+            rule,
+            scope: scope.clone(),
+            key: key.clone()?,
+        })
+    })
+}
+
+/// The contradictions among the newest [`MAX_GROUP`] members of one group
+/// (newest first) under `rule`.
+fn compare(rule: ContradictionRule, members: &[Member]) -> Vec<Contradiction> {
+    let members = &members[..members.len().min(MAX_GROUP)];
+    let mut found = Vec::new();
+    for (x, newer) in members.iter().enumerate() {
+        for older in &members[x + 1..] {
+            let detail = match rule {
+                ContradictionRule::Negation => {
+                    let (nn, on) = (newer.read.negations, older.read.negations);
+                    (nn % 2 != on % 2).then(|| {
+                        let which = if nn % 2 == 1 { "newer" } else { "older" };
+                        format!("the same statement, negated in the {which} entry only")
+                    })
                 }
+                ContradictionRule::ValueChange => {
+                    one_slot_differs(&older.read.tokens, &newer.read.tokens)
+                }
+            };
+            if let Some(detail) = detail {
+                let (n, o) = (&newer.view, &older.view);
+                found.push(Contradiction {
+                    subject: n.subject.as_deref().map(str::to_owned),
+                    work_context: n.entry.work_context.clone(),
+                    older: o.entry.id.clone(),
+                    newer: n.entry.id.clone(),
+                    older_at: o.entry.timestamp,
+                    newer_at: n.entry.timestamp,
+                    rule,
+                    detail,
+                });
             }
         }
     }
-    for members in value_groups.values() {
-        let members = &members[..members.len().min(MAX_GROUP)];
-        for (x, &newer) in members.iter().enumerate() {
-            for &older in &members[x + 1..] {
-                let (n, o) = (&candidates[newer], &candidates[older]);
-                if let Some(detail) = one_slot_differs(&o.read.tokens, &n.read.tokens) {
-                    pair(o, n, ContradictionRule::ValueChange, detail);
-                }
-            }
-        }
-    }
-    found.sort_by(|a, b| {
-        (b.newer_at, &b.newer, &b.older, b.rule).cmp(&(a.newer_at, &a.newer, &a.older, a.rule))
-    });
-    found.dedup_by(|a, b| a.newer == b.newer && a.older == b.older);
     found
 }
 
@@ -206,23 +307,9 @@ fn is_assertive(kind: EntryKind) -> bool {
     )
 }
 
-/// What two entries must share to be compared: a subject, or (both without
-/// one) a work context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Scope<'a> {
-    Subject(&'a str),
-    Context(&'a str),
-}
-
-fn scope_of(v: &EntryView) -> Scope<'_> {
-    match &v.subject {
-        Some(s) => Scope::Subject(s),
-        None => Scope::Context(&v.entry.work_context),
-    }
-}
-
 /// A text read once for both rules: the live list is searched again on
 /// every change, and its texts are mostly the ones read last time.
+#[derive(Debug)]
 struct Reading {
     tokens: Vec<String>,
     negations: usize,
@@ -432,5 +519,67 @@ mod tests {
         assert!(found(&[old.clone(), other_context]).is_empty());
         old.status = EntryStatus::Replaced { by: "b".into() };
         assert!(found(&[old, new]).is_empty());
+    }
+
+    proptest::proptest! {
+        /// An index patched entry by entry, in any order of additions and
+        /// removals, finds what the index made from the entries left finds,
+        /// and that is the pairs the rules name.
+        #[test]
+        fn patches_find_what_a_pass_finds(
+            entries in proptest::collection::vec(
+                (0i64..200, 0usize..3, 0usize..6, 1u8..4, proptest::option::of(0u8..2)),
+                1..40,
+            ),
+            steps in proptest::collection::vec(
+                (proptest::prelude::any::<bool>(), proptest::prelude::any::<proptest::sample::Index>()),
+                1..60,
+            ),
+        ) {
+            const TEXTS: [&str; 6] = [
+                "Launch the beta on April {}",
+                "Do not launch the beta on April {}",
+                "The status page runs on {} replicas",
+                "The status page never runs on {} replicas",
+                "Ship the billing export before release {}",
+                "Rotate the staging keys",
+            ];
+            let kinds = [D, F, EntryKind::Task];
+            let views: Vec<EntryView> = entries
+                .iter()
+                .enumerate()
+                .map(|(n, &(hour, kind, text, value, subject))| {
+                    let subject = subject.map(|s| format!("s{s}"));
+                    let text = TEXTS[text].replace("{}", &value.to_string());
+                    view(&format!("e{n:03}"), kinds[kind], subject.as_deref(), hour, &text)
+                })
+                .collect();
+            let mut present = vec![false; views.len()];
+            let mut index = ContradictionIndex::default();
+            for (add, pick) in steps {
+                let i = pick.index(views.len());
+                if add && !present[i] {
+                    present[i] = true;
+                    index.patch([], [&views[i]]);
+                } else if !add && present[i] {
+                    present[i] = false;
+                    index.patch([&views[i]], []);
+                }
+                let left: Vec<&EntryView> =
+                    views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v).collect();
+                let found = index.found();
+                proptest::prop_assert_eq!(&found, &ContradictionIndex::of(left.iter().copied()).found());
+                // Every pair is two assertive entries of one scope.
+                for c in &found {
+                    let of = |id: &str| left.iter().find(|v| v.entry.id == id).copied();
+                    let (o, n) = (of(&c.older), of(&c.newer));
+                    proptest::prop_assert!(o.is_some() && n.is_some());
+                    let (o, n) = (o.unwrap(), n.unwrap());
+                    proptest::prop_assert!(is_assertive(o.entry.kind) && is_assertive(n.entry.kind));
+                    proptest::prop_assert_eq!(&o.subject, &n.subject);
+                    proptest::prop_assert!(o.entry.newest_first(&n.entry).is_gt());
+                }
+            }
+        }
     }
 }

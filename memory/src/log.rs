@@ -952,6 +952,35 @@ impl Workspace {
             .unwrap_or_default())
     }
 
+    /// The live entries of `work_context` that a capture compares new items
+    /// with ([`settle::comparable`](crate::settle::comparable) kinds, tasks
+    /// not done), newest first, each read once: through an index kept with
+    /// the shared live list and patched with it, not a pass over the log.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Task, "Renew the cert").in_context("ops"))?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Handoff, "Left off at the cert").in_context("ops"))?;
+    /// let ops = ws.live_comparable("ops")?;
+    /// assert_eq!(ops.len(), 1);
+    /// assert_eq!(ops[0].view.entry.content, "Renew the cert");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn live_comparable(
+        &self,
+        work_context: &str,
+    ) -> Result<Arc<Vec<crate::settle::Comparable>>> {
+        let (live, derived) = self.live_state()?;
+        let mut index = derived.comparable.lock();
+        Ok(index
+            .get_or_insert_with(|| crate::settle::ComparableIndex::of(live.iter()))
+            .of_context(work_context))
+    }
+
     /// The work contexts that have live entries about `subject` (an alias
     /// resolves to its subject), in order: what [`Self::live_entries_about`]
     /// would name, without copying the entries.
@@ -1022,12 +1051,19 @@ impl Workspace {
                         .assembly
                         .set(old.patched(&moves.remap, &views, &moves.added));
                 }
+                let removed = || moves.removed.iter().filter_map(|&i| old_views.get(i));
+                let added = || moves.added.iter().filter_map(|&i| views.get(i));
                 if let Some(mut index) = from.brief.lock().take() {
-                    index.patch(
-                        moves.removed.iter().filter_map(|&i| old_views.get(i)),
-                        moves.added.iter().filter_map(|&i| views.get(i)),
-                    );
+                    index.patch(removed(), added());
                     *derived.brief.lock() = Some(index);
+                }
+                if let Some(mut index) = from.contradiction_index.lock().take() {
+                    index.patch(removed(), added());
+                    *derived.contradiction_index.lock() = Some(index);
+                }
+                if let Some(mut index) = from.comparable.lock().take() {
+                    index.patch(removed(), added());
+                    *derived.comparable.lock() = Some(index);
                 }
                 if let Some(old) = from.subject_contexts.get() {
                     let _ = derived.subject_contexts.set(old.patched(

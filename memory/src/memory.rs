@@ -388,6 +388,13 @@ pub(crate) struct LiveEntries {
 pub(crate) struct LiveDerived {
     /// Contradictions among the live entries.
     pub(crate) contradictions: std::sync::OnceLock<Arc<Vec<crate::contradict::Contradiction>>>,
+    /// The entries that can contradict each other, grouped: made on first
+    /// use and moved to the list patched from this one, like `brief`.
+    pub(crate) contradiction_index:
+        parking_lot::Mutex<Option<crate::contradict::ContradictionIndex>>,
+    /// Per work context, the entries capture compares new items with: made
+    /// on first use and moved to the list patched from this one, like `brief`.
+    pub(crate) comparable: parking_lot::Mutex<Option<crate::settle::ComparableIndex>>,
     /// Per entry id, its index into the views.
     pub(crate) by_id: std::sync::OnceLock<HashMap<String, usize>>,
     /// Per (resolved) subject, the indexes of its entries in the views.

@@ -43,11 +43,12 @@
 //! not: "Let's go with April 1 and sync on" restates "Launch the Orion beta
 //! on April 1 with sync enabled".
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::log::EntryKind;
+use crate::log::{EntryKind, EntryView, TaskStatus};
 use crate::text::{is_value, negations, salient, stem, tokens};
 
 /// A user's sentence that may settle an open loop.
@@ -417,6 +418,103 @@ pub fn restatement_prepared(new: &Prepared, old: &Prepared) -> Option<Restatemen
     }
 }
 
+/// Whether entries of `kind` are compared with new items (restatements,
+/// open loops): decisions, questions, tasks and facts.
+///
+/// ```
+/// use cairn_memory::EntryKind;
+/// assert!(cairn_memory::settle::comparable(EntryKind::Task));
+/// assert!(!cairn_memory::settle::comparable(EntryKind::Handoff));
+/// ```
+pub fn comparable(kind: EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::KeyDecision
+            | EntryKind::Decision
+            | EntryKind::OpenQuestion
+            | EntryKind::Question
+            | EntryKind::Task
+            | EntryKind::Fact
+    )
+}
+
+/// A live entry a capture compares new items with, read once.
+#[derive(Debug, Clone)]
+pub struct Comparable {
+    /// The entry.
+    pub view: EntryView,
+    /// Its reading.
+    pub read: Arc<Prepared>,
+}
+
+/// Per work context, the live entries a capture compares new items with
+/// ([`comparable`] kinds, tasks not done), newest first, each with its
+/// reading. Kept with the live list and patched with it, so a capture
+/// reads its context's entries without a pass over the workspace's (and
+/// without reading them again once they outnumber the readings' memo).
+#[derive(Debug, Default)]
+pub(crate) struct ComparableIndex {
+    contexts: HashMap<String, Arc<Vec<Comparable>>>,
+}
+
+impl ComparableIndex {
+    /// The index of `entries`.
+    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> ComparableIndex {
+        let mut index = ComparableIndex::default();
+        index.patch([], entries);
+        index
+    }
+
+    /// Takes `removed` out (matched by entry id) and puts `added` in.
+    pub(crate) fn patch<'a>(
+        &mut self,
+        removed: impl IntoIterator<Item = &'a EntryView>,
+        added: impl IntoIterator<Item = &'a EntryView>,
+    ) {
+        for v in removed {
+            if !compared(v) {
+                continue;
+            }
+            if let Some(list) = self.contexts.get_mut(&v.entry.work_context) {
+                let list = Arc::make_mut(list);
+                if let Some(at) = list.iter().position(|c| c.view.entry.id == v.entry.id) {
+                    list.remove(at);
+                }
+            }
+        }
+        for v in added {
+            if !compared(v) {
+                continue;
+            }
+            let list = Arc::make_mut(
+                self.contexts
+                    .entry(v.entry.work_context.clone())
+                    .or_default(),
+            );
+            let at = list.partition_point(|c| c.view.entry.newest_first(&v.entry).is_lt());
+            list.insert(
+                at,
+                Comparable {
+                    view: v.clone(),
+                    read: Prepared::shared(v.entry.kind, &v.entry.content),
+                },
+            );
+        }
+        self.contexts.retain(|_, list| !list.is_empty());
+    }
+
+    /// The entries of `work_context`, newest first.
+    pub(crate) fn of_context(&self, work_context: &str) -> Arc<Vec<Comparable>> {
+        self.contexts.get(work_context).cloned().unwrap_or_default()
+    }
+}
+
+fn compared(v: &EntryView) -> bool {
+    v.is_live()
+        && comparable(v.entry.kind)
+        && !(v.entry.kind == EntryKind::Task && v.entry.status == Some(TaskStatus::Done))
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -603,5 +701,61 @@ mod tests {
             None
         );
         assert_eq!(restatement(d, "Launch it.", d, rich), None);
+    }
+
+    proptest::proptest! {
+        /// An index patched entry by entry, in any order of additions and
+        /// removals, is the index made from the entries left: per work
+        /// context its comparable entries (tasks not done), newest first.
+        #[test]
+        fn patches_keep_the_comparable_entries_a_pass_finds(
+            entries in proptest::collection::vec((0i64..300, 0usize..5, 0usize..3, proptest::prelude::any::<bool>()), 1..40),
+            steps in proptest::collection::vec(
+                (proptest::prelude::any::<bool>(), proptest::prelude::any::<proptest::sample::Index>()),
+                1..60,
+            ),
+        ) {
+            use chrono::TimeZone;
+            let kinds = [EntryKind::Task, EntryKind::Decision, EntryKind::Fact, EntryKind::Handoff, EntryKind::OpenQuestion];
+            let views: Vec<EntryView> = entries
+                .iter()
+                .enumerate()
+                .map(|(n, &(minute, kind, wc, done))| {
+                    let at = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap() + chrono::Duration::minutes(minute);
+                    let mut entry = crate::log::Entry::bare(&format!("e{n:03}"), kinds[kind], &format!("item {n}"), None, &format!("wc{wc}"), at);
+                    if kinds[kind] == EntryKind::Task {
+                        entry.status = Some(if done { TaskStatus::Done } else { TaskStatus::Open });
+                    }
+                    EntryView { entry: Arc::new(entry), subject: None, status: crate::log::EntryStatus::Live, decay_at: None }
+                })
+                .collect();
+            let ids = |index: &ComparableIndex, wc: &str| -> Vec<String> {
+                index.of_context(wc).iter().map(|c| c.view.entry.id.clone()).collect()
+            };
+            let mut present = vec![false; views.len()];
+            let mut index = ComparableIndex::default();
+            for (add, pick) in steps {
+                let i = pick.index(views.len());
+                if add && !present[i] {
+                    present[i] = true;
+                    index.patch([], [&views[i]]);
+                } else if !add && present[i] {
+                    present[i] = false;
+                    index.patch([&views[i]], []);
+                }
+                let mut left: Vec<&EntryView> = views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v).collect();
+                left.sort_by(|a, b| a.entry.newest_first(&b.entry));
+                let made = ComparableIndex::of(left.iter().copied());
+                for wc in ["wc0", "wc1", "wc2"] {
+                    let expected: Vec<String> = left
+                        .iter()
+                        .filter(|v| v.entry.work_context == wc && compared(v))
+                        .map(|v| v.entry.id.clone())
+                        .collect();
+                    proptest::prop_assert_eq!(&ids(&index, wc), &expected);
+                    proptest::prop_assert_eq!(&ids(&made, wc), &expected);
+                }
+            }
+        }
     }
 }
