@@ -707,8 +707,10 @@ fn keep_current(
     // Live entries of the context, except this capture's own (stored by an
     // interrupted attempt): what new items are compared with.
     let context = ws.live_comparable(work_context)?;
+    // Newest first.
     let live: Vec<(&EntryView, &Arc<Prepared>)> = context
         .iter()
+        .rev()
         .filter(|c| !batch_ids.contains(&c.view.entry.id))
         .map(|c| (&c.view, &c.read))
         .collect();

@@ -125,7 +125,7 @@ pub fn find_contradictions<'a>(
 }
 
 /// The entries that can contradict each other, grouped by what a rule
-/// compares (the rule, the scope and the key), each group newest first
+/// compares (the rule, the scope and the key), each group oldest first
 /// with the contradictions found inside it. Kept with the live list and
 /// patched with it ([`ContradictionIndex::patch`]): a new version of the
 /// list compares again only the groups its change touched, where a pass
@@ -153,7 +153,7 @@ enum OwnedScope {
 
 #[derive(Debug, Default)]
 struct Group {
-    /// Newest first.
+    /// Oldest first (an entry newer than all is pushed at the end).
     members: Vec<Member>,
     found: Vec<Contradiction>,
 }
@@ -187,7 +187,7 @@ impl ContradictionIndex {
                     && let Some(at) = group
                         .members
                         .iter()
-                        .position(|m| m.view.entry.id == v.entry.id)
+                        .rposition(|m| m.view.entry.id == v.entry.id)
                 {
                     group.members.remove(at);
                     touched.insert(key);
@@ -200,7 +200,7 @@ impl ContradictionIndex {
                 let group = self.groups.entry(key.clone()).or_default();
                 let at = group
                     .members
-                    .partition_point(|m| m.view.entry.newest_first(&v.entry).is_lt());
+                    .partition_point(|m| m.view.entry.newest_first(&v.entry).is_gt());
                 group.members.insert(
                     at,
                     Member {
@@ -264,9 +264,9 @@ fn keys_of(v: &EntryView, read: &Reading) -> impl Iterator<Item = GroupKey> {
 }
 
 /// The contradictions among the newest [`MAX_GROUP`] members of one group
-/// (newest first) under `rule`.
+/// (oldest first) under `rule`.
 fn compare(rule: ContradictionRule, members: &[Member]) -> Vec<Contradiction> {
-    let members = &members[..members.len().min(MAX_GROUP)];
+    let members: Vec<&Member> = members.iter().rev().take(MAX_GROUP).collect();
     let mut found = Vec::new();
     for (x, newer) in members.iter().enumerate() {
         for older in &members[x + 1..] {

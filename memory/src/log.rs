@@ -954,7 +954,7 @@ impl Workspace {
 
     /// The live entries of `work_context` that a capture compares new items
     /// with ([`settle::comparable`](crate::settle::comparable) kinds, tasks
-    /// not done), newest first, each read once: through an index kept with
+    /// not done), oldest first, each read once: through an index kept with
     /// the shared live list and patched with it, not a pass over the log.
     ///
     /// ```

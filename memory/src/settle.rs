@@ -448,7 +448,8 @@ pub struct Comparable {
 }
 
 /// Per work context, the live entries a capture compares new items with
-/// ([`comparable`] kinds, tasks not done), newest first, each with its
+/// ([`comparable`] kinds, tasks not done), oldest first (new entries are
+/// pushed at the end), each with its
 /// reading. Kept with the live list and patched with it, so a capture
 /// reads its context's entries without a pass over the workspace's (and
 /// without reading them again once they outnumber the readings' memo).
@@ -477,7 +478,7 @@ impl ComparableIndex {
             }
             if let Some(list) = self.contexts.get_mut(&v.entry.work_context) {
                 let list = Arc::make_mut(list);
-                if let Some(at) = list.iter().position(|c| c.view.entry.id == v.entry.id) {
+                if let Some(at) = list.iter().rposition(|c| c.view.entry.id == v.entry.id) {
                     list.remove(at);
                 }
             }
@@ -491,7 +492,7 @@ impl ComparableIndex {
                     .entry(v.entry.work_context.clone())
                     .or_default(),
             );
-            let at = list.partition_point(|c| c.view.entry.newest_first(&v.entry).is_lt());
+            let at = list.partition_point(|c| c.view.entry.newest_first(&v.entry).is_gt());
             list.insert(
                 at,
                 Comparable {
@@ -503,7 +504,7 @@ impl ComparableIndex {
         self.contexts.retain(|_, list| !list.is_empty());
     }
 
-    /// The entries of `work_context`, newest first.
+    /// The entries of `work_context`, oldest first.
     pub(crate) fn of_context(&self, work_context: &str) -> Arc<Vec<Comparable>> {
         self.contexts.get(work_context).cloned().unwrap_or_default()
     }
@@ -706,7 +707,7 @@ mod tests {
     proptest::proptest! {
         /// An index patched entry by entry, in any order of additions and
         /// removals, is the index made from the entries left: per work
-        /// context its comparable entries (tasks not done), newest first.
+        /// context its comparable entries (tasks not done), oldest first.
         #[test]
         fn patches_keep_the_comparable_entries_a_pass_finds(
             entries in proptest::collection::vec((0i64..300, 0usize..5, 0usize..3, proptest::prelude::any::<bool>()), 1..40),
@@ -744,7 +745,7 @@ mod tests {
                     index.patch([&views[i]], []);
                 }
                 let mut left: Vec<&EntryView> = views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v).collect();
-                left.sort_by(|a, b| a.entry.newest_first(&b.entry));
+                left.sort_by(|a, b| b.entry.newest_first(&a.entry));
                 let made = ComparableIndex::of(left.iter().copied());
                 for wc in ["wc0", "wc1", "wc2"] {
                     let expected: Vec<String> = left
