@@ -55,6 +55,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::contradict::{Contradiction, ContradictionIndex, find_contradictions};
+use crate::live::Patched;
 use crate::log::{EntryView, TaskStatus};
 use crate::text::{clip, one_line};
 pub(crate) use index::BriefIndex;

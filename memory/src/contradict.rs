@@ -63,6 +63,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::live::Patched;
 use crate::log::{EntryKind, EntryView};
 use crate::text::{NEG, is_stopword, is_value, negations, tokens};
 
@@ -164,17 +165,10 @@ struct Member {
     read: Arc<Reading>,
 }
 
-impl ContradictionIndex {
-    /// The index of `entries`.
-    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> ContradictionIndex {
-        let mut index = ContradictionIndex::default();
-        index.patch([], entries);
-        index
-    }
-
+impl Patched for ContradictionIndex {
     /// Takes `removed` out (matched by entry id) and puts `added` in, then
     /// compares again the groups either touched.
-    pub(crate) fn patch<'a>(
+    fn patch<'a>(
         &mut self,
         removed: impl IntoIterator<Item = &'a EntryView>,
         added: impl IntoIterator<Item = &'a EntryView>,
@@ -221,7 +215,9 @@ impl ContradictionIndex {
             }
         }
     }
+}
 
+impl ContradictionIndex {
     /// Every contradiction found, newest `newer` first, then by ids; a
     /// pair both rules found is named once.
     pub(crate) fn found(&self) -> Vec<Contradiction> {
@@ -554,19 +550,7 @@ mod tests {
                     view(&format!("e{n:03}"), kinds[kind], subject.as_deref(), hour, &text)
                 })
                 .collect();
-            let mut present = vec![false; views.len()];
-            let mut index = ContradictionIndex::default();
-            for (add, pick) in steps {
-                let i = pick.index(views.len());
-                if add && !present[i] {
-                    present[i] = true;
-                    index.patch([], [&views[i]]);
-                } else if !add && present[i] {
-                    present[i] = false;
-                    index.patch([&views[i]], []);
-                }
-                let left: Vec<&EntryView> =
-                    views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v).collect();
+            crate::live::walk_patches(&views, &steps, |index: &ContradictionIndex, left| {
                 let found = index.found();
                 proptest::prop_assert_eq!(&found, &ContradictionIndex::of(left.iter().copied()).found());
                 // Every pair is two assertive entries of one scope.
@@ -579,7 +563,8 @@ mod tests {
                     proptest::prop_assert_eq!(&o.subject, &n.subject);
                     proptest::prop_assert!(o.entry.newest_first(&n.entry).is_gt());
                 }
-            }
+                Ok(())
+            })?;
         }
     }
 }

@@ -257,6 +257,56 @@ impl LiveList {
     }
 }
 
+/// An index of live entries kept beside the live list
+/// ([`LiveDerived`](crate::memory::LiveDerived)) and patched with it: the
+/// entries a patch removed go out, those it added come in, so a new
+/// version of the list costs the index what the change touched.
+pub(crate) trait Patched: Default {
+    /// Takes `removed` out (as the old list had them) and puts `added` in.
+    fn patch<'a>(
+        &mut self,
+        removed: impl IntoIterator<Item = &'a EntryView>,
+        added: impl IntoIterator<Item = &'a EntryView>,
+    );
+
+    /// The index of `entries` (any order).
+    fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> Self {
+        let mut index = Self::default();
+        index.patch([], entries);
+        index
+    }
+}
+
+/// For the property tests of the [`Patched`] indexes: adds and removes
+/// `views` one at a time as `steps` say (add or remove, which view), and
+/// after each step hands `check` the index and the views present.
+#[cfg(test)]
+pub(crate) fn walk_patches<I: Patched>(
+    views: &[EntryView],
+    steps: &[(bool, proptest::sample::Index)],
+    mut check: impl FnMut(&I, Vec<&EntryView>) -> Result<(), proptest::test_runner::TestCaseError>,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut present = vec![false; views.len()];
+    let mut index = I::default();
+    for (add, pick) in steps {
+        let i = pick.index(views.len());
+        if *add && !present[i] {
+            present[i] = true;
+            index.patch([], [&views[i]]);
+        } else if !*add && present[i] {
+            present[i] = false;
+            index.patch([&views[i]], []);
+        }
+        let left = views
+            .iter()
+            .zip(&present)
+            .filter(|(_, p)| **p)
+            .map(|(v, _)| v);
+        check(&index, left.collect())?;
+    }
+    Ok(())
+}
+
 /// Where a patch moved a live list's entries: `remap[i]` is where the old
 /// list's entry `i` is in the new one (`usize::MAX`: replaced), `added` the
 /// positions of the new entries, ascending, `removed` the old positions of

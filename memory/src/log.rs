@@ -977,7 +977,9 @@ impl Workspace {
         let (live, derived) = self.live_state()?;
         let mut index = derived.comparable.lock();
         Ok(index
-            .get_or_insert_with(|| crate::settle::ComparableIndex::of(live.iter()))
+            .get_or_insert_with(|| {
+                <crate::settle::ComparableIndex as crate::live::Patched>::of(live.iter())
+            })
             .of_context(work_context))
     }
 
@@ -1051,20 +1053,16 @@ impl Workspace {
                         .assembly
                         .set(old.patched(&moves.remap, &views, &moves.added));
                 }
-                let removed = || moves.removed.iter().filter_map(|&i| old_views.get(i));
-                let added = || moves.added.iter().filter_map(|&i| views.get(i));
-                if let Some(mut index) = from.brief.lock().take() {
-                    index.patch(removed(), added());
-                    *derived.brief.lock() = Some(index);
-                }
-                if let Some(mut index) = from.contradiction_index.lock().take() {
-                    index.patch(removed(), added());
-                    *derived.contradiction_index.lock() = Some(index);
-                }
-                if let Some(mut index) = from.comparable.lock().take() {
-                    index.patch(removed(), added());
-                    *derived.comparable.lock() = Some(index);
-                }
+                let (old, new) = (&old_views, &views);
+                carry_patched(&from.brief, &derived.brief, old, new, &moves);
+                carry_patched(
+                    &from.contradiction_index,
+                    &derived.contradiction_index,
+                    old,
+                    new,
+                    &moves,
+                );
+                carry_patched(&from.comparable, &derived.comparable, old, new, &moves);
                 if let Some(old) = from.subject_contexts.get() {
                     let _ = derived.subject_contexts.set(old.patched(
                         &old_views,
@@ -1274,5 +1272,24 @@ impl Workspace {
     /// Subject aliases: old (renamed or merged) slug → canonical slug.
     pub fn subject_aliases(&self) -> Result<HashMap<String, String>> {
         self.alias_map()
+    }
+}
+
+/// Moves a [`Patched`](crate::live::Patched) index from the old list's
+/// derived facts to the new list's, patched with the moves between them
+/// (the old list's keeps nothing: it makes its own again if asked).
+fn carry_patched<I: crate::live::Patched>(
+    from: &parking_lot::Mutex<Option<I>>,
+    to: &parking_lot::Mutex<Option<I>>,
+    old_views: &LiveList,
+    views: &LiveList,
+    moves: &crate::live::Moves,
+) {
+    if let Some(mut index) = from.lock().take() {
+        index.patch(
+            moves.removed.iter().filter_map(|&i| old_views.get(i)),
+            moves.added.iter().filter_map(|&i| views.get(i)),
+        );
+        *to.lock() = Some(index);
     }
 }

@@ -458,16 +458,9 @@ pub(crate) struct ComparableIndex {
     contexts: HashMap<String, Arc<Vec<Comparable>>>,
 }
 
-impl ComparableIndex {
-    /// The index of `entries`.
-    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> ComparableIndex {
-        let mut index = ComparableIndex::default();
-        index.patch([], entries);
-        index
-    }
-
+impl crate::live::Patched for ComparableIndex {
     /// Takes `removed` out (matched by entry id) and puts `added` in.
-    pub(crate) fn patch<'a>(
+    fn patch<'a>(
         &mut self,
         removed: impl IntoIterator<Item = &'a EntryView>,
         added: impl IntoIterator<Item = &'a EntryView>,
@@ -503,7 +496,9 @@ impl ComparableIndex {
         }
         self.contexts.retain(|_, list| !list.is_empty());
     }
+}
 
+impl ComparableIndex {
     /// The entries of `work_context`, oldest first.
     pub(crate) fn of_context(&self, work_context: &str) -> Arc<Vec<Comparable>> {
         self.contexts.get(work_context).cloned().unwrap_or_default()
@@ -730,21 +725,11 @@ mod tests {
                     EntryView { entry: Arc::new(entry), subject: None, status: crate::log::EntryStatus::Live, decay_at: None }
                 })
                 .collect();
+            use crate::live::Patched;
             let ids = |index: &ComparableIndex, wc: &str| -> Vec<String> {
                 index.of_context(wc).iter().map(|c| c.view.entry.id.clone()).collect()
             };
-            let mut present = vec![false; views.len()];
-            let mut index = ComparableIndex::default();
-            for (add, pick) in steps {
-                let i = pick.index(views.len());
-                if add && !present[i] {
-                    present[i] = true;
-                    index.patch([], [&views[i]]);
-                } else if !add && present[i] {
-                    present[i] = false;
-                    index.patch([&views[i]], []);
-                }
-                let mut left: Vec<&EntryView> = views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v).collect();
+            crate::live::walk_patches(&views, &steps, |index: &ComparableIndex, mut left| {
                 left.sort_by(|a, b| b.entry.newest_first(&a.entry));
                 let made = ComparableIndex::of(left.iter().copied());
                 for wc in ["wc0", "wc1", "wc2"] {
@@ -753,10 +738,11 @@ mod tests {
                         .filter(|v| v.entry.work_context == wc && compared(v))
                         .map(|v| v.entry.id.clone())
                         .collect();
-                    proptest::prop_assert_eq!(&ids(&index, wc), &expected);
+                    proptest::prop_assert_eq!(&ids(index, wc), &expected);
                     proptest::prop_assert_eq!(&ids(&made, wc), &expected);
                 }
-            }
+                Ok(())
+            })?;
         }
     }
 }

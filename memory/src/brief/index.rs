@@ -16,6 +16,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::{BriefSectionKind, BriefSettings};
+use crate::live::Patched;
 use crate::log::{EntryKind, EntryView, TaskStatus};
 
 /// What a thread is about: a subject, or a work context for entries
@@ -111,10 +112,10 @@ fn is_open_loop(v: &EntryView) -> bool {
     )
 }
 
-impl BriefIndex {
+impl Patched for BriefIndex {
     /// The index of these entries (any order; those not live are left
     /// out).
-    pub(crate) fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> BriefIndex {
+    fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> BriefIndex {
         // Grouped by hash (a borrowed key per entry, no allocation), then
         // each group sorted once.
         let mut grouped: foldhash::HashMap<super::Thread<'a>, Vec<EntryView>> =
@@ -152,18 +153,10 @@ impl BriefIndex {
         index
     }
 
-    fn list_mut(&mut self, list: BriefSectionKind) -> &mut Sorted {
-        match list {
-            BriefSectionKind::Decisions => &mut self.decisions,
-            BriefSectionKind::Pending => &mut self.pending,
-            _ => &mut self.questions,
-        }
-    }
-
     /// Follows a patch of the live list: `removed` left it (as the old
     /// list had them), `added` came in. Neither renames nor merges
     /// subjects (a list that does is made anew, and so is its index).
-    pub(crate) fn patch<'a>(
+    fn patch<'a>(
         &mut self,
         removed: impl IntoIterator<Item = &'a EntryView>,
         added: impl IntoIterator<Item = &'a EntryView>,
@@ -197,6 +190,16 @@ impl BriefIndex {
                 thread.open += 1;
             }
             thread.entries.insert(v.clone());
+        }
+    }
+}
+
+impl BriefIndex {
+    fn list_mut(&mut self, list: BriefSectionKind) -> &mut Sorted {
+        match list {
+            BriefSectionKind::Decisions => &mut self.decisions,
+            BriefSectionKind::Pending => &mut self.pending,
+            _ => &mut self.questions,
         }
     }
 
@@ -362,20 +365,10 @@ mod tests {
                 .enumerate()
                 .map(|(n, &(minute, kind, done, subject))| view(n, minute, KINDS[kind], done, subject))
                 .collect();
-            let mut present = vec![false; views.len()];
-            let mut index = BriefIndex::default();
-            for (add, pick) in steps {
-                let i = pick.index(views.len());
-                if add && !present[i] {
-                    present[i] = true;
-                    index.patch([], [&views[i]]);
-                } else if !add && present[i] {
-                    present[i] = false;
-                    index.patch([&views[i]], []);
-                }
-                let left = views.iter().zip(&present).filter(|(_, p)| **p).map(|(v, _)| v);
-                prop_assert_eq!(shape(&index), shape(&BriefIndex::of(left)));
-            }
+            crate::live::walk_patches(&views, &steps, |index: &BriefIndex, left| {
+                prop_assert_eq!(shape(index), shape(&BriefIndex::of(left)));
+                Ok(())
+            })?;
         }
     }
 
