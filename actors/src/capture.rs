@@ -676,8 +676,8 @@ impl OpenLoop {
     }
 }
 
-/// The kinds that restate or settle one another (the rest — summaries,
-/// handoffs, phase changes, updates — are records of their moment).
+/// Whether an entry of `kind` and `status` waits to be settled: a
+/// question, or a task not done.
 fn is_open_loop(kind: EntryKind, status: Option<TaskStatus>) -> bool {
     match kind {
         EntryKind::Question | EntryKind::OpenQuestion => true,

@@ -128,7 +128,7 @@ pub fn find_contradictions<'a>(
 /// The entries that can contradict each other, grouped by what a rule
 /// compares (the rule, the scope and the key), each group oldest first
 /// with the contradictions found inside it. Kept with the live list and
-/// patched with it ([`ContradictionIndex::patch`]): a new version of the
+/// patched with it ([`Patched::patch`]): a new version of the
 /// list compares again only the groups its change touched, where a pass
 /// reads and groups every live entry.
 #[derive(Debug, Default)]

@@ -419,7 +419,9 @@ pub fn restatement_prepared(new: &Prepared, old: &Prepared) -> Option<Restatemen
 }
 
 /// Whether entries of `kind` are compared with new items (restatements,
-/// open loops): decisions, questions, tasks and facts.
+/// open loops): decisions, questions, tasks and facts, the kinds that
+/// restate or settle one another (the rest — summaries, handoffs, phase
+/// changes, updates — are records of their moment).
 ///
 /// ```
 /// use cairn_memory::EntryKind;
@@ -449,10 +451,10 @@ pub struct Comparable {
 
 /// Per work context, the live entries a capture compares new items with
 /// ([`comparable`] kinds, tasks not done), oldest first (new entries are
-/// pushed at the end), each with its
-/// reading. Kept with the live list and patched with it, so a capture
-/// reads its context's entries without a pass over the workspace's (and
-/// without reading them again once they outnumber the readings' memo).
+/// pushed at the end), each with its reading. Kept with the live list and
+/// patched with it, so a capture reads its context's entries without a
+/// pass over the workspace's (and without reading them again once they
+/// outnumber the readings' memo).
 #[derive(Debug, Default)]
 pub(crate) struct ComparableIndex {
     contexts: HashMap<String, Arc<Vec<Comparable>>>,
