@@ -269,8 +269,13 @@ pub(crate) trait Patched: Default {
         added: impl IntoIterator<Item = &'a EntryView>,
     );
 
-    /// The index of `entries` (any order).
+    /// The index of `entries` (any order). Fed to [`Patched::patch`]
+    /// oldest first, so each entry goes in at the newest end of its lists
+    /// (a live list comes newest first: in that order every entry would be
+    /// inserted before all the others, a copy of the list per entry).
     fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> Self {
+        let mut entries: Vec<&EntryView> = entries.into_iter().collect();
+        entries.sort_by(|a, b| b.entry.newest_first(&a.entry));
         let mut index = Self::default();
         index.patch([], entries);
         index
