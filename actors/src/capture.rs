@@ -394,11 +394,20 @@ pub(crate) fn capture(
     let now = ws.clock().now();
     let mut record = load_record(ws, work_context)?;
     let subjects = ws.subjects()?;
-    let sessions: Vec<Session> = ws
-        .sessions(Some(work_context))?
+    // One session when the trigger names it (a session's end): not a read
+    // of every session the context ever had.
+    let candidates = match only_session {
+        Some(id) => match ws.session(id) {
+            Ok(s) if s.work_context == work_context => vec![s],
+            Ok(_) => Vec::new(),
+            Err(e) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e.into()),
+        },
+        None => ws.sessions(Some(work_context))?,
+    };
+    let sessions: Vec<Session> = candidates
         .into_iter()
         .filter(|s| extractable(s, env.extract_all_sessions))
-        .filter(|s| only_session.is_none_or(|only| only == s.id))
         .collect();
 
     let mut phase = record.phase.clone();

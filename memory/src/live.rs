@@ -9,17 +9,22 @@
 //! the shared entries they came before) and a shared back that lists made
 //! from one another share; an entry replaced in the back is skipped, not
 //! removed. A change rebuilds the front only; once the front outgrows the
-//! square root of the list, or the skipped entries pile up, the list is
-//! made again in one piece (so a change costs about the square root of the
-//! list in copies, and a rebuild is paid for by as many changes).
+//! square root of the list, or the skipped entries pass a thirty-second of
+//! it, the list is made again in one piece (so a change costs about the
+//! square root of the list in copies, and a rebuild is paid for by as many
+//! changes).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::log::EntryView;
 
-/// Skipped back entries past which a list is made again in one piece.
+/// Skipped back entries past which a list is made again in one piece: this
+/// many, or one in [`GONE_SHARE`] of the list if more (a fixed number made
+/// a list with many replacements copy itself whole every few changes; a
+/// skipped entry costs a step of a binary search in [`LiveList::get`]).
 const MAX_GONE: usize = 64;
+const GONE_SHARE: usize = 32;
 /// A front this short is never folded into the back.
 const MIN_FRONT: usize = 256;
 
@@ -101,15 +106,21 @@ impl LiveList {
         if i < self.front.len() {
             return self.front.get(i);
         }
-        let mut at = self.start + (i - self.front.len());
-        for &g in &self.gone {
-            if g <= at {
-                at += 1;
+        // Where the entry would be with nothing left out; then past the
+        // left-out entries before it: those whose index, less the left-out
+        // ones before them, is at most that (non-decreasing along `gone`,
+        // so a binary search finds how many).
+        let at = self.start + (i - self.front.len());
+        let (mut lo, mut hi) = (0, self.gone.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.gone[mid] - mid <= at {
+                lo = mid + 1;
             } else {
-                break;
+                hi = mid;
             }
         }
-        self.back.get(at)
+        self.back.get(at + lo)
     }
 
     /// The newest entry.
@@ -246,7 +257,7 @@ impl LiveList {
             start: until,
             gone,
         };
-        let list = if list.gone.len() > MAX_GONE
+        let list = if list.gone.len() > MAX_GONE.max(list.len / GONE_SHARE)
             || (list.front.len() > MIN_FRONT && list.front.len().pow(2) > list.len)
         {
             LiveList::from(list.to_vec())

@@ -882,6 +882,28 @@ impl Workspace {
     /// One entry, with its resolved status.
     pub fn entry(&self, id: &str) -> Result<EntryView> {
         validate_id("entry id", id)?;
+        // From the cached log when it is current: no read of the store's
+        // replacement, alias and maintenance records (each read whole),
+        // which grew with the log (capture asks once per item it keeps).
+        if let Some(log) = self.cached_log_snapshot() {
+            let entry = log
+                .entries
+                .get(id.as_bytes())
+                .ok_or_else(|| MemoryError::EntryNotFound { id: id.to_owned() })?;
+            let (subject, status, decay_at) = self.judge(
+                entry,
+                &log.replacements,
+                &log.aliases,
+                &log.lifecycle,
+                self.now(),
+            );
+            return Ok(EntryView {
+                entry: Arc::clone(entry),
+                subject,
+                status,
+                decay_at,
+            });
+        }
         let entry = self
             .load_entry(id)?
             .ok_or_else(|| MemoryError::EntryNotFound { id: id.to_owned() })?;
@@ -1066,7 +1088,7 @@ impl Workspace {
                 if let Some(old) = from.subject_contexts.get() {
                     let _ = derived.subject_contexts.set(old.patched(
                         &old_views,
-                        &moves.remap,
+                        &moves.removed,
                         &views,
                         &moves.added,
                     ));

@@ -197,19 +197,21 @@ impl LogEntries {
     }
 }
 
-/// Two lists in id order, merged.
+/// Two lists in id order (no id in both), merged. Each entry of the
+/// shorter list finds its place in the longer one by a binary search, and
+/// the run of the longer list before it is copied whole: merging a few
+/// additions into a long log costs the additions in searches, not the
+/// log's length in id comparisons (each a read of two ids on the heap).
 fn merge_by_id(a: &[Arc<Entry>], b: &[Arc<Entry>]) -> Vec<Arc<Entry>> {
+    let (mut long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
     let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
-    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
-        if x.id <= y.id {
-            out.extend(a.next().cloned());
-        } else {
-            out.extend(b.next().cloned());
-        }
+    for e in short {
+        let run = long.partition_point(|x| x.id < e.id);
+        out.extend_from_slice(&long[..run]);
+        out.push(Arc::clone(e));
+        long = &long[run..];
     }
-    out.extend(a.cloned());
-    out.extend(b.cloned());
+    out.extend_from_slice(long);
     out
 }
 
@@ -466,24 +468,19 @@ impl SubjectContexts {
     }
 
     /// The index of `views`, a list patched from `old_views` (whose index
-    /// this is): `remap[i]` is where `old_views[i]` went (`usize::MAX`:
-    /// replaced), `added` the positions of the new entries in `views`.
+    /// this is): `removed` holds the positions in `old_views` of the
+    /// entries the patch replaced, `added` the positions of the new entries
+    /// in `views`.
     pub(crate) fn patched(
         &self,
         old_views: &LiveList,
-        remap: &[usize],
+        removed: &[usize],
         views: &LiveList,
         added: &[usize],
     ) -> SubjectContexts {
         let mut index = self.clone();
-        for (i, _) in remap
-            .iter()
-            .enumerate()
-            .filter(|(_, to)| **to == usize::MAX)
-        {
-            if let Some(v) = old_views.get(i) {
-                index.count(v, false);
-            }
+        for v in removed.iter().filter_map(|&i| old_views.get(i)) {
+            index.count(v, false);
         }
         for v in added.iter().filter_map(|&j| views.get(j)) {
             index.count(v, true);
@@ -566,6 +563,17 @@ pub(crate) fn with_list(
 }
 
 impl LogCache {
+    /// The epoch, with the snapshot when it is of that epoch.
+    fn current(&self) -> (u64, Option<Arc<LogSnapshot>>) {
+        let slot = self.snapshot.lock();
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
+        let snapshot = match slot.as_ref() {
+            Some((at, snapshot)) if *at == epoch => Some(snapshot.clone()),
+            _ => None,
+        };
+        (epoch, snapshot)
+    }
+
     /// Drops the snapshot (and the topic list): the next reader reads the log.
     pub(crate) fn bump(&self) {
         self.changed(None);
@@ -954,26 +962,23 @@ impl Workspace {
         Ok(topics)
     }
 
+    /// The cached memory log, if no write touched the log since it was
+    /// read (else `None`: nothing is read).
+    pub(crate) fn cached_log_snapshot(&self) -> Option<Arc<LogSnapshot>> {
+        self.shared.log_cache(&self.id).current().1
+    }
+
     /// The memory log as it stands: from the cache while no write touched
     /// the log since it was read, else read (and cached) now.
     pub(crate) fn log_snapshot(&self) -> Result<Arc<LogSnapshot>> {
         let cache = self.shared.log_cache(&self.id);
-        let cached = || {
-            let slot = cache.snapshot.lock();
-            let epoch = cache.epoch.load(std::sync::atomic::Ordering::Acquire);
-            let snapshot = match slot.as_ref() {
-                Some((at, snapshot)) if *at == epoch => Some(snapshot.clone()),
-                _ => None,
-            };
-            (epoch, snapshot)
-        };
-        if let (_, Some(snapshot)) = cached() {
+        if let (_, Some(snapshot)) = cache.current() {
             return Ok(snapshot);
         }
         // One rebuild at a time per workspace; whoever waited for it finds
         // the snapshot made (unless a write came meanwhile).
         let _rebuilding = cache.rebuild.lock();
-        let (epoch, snapshot) = cached();
+        let (epoch, snapshot) = cache.current();
         if let Some(snapshot) = snapshot {
             return Ok(snapshot);
         }

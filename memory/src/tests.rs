@@ -252,6 +252,46 @@ fn sessions_lineage_and_state() {
     assert_eq!(ws.record_reset("main").unwrap().resets, 1);
 }
 
+/// `entry` reads from the cached log when it is current, from the store
+/// otherwise: both give the same view (status, resolved subject, decay).
+#[test]
+fn an_entry_is_the_same_from_the_cached_log_and_from_the_store() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let a = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "Al likes tea").about("al"))
+        .unwrap();
+    ws.rename_subject("al", "alice").unwrap();
+    let b = ws
+        .append_entry(&EntryInput::new(EntryKind::Fact, "Al likes coffee").replacing(&a.id))
+        .unwrap();
+    let t = ws
+        .append_entry(&EntryInput::new(EntryKind::Task, "call Al"))
+        .unwrap();
+    let ids = [&a.id, &b.id, &t.id];
+    let from_store: Vec<EntryView> = ids
+        .iter()
+        .map(|id| {
+            ws.shared.log_cache(ws.id()).bump();
+            ws.entry(id).unwrap()
+        })
+        .collect();
+    ws.live_entries().unwrap();
+    assert!(ws.cached_log_snapshot().is_some());
+    let from_log: Vec<EntryView> = ids.iter().map(|id| ws.entry(id).unwrap()).collect();
+    assert_eq!(from_log, from_store);
+    assert_eq!(
+        from_log[0].status,
+        EntryStatus::Replaced { by: b.id.clone() }
+    );
+    assert_eq!(from_log[0].subject.as_deref(), Some("alice"));
+    assert!(
+        ws.entry("01NOSUCHENTRY0000000000000")
+            .unwrap_err()
+            .is_not_found()
+    );
+}
+
 #[test]
 fn replaces_chains_resolve_forward() {
     let fx = Fixture::new();
