@@ -8,11 +8,11 @@
 //! (the newest entries: those added since the shared part was made, and
 //! the shared entries they came before) and a shared back that lists made
 //! from one another share; an entry replaced in the back is skipped, not
-//! removed. A change rebuilds the front only; once the front outgrows the
-//! square root of the list, or the skipped entries pass a thirty-second of
-//! it, the list is made again in one piece (so a change costs about the
-//! square root of the list in copies, and a rebuild is paid for by as many
-//! changes).
+//! removed. A change rebuilds the front only; once the front outgrows
+//! about 2.5 times the square root of the list (`FRONT_SHARE`), or the
+//! skipped entries pass a thirty-second of it, the list is made again in
+//! one piece (so a change costs about the square root of the list in
+//! copies, and a rebuild is paid for by as many changes).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,6 +27,14 @@ const MAX_GONE: usize = 64;
 const GONE_SHARE: usize = 32;
 /// A front this short is never folded into the back.
 const MIN_FRONT: usize = 256;
+/// A front is folded into the back once its square passes this many times
+/// the list: a change copies the front (about half this limit on average),
+/// a fold copies the whole list (once per limit additions), and a fold
+/// costs about three times as much per entry (the shared back's entries
+/// are cold, its old copy is dropped, the new one faulted in: measured at
+/// second 420 of a 450 s loadgen run), so the two balance at a front of
+/// √(2 × 3 × len).
+const FRONT_SHARE: usize = 6;
 
 /// A workspace's live entries, newest first (ties by id): what
 /// [`Workspace::live_entries`](crate::Workspace::live_entries) returns.
@@ -258,7 +266,7 @@ impl LiveList {
             gone,
         };
         let list = if list.gone.len() > MAX_GONE.max(list.len / GONE_SHARE)
-            || (list.front.len() > MIN_FRONT && list.front.len().pow(2) > list.len)
+            || (list.front.len() > MIN_FRONT && list.front.len().pow(2) > FRONT_SHARE * list.len)
         {
             LiveList::from(list.to_vec())
         } else {

@@ -593,6 +593,11 @@ impl Workspace {
             in_batch(index, self.validate_entry(input))?;
         }
         let now = self.now();
+        // Whether an id is taken: from the cached log when it is current
+        // (the caller holds the entries lock, so no entry lands meanwhile),
+        // else from the store (a read that pulls the log's pages from disk
+        // once the log outgrows the page cache).
+        let log = self.cached_log_snapshot();
         let mut generator = ulid::Generator::new();
         let mut ids: Vec<String> = Vec::with_capacity(inputs.len());
         let mut batch_ids: HashMap<String, usize> = HashMap::new();
@@ -606,12 +611,14 @@ impl Workspace {
                     }
                 })?,
             };
-            if batch_ids.contains_key(&id)
-                || self
+            let stored = match &log {
+                Some(log) => log.entries.contains(id.as_bytes()),
+                None => self
                     .store
                     .get(Collection::Entries, id.as_bytes())?
-                    .is_some()
-            {
+                    .is_some(),
+            };
+            if batch_ids.contains_key(&id) || stored {
                 return Err(MemoryError::InBatch {
                     index,
                     source: Box::new(MemoryError::DuplicateEntryId { id }),

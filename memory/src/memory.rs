@@ -167,7 +167,7 @@ impl LogEntries {
     }
 
     /// Whether an entry with this id (as key bytes) is here.
-    fn contains(&self, id: &[u8]) -> bool {
+    pub(crate) fn contains(&self, id: &[u8]) -> bool {
         self.get(id).is_some()
     }
 

@@ -292,6 +292,39 @@ fn an_entry_is_the_same_from_the_cached_log_and_from_the_store() {
     );
 }
 
+/// An id already in the log is refused whether the check reads the cached
+/// log or the store, and nothing of the batch is written.
+#[test]
+fn a_taken_entry_id_is_refused_with_or_without_the_cached_log() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let id = "01JDUPL1CATE0000000000000A";
+    let with_id = |content: &str| EntryInput {
+        id: Some(id.to_owned()),
+        ..EntryInput::new(EntryKind::Fact, content)
+    };
+    ws.append_entry(&with_id("first")).unwrap();
+    for cached in [false, true] {
+        if cached {
+            ws.live_entries().unwrap();
+            assert!(ws.cached_log_snapshot().is_some());
+        } else {
+            ws.shared.log_cache(ws.id()).bump();
+            assert!(ws.cached_log_snapshot().is_none());
+        }
+        let err = ws
+            .append_entries(&[EntryInput::new(EntryKind::Fact, "other"), with_id("again")])
+            .unwrap_err();
+        assert!(
+            matches!(&err, MemoryError::InBatch { index: 1, source } if matches!(**source, MemoryError::DuplicateEntryId { .. })),
+            "{err:?}"
+        );
+        let live = ws.live_entries().unwrap();
+        let texts: Vec<&str> = live.iter().map(|v| v.entry.content.as_str()).collect();
+        assert_eq!(texts, ["first"]);
+    }
+}
+
 #[test]
 fn replaces_chains_resolve_forward() {
     let fx = Fixture::new();
