@@ -130,7 +130,7 @@ fn record(stored: In) -> DecisionRecord {
     DecisionRecord {
         decision_id: DecisionId::from_u128(stored.id),
         world: stored.world,
-        plugin: stored.plugin,
+        plugin: stored.plugin.into(),
         generation: PolicyGenerationId::from_text(stored.generation),
         inputs_digest: InputsDigest::from_bytes(stored.digest),
         output: match stored.output {
@@ -200,7 +200,7 @@ mod tests {
         DecisionRecord {
             decision_id: DecisionId::from_u128(0x0193_5d2c_0000_0000_0000_0000_0000_002a),
             world: WorldKind::SignificanceGate,
-            plugin: "significance-core".to_owned(),
+            plugin: "significance-core".into(),
             generation: PolicyGenerationId::from_text("significance-core@0123456789ab#1".into()),
             inputs_digest: InputsDigest::from_bytes([7; 32]),
             output: DecisionOutput::Significance(SignificanceDecision {

@@ -203,8 +203,9 @@ pub struct DecisionRecord {
     pub decision_id: DecisionId,
     /// The world.
     pub world: WorldKind,
-    /// The plugin's installed name.
-    pub plugin: String,
+    /// The plugin's installed name (shared by the records of a
+    /// generation: a batch of decisions does not copy it per record).
+    pub plugin: Arc<str>,
     /// The generation that decided (or whose fail-safe applied).
     pub generation: PolicyGenerationId,
     /// The BLAKE3 digest of the input.

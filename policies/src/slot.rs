@@ -202,7 +202,7 @@ impl<W: World> PolicySlot<W> {
         let record = DecisionRecord {
             decision_id: decided.decision_id,
             world: W::KIND,
-            plugin: generation.plugin.to_string(),
+            plugin: generation.plugin.clone(),
             generation: decided.generation.clone(),
             inputs_digest: W::digest(input),
             output: W::output(&decided.decision),
@@ -309,7 +309,7 @@ impl<W: World> PolicySlot<W> {
             records.push(DecisionRecord {
                 decision_id: d.decision_id,
                 world: W::KIND,
-                plugin: generation.plugin.to_string(),
+                plugin: generation.plugin.clone(),
                 generation: d.generation.clone(),
                 inputs_digest: W::digest(input),
                 output: W::output(&d.decision),

@@ -48,9 +48,10 @@ macro_rules! mirror_enum {
         }
 
         impl $crate::digest::Feed for $name {
+            #[inline]
             fn feed(&self, h: &mut $crate::digest::Digester) {
                 h.update(self.as_str().as_bytes());
-                h.update(&[0xff]);
+                h.put([0xff]);
             }
         }
     };

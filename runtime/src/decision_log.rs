@@ -174,7 +174,7 @@ impl DecisionQuery {
         if self.world.is_some_and(|w| w != record.world) {
             return false;
         }
-        if self.plugin.as_ref().is_some_and(|p| *p != record.plugin) {
+        if self.plugin.as_deref().is_some_and(|p| p != &*record.plugin) {
             return false;
         }
         if let Some(generation) = &self.generation {

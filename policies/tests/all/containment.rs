@@ -75,7 +75,7 @@ fn check_gate(host: &PolicyHost, sink: &MemorySink, name: &str, bytes: &[u8], ex
         .find(|r| r.decision_id == d.decision_id)
         .expect("fault recorded");
     assert_eq!(record.world, WorldKind::SignificanceGate);
-    assert_eq!(record.plugin, name);
+    assert_eq!(&*record.plugin, name);
     assert_eq!(record.fault().map(|f| f.kind.code()), Some(expected.code()));
     assert_eq!(record.reason_codes(), FAULT_REASONS);
 }

@@ -130,5 +130,5 @@ fn a_call_in_flight_finishes_on_the_old_generation() {
         .find(|r| r.decision_id == finished.decision_id)
         .unwrap();
     assert_eq!(record.generation, old);
-    assert_eq!(record.plugin, "hostile-infinite-loop");
+    assert_eq!(&*record.plugin, "hostile-infinite-loop");
 }
