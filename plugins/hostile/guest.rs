@@ -12,9 +12,9 @@ wit_bindgen::generate!({
         package cairn:hostile;
 
         world hostile {
-            include cairn:policy/significance-gate@0.1.2;
-            include cairn:policy/topic-directive@0.1.2;
-            include cairn:policy/memory-policy-assembly@0.1.2;
+            include cairn:policy/significance-gate@0.1.3;
+            include cairn:policy/topic-directive@0.1.3;
+            include cairn:policy/memory-policy-assembly@0.1.3;
         }
     "#,
     path: "../../../wit",

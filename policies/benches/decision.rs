@@ -226,7 +226,8 @@ fn criterion_groups(c: &mut Criterion, f: &Fixture) {
     // An assembly's 50 candidates: one call each (the baseline, as before
     // 0.1.1) against one batched call (target: <= 50 µs). The requests
     // share their asker, as an assembly's do, so the batched call is the
-    // default plugin's `decide-candidates` (0.1.2).
+    // default plugin's `decide-interned` (0.1.3): seven sessions and one
+    // work context among the 50, each passed once.
     let mut g = c.benchmark_group("plugin_call/memory_policy_50");
     g.throughput(Throughput::Elements(f.batch.len() as u64));
     g.bench_function("50 single calls (baseline)", |b| {

@@ -55,3 +55,14 @@ pub(crate) mod memory_assembly {
         },
     });
 }
+
+pub(crate) mod memory_interned {
+    wasmtime::component::bindgen!({
+        world: "memory-policy-interned",
+        path: "../wit",
+        with: {
+            "cairn:policy/types": crate::bindings::significance::cairn::policy::types,
+            "cairn:policy/memory": crate::bindings::memory::cairn::policy::memory,
+        },
+    });
+}

@@ -27,6 +27,7 @@
 //!
 //! [`ReasonCode`]: crate::ReasonCode
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -145,7 +146,7 @@ fn record(stored: In) -> DecisionRecord {
         },
         duration: Duration::from_nanos(stored.nanos),
         fuel_consumed: stored.fuel,
-        session: stored.session,
+        session: stored.session.map(Arc::from),
     }
 }
 
@@ -214,7 +215,7 @@ mod tests {
             outcome: Outcome::Plugin,
             duration: Duration::from_micros(42),
             fuel_consumed: Some(1_234),
-            session: Some("s1".to_owned()),
+            session: Some("s1".into()),
         }
     }
 

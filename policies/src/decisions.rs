@@ -222,7 +222,7 @@ pub struct DecisionRecord {
     /// `forget` of that session finds the records about it and scrubs them
     /// (this field and the plugin's free-text note, which may quote it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    pub session: Option<Arc<str>>,
 }
 
 impl DecisionRecord {

@@ -15,12 +15,13 @@ use wasmtime::component::InstancePre;
 use crate::bindings::memory as b;
 use crate::bindings::memory_assembly as ba;
 use crate::bindings::memory_batch as bb;
+use crate::bindings::memory_interned as bi;
 use crate::decisions::DecisionOutput;
 use crate::digest::{Digester, Feed, InputsDigest};
 use crate::fault::{self, Fault};
 use crate::store::StoreState;
 use crate::vocab::{ReasonCode, mirror_enum};
-use crate::world::{MemoryPolicy, World, WorldKind};
+use crate::world::{Answers, MemoryPolicy, World, WorldKind};
 
 use b::cairn::policy::memory as wm;
 use wm::{
@@ -491,6 +492,106 @@ fn with_wit_candidates<R>(
     })
 }
 
+/// The largest call whose names a thread keeps for the next.
+const MAX_KEPT_NAMES: usize = 4096;
+
+/// A call's names: every distinct work-context and session id of its
+/// candidates, once, in the order first met; a per-thread list whose
+/// strings' buffers are kept between calls.
+#[derive(Default)]
+struct Names {
+    names: Vec<String>,
+    len: usize,
+}
+
+impl Names {
+    /// The index of `name`, added if it is new to this call. A call has a
+    /// few distinct contexts and sessions, so a scan of them is cheaper
+    /// than hashing.
+    fn index(&mut self, name: Option<&String>) -> Option<u32> {
+        let name = name?;
+        let found = self.names[..self.len].iter().position(|n| n == name);
+        let i = found.unwrap_or_else(|| {
+            match self.names.get_mut(self.len) {
+                Some(slot) => slot.clone_from(name),
+                None => self.names.push(name.clone()),
+            }
+            self.len += 1;
+            self.len - 1
+        });
+        u32::try_from(i).ok()
+    }
+}
+
+/// Calls `f` with the asker of `shared` (which every request of `inputs`
+/// has: see [`shared_asker`]), the candidates' work-context and session ids
+/// once each, and the candidates naming them by index, in the generated
+/// bindings' form, converted into per-thread lists kept between calls (as
+/// [`with_wit_requests`]).
+fn with_wit_interned<R>(
+    shared: &PolicyRequest,
+    inputs: &[PolicyRequest],
+    f: impl FnOnce(&wm::Asker, &[String], &[wm::InternedCandidate]) -> R,
+) -> R {
+    thread_local! {
+        static KEPT: RefCell<(Names, Vec<wm::InternedCandidate>)> =
+            RefCell::new((Names::default(), Vec::new()));
+    }
+    let asker = asker_of(shared);
+    // Fills `candidates` from `inputs` (a slot kept from an earlier call
+    // keeps its id's buffer) and returns how many it holds for this call.
+    let fill = |names: &mut Names, candidates: &mut Vec<wm::InternedCandidate>| {
+        names.len = 0;
+        for (k, r) in inputs.iter().enumerate() {
+            let o = &r.object_ref;
+            let work_context = names.index(o.work_context_id.as_ref());
+            let session = names.index(o.session_id.as_ref());
+            let id = match candidates.get_mut(k) {
+                Some(slot) => {
+                    slot.id.clone_from(&o.id);
+                    std::mem::take(&mut slot.id)
+                }
+                None => o.id.clone(),
+            };
+            let candidate = wm::InternedCandidate {
+                kind: o.kind.into(),
+                id,
+                work_context,
+                session,
+                sensitivity: o.sensitivity.into(),
+                low_trust: o.low_trust,
+                lineage_permitted: r.lineage_permitted,
+            };
+            match candidates.get_mut(k) {
+                Some(slot) => *slot = candidate,
+                None => candidates.push(candidate),
+            }
+        }
+        inputs.len()
+    };
+    KEPT.with(|kept| {
+        let Ok(mut kept) = kept.try_borrow_mut() else {
+            let (mut names, mut candidates) = (Names::default(), Vec::new());
+            fill(&mut names, &mut candidates);
+            return f(&asker, &names.names[..names.len], &candidates);
+        };
+        let (names, candidates) = &mut *kept;
+        let n = fill(names, candidates);
+        let out = f(&asker, &names.names[..names.len], &candidates[..n]);
+        candidates.truncate(MAX_KEPT_REQUESTS);
+        names.names.truncate(MAX_KEPT_NAMES);
+        out
+    })
+}
+
+/// A `decide-interned` answer as the host checks any batched answer.
+fn answers_of(verdicts: wm::Verdicts) -> Answers<b::MemoryPolicyDecision> {
+    Answers {
+        decisions: verdicts.decisions,
+        picks: verdicts.picks,
+    }
+}
+
 fn accept(
     raw: b::MemoryPolicyDecision,
     max_output_bytes: usize,
@@ -523,14 +624,16 @@ fn accept(
 }
 
 /// A memory-policy component, type-checked: one that also takes an
-/// assembly's candidates with their asker once (`memory-policy-assembly`,
-/// 0.1.2), one that exports the batched call (`memory-policy-batch`, 0.1.1)
-/// or one that only decides one request at a time (`memory-policy`); all
-/// are served.
+/// assembly's candidates with their contexts and sessions interned
+/// (`memory-policy-interned`, 0.1.3), one that takes them with their asker
+/// once (`memory-policy-assembly`, 0.1.2), one that exports the batched call
+/// (`memory-policy-batch`, 0.1.1) or one that only decides one request at a
+/// time (`memory-policy`); all are served.
 #[derive(Clone)]
 #[doc(hidden)]
 #[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
 pub enum MemoryPre {
+    Interned(bi::MemoryPolicyInternedPre<StoreState>),
     Assembly(ba::MemoryPolicyAssemblyPre<StoreState>),
     Batch(bb::MemoryPolicyBatchPre<StoreState>),
     Single(b::MemoryPolicyPre<StoreState>),
@@ -540,6 +643,7 @@ pub enum MemoryPre {
 #[doc(hidden)]
 #[allow(missing_debug_implementations, reason = "holds wasmtime handles")]
 pub enum MemoryInstance {
+    Interned(bi::MemoryPolicyInterned),
     Assembly(ba::MemoryPolicyAssembly),
     Batch(bb::MemoryPolicyBatch),
     Single(b::MemoryPolicy),
@@ -556,6 +660,9 @@ impl World for MemoryPolicy {
     type Raw = b::MemoryPolicyDecision;
 
     fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        if let Ok(interned) = bi::MemoryPolicyInternedPre::new(pre.clone()) {
+            return Ok(MemoryPre::Interned(interned));
+        }
         if let Ok(assembly) = ba::MemoryPolicyAssemblyPre::new(pre.clone()) {
             return Ok(MemoryPre::Assembly(assembly));
         }
@@ -570,6 +677,7 @@ impl World for MemoryPolicy {
         store: &mut Store<StoreState>,
     ) -> wasmtime::Result<Self::Instance> {
         match pre {
+            MemoryPre::Interned(pre) => pre.instantiate(store).map(MemoryInstance::Interned),
             MemoryPre::Assembly(pre) => pre.instantiate(store).map(MemoryInstance::Assembly),
             MemoryPre::Batch(pre) => pre.instantiate(store).map(MemoryInstance::Batch),
             MemoryPre::Single(pre) => pre.instantiate(store).map(MemoryInstance::Single),
@@ -582,6 +690,7 @@ impl World for MemoryPolicy {
         input: &Self::Input,
     ) -> wasmtime::Result<Self::Raw> {
         match instance {
+            MemoryInstance::Interned(i) => i.call_decide(store, &to_wit(input)),
             MemoryInstance::Assembly(i) => i.call_decide(store, &to_wit(input)),
             MemoryInstance::Batch(i) => i.call_decide(store, &to_wit(input)),
             MemoryInstance::Single(i) => i.call_decide(store, &to_wit(input)),
@@ -592,19 +701,35 @@ impl World for MemoryPolicy {
         instance: &Self::Instance,
         store: &mut Store<StoreState>,
         inputs: &[Self::Input],
-    ) -> Option<wasmtime::Result<Vec<Self::Raw>>> {
+    ) -> Option<wasmtime::Result<Answers<Self::Raw>>> {
         match instance {
-            MemoryInstance::Assembly(i) => Some(match shared_asker(inputs) {
-                Some(shared) => with_wit_candidates(shared, inputs, |asker, candidates| {
-                    i.call_decide_candidates(&mut *store, asker, candidates)
-                }),
+            MemoryInstance::Interned(i) => Some(match shared_asker(inputs) {
+                Some(shared) => with_wit_interned(shared, inputs, |asker, names, candidates| {
+                    i.call_decide_interned(&mut *store, asker, names, candidates)
+                })
+                .map(answers_of),
                 None => with_wit_requests(inputs, |requests| {
                     i.call_decide_batch(&mut *store, requests)
-                }),
+                })
+                .map(Answers::each),
             }),
-            MemoryInstance::Batch(i) => Some(with_wit_requests(inputs, |requests| {
-                i.call_decide_batch(&mut *store, requests)
-            })),
+            MemoryInstance::Assembly(i) => Some(
+                match shared_asker(inputs) {
+                    Some(shared) => with_wit_candidates(shared, inputs, |asker, candidates| {
+                        i.call_decide_candidates(&mut *store, asker, candidates)
+                    }),
+                    None => with_wit_requests(inputs, |requests| {
+                        i.call_decide_batch(&mut *store, requests)
+                    }),
+                }
+                .map(Answers::each),
+            ),
+            MemoryInstance::Batch(i) => Some(
+                with_wit_requests(inputs, |requests| {
+                    i.call_decide_batch(&mut *store, requests)
+                })
+                .map(Answers::each),
+            ),
             MemoryInstance::Single(_) => None,
         }
     }
@@ -675,6 +800,33 @@ mod tests {
             accept(raw, 1024).map_err(|f| f.kind),
             Err(FaultKind::InvalidOutput)
         );
+    }
+
+    #[test]
+    fn the_default_policy_takes_its_candidates_interned() {
+        let config = crate::HostConfig::default().prewarm_instances(0);
+        let host =
+            crate::PolicyHost::new(config, std::sync::Arc::new(crate::MemorySink::default()))
+                .unwrap();
+        let prepared = host
+            .prepare::<MemoryPolicy>("memory-policy-default", crate::defaults::MEMORY_POLICY.wasm)
+            .unwrap();
+        assert!(matches!(prepared.pre, MemoryPre::Interned(_)));
+    }
+
+    #[test]
+    fn names_are_interned_once_each_in_the_order_met() {
+        let mut names = Names::default();
+        let (a, b) = ("wc-a".to_owned(), "s-b".to_owned());
+        assert_eq!(names.index(Some(&a)), Some(0));
+        assert_eq!(names.index(None), None);
+        assert_eq!(names.index(Some(&b)), Some(1));
+        assert_eq!(names.index(Some(&a)), Some(0));
+        assert_eq!(&names.names[..names.len], [a.clone(), b.clone()]);
+        // The next call starts empty and reuses the buffers.
+        names.len = 0;
+        assert_eq!(names.index(Some(&b)), Some(0));
+        assert_eq!(&names.names[..names.len], [b]);
     }
 
     #[test]

@@ -39,7 +39,7 @@ use wasmtime::Store;
 
 use crate::decisions::{DecisionId, DecisionRecord, Outcome, PolicyGenerationId};
 use crate::error::{PolicyError, Result};
-use crate::fault::{self, Fault, FaultKind};
+use crate::fault::{Fault, FaultKind};
 use crate::host::{HostInner, Limits, PreparedPlugin};
 use crate::store::StoreState;
 use crate::vocab::ReasonCode;
@@ -209,7 +209,7 @@ impl<W: World> PolicySlot<W> {
             outcome: decided.outcome.clone(),
             duration,
             fuel_consumed,
-            session: W::session_of(input).map(str::to_owned),
+            session: W::session_of(input).map(Arc::from),
         };
         self.inner
             .host
@@ -298,6 +298,7 @@ impl<W: World> PolicySlot<W> {
         let mut decided = Vec::with_capacity(inputs.len());
         let mut records = Vec::with_capacity(inputs.len());
         let ids = DecisionId::run(inputs.len());
+        let mut sessions = SharedNames::default();
         for ((input, (decision, outcome)), decision_id) in inputs.iter().zip(judged).zip(ids) {
             let d = Decided {
                 decision,
@@ -321,7 +322,7 @@ impl<W: World> PolicySlot<W> {
                 } else {
                     None
                 },
-                session: W::session_of(input).map(str::to_owned),
+                session: sessions.get(W::session_of(input)),
             });
             decided.push(d);
         }
@@ -589,15 +590,9 @@ impl<W: World> Generation<W> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let used = fuel.saturating_sub(warm.store.get_fuel().unwrap_or(0));
         let checked = match result {
-            Ok(raws) if raws.len() == inputs.len() => raws
-                .into_iter()
-                .map(|raw| W::accept(raw, self.limits.max_output_bytes))
-                .collect::<Result<Vec<_>, Fault>>(),
-            Ok(raws) => Err(fault::invalid(format!(
-                "{} decisions for {} requests",
-                raws.len(),
-                inputs.len()
-            ))),
+            Ok(answers) => answers.accept(inputs.len(), |raw| {
+                W::accept(raw, self.limits.max_output_bytes)
+            }),
             Err(err) => Err(Fault::from_call_error(
                 &err,
                 warm.store.data().memory_denied(),
@@ -794,5 +789,52 @@ impl Breaker {
     fn reset(&self) {
         self.consecutive.store(0, Ordering::Relaxed);
         self.open.store(false, Ordering::Release);
+    }
+}
+
+/// The session names of one batch's records, each allocated once and
+/// shared by the records about it (an assembly's candidates come from a
+/// handful of sessions).
+#[derive(Default)]
+struct SharedNames(Vec<Arc<str>>);
+
+impl SharedNames {
+    /// How many of the names made last are looked through: a batch of
+    /// many sessions costs a bounded scan per record.
+    const LOOK_BACK: usize = 16;
+
+    /// `name` as a shared string: one made for this batch, or a new one.
+    fn get(&mut self, name: Option<&str>) -> Option<Arc<str>> {
+        let name = name?;
+        let mut recent = self.0.iter().rev().take(Self::LOOK_BACK);
+        if let Some(shared) = recent.find(|n| &***n == name) {
+            return Some(shared.clone());
+        }
+        let shared: Arc<str> = Arc::from(name);
+        self.0.push(shared.clone());
+        Some(shared)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_shares_one_string_per_session() {
+        let mut names = SharedNames::default();
+        let a = names.get(Some("s-a")).unwrap();
+        let b = names.get(Some("s-b")).unwrap();
+        assert_eq!(names.get(None), None);
+        assert!(Arc::ptr_eq(&a, &names.get(Some("s-a")).unwrap()));
+        assert!(Arc::ptr_eq(&b, &names.get(Some("s-b")).unwrap()));
+        assert_eq!(&*a, "s-a");
+        // Past the look-back a name is made again, equal but not shared.
+        for i in 0..SharedNames::LOOK_BACK {
+            names.get(Some(&format!("s-{i}")));
+        }
+        let again = names.get(Some("s-a")).unwrap();
+        assert_eq!(again, a);
+        assert!(!Arc::ptr_eq(&again, &a));
     }
 }

@@ -948,7 +948,7 @@ mod tests {
         let made = tempfile::tempdir().map_err(io)?;
         let mut r = decisions(made.path(), 12)?;
         for i in [0, 2, 4, 5] {
-            r[i].session = Some("s1".to_owned());
+            r[i].session = Some("s1".into());
         }
         let dir = tempfile::tempdir().map_err(io)?;
         let memory = fresh(dir.path())?;

@@ -19,7 +19,7 @@
 //!    learned from beyond its scope.
 
 wit_bindgen::generate!({
-    world: "memory-policy-assembly",
+    world: "memory-policy-interned",
     path: "../../wit",
 });
 
@@ -49,7 +49,7 @@ impl Guest for DefaultPolicy {
             surface_ref,
             requesting_work_context_id,
         };
-        judge(&asker, &object_ref, lineage_permitted)
+        judge(&asker, &Object::of(&object_ref), lineage_permitted).finish()
     }
 
     /// One call for every candidate of an assembly: the same rules, applied
@@ -62,21 +62,71 @@ impl Guest for DefaultPolicy {
     fn decide_candidates(asker: Asker, candidates: Vec<Candidate>) -> Vec<MemoryPolicyDecision> {
         candidates
             .iter()
-            .map(|c| judge(&asker, &c.object_ref, c.lineage_permitted))
+            .map(|c| judge(&asker, &Object::of(&c.object_ref), c.lineage_permitted).finish())
             .collect()
+    }
+
+    /// The same rules for each candidate, its context looked up in
+    /// `names`; each distinct decision is answered once.
+    fn decide_interned(
+        asker: Asker,
+        names: Vec<String>,
+        candidates: Vec<InternedCandidate>,
+    ) -> Verdicts {
+        let name = |i: Option<u32>| i.and_then(|i| names.get(i as usize)).map(String::as_str);
+        let mut drafts: Vec<Draft> = Vec::new();
+        let picks = candidates
+            .iter()
+            .map(|c| {
+                let object = Object {
+                    work_context_id: name(c.work_context),
+                    sensitivity: c.sensitivity,
+                    low_trust: c.low_trust,
+                };
+                let draft = judge(&asker, &object, c.lineage_permitted);
+                let pick = match drafts.iter().position(|d| *d == draft) {
+                    Some(i) => i,
+                    None => {
+                        drafts.push(draft);
+                        drafts.len() - 1
+                    }
+                };
+                pick as u32
+            })
+            .collect();
+        Verdicts {
+            decisions: drafts.into_iter().map(Draft::finish).collect(),
+            picks,
+        }
+    }
+}
+
+/// What the rules read of an object.
+struct Object<'a> {
+    work_context_id: Option<&'a str>,
+    sensitivity: Sensitivity,
+    low_trust: bool,
+}
+
+impl<'a> Object<'a> {
+    fn of(r: &'a ContentReference) -> Self {
+        Object {
+            work_context_id: r.work_context_id.as_deref(),
+            sensitivity: r.sensitivity,
+            low_trust: r.low_trust,
+        }
     }
 }
 
 /// The rules, for `object` as `asker` asks about it.
-fn judge(
-    asker: &Asker,
-    object: &ContentReference,
-    lineage_permitted: bool,
-) -> MemoryPolicyDecision {
+fn judge(asker: &Asker, object: &Object<'_>, lineage_permitted: bool) -> Draft {
     let mut d = Draft::default();
 
     // 1. Context.
-    match (&asker.requesting_work_context_id, &object.work_context_id) {
+    match (
+        asker.requesting_work_context_id.as_deref(),
+        object.work_context_id,
+    ) {
         (Some(from), Some(of)) if from != of => {
             d.reason(ReasonCode::CrossContext);
             if lineage_permitted {
@@ -188,11 +238,12 @@ fn judge(
     if d.reason_codes.is_empty() {
         d.reason(ReasonCode::DefaultRule);
     }
-    d.finish()
+    d
 }
 
 /// A decision being built: starts fully permissive for a local use and is
-/// only ever narrowed.
+/// only ever narrowed. Two drafts that are equal finish as equal decisions.
+#[derive(PartialEq)]
 struct Draft {
     content_fidelity: ContentFidelity,
     locality: Locality,

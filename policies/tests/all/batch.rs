@@ -1,5 +1,6 @@
-//! The batched memory policy (`memory-policy-batch`, 0.1.1, and
-//! `memory-policy-assembly`, 0.1.2): one plugin call and one decision-log
+//! The batched memory policy (`memory-policy-batch`, 0.1.1,
+//! `memory-policy-assembly`, 0.1.2, and `memory-policy-interned`, 0.1.3,
+//! which the default policy implements): one plugin call and one decision-log
 //! record for many requests, the same decisions as one call each (whether
 //! the requests share their asker or not), a plugin built for the
 //! single-request world still served, and a fault in a batch contained for
@@ -88,6 +89,12 @@ fn one_asker_requests() -> Vec<PolicyRequest> {
             if j >= 2 {
                 request.object_ref.work_context_id = Some("elsewhere".into());
             }
+            // Sessions shared by some candidates and not others, and
+            // objects without a context or a session, as an assembly's.
+            request.object_ref.session_id = (j != 1).then(|| format!("s-{}", (i + j) % 3));
+            if i == 3 && j == 0 {
+                request.object_ref.work_context_id = None;
+            }
             request.lineage_permitted = j == 3;
             request.object_ref.low_trust = j == 1;
             out.push(request);
@@ -153,6 +160,84 @@ fn a_batch_decides_as_one_call_each(requests: Vec<PolicyRequest>) {
     );
 }
 
+/// A sensitivity from a number.
+fn sensitivity(n: u8) -> Sensitivity {
+    match n % 4 {
+        0 => Sensitivity::Normal,
+        1 => Sensitivity::Personal,
+        2 => Sensitivity::Confidential,
+        _ => Sensitivity::Secret,
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Whatever contexts and sessions an assembly's candidates share (the
+    /// default policy takes them interned, and answers each distinct
+    /// decision once), the batch decides as one call each.
+    #[test]
+    fn any_assembly_is_decided_as_one_call_each(
+        candidates in proptest::collection::vec(
+            (0u8..4, 0u8..5, 0u8..4, proptest::bool::ANY, proptest::bool::ANY),
+            1..60,
+        ),
+        destination in 0u8..3,
+    ) {
+        let destination = [Destination::LocalModel, Destination::CloudModel, Destination::UserVisibleUi]
+            [usize::from(destination)];
+        let requests: Vec<PolicyRequest> = candidates
+            .iter()
+            .enumerate()
+            .map(|(n, &(context, session, level, low_trust, lineage))| {
+                let mut r = policy_request(&format!("e-{n}"), destination);
+                r.object_ref.work_context_id = match context {
+                    0 => None,
+                    1 => Some("wc-test".into()),
+                    c => Some(format!("wc-{c}")),
+                };
+                r.object_ref.session_id = (session > 0).then(|| format!("s-{session}"));
+                r.object_ref.sensitivity = sensitivity(level);
+                r.object_ref.low_trust = low_trust;
+                r.lineage_permitted = lineage;
+                r
+            })
+            .collect();
+        let slot = default_policy_slot();
+        let one_by_one: Vec<MemoryPolicyDecision> = requests
+            .iter()
+            .map(|r| slot.decide(r).unwrap().decision)
+            .collect();
+        let calls_before = slot.status().calls;
+        let batched: Vec<MemoryPolicyDecision> = slot
+            .decide_many(&requests)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.decision)
+            .collect();
+        proptest::prop_assert_eq!(slot.status().calls, calls_before + 1);
+        proptest::prop_assert_eq!(batched, one_by_one);
+    }
+}
+
+/// One slot of the default policy, shared by the property's cases.
+fn default_policy_slot() -> &'static PolicySlot<MemoryPolicy> {
+    static SLOT: std::sync::OnceLock<(PolicyHost, PolicySlot<MemoryPolicy>)> =
+        std::sync::OnceLock::new();
+    let (_, slot) = SLOT.get_or_init(|| {
+        let (host, _) = host_with_batches();
+        let slot = host
+            .slot(
+                &host
+                    .prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)
+                    .unwrap(),
+            )
+            .unwrap();
+        (host, slot)
+    });
+    slot
+}
+
 #[test]
 fn a_batch_passes_its_asker_once_only_when_every_request_has_it() {
     // The hostile guests note which call served a decision.
@@ -193,6 +278,32 @@ fn a_batch_passes_its_asker_once_only_when_every_request_has_it() {
         assert_eq!(decided.len(), mixed.len());
         assert!(served_by_candidates(&decided).iter().all(|&c| !c));
     }
+}
+
+#[test]
+fn a_plugin_built_against_0_1_2_is_still_served_with_one_call_a_batch() {
+    let old = include_bytes!("../fixtures/memory-policy-default-0.1.2.wasm");
+    let (host, _) = host_with_batches();
+    let old_slot = host
+        .slot(
+            &host
+                .prepare::<MemoryPolicy>("memory-policy-default-0-1-2", old)
+                .unwrap(),
+        )
+        .unwrap();
+    let requests = one_asker_requests();
+    let calls_before = old_slot.status().calls;
+
+    let decided = old_slot.decide_many(&requests).unwrap();
+
+    assert_eq!(old_slot.status().calls, calls_before + 1, "one plugin call");
+    assert!(decided.iter().all(|d| d.outcome.is_plugin()));
+    // The same rules then and now: the same decisions as today's default.
+    let today = default_policy_slot().decide_many(&requests).unwrap();
+    let decisions = |d: &[Decided<MemoryPolicyDecision>]| -> Vec<MemoryPolicyDecision> {
+        d.iter().map(|d| d.decision.clone()).collect()
+    };
+    assert_eq!(decisions(&decided), decisions(&today));
 }
 
 #[test]
