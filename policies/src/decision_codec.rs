@@ -246,8 +246,8 @@ mod tests {
                 locality: Locality::LocalOnly,
                 learning_scope: LearningScope::SameScopeOnly,
                 mutation_authority: MutationAuthority::CandidateOnly,
-                obligations: vec![PolicyObligation::AuditLog, PolicyObligation::LabelLowTrust],
-                reason_codes: vec![ReasonCode::FailSafe, ReasonCode::PluginFault],
+                obligations: [PolicyObligation::AuditLog, PolicyObligation::LabelLowTrust].into(),
+                reason_codes: [ReasonCode::FailSafe, ReasonCode::PluginFault].into(),
                 note: Some("ünïcode ✓".to_owned()),
             });
             record.outcome = outcome;

@@ -7,6 +7,7 @@
 //! lets content out.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use wasmtime::Store;
@@ -295,10 +296,11 @@ pub struct MemoryPolicyDecision {
     pub learning_scope: LearningScope,
     /// What may be written because of it.
     pub mutation_authority: MutationAuthority,
-    /// What the host must do alongside.
-    pub obligations: Vec<PolicyObligation>,
-    /// Why.
-    pub reason_codes: Vec<ReasonCode>,
+    /// What the host must do alongside. Shared, not copied, between the
+    /// candidates of a batch that got the same decision.
+    pub obligations: Arc<[PolicyObligation]>,
+    /// Why (shared as `obligations` is).
+    pub reason_codes: Arc<[ReasonCode]>,
     /// The plugin's free-text note, if any.
     pub note: Option<String>,
 }
@@ -744,8 +746,8 @@ impl World for MemoryPolicy {
             locality: Locality::Blocked,
             learning_scope: LearningScope::None,
             mutation_authority: MutationAuthority::None,
-            obligations: vec![PolicyObligation::AuditLog],
-            reason_codes: vec![ReasonCode::FailSafe, cause],
+            obligations: [PolicyObligation::AuditLog].into(),
+            reason_codes: [ReasonCode::FailSafe, cause].into(),
             note: None,
         }
     }

@@ -373,7 +373,7 @@ fn a_fault_in_a_batch_gives_every_request_the_fail_safe() {
             );
             assert!(!d.decision.allows_content(), "{name}: fail-safe must deny");
             assert_eq!(
-                d.decision.reason_codes,
+                *d.decision.reason_codes,
                 [ReasonCode::FailSafe, ReasonCode::PluginFault]
             );
         }

@@ -134,7 +134,7 @@ fn check_memory(host: &PolicyHost, name: &str, bytes: &[u8], expected: FaultKind
     assert_eq!(d.decision.locality, Locality::Blocked);
     assert_eq!(d.decision.learning_scope, LearningScope::None);
     assert_eq!(d.decision.mutation_authority, MutationAuthority::None);
-    assert_eq!(d.decision.reason_codes, FAULT_REASONS);
+    assert_eq!(*d.decision.reason_codes, FAULT_REASONS);
     let after = slot
         .decide(&policy_request("e-1", Destination::LocalModel))
         .unwrap();
