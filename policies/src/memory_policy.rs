@@ -7,6 +7,7 @@
 //! lets content out.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -504,24 +505,58 @@ const MAX_KEPT_NAMES: usize = 4096;
 struct Names {
     names: Vec<String>,
     len: usize,
+    /// The index of each name, once a call has more than [`Names::SCAN`].
+    many: HashMap<String, u32>,
 }
 
 impl Names {
-    /// The index of `name`, added if it is new to this call. A call has a
-    /// few distinct contexts and sessions, so a scan of them is cheaper
-    /// than hashing.
+    /// Up to this many names, a name is found by a scan (an assembly's
+    /// candidates come from a few contexts and sessions: cheaper than
+    /// hashing); past it, by a map, so a call of many sessions stays linear.
+    const SCAN: usize = 32;
+
+    /// Starts a call's names.
+    fn clear(&mut self) {
+        self.len = 0;
+        self.many.clear();
+    }
+
+    /// This call's names, in the order first met.
+    fn as_slice(&self) -> &[String] {
+        &self.names[..self.len]
+    }
+
+    /// The index of `name`, added if it is new to this call.
     fn index(&mut self, name: Option<&String>) -> Option<u32> {
         let name = name?;
-        let found = self.names[..self.len].iter().position(|n| n == name);
-        let i = found.unwrap_or_else(|| {
-            match self.names.get_mut(self.len) {
-                Some(slot) => slot.clone_from(name),
-                None => self.names.push(name.clone()),
+        let found = if self.len <= Self::SCAN {
+            self.as_slice()
+                .iter()
+                .position(|n| n == name)
+                .and_then(|i| u32::try_from(i).ok())
+        } else {
+            self.many.get(name.as_str()).copied()
+        };
+        if found.is_some() {
+            return found;
+        }
+        let i = u32::try_from(self.len).ok()?;
+        match self.names.get_mut(self.len) {
+            Some(slot) => slot.clone_from(name),
+            None => self.names.push(name.clone()),
+        }
+        self.len += 1;
+        if self.len > Self::SCAN {
+            if self.many.is_empty() {
+                self.many = (0u32..)
+                    .zip(self.as_slice())
+                    .map(|(k, n)| (n.clone(), k))
+                    .collect();
+            } else {
+                self.many.insert(name.clone(), i);
             }
-            self.len += 1;
-            self.len - 1
-        });
-        u32::try_from(i).ok()
+        }
+        Some(i)
     }
 }
 
@@ -543,7 +578,7 @@ fn with_wit_interned<R>(
     // Fills `candidates` from `inputs` (a slot kept from an earlier call
     // keeps its id's buffer) and returns how many it holds for this call.
     let fill = |names: &mut Names, candidates: &mut Vec<wm::InternedCandidate>| {
-        names.len = 0;
+        names.clear();
         for (k, r) in inputs.iter().enumerate() {
             let o = &r.object_ref;
             let work_context = names.index(o.work_context_id.as_ref());
@@ -575,11 +610,11 @@ fn with_wit_interned<R>(
         let Ok(mut kept) = kept.try_borrow_mut() else {
             let (mut names, mut candidates) = (Names::default(), Vec::new());
             fill(&mut names, &mut candidates);
-            return f(&asker, &names.names[..names.len], &candidates);
+            return f(&asker, names.as_slice(), &candidates);
         };
         let (names, candidates) = &mut *kept;
         let n = fill(names, candidates);
-        let out = f(&asker, &names.names[..names.len], &candidates[..n]);
+        let out = f(&asker, names.as_slice(), &candidates[..n]);
         candidates.truncate(MAX_KEPT_REQUESTS);
         names.names.truncate(MAX_KEPT_NAMES);
         out
@@ -824,11 +859,28 @@ mod tests {
         assert_eq!(names.index(None), None);
         assert_eq!(names.index(Some(&b)), Some(1));
         assert_eq!(names.index(Some(&a)), Some(0));
-        assert_eq!(&names.names[..names.len], [a.clone(), b.clone()]);
+        assert_eq!(names.as_slice(), [a.clone(), b.clone()]);
         // The next call starts empty and reuses the buffers.
-        names.len = 0;
+        names.clear();
         assert_eq!(names.index(Some(&b)), Some(0));
-        assert_eq!(&names.names[..names.len], [b]);
+        assert_eq!(names.as_slice(), [b]);
+    }
+
+    #[test]
+    fn many_names_are_interned_once_each_past_the_scan() {
+        let mut names = Names::default();
+        for round in 0..2 {
+            names.clear();
+            let all: Vec<String> = (0..200).map(|i| format!("s-{round}-{i}")).collect();
+            for (i, name) in all.iter().enumerate() {
+                assert_eq!(names.index(Some(name)), u32::try_from(i).ok());
+            }
+            // Every one again, early and late, keeps its index.
+            for (i, name) in all.iter().enumerate().rev() {
+                assert_eq!(names.index(Some(name)), u32::try_from(i).ok());
+            }
+            assert_eq!(names.as_slice(), all);
+        }
     }
 
     #[test]

@@ -113,15 +113,19 @@ fn a_batch_with_one_asker_is_one_call_with_the_same_decisions() {
     a_batch_decides_as_one_call_each(one_asker_requests());
 }
 
+/// A slot of the default memory policy on `host`.
+fn default_slot(host: &PolicyHost) -> PolicySlot<MemoryPolicy> {
+    host.slot(
+        &host
+            .prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
 fn a_batch_decides_as_one_call_each(requests: Vec<PolicyRequest>) {
     let (host, sink) = host_with_batches();
-    let slot = host
-        .slot(
-            &host
-                .prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)
-                .unwrap(),
-        )
-        .unwrap();
+    let slot = default_slot(&host);
     let one_by_one: Vec<MemoryPolicyDecision> = requests
         .iter()
         .map(|r| slot.decide(r).unwrap().decision)
@@ -226,13 +230,7 @@ fn default_policy_slot() -> &'static PolicySlot<MemoryPolicy> {
         std::sync::OnceLock::new();
     let (_, slot) = SLOT.get_or_init(|| {
         let (host, _) = host_with_batches();
-        let slot = host
-            .slot(
-                &host
-                    .prepare::<MemoryPolicy>("memory-policy-default", defaults::MEMORY_POLICY.wasm)
-                    .unwrap(),
-            )
-            .unwrap();
+        let slot = default_slot(&host);
         (host, slot)
     });
     slot
