@@ -72,25 +72,7 @@ impl SledStore {
             // cairn controls durability itself: every acknowledged write is
             // followed by `sync`, so sled's periodic flusher is not needed.
             .flush_every_ms(None);
-        // sled's I/O threads of a store that was just dropped in this process
-        // may hold the directory lock for a moment: retry briefly on that
-        // error only. Another process holding the lock still fails, clearly.
-        let mut attempts = 0;
-        let db = loop {
-            match config.open() {
-                Ok(db) => break db,
-                Err(e) if attempts < 40 && e.to_string().contains("could not acquire lock") => {
-                    attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(25));
-                }
-                Err(e) => {
-                    return Err(StoreError::Open {
-                        path: dir.display().to_string(),
-                        reason: e.to_string(),
-                    });
-                }
-            }
-        };
+        let db = open_db(&config, dir, "")?;
         let meta = db.open_tree(META_TREE)?;
         private_files(dir)?;
         Ok(SledStore {
@@ -154,14 +136,16 @@ impl SledStore {
         };
         let bytes_before = dir_bytes(&live);
         let trees = {
-            let source = sled::Config::new()
-                .path(&live)
-                .open()
-                .map_err(|e| StoreError::Open {
-                    path: dir.display().to_string(),
-                    reason: format!("{e} (is a cairn process using this data dir?)"),
-                })?;
-            let copy = sled::Config::new().path(&fresh).open()?;
+            let source = open_db(
+                &sled::Config::new().path(&live).flush_every_ms(None),
+                dir,
+                " (is a cairn process using this data dir?)",
+            )?;
+            let copy = open_db(
+                &sled::Config::new().path(&fresh).flush_every_ms(None),
+                dir,
+                "",
+            )?;
             let export = source.export();
             let trees = export.len();
             copy.import(export);
@@ -200,6 +184,30 @@ const REWRITE_MARK: &str = "REWRITE_COMPLETE";
 /// Finishes or discards a rewrite a crash interrupted: an incomplete copy
 /// is removed; a complete one replaces the store (two renames); the old
 /// files are removed last.
+/// Opens the sled database `config` names, for the store in `dir`. sled's
+/// I/O threads of a database just dropped in this process may hold the
+/// directory's lock for a moment: retry on that error only, for up to two
+/// seconds. Another process holding the lock still fails, with sled's
+/// message and `hint`.
+fn open_db(config: &sled::Config, dir: &Path, hint: &str) -> Result<sled::Db, StoreError> {
+    let mut attempts = 0;
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(e) if attempts < 80 && e.to_string().contains("could not acquire lock") => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            Err(e) => {
+                return Err(StoreError::Open {
+                    path: dir.display().to_string(),
+                    reason: format!("{e}{hint}"),
+                });
+            }
+        }
+    }
+}
+
 fn finish_rewrite(dir: &Path) -> Result<(), StoreError> {
     let live = dir.join("sled");
     let fresh = dir.join(REWRITE_DIR);
