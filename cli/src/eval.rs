@@ -155,7 +155,8 @@ pub struct Tuning {
 impl Tuning {
     /// Applies one `key=value` (`when_boost`, `period_boost`, `follow`,
     /// `follow_seeds`, `follow_terms`, `follow_elsewhere`, `session_cap`,
-    /// `session_decay`, `diversity`, `sentence_sim`, `lexical_weight`,
+    /// `session_decay`, `diversity`, `sentence_sim`, `list_cap`,
+    /// `list_decay`, `list_smoothing`, `list_session_boost`, `lexical_weight`,
     /// `smoothing`, `session_boost`, `speaker_boost`, `time_terms`).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
         let (key, value) = assignment
@@ -204,6 +205,16 @@ impl Tuning {
                 r.sentence_sim = a;
                 self.sentence_vectors = a > 0.0;
             }
+            "list_cap" => r.list_cap = count()?,
+            "list_decay" => {
+                let d = float()?;
+                if !(d > 0.0 && d <= 1.0) {
+                    return Err(format!("list_decay: {d} is not in (0, 1]"));
+                }
+                r.list_decay = d;
+            }
+            "list_smoothing" => r.list_smoothing = Some(float()?),
+            "list_session_boost" => r.list_session_boost = Some(float()?),
             "lexical_weight" => r.lexical_weight = float()?,
             "smoothing" => r.smoothing = float()?,
             "session_boost" => r.session_boost = float()?,

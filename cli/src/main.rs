@@ -476,6 +476,8 @@ enum EvalCommand {
         /// (repeatable): `when_boost`, `period_boost`, `follow`,
         /// `follow_seeds`, `follow_terms`, `follow_elsewhere` (0 or 1),
         /// `session_cap`, `session_decay`, `diversity`, `sentence_sim`,
+        /// `list_cap`, `list_decay`, `list_smoothing`, `list_session_boost`
+        /// (for questions that ask for several things),
         /// `lexical_weight`, `smoothing`, `session_boost`, `speaker_boost`,
         /// `time_terms` (0 or 1).
         #[arg(long = "set", value_name = "KEY=VALUE")]

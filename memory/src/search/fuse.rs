@@ -64,6 +64,44 @@ pub struct RecipeParams {
     /// cosine when the index embeds sentences too (0: off, the default;
     /// 1: the best of the document and its sentences).
     pub sentence_sim: f32,
+    /// For a question that asks for several things
+    /// ([`asks_many`](super::asks_many)), the [`RecipeParams::session_cap`]
+    /// used instead (0: the general one).
+    pub list_cap: usize,
+    /// For such a question, the [`RecipeParams::session_decay`] used
+    /// instead (1: the general one).
+    pub list_decay: f32,
+    /// For such a question, the [`RecipeParams::smoothing`] used instead
+    /// (`None`: the general one).
+    pub list_smoothing: Option<f32>,
+    /// For such a question, the [`RecipeParams::session_boost`] used
+    /// instead (`None`: the general one).
+    pub list_session_boost: Option<f32>,
+}
+
+impl RecipeParams {
+    /// The parameters for `query`: the `list_*` ones in place of the
+    /// general ones when it asks for several things.
+    pub(crate) fn for_query(&self, query: &str) -> RecipeParams {
+        let lists = self.list_cap > 0
+            || self.list_decay < 1.0
+            || self.list_smoothing.is_some()
+            || self.list_session_boost.is_some();
+        if !lists || !super::asks_many(query) {
+            return *self;
+        }
+        RecipeParams {
+            session_cap: if self.list_cap > 0 {
+                self.list_cap
+            } else {
+                self.session_cap
+            },
+            session_decay: self.session_decay.min(self.list_decay),
+            smoothing: self.list_smoothing.unwrap_or(self.smoothing),
+            session_boost: self.list_session_boost.unwrap_or(self.session_boost),
+            ..*self
+        }
+    }
 }
 
 impl Default for RecipeParams {
@@ -84,6 +122,10 @@ impl Default for RecipeParams {
             session_decay: 1.0,
             diversity: 0.0,
             sentence_sim: 0.0,
+            list_cap: 0,
+            list_decay: 1.0,
+            list_smoothing: None,
+            list_session_boost: None,
         }
     }
 }

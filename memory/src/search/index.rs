@@ -656,6 +656,10 @@ impl SearchIndex {
         };
         let n = options.candidates.max(options.k).min(MAX_CANDIDATES);
         let allowed = self.allowed(options);
+        let fusion = match options.fusion {
+            Fusion::Recipe(p) => Fusion::Recipe(p.for_query(query)),
+            other => other,
+        };
         let lexical = if mode == SearchMode::Dense {
             Vec::new()
         } else {
@@ -674,7 +678,7 @@ impl SearchIndex {
         match mode {
             SearchMode::Bm25 => scored.extend(lexical.iter().map(|&(d, s)| (d as usize, s))),
             SearchMode::Dense => scored.extend(dense.iter().copied()),
-            SearchMode::Hybrid => match options.fusion {
+            SearchMode::Hybrid => match fusion {
                 Fusion::Rrf {
                     k,
                     lexical_weight,
@@ -715,7 +719,7 @@ impl SearchIndex {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if let (SearchMode::Hybrid, Fusion::Recipe(p)) = (mode, &options.fusion) {
+        if let (SearchMode::Hybrid, Fusion::Recipe(p)) = (mode, &fusion) {
             if p.session_decay < 1.0 {
                 ranked = self.decay_sessions(ranked, p.session_decay);
             }

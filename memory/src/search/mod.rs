@@ -28,6 +28,7 @@
 //! # Ok::<(), cairn_memory::search::SearchError>(())
 //! ```
 
+mod asks;
 mod embed;
 mod filter;
 mod fuse;
@@ -38,6 +39,7 @@ mod service;
 mod vector;
 mod when;
 
+pub use asks::asks_many;
 pub use embed::{EmbedConfig, Embedder, FastEmbedder};
 pub use filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 pub use fuse::{Fusion, RecipeParams};
