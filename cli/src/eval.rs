@@ -206,6 +206,7 @@ impl Tuning {
                 self.sentence_vectors = a > 0.0;
             }
             "list_cap" => r.list_cap = count()?,
+            "concept" => r.concept = float()?,
             "list_decay" => {
                 let d = float()?;
                 if !(d > 0.0 && d <= 1.0) {

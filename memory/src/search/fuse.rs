@@ -77,6 +77,14 @@ pub struct RecipeParams {
     /// For such a question, the [`RecipeParams::session_boost`] used
     /// instead (`None`: the general one).
     pub list_session_boost: Option<f32>,
+    /// Weight of a second query vector, for a question that asks for
+    /// several things: the question's content words alone (no question
+    /// words, stopwords or speaker names), which an embedding places nearer
+    /// the instances of a general word ("instruments" → "clarinet") than
+    /// the whole question does (0: off, the default). Its cosine is added
+    /// to each candidate's with this weight and its nearest neighbours join
+    /// the candidates.
+    pub concept: f32,
 }
 
 impl RecipeParams {
@@ -84,6 +92,7 @@ impl RecipeParams {
     /// general ones when it asks for several things.
     pub(crate) fn for_query(&self, query: &str) -> RecipeParams {
         let lists = self.list_cap > 0
+            || self.concept > 0.0
             || self.list_decay < 1.0
             || self.list_smoothing.is_some()
             || self.list_session_boost.is_some();
@@ -101,6 +110,11 @@ impl RecipeParams {
             session_boost: self.list_session_boost.unwrap_or(self.session_boost),
             ..*self
         }
+    }
+
+    /// Whether `for_query` left the concept vector on (a list question).
+    pub(crate) fn wants_concept(&self, query: &str) -> bool {
+        self.concept > 0.0 && super::asks_many(query)
     }
 }
 
@@ -126,6 +140,7 @@ impl Default for RecipeParams {
             list_decay: 1.0,
             list_smoothing: None,
             list_session_boost: None,
+            concept: 0.0,
         }
     }
 }

@@ -625,19 +625,40 @@ impl SearchIndex {
     /// lexically with `lexical_fallback` set.
     pub fn search(&self, query: &str, options: &SearchOptions) -> SearchResultOf<SearchResult> {
         let query = clip(query, MAX_QUERY_BYTES);
-        let (qv, embed_micros) = match (&self.embedder, options.mode) {
+        // A list question with the concept vector on embeds its content
+        // words too, in the same call.
+        let concept = match options.fusion {
+            Fusion::Recipe(p) if p.wants_concept(query) => self.concept_text(query),
+            _ => None,
+        };
+        let (mut vs, embed_micros) = match (&self.embedder, options.mode) {
             (Some(e), SearchMode::Dense | SearchMode::Hybrid) => {
                 let t = Instant::now();
-                let v = e.embed(&[query])?.pop();
-                (v, t.elapsed().as_micros() as u64)
+                let texts: Vec<&str> = std::iter::once(query).chain(concept.as_deref()).collect();
+                let vs = e.embed(&texts)?;
+                (vs, t.elapsed().as_micros() as u64)
             }
-            _ => (None, 0),
+            _ => (Vec::new(), 0),
         };
-        self.search_with_vector(query, qv.as_deref(), options)
+        let cv = if vs.len() > 1 { vs.pop() } else { None };
+        let qv = vs.pop();
+        self.search_vectors(query, qv.as_deref(), cv.as_deref(), options)
             .map(|mut r| {
                 r.embed_micros = embed_micros;
                 r
             })
+    }
+
+    /// The content words of `query`: no stopwords, no speaker names.
+    fn concept_text(&self, query: &str) -> Option<String> {
+        let stop: HashSet<&str> = super::lexical::STOPWORDS.split_whitespace().collect();
+        let words: Vec<String> = query
+            .split(|c: char| !c.is_alphanumeric())
+            .map(str::to_lowercase)
+            .filter(|w| w.len() > 1 && !stop.contains(w.as_str()))
+            .filter(|w| self.speakers.get(w).is_none_or(|c| *c == 0))
+            .collect();
+        (!words.is_empty()).then(|| words.join(" "))
     }
 
     /// Searches with a query vector computed by the caller (`None` = lexical).
@@ -645,6 +666,16 @@ impl SearchIndex {
         &self,
         query: &str,
         query_vector: Option<&[f32]>,
+        options: &SearchOptions,
+    ) -> SearchResultOf<SearchResult> {
+        self.search_vectors(query, query_vector, None, options)
+    }
+
+    fn search_vectors(
+        &self,
+        query: &str,
+        query_vector: Option<&[f32]>,
+        concept_vector: Option<&[f32]>,
         options: &SearchOptions,
     ) -> SearchResultOf<SearchResult> {
         let query = clip(query, MAX_QUERY_BYTES);
@@ -693,7 +724,19 @@ impl SearchIndex {
                     }
                 }
                 Fusion::Recipe(p) => {
-                    scored = self.recipe(query, query_vector, &lexical, &dense, &p);
+                    let concept = match concept_vector {
+                        Some(c) if p.concept > 0.0 => {
+                            let near = self.vector.search(
+                                c,
+                                n,
+                                options.graph_breadth,
+                                allowed.as_ref().map(|a| a.as_slice()),
+                            );
+                            Some((c, near))
+                        }
+                        _ => None,
+                    };
+                    scored = self.recipe(query, query_vector, &lexical, &dense, concept, &p);
                     if p.follow > 0.0 {
                         self.follow(query, &mut scored, n, allowed.clone(), &p)?;
                     }
@@ -915,11 +958,15 @@ impl SearchIndex {
         query_vector: Option<&[f32]>,
         lexical: &[(u64, f32)],
         dense: &[(usize, f32)],
+        concept: Option<Concept<'_>>,
         p: &RecipeParams,
     ) -> HashMap<usize, f32> {
         // Candidates: both top lists plus their neighbours.
         let mut cands: HashSet<usize> = lexical.iter().map(|&(d, _)| d as usize).collect();
         cands.extend(dense.iter().map(|&(d, _)| d));
+        if let Some((_, near)) = &concept {
+            cands.extend(near.iter().map(|&(d, _)| d));
+        }
         let seeds: Vec<usize> = cands.iter().copied().collect();
         for d in seeds {
             cands.extend(self.neighbours(d, p.window));
@@ -938,6 +985,9 @@ impl SearchIndex {
                 {
                     let best = vs.iter().map(|v| cosine(q, v)).fold(c, f32::max);
                     c += p.sentence_sim * (best - c);
+                }
+                if let (Some((cv, _)), Some(v)) = (&concept, self.vector.vector(d)) {
+                    c += p.concept * cosine(cv, v).max(0.0);
                 }
                 (d, c)
             })
@@ -1259,6 +1309,29 @@ fn sentences(text: &str) -> Vec<&str> {
     out.push(text[start..].trim());
     out.retain(|s| !s.is_empty());
     out
+}
+
+/// A list question's second query vector and its nearest documents
+/// ([`RecipeParams::concept`]).
+type Concept<'a> = (&'a [f32], Vec<(usize, f32)>);
+
+#[cfg(test)]
+mod concept_tests {
+    use super::*;
+
+    #[test]
+    fn the_concept_text_keeps_content_words_only() -> SearchResultOf<()> {
+        let mut index = SearchIndex::new(None)?;
+        index.add(&[SearchDoc::new("s1:0", "s1", 0, "I play the clarinet").with_speaker("Ana")])?;
+        assert_eq!(
+            index
+                .concept_text("What instruments does Ana play?")
+                .as_deref(),
+            Some("instruments play")
+        );
+        assert_eq!(index.concept_text("What does Ana do?"), None);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

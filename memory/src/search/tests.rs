@@ -802,3 +802,30 @@ mod service {
 }
 
 mod entries;
+
+/// The concept vector (`RecipeParams::concept`) changes the scores of a
+/// question that asks for several things and leaves every other question's
+/// hits exactly as they were.
+#[test]
+fn the_concept_vector_applies_to_list_questions_only() {
+    let d = vec![
+        SearchDoc::new("a", "s1", 0, "Ana plays the clarinet every evening.").with_speaker("Ana"),
+        SearchDoc::new("b", "s2", 0, "Ana went hiking with friends.").with_speaker("Ana"),
+        SearchDoc::new("c", "s3", 0, "Jon bought a violin last week.").with_speaker("Jon"),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let scores = |q: &str, concept: f32| -> Vec<(String, f32)> {
+        let p = RecipeParams {
+            concept,
+            ..RecipeParams::default()
+        };
+        let o = SearchOptions::new(3).fusion(Fusion::Recipe(p));
+        let hits = index.search(q, &o).unwrap().hits;
+        hits.into_iter().map(|h| (h.id, h.score)).collect()
+    };
+    let one = "What does Ana play in the evening?";
+    assert_eq!(scores(one, 0.0), scores(one, 1.0));
+    let many = "What instruments does Ana play?";
+    assert_ne!(scores(many, 0.0), scores(many, 1.0));
+}
