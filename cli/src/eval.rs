@@ -174,6 +174,23 @@ impl Tuning {
                 .parse::<usize>()
                 .map_err(|e| format!("{key}: {e}"))
         };
+        // A factor in (0, 1] (the decays); a finite weight ≥ 0.
+        let decay = || {
+            let d = float()?;
+            if d > 0.0 && d <= 1.0 {
+                Ok(d)
+            } else {
+                Err(format!("{key}: {d} is not in (0, 1]"))
+            }
+        };
+        let weight = || {
+            let w = float()?;
+            if w >= 0.0 && w.is_finite() {
+                Ok(w)
+            } else {
+                Err(format!("{key}: {w} is not a finite number ≥ 0"))
+            }
+        };
         let r = &mut self.recipe;
         match key.trim() {
             "when_boost" => r.when_boost = float()?,
@@ -183,20 +200,8 @@ impl Tuning {
             "follow_terms" => r.follow_terms = count()?,
             "follow_elsewhere" => r.follow_elsewhere = count()? != 0,
             "session_cap" => r.session_cap = count()?,
-            "session_decay" => {
-                let d = float()?;
-                if !(d > 0.0 && d <= 1.0) {
-                    return Err(format!("session_decay: {d} is not in (0, 1]"));
-                }
-                r.session_decay = d;
-            }
-            "diversity" => {
-                let d = float()?;
-                if !(d >= 0.0 && d.is_finite()) {
-                    return Err(format!("diversity: {d} is not a finite number ≥ 0"));
-                }
-                r.diversity = d;
-            }
+            "session_decay" => r.session_decay = decay()?,
+            "diversity" => r.diversity = weight()?,
             "sentence_sim" => {
                 let a = float()?;
                 if !(0.0..=1.0).contains(&a) {
@@ -206,14 +211,8 @@ impl Tuning {
                 self.sentence_vectors = a > 0.0;
             }
             "list_cap" => r.list_cap = count()?,
-            "concept" => r.concept = float()?,
-            "list_decay" => {
-                let d = float()?;
-                if !(d > 0.0 && d <= 1.0) {
-                    return Err(format!("list_decay: {d} is not in (0, 1]"));
-                }
-                r.list_decay = d;
-            }
+            "concept" => r.concept = weight()?,
+            "list_decay" => r.list_decay = decay()?,
             "list_smoothing" => r.list_smoothing = Some(float()?),
             "list_session_boost" => r.list_session_boost = Some(float()?),
             "lexical_weight" => r.lexical_weight = float()?,
@@ -876,5 +875,12 @@ mod time_tests {
         assert!(t.set("diversity=inf").is_err());
         t.set("diversity=0.2").unwrap();
         assert_eq!(t.recipe.diversity, 0.2);
+        t.set("list_decay=0.8").unwrap();
+        assert_eq!(t.recipe.list_decay, 0.8);
+        assert!(t.set("list_decay=0").is_err());
+        assert!(t.set("concept=-0.5").is_err());
+        assert!(t.set("concept=NaN").is_err());
+        t.set("concept=1").unwrap();
+        assert_eq!(t.recipe.concept, 1.0);
     }
 }
