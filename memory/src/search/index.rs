@@ -651,11 +651,10 @@ impl SearchIndex {
 
     /// The content words of `query`: no stopwords, no speaker names.
     fn concept_text(&self, query: &str) -> Option<String> {
-        let stop: HashSet<&str> = super::lexical::STOPWORDS.split_whitespace().collect();
         let words: Vec<String> = query
             .split(|c: char| !c.is_alphanumeric())
             .map(str::to_lowercase)
-            .filter(|w| w.len() > 1 && !stop.contains(w.as_str()))
+            .filter(|w| w.len() > 1 && !self.lexical.is_stopword(w))
             .filter(|w| self.speakers.get(w).is_none_or(|c| *c == 0))
             .collect();
         (!words.is_empty()).then(|| words.join(" "))

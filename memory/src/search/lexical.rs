@@ -24,7 +24,7 @@ pub(crate) const MAX_QUERY_TERMS: usize = 256;
 const ANALYZER: &str = "cairn_en_stem";
 
 /// Query-side stopwords (the study's list; documents keep every word).
-pub(super) const STOPWORDS: &str = "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself it its itself they them their theirs themselves what which who whom this that these those am is are was were be been being have has had having do does did doing a an the and but if or because as until while of at by for with about against between into through during before after above below to from up down in out on off over under again further then once here there when where why how all any both each few more most other some such no nor not only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn would could also";
+const STOPWORDS: &str = "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself it its itself they them their theirs themselves what which who whom this that these those am is are was were be been being have has had having do does did doing a an the and but if or because as until while of at by for with about against between into through during before after above below to from up down in out on off over under again further then once here there when where why how all any both each few more most other some such no nor not only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn would could also";
 
 fn stemming() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
@@ -128,6 +128,11 @@ impl LexicalIndex {
     #[cfg(test)]
     pub(crate) fn segments(&self) -> usize {
         self.reader.searcher().segment_readers().len()
+    }
+
+    /// Whether `word` (lower-case) is one of the query-side stopwords.
+    pub(crate) fn is_stopword(&self, word: &str) -> bool {
+        self.stopwords.contains(word)
     }
 
     /// The query terms: analysed like documents, stopwords dropped before
