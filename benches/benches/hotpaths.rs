@@ -28,6 +28,14 @@
 //!   context's phase (the list and its assembly index, with the resume
 //!   cards, patched from the previous list's).
 //!
+//! - `tokens/retrieved_line_aging`: the token count of a retrieved line
+//!   whose age label moves with the clock while its 600-character body
+//!   does not (64 items shown again and again). `whole_line`: the line
+//!   counted whole (a memo miss at every new age); `cut_before_spaces`:
+//!   `TokenCounter::count_cut` at the head's cuts (the body and the
+//!   head's parts are memo hits). Baseline `baseline_memo_hit`: a count
+//!   answered by the memo.
+//!
 //! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
 
 use std::sync::{Arc, OnceLock};
@@ -37,7 +45,7 @@ use cairn_memory::assemble::{NoRetrieval, RetrievalMode, TrustAll};
 use cairn_memory::search::UnitCosine;
 use cairn_memory::{
     AssembleRequest, EntryFilter, EntryInput, EntryKind, Memory, MemoryConfig, Role, SessionKind,
-    Subject, SubjectKind, SystemClock, TurnInput, Workspace,
+    Subject, SubjectKind, SystemClock, TokenCounter, TurnInput, Workspace,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -261,5 +269,48 @@ fn live_list(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble, gate, distance, live_list);
+/// A retrieved line as assembly renders it, with its cuts: the head (the
+/// source, then an age label that moves with the clock, then the scope)
+/// and the 600-character body.
+fn retrieved_line(item: usize, minutes: usize) -> (String, [usize; 3]) {
+    let mut line = format!("- (user; observed; s-bench:{item};");
+    let first = line.len();
+    line.push_str(&format!(" {minutes}m;"));
+    let second = line.len();
+    line.push_str(" this session)");
+    let third = line.len();
+    line.push(' ');
+    line.push_str(&turn_text(item));
+    line.push('\n');
+    (line, [first, second, third])
+}
+
+fn tokens(c: &mut Criterion) {
+    let counter = TokenCounter::new("o200k_base").expect("a bundled encoding");
+    let mut group = c.benchmark_group("tokens/retrieved_line_aging");
+    // 64 items shown again and again while the clock moves: each (item,
+    // age) line is new, each item's body is not.
+    let aging = |i: usize| retrieved_line(i % 64, 1_000_000 + i / 64);
+    group.bench_function("baseline_memo_hit", |b| {
+        let (line, _) = retrieved_line(0, 5);
+        b.iter(|| counter.count(&line))
+    });
+    // Criterion runs a routine once per sample: the clock lives outside
+    // it, so no (item, age) line comes twice.
+    let clock = std::cell::Cell::new(0);
+    let tick = || {
+        clock.set(clock.get() + 1);
+        clock.get()
+    };
+    group.bench_function("whole_line", |b| b.iter(|| counter.count(&aging(tick()).0)));
+    group.bench_function("cut_before_spaces", |b| {
+        b.iter(|| {
+            let (line, cuts) = aging(tick());
+            counter.count_cut(&line, &cuts)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, assemble, gate, distance, live_list, tokens);
 criterion_main!(benches);

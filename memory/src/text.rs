@@ -3,6 +3,7 @@
 //! negations, values, salient terms. No model, no allocation beyond the
 //! token lists; the same text always gives the same tokens.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// A negation, as one token (contractions are split: `don't` → `do` + this).
@@ -177,9 +178,42 @@ pub(crate) fn negations(tokens: &[String]) -> usize {
     tokens.iter().filter(|t| *t == NEG).count()
 }
 
-/// Whitespace runs (newlines included) collapsed into single spaces.
-pub(crate) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// Whitespace runs (newlines included) collapsed into single spaces, the
+/// ends trimmed: `text.split_whitespace()` joined by spaces. Most texts
+/// (a chat turn, an entry) are so already and are borrowed, not copied:
+/// assembly renders every line of a block through this, call after call.
+pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
+    if is_one_line(text) {
+        return Cow::Borrowed(text);
+    }
+    let mut line = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    Cow::Owned(line)
+}
+
+/// Whether [`one_line`] would leave `text` as it is: no whitespace but
+/// single spaces between other characters.
+fn is_one_line(text: &str) -> bool {
+    // A space at the start would be trimmed: count the start as a space.
+    let mut after_space = true;
+    for c in text.chars() {
+        if c == ' ' {
+            if after_space {
+                return false;
+            }
+            after_space = true;
+        } else if c.is_whitespace() {
+            return false;
+        } else {
+            after_space = false;
+        }
+    }
+    !after_space || text.is_empty()
 }
 
 /// At most `max` characters, with `…` when cut.
@@ -195,6 +229,44 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `one_line` is `split_whitespace` joined by spaces, borrowed or not.
+        #[test]
+        fn one_line_joins_the_words(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just(" "), Just("  "), Just("\n"), Just("\t"), Just("\r\n"),
+                    Just("\u{a0}"), Just("\u{2003}"), Just("\u{200b}"),
+                    Just("word"), Just("é"), Just("-"), Just("\u{1F600}"),
+                ],
+                0..10,
+            )
+        ) {
+            let text = parts.concat();
+            let line = one_line(&text);
+            prop_assert_eq!(&*line, text.split_whitespace().collect::<Vec<_>>().join(" "));
+            prop_assert_eq!(matches!(line, Cow::Borrowed(_)), line == text);
+        }
+    }
+
+    #[test]
+    fn one_line_borrows_a_line_and_copies_the_rest() {
+        assert!(matches!(one_line("a b c"), Cow::Borrowed("a b c")));
+        assert!(matches!(one_line(""), Cow::Borrowed("")));
+        for (text, line) in [
+            (" a", "a"),
+            ("a ", "a"),
+            ("a  b", "a b"),
+            ("a\nb", "a b"),
+            (" ", ""),
+        ] {
+            let got = one_line(text);
+            assert!(matches!(got, Cow::Owned(_)), "{text:?}");
+            assert_eq!(got, line);
+        }
+    }
 
     #[test]
     fn tokens_split_negations() {

@@ -122,6 +122,40 @@ impl TokenCounter {
         total + self.count_piece(&text[start..])
     }
 
+    /// [`TokenCounter::count`] of `text`, counted in parts cut at the byte
+    /// offsets `cuts` (ascending) where such a cut is safe; the others are
+    /// ignored, so the count is exact whatever `cuts` holds.
+    ///
+    /// A cut is safe before a space (U+0020) that follows a non-whitespace
+    /// character: no pre-tokeniser piece of either encoding holds a
+    /// non-whitespace character followed by a space (a word, a number or a
+    /// run of punctuation ends there, and only a whitespace run or a piece
+    /// that *starts* with the space goes on), and BPE merges never cross
+    /// pieces. A line whose head changes call after call (an age label)
+    /// and whose body does not is counted mostly from the memo this way.
+    ///
+    /// ```
+    /// use cairn_memory::TokenCounter;
+    /// let counter = TokenCounter::new("o200k_base")?;
+    /// let line = "- (user; 5m) retry the payment queue\n";
+    /// let cuts = [line.find(" 5m").unwrap_or(0), line.find(" retry").unwrap_or(0)];
+    /// assert_eq!(counter.count_cut(line, &cuts), counter.count(line));
+    /// // A cut that is not safe (inside a word) is ignored.
+    /// assert_eq!(counter.count_cut(line, &[4]), counter.count(line));
+    /// # Ok::<(), cairn_memory::MemoryError>(())
+    /// ```
+    pub fn count_cut(&self, text: &str, cuts: &[usize]) -> usize {
+        let mut total = 0;
+        let mut start = 0;
+        for &cut in cuts {
+            if cut > start && space_cut_is_safe(text, cut) {
+                total += self.count(&text[start..cut]);
+                start = cut;
+            }
+        }
+        total + self.count(&text[start..])
+    }
+
     /// [`TokenCounter::count`] of a text no cut applies to, memoized.
     fn count_piece(&self, text: &str) -> usize {
         if text.is_empty() {
@@ -156,6 +190,18 @@ impl TokenCounter {
         }
         &text[..bounds[lo]]
     }
+}
+
+/// Whether `text` may be cut before byte `at` without changing a token:
+/// a space there, after a non-whitespace character (see
+/// [`TokenCounter::count_cut`]).
+fn space_cut_is_safe(text: &str, at: usize) -> bool {
+    text.is_char_boundary(at)
+        && text[at..].starts_with(' ')
+        && text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| !c.is_whitespace())
 }
 
 #[cfg(test)]
@@ -200,6 +246,45 @@ mod tests {
                 prop_assert_eq!(c.count(&text), whole, "{} on {:?}", name, text);
             }
         }
+    }
+
+    proptest! {
+        /// Cutting before a space that follows a non-space never changes a
+        /// count, in either encoding; cuts anywhere else are ignored.
+        #[test]
+        fn space_cut_counts_equal_whole_counts(
+            parts in proptest::collection::vec(line(), 1..8),
+            glue in proptest::collection::vec(prop_oneof![Just(" "), Just(""), Just("  ")], 8),
+            stray in proptest::collection::vec(0usize..200, 0..4),
+        ) {
+            let mut text = String::new();
+            let mut cuts = Vec::new();
+            for (part, glue) in parts.iter().zip(&glue) {
+                cuts.push(text.len());
+                text.push_str(glue);
+                text.push_str(part);
+            }
+            cuts.extend(stray);
+            cuts.sort_unstable();
+            for name in ENCODINGS {
+                let c = TokenCounter::new(name).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let whole = c.bpe.bpe.encode_ordinary(&text).len();
+                prop_assert_eq!(c.count_cut(&text, &cuts), whole, "{} on {:?} cut at {:?}", name, text, cuts);
+            }
+        }
+    }
+
+    #[test]
+    fn space_cuts_are_taken_only_after_a_non_space() {
+        let text = "- (a; 5m)  x é";
+        assert!(space_cut_is_safe(text, 5)); // after ';'
+        assert!(space_cut_is_safe(text, 9)); // after ')'
+        assert!(!space_cut_is_safe(text, 10)); // after a space
+        assert!(!space_cut_is_safe(text, 4)); // not a space
+        assert!(!space_cut_is_safe(text, 0)); // nothing before
+        assert!(!space_cut_is_safe(text, text.len())); // nothing after
+        assert!(!space_cut_is_safe(text, text.len() - 1)); // inside 'é'
+        assert!(!space_cut_is_safe(text, 1000));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -330,7 +331,8 @@ impl<'a> Ctx<'a> {
             .map(|at| render::age(self.now, at))
             .unwrap_or_default();
         let line = line_of(&raw, warrant, verdict.fidelity, &freshness, scope);
-        let tokens = self.count(&line);
+        let tokens = line.tokens(self.counter);
+        let line = line.text;
         let mut keys = render::rule_keys(raw.section, warrant, verdict.fidelity);
         keys.push(section_key(raw.section));
         // The section's own cost (line, header) counts against `cap`; rule
@@ -385,6 +387,21 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// A rendered line, with where it may be cut for counting: a retrieved
+/// line's head (source, age, scope) changes between calls while its body
+/// does not, so the parts are counted (and memoized) apart.
+struct Line {
+    text: String,
+    /// Byte offsets before spaces, ascending; 0 is no cut.
+    cuts: [usize; 3],
+}
+
+impl Line {
+    fn tokens(&self, counter: &TokenCounter) -> usize {
+        counter.count_cut(&self.text, &self.cuts)
+    }
+}
+
 /// The line `raw` renders to, as `fidelity` and `warrant` have it.
 fn line_of(
     raw: &Raw<'_>,
@@ -392,10 +409,11 @@ fn line_of(
     fidelity: Fidelity,
     freshness: &str,
     scope: ScopeRelation,
-) -> String {
+) -> Line {
     let content = render::shown(raw.text, fidelity, &raw.source);
     let fid = render::fidelity_label(fidelity);
-    match (&raw.source, raw.section) {
+    let mut cuts = [0; 3];
+    let text = match (&raw.source, raw.section) {
         (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
         (ItemSource::Turn { seq, .. }, Section::Tail) => {
             let low = if warrant == Warrant::LowTrust {
@@ -427,19 +445,37 @@ fn line_of(
             };
             format!("{}{label}{content}\n", raw.prefix)
         }
-        _ => format!(
-            "- ({}; {}; {}; {}; {}{fid}) {content}\n",
-            raw.role,
-            warrant.as_str(),
-            raw.support,
-            if freshness.is_empty() {
+        _ => {
+            let freshness = if freshness.is_empty() {
                 "undated"
             } else {
                 freshness
-            },
-            scope.as_str()
-        ),
-    }
+            };
+            let mut line = String::with_capacity(content.len() + raw.support.len() + 64);
+            let _ = write!(
+                line,
+                "- ({}; {}; {};",
+                raw.role,
+                warrant.as_str(),
+                raw.support
+            );
+            cuts[0] = line.len();
+            line.push(' ');
+            line.push_str(freshness);
+            line.push(';');
+            cuts[1] = line.len();
+            line.push(' ');
+            line.push_str(scope.as_str());
+            line.push_str(fid);
+            line.push(')');
+            cuts[2] = line.len();
+            line.push(' ');
+            line.push_str(&content);
+            line.push('\n');
+            line
+        }
+    };
+    Line { text, cuts }
 }
 
 fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -> Raw<'t> {
@@ -880,7 +916,7 @@ fn floor_tokens(counter: &TokenCounter, raw: &Raw<'_>) -> usize {
     warrants
         .iter()
         .flat_map(|w| fidelities.map(|f| (*w, f)))
-        .map(|(w, f)| counter.count(&line_of(raw, w, f, "", ScopeRelation::Workspace)))
+        .map(|(w, f)| line_of(raw, w, f, "", ScopeRelation::Workspace).tokens(counter))
         .min()
         .unwrap_or(0)
 }

@@ -5,9 +5,12 @@
 //! character, so the token count of the block is (up to BPE merges at line
 //! ends, which the final recount catches) the sum of its lines' counts.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 
 use super::{Fidelity, ItemSource, Section, Warrant};
+use crate::text::one_line;
 
 /// The opening line of the rules block.
 pub(super) const RULES_OPEN: &str =
@@ -139,19 +142,15 @@ pub(super) fn age(now: DateTime<Utc>, at: DateTime<Utc>) -> String {
     }
 }
 
-/// Collapses whitespace runs (newlines included) into single spaces, so an
-/// item is one line.
-pub(super) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// The content as the fidelity allows.
-pub(super) fn shown(text: &str, fidelity: Fidelity, source: &ItemSource) -> String {
+/// The content as the fidelity allows, on one line.
+pub(super) fn shown<'t>(text: &'t str, fidelity: Fidelity, source: &ItemSource) -> Cow<'t, str> {
     match fidelity {
         Fidelity::Full => one_line(text),
-        Fidelity::Redacted => one_line(&crate::redact::redact_personal(text)),
+        Fidelity::Redacted => {
+            Cow::Owned(one_line(&crate::redact::redact_personal(text)).into_owned())
+        }
         Fidelity::ReferenceOnly | Fidelity::Blocked => {
-            format!("(withheld by policy: {source} exists)")
+            Cow::Owned(format!("(withheld by policy: {source} exists)"))
         }
     }
 }
