@@ -36,6 +36,12 @@
 //!   head's parts are memo hits). Baseline `baseline_memo_hit`: a count
 //!   answered by the memo.
 //!
+//! - `sensitivity/600_chars`: `redact::exposure` (how sensitive a policy
+//!   input is, asked once per new text) on 600 characters of prose, which
+//!   the one-pass shortcut clears; baseline `baseline_exposure_with_a_token`:
+//!   the same prose ending in a credential, which takes the full rules
+//!   (what every text took before the shortcut).
+//!
 //! Run: `cargo bench -p cairn-benches --bench hotpaths`. Results: docs/BENCHMARKS.md.
 
 use std::sync::{Arc, OnceLock};
@@ -312,5 +318,29 @@ fn tokens(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, assemble, gate, distance, live_list, tokens);
+fn sensitivity(c: &mut Criterion) {
+    use cairn_memory::redact::exposure;
+    let prose = turn_text(7);
+    // The same prose with a credential at its end: the full rules run (the
+    // shortcut finds a secret's name and steps aside).
+    let with_token = format!("{prose} token=abc123");
+    let mut group = c.benchmark_group("sensitivity/600_chars");
+    group.bench_function("exposure_prose", |b| {
+        b.iter(|| exposure(std::hint::black_box(&prose)))
+    });
+    group.bench_function("baseline_exposure_with_a_token", |b| {
+        b.iter(|| exposure(std::hint::black_box(&with_token)))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    assemble,
+    gate,
+    distance,
+    live_list,
+    tokens,
+    sensitivity
+);
 criterion_main!(benches);
