@@ -303,7 +303,7 @@ fn is_phone(word: &str) -> bool {
 /// assert!(!cairn_memory::redact::has_personal_data("version 1.2.3"));
 /// ```
 pub fn has_personal_data(text: &str) -> bool {
-    !plainly_clean(text) && names_a_person(&redact(text))
+    !plainly_clean(text) && names_a_person(&redact_by_the_rules(text))
 }
 
 /// True when a word of `masked` (text [`redact`] has already masked) is an
@@ -349,7 +349,7 @@ pub fn exposure(text: &str) -> Exposure {
     if plainly_clean(text) {
         return Exposure::Clean;
     }
-    let masked = redact(text);
+    let masked = redact_by_the_rules(text);
     if masked != text {
         Exposure::Secret
     } else if names_a_person(&masked) {
@@ -369,7 +369,7 @@ pub fn redact_personal(text: &str) -> String {
     if plainly_clean(text) {
         return text.to_owned();
     }
-    let masked = redact(text);
+    let masked = redact_by_the_rules(text);
     let mut out = String::with_capacity(masked.len());
     for (i, part) in masked.split(' ').enumerate() {
         if i > 0 {
