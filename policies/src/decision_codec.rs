@@ -1,20 +1,25 @@
 //! A compact binary form of decision records, for durable logs.
 //!
 //! [`encode`] writes a list of records (each the decisions of one call or
-//! one assembly) as the postcard encoding of a mirror of [`DecisionRecord`]
-//! whose ids and digests are raw bytes, whose durations are nanoseconds and
-//! whose enums are externally tagged (postcard cannot carry serde's internal
-//! or adjacent tags, which the JSON form uses). [`decode`] reads it back
-//! into the same records. A record takes about a third of its JSON bytes.
+//! one assembly) as one postcard value in which what the decisions of a
+//! list share is written once: a table of *heads* (the world, the plugin
+//! and the generation that decided), a table of sessions and a table of
+//! distinct outputs (a batched memory-policy call answers the same
+//! decision for most candidates), then each decision as its id and digest
+//! (raw bytes), indexes into the three tables, its outcome, its duration in
+//! nanoseconds and its fuel. [`decode`] reads it back into the same
+//! records. A memory-policy decision takes about 60 bytes, a quarter of the
+//! earlier per-record form, which [`decode_unshared`] still reads (logs
+//! written before keep it).
 //!
 //! The encoding has no version byte of its own: a log that stores it puts
 //! one in front (the runtime's decision log does). The vocabularies a
 //! record carries ([`ReasonCode`], [`FaultKind`](crate::FaultKind), the
 //! worlds and the decisions' enums) are stored by name, so a case added
 //! anywhere in them leaves old records readable; only this module's own
-//! mirror enums (which world decided, which outcome) are stored by variant
-//! index and may gain variants only at their end. A test pins the bytes of
-//! a known record, so any change to the layout fails it.
+//! mirror enums (which output, which outcome) are stored by variant index
+//! and may gain variants only at their end. Tests pin the bytes of a known
+//! record in both forms, so any change to a layout fails them.
 //!
 //! ```
 //! use cairn_policies::decision_codec;
@@ -45,36 +50,53 @@ use crate::world::WorldKind;
 #[error("decision records: {0}")]
 pub struct CodecError(String);
 
-/// The stored record, borrowing from a [`DecisionRecord`] on the way out.
+/// A list of records on the way out: what its decisions share, once, then
+/// the decisions.
 #[derive(Serialize)]
-struct Out<'a> {
-    id: u128,
-    world: WorldKind,
-    plugin: &'a str,
-    generation: &'a str,
+struct SharedOut<'a> {
+    heads: Vec<(WorldKind, &'a str, &'a str)>,
+    sessions: Vec<&'a str>,
+    outputs: Vec<OutputOut<'a>>,
+    records: Vec<Vec<SlimOut<'a>>>,
+}
+
+/// One decision on the way out: its own fields and indexes into the
+/// tables of [`SharedOut`].
+#[derive(Serialize)]
+struct SlimOut<'a> {
+    id: [u8; 16],
+    head: u32,
     digest: [u8; 32],
-    output: OutputOut<'a>,
+    output: u32,
     outcome: OutcomeOut<'a>,
     nanos: u64,
     fuel: Option<u64>,
-    session: Option<&'a str>,
+    session: Option<u32>,
 }
 
-#[derive(Serialize)]
-enum OutputOut<'a> {
-    Significance(&'a SignificanceDecision),
-    Topic(&'a TopicDirectiveDecision),
-    Memory(&'a MemoryPolicyDecision),
+/// A list of records on the way in (field for field as [`SharedOut`]).
+#[derive(Deserialize)]
+struct SharedIn {
+    heads: Vec<(WorldKind, String, String)>,
+    sessions: Vec<String>,
+    outputs: Vec<OutputIn>,
+    records: Vec<Vec<SlimIn>>,
 }
 
-#[derive(Serialize)]
-enum OutcomeOut<'a> {
-    Plugin,
-    FailSafe(&'a Fault),
-    CircuitOpen,
+#[derive(Deserialize)]
+struct SlimIn {
+    id: [u8; 16],
+    head: u32,
+    digest: [u8; 32],
+    output: u32,
+    outcome: OutcomeIn,
+    nanos: u64,
+    fuel: Option<u64>,
+    session: Option<u32>,
 }
 
-/// The stored record on the way in (field for field as [`Out`]).
+/// A decision of the earlier form, every field its own (read by
+/// [`decode_unshared`]).
 #[derive(Deserialize)]
 struct In {
     id: u128,
@@ -89,11 +111,25 @@ struct In {
     session: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize)]
+enum OutputOut<'a> {
+    Significance(&'a SignificanceDecision),
+    Topic(&'a TopicDirectiveDecision),
+    Memory(&'a MemoryPolicyDecision),
+}
+
+#[derive(Clone, Deserialize)]
 enum OutputIn {
     Significance(SignificanceDecision),
     Topic(TopicDirectiveDecision),
     Memory(MemoryPolicyDecision),
+}
+
+#[derive(Serialize)]
+enum OutcomeOut<'a> {
+    Plugin,
+    FailSafe(&'a Fault),
+    CircuitOpen,
 }
 
 #[derive(Deserialize)]
@@ -103,51 +139,60 @@ enum OutcomeIn {
     CircuitOpen,
 }
 
-fn out(record: &DecisionRecord) -> Out<'_> {
-    Out {
-        id: record.decision_id.as_u128(),
-        world: record.world,
-        plugin: &record.plugin,
-        generation: record.generation.as_str(),
-        digest: *record.inputs_digest.as_bytes(),
-        output: match &record.output {
-            DecisionOutput::Significance(d) => OutputOut::Significance(d),
-            DecisionOutput::Topic(d) => OutputOut::Topic(d),
-            DecisionOutput::Memory(d) => OutputOut::Memory(d),
-        },
-        outcome: match &record.outcome {
-            Outcome::Plugin => OutcomeOut::Plugin,
-            Outcome::FailSafe { fault } => OutcomeOut::FailSafe(fault),
-            Outcome::CircuitOpen => OutcomeOut::CircuitOpen,
-        },
-        // A decision that took 584 years is logged as taking 584 years.
-        nanos: u64::try_from(record.duration.as_nanos()).unwrap_or(u64::MAX),
-        fuel: record.fuel_consumed,
-        session: record.session.as_deref(),
-    }
-}
-
-fn record(stored: In) -> DecisionRecord {
-    DecisionRecord {
-        decision_id: DecisionId::from_u128(stored.id),
-        world: stored.world,
-        plugin: stored.plugin.into(),
-        generation: PolicyGenerationId::from_text(stored.generation),
-        inputs_digest: InputsDigest::from_bytes(stored.digest),
-        output: match stored.output {
+impl OutputIn {
+    fn into_output(self) -> DecisionOutput {
+        match self {
             OutputIn::Significance(d) => DecisionOutput::Significance(d),
             OutputIn::Topic(d) => DecisionOutput::Topic(d),
             OutputIn::Memory(d) => DecisionOutput::Memory(d),
-        },
-        outcome: match stored.outcome {
+        }
+    }
+}
+
+impl OutcomeIn {
+    fn into_outcome(self) -> Outcome {
+        match self {
             OutcomeIn::Plugin => Outcome::Plugin,
             OutcomeIn::FailSafe(fault) => Outcome::FailSafe { fault },
             OutcomeIn::CircuitOpen => Outcome::CircuitOpen,
-        },
-        duration: Duration::from_nanos(stored.nanos),
-        fuel_consumed: stored.fuel,
-        session: stored.session.map(Arc::from),
+        }
     }
+}
+
+fn output_out(output: &DecisionOutput) -> OutputOut<'_> {
+    match output {
+        DecisionOutput::Significance(d) => OutputOut::Significance(d),
+        DecisionOutput::Topic(d) => OutputOut::Topic(d),
+        DecisionOutput::Memory(d) => OutputOut::Memory(d),
+    }
+}
+
+fn outcome_out(outcome: &Outcome) -> OutcomeOut<'_> {
+    match outcome {
+        Outcome::Plugin => OutcomeOut::Plugin,
+        Outcome::FailSafe { fault } => OutcomeOut::FailSafe(fault),
+        Outcome::CircuitOpen => OutcomeOut::CircuitOpen,
+    }
+}
+
+/// A duration in nanoseconds: a decision that took 584 years is logged as
+/// taking 584 years.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The position of `value` in `table`, added at its end if it is new.
+/// Tables stay short (a list holds at most a few dozen decisions and
+/// repeats most of what they share), so a scan beats hashing.
+fn index_of<T: PartialEq>(table: &mut Vec<T>, value: T) -> Result<u32, CodecError> {
+    let at = match table.iter().position(|known| *known == value) {
+        Some(at) => at,
+        None => {
+            table.push(value);
+            table.len() - 1
+        }
+    };
+    u32::try_from(at).map_err(|_| CodecError(format!("more than {} distinct values", u32::MAX)))
 }
 
 /// `out` (which may already hold a version byte) followed by the binary
@@ -158,11 +203,36 @@ fn record(stored: In) -> DecisionRecord {
 /// [`CodecError`] if a value does not serialize (postcard refuses nothing
 /// these records hold; the error is the serializer's, passed on).
 pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, CodecError> {
-    let stored: Vec<Vec<Out<'_>>> = records
-        .iter()
-        .map(|decisions| decisions.iter().map(self::out).collect())
-        .collect();
-    postcard::to_extend(&stored, out).map_err(|e| CodecError(e.to_string()))
+    let mut shared = SharedOut {
+        heads: Vec::new(),
+        sessions: Vec::new(),
+        outputs: Vec::new(),
+        records: Vec::with_capacity(records.len()),
+    };
+    // Outputs are compared as the records hold them, then lowered.
+    let mut outputs: Vec<&DecisionOutput> = Vec::new();
+    for decisions in records {
+        let mut slim = Vec::with_capacity(decisions.len());
+        for record in decisions {
+            let head = (record.world, &*record.plugin, record.generation.as_str());
+            slim.push(SlimOut {
+                id: record.decision_id.as_u128().to_be_bytes(),
+                head: index_of(&mut shared.heads, head)?,
+                digest: *record.inputs_digest.as_bytes(),
+                output: index_of(&mut outputs, &record.output)?,
+                outcome: outcome_out(&record.outcome),
+                nanos: nanos(record.duration),
+                fuel: record.fuel_consumed,
+                session: match record.session.as_deref() {
+                    Some(session) => Some(index_of(&mut shared.sessions, session)?),
+                    None => None,
+                },
+            });
+        }
+        shared.records.push(slim);
+    }
+    shared.outputs = outputs.into_iter().map(output_out).collect();
+    postcard::to_extend(&shared, out).map_err(|e| CodecError(e.to_string()))
 }
 
 /// Reads records written by [`encode`].
@@ -170,9 +240,148 @@ pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, 
 /// # Errors
 ///
 /// [`CodecError`] naming what did not decode if `bytes` are not such
-/// records (truncated, damaged, or trailing bytes after them).
+/// records (truncated, damaged, an index past its table, or trailing bytes
+/// after them).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    let (stored, rest): (Vec<Vec<In>>, &[u8]) =
+    let shared: SharedIn = take_all(bytes)?;
+    let heads: Vec<(WorldKind, Arc<str>, PolicyGenerationId)> = shared
+        .heads
+        .into_iter()
+        .map(|(world, plugin, generation)| {
+            (
+                world,
+                plugin.into(),
+                PolicyGenerationId::from_text(generation),
+            )
+        })
+        .collect();
+    let sessions: Vec<Arc<str>> = shared.sessions.into_iter().map(Arc::from).collect();
+    let outputs = shared.outputs;
+    let entry = |table: &str, len: usize, at: u32| {
+        usize::try_from(at)
+            .ok()
+            .filter(|&at| at < len)
+            .ok_or_else(|| CodecError(format!("{table} {at} of {len}")))
+    };
+    shared
+        .records
+        .into_iter()
+        .map(|decisions| {
+            decisions
+                .into_iter()
+                .map(|slim| {
+                    let (world, plugin, generation) =
+                        &heads[entry("head", heads.len(), slim.head)?];
+                    let output = outputs[entry("output", outputs.len(), slim.output)?].clone();
+                    let session = match slim.session {
+                        Some(at) => {
+                            Some(Arc::clone(&sessions[entry("session", sessions.len(), at)?]))
+                        }
+                        None => None,
+                    };
+                    Ok(DecisionRecord {
+                        decision_id: DecisionId::from_u128(u128::from_be_bytes(slim.id)),
+                        world: *world,
+                        plugin: Arc::clone(plugin),
+                        generation: generation.clone(),
+                        inputs_digest: InputsDigest::from_bytes(slim.digest),
+                        output: output.into_output(),
+                        outcome: slim.outcome.into_outcome(),
+                        duration: Duration::from_nanos(slim.nanos),
+                        fuel_consumed: slim.fuel,
+                        session,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A decision of the earlier form on the way out (field for field as
+/// [`In`]).
+#[derive(Serialize)]
+struct Out<'a> {
+    id: u128,
+    world: WorldKind,
+    plugin: &'a str,
+    generation: &'a str,
+    digest: [u8; 32],
+    output: OutputOut<'a>,
+    outcome: OutcomeOut<'a>,
+    nanos: u64,
+    fuel: Option<u64>,
+    session: Option<&'a str>,
+}
+
+/// `out` followed by `records` in the earlier form, every decision with
+/// every field of its own, as logs written before the shared form hold
+/// them: kept so that a test or a tool can write such a log, and read by
+/// [`decode_unshared`].
+///
+/// # Errors
+///
+/// [`CodecError`] as [`encode`].
+pub fn encode_unshared(
+    records: &[Vec<DecisionRecord>],
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    let stored: Vec<Vec<Out<'_>>> = records
+        .iter()
+        .map(|decisions| {
+            decisions
+                .iter()
+                .map(|record| Out {
+                    id: record.decision_id.as_u128(),
+                    world: record.world,
+                    plugin: &record.plugin,
+                    generation: record.generation.as_str(),
+                    digest: *record.inputs_digest.as_bytes(),
+                    output: output_out(&record.output),
+                    outcome: outcome_out(&record.outcome),
+                    nanos: nanos(record.duration),
+                    fuel: record.fuel_consumed,
+                    session: record.session.as_deref(),
+                })
+                .collect()
+        })
+        .collect();
+    postcard::to_extend(&stored, out).map_err(|e| CodecError(e.to_string()))
+}
+
+/// Reads records of the earlier form, in which every decision carries
+/// every field (plugin, generation and session names, its output), as
+/// logs written before the shared form hold them.
+///
+/// # Errors
+///
+/// [`CodecError`] naming what did not decode, as [`decode`].
+pub fn decode_unshared(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
+    let stored: Vec<Vec<In>> = take_all(bytes)?;
+    Ok(stored
+        .into_iter()
+        .map(|decisions| {
+            decisions
+                .into_iter()
+                .map(|stored| DecisionRecord {
+                    decision_id: DecisionId::from_u128(stored.id),
+                    world: stored.world,
+                    plugin: stored.plugin.into(),
+                    generation: PolicyGenerationId::from_text(stored.generation),
+                    inputs_digest: InputsDigest::from_bytes(stored.digest),
+                    output: stored.output.into_output(),
+                    outcome: stored.outcome.into_outcome(),
+                    duration: Duration::from_nanos(stored.nanos),
+                    fuel_consumed: stored.fuel,
+                    session: stored.session.map(Arc::from),
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// One postcard value that is all of `bytes`.
+fn take_all<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, CodecError> {
+    let (value, rest): (T, &[u8]) =
         postcard::take_from_bytes(bytes).map_err(|e| CodecError(e.to_string()))?;
     if !rest.is_empty() {
         return Err(CodecError(format!(
@@ -180,10 +389,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
             rest.len()
         )));
     }
-    Ok(stored
-        .into_iter()
-        .map(|decisions| decisions.into_iter().map(record).collect())
-        .collect())
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -287,6 +493,38 @@ mod tests {
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         // Each line: a field's bytes (a string's are its length, then it).
         let pinned = [
+            "01",                                                                 // one head:
+            "117369676e69666963616e63652d67617465",                               // world, by name
+            "117369676e69666963616e63652d636f7265",                               // plugin
+            "207369676e69666963616e63652d636f7265403031323334353637383961622331", // generation
+            "01027331",                                                           // one session
+            "01",                                                                 // one output:
+            "00",                                                                 // significance
+            "0c6f6273657276652d6f6e6c79",                                         // observe-only
+            "077368616c6c6f77",                                                   // shallow
+            "0000203f0000003f", // score, threshold
+            "020f61626f76652d7468726573686f6c6409757365722d7475726e", // two reason codes
+            "010661206e6f7465", // the note
+            "0101",             // one record of one decision:
+            "01935d2c00000000000000000000002a", // id, 16 bytes
+            "00",               // head 0
+            "0707070707070707070707070707070707070707070707070707070707070707", // digest
+            "00",               // output 0
+            "00",               // outcome: plugin
+            "90c802",           // 42 µs in nanoseconds
+            "01d209",           // fuel
+            "0100",             // session 0
+        ]
+        .concat();
+        assert_eq!(hex, pinned);
+        Ok(())
+    }
+
+    /// The earlier form, as logs written before the shared one hold it,
+    /// is pinned too and still reads.
+    #[test]
+    fn the_unshared_form_still_reads() -> Result<(), CodecError> {
+        let pinned = [
             "0101",                                 // one record of one decision
             "aa80808080808080808080808080cbae9303", // id, a u128 varint
             "117369676e69666963616e63652d67617465", // world, by name
@@ -305,7 +543,69 @@ mod tests {
             "01027331",                             // session
         ]
         .concat();
+        let bytes = encode_unshared(&[vec![significance()]], Vec::new())?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, pinned);
+        assert_eq!(decode_unshared(&bytes)?, vec![vec![significance()]]);
+        assert!(decode_unshared(&bytes[..bytes.len() - 1]).is_err());
+        Ok(())
+    }
+
+    /// A batched memory-policy record (50 candidates, most answered alike,
+    /// one session) costs its ids and digests and little more: under 70
+    /// bytes a decision, tables included, where every decision spelled out its plugin,
+    /// generation, session and output before (about 200).
+    #[test]
+    fn a_batch_shares_what_its_decisions_share() -> Result<(), CodecError> {
+        let batch: Vec<DecisionRecord> = (0..50u128)
+            .map(|n| {
+                let mut record = records()[2][n as usize % 2].clone();
+                record.decision_id = DecisionId::from_u128(n << 80 | n);
+                record.inputs_digest = InputsDigest::from_bytes([n as u8; 32]);
+                record.outcome = Outcome::Plugin;
+                record.duration = Duration::from_micros(1);
+                record
+            })
+            .collect();
+        let bytes = encode(std::slice::from_ref(&batch), Vec::new())?;
+        assert!(bytes.len() < 70 * 50, "{} bytes", bytes.len());
+        let unshared = encode_unshared(std::slice::from_ref(&batch), Vec::new())?;
+        assert!(
+            bytes.len() * 3 < unshared.len(),
+            "{} vs {}",
+            bytes.len(),
+            unshared.len()
+        );
+        let back = decode(&bytes)?;
+        assert_eq!(back, vec![batch]);
+        // Decoded decisions share their plugin name rather than copy it.
+        assert!(Arc::ptr_eq(&back[0][0].plugin, &back[0][49].plugin));
+        Ok(())
+    }
+
+    /// An index past its table is an error naming the table, not a panic.
+    #[test]
+    fn an_index_past_its_table_is_an_error() -> Result<(), CodecError> {
+        let record = significance();
+        let shared = SharedOut {
+            heads: vec![(record.world, &*record.plugin, record.generation.as_str())],
+            sessions: Vec::new(),
+            outputs: vec![output_out(&record.output)],
+            records: vec![vec![SlimOut {
+                id: [0; 16],
+                head: 0,
+                digest: [0; 32],
+                output: 0,
+                outcome: OutcomeOut::Plugin,
+                nanos: 0,
+                fuel: None,
+                session: Some(3),
+            }]],
+        };
+        let bytes =
+            postcard::to_extend(&shared, Vec::new()).map_err(|e| CodecError(e.to_string()))?;
+        let err = decode(&bytes).err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("decision records: session 3 of 0"));
         Ok(())
     }
 

@@ -34,10 +34,13 @@
 //! one batch (an assembly's, [`DecisionSink::record_batch`]; queries list
 //! each decision of it). In collection `State` of the system namespace:
 //! `r` + big-endian first sequence number + big-endian `u32` count → a
-//! chunk of `count` consecutive records: [`CHUNK_V2`] then their binary
-//! form ([`cairn_policies::decision_codec`], about a third of the JSON's
-//! bytes), or (written before it, still read and scrubbed) [`CHUNK_V1`]
-//! then the JSON array of the records, each a JSON array of its decisions;
+//! chunk of `count` consecutive records: [`CHUNK_V3`] then their binary
+//! form ([`cairn_policies::decision_codec`], what the chunk's decisions
+//! share written once: about 60 bytes a batched decision), or (written
+//! before it, still read and scrubbed) [`CHUNK_V2`] then the earlier
+//! binary form (every decision with every field, about a third of the
+//! JSON's bytes) or [`CHUNK_V1`] then the JSON array of the records, each
+//! a JSON array of its decisions;
 //! `r` + big-endian sequence number alone → one record as JSON, a decision
 //! object or an array of them (the layout before chunks, still read,
 //! scrubbed and retired); a scrubbed value is written back in the binary
@@ -78,8 +81,11 @@ const MAX_DELETES_PER_BATCH: u64 = 10_000;
 /// array of its records follows. (A value of the layout before chunks
 /// starts with `{` or `[`.)
 const CHUNK_V1: u8 = 1;
-/// The first byte of a chunk value: the binary form of its records follows.
+/// The first byte of a chunk value written before [`CHUNK_V3`]: the earlier
+/// binary form of its records follows ([`decision_codec::decode_unshared`]).
 const CHUNK_V2: u8 = 2;
+/// The first byte of a chunk value: the binary form of its records follows.
+const CHUNK_V3: u8 = 3;
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
 const CHUNK_DECISIONS: usize = 64;
@@ -572,7 +578,7 @@ impl Writer {
         let mut next = self.next;
         let mut spans = Vec::new();
         for chunk in chunks(stored) {
-            let value = decision_codec::encode(chunk, vec![CHUNK_V2]).map_err(|e| e.to_string())?;
+            let value = decision_codec::encode(chunk, vec![CHUNK_V3]).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             batch.put(Collection::State, chunk_key(next, count), value);
             spans.push((next, count));
@@ -765,7 +771,7 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
             if hits == 0 {
                 continue;
             }
-            let bytes = decision_codec::encode(&records, vec![CHUNK_V2])
+            let bytes = decision_codec::encode(&records, vec![CHUNK_V3])
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
@@ -876,8 +882,12 @@ fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
 /// The records a stored value holds, each as the list of its decisions.
 fn decode_records(key: &[u8], value: &[u8]) -> Result<Vec<Vec<DecisionRecord>>> {
     let json = match value.split_first() {
-        Some((&CHUNK_V2, records)) => {
+        Some((&CHUNK_V3, records)) => {
             return decision_codec::decode(records)
+                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+        }
+        Some((&CHUNK_V2, records)) => {
+            return decision_codec::decode_unshared(records)
                 .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
         }
         Some((&CHUNK_V1, records)) => serde_json::from_slice(records),
@@ -939,10 +949,11 @@ mod tests {
         records.iter().map(|r| r.decision_id.to_string()).collect()
     }
 
-    /// A log written in the layouts before (one JSON value per record, then
-    /// JSON chunks) and extended in binary chunks answers queries, scrubs
-    /// and counts across all three; a scrubbed value is rewritten in the
-    /// binary form; retention retires the old values and whole chunks.
+    /// A log written in the layouts before (one JSON value per record, JSON
+    /// chunks, chunks of the unshared binary form) and extended in shared
+    /// binary chunks answers queries, scrubs and counts across all four; a
+    /// scrubbed value is rewritten in the shared form; retention retires
+    /// the old values and whole chunks.
     #[test]
     fn every_layout_reads_scrubs_and_retires_alike() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
@@ -961,6 +972,10 @@ mod tests {
         let mut v1 = vec![CHUNK_V1];
         v1.extend(json(&[vec![r[3].clone()], vec![r[4].clone()]])?);
         batch.put(Collection::State, chunk_key(2, 2), v1);
+        // Record 4 in a chunk of the earlier binary form.
+        let v2 =
+            decision_codec::encode_unshared(&[vec![r[5].clone()]], vec![CHUNK_V2]).map_err(io)?;
+        batch.put(Collection::State, chunk_key(4, 1), v2);
         batch.put(
             Collection::State,
             FIRST.to_vec(),
@@ -969,7 +984,7 @@ mod tests {
         batch.put(
             Collection::State,
             NEXT.to_vec(),
-            4u64.to_be_bytes().to_vec(),
+            5u64.to_be_bytes().to_vec(),
         );
         store.apply(batch)?;
         let config = DecisionLogConfig {
@@ -977,7 +992,6 @@ mod tests {
             ..DecisionLogConfig::default()
         };
         let log = DecisionLog::open(&memory, &config)?;
-        log.record(&r[5]).map_err(io)?;
         log.record_batch(&r[6..8]).map_err(io)?;
         log.flush()?;
         let stats = log.stats()?;
@@ -989,15 +1003,22 @@ mod tests {
         let newest_first: Vec<_> = r[..8].iter().rev().cloned().collect();
         assert_eq!(ids(&log.query(&all)?), ids(&newest_first));
         assert_eq!(log.query(&all)?, newest_first, "every field read back");
-        assert_eq!(log.counts(r[5].generation.as_str())?.decisions, 3);
+        // Counted by this writer: the batch's two (the stored ones were
+        // counted by the writer that stored them).
+        assert_eq!(log.counts(r[6].generation.as_str())?.decisions, 2);
 
         assert_eq!(log.scrub_session("s1")?, 4);
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
-        for key in [record_key(0), record_key(1), chunk_key(2, 2)] {
+        for key in [
+            record_key(0),
+            record_key(1),
+            chunk_key(2, 2),
+            chunk_key(4, 1),
+        ] {
             let value = store.get(Collection::State, &key)?;
-            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V2));
+            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V3));
         }
 
         // Four more records: the three old values fall out of the newest
@@ -1026,7 +1047,7 @@ mod tests {
     fn a_damaged_chunk_is_an_error() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 2)?;
-        let value = decision_codec::encode(&[r], vec![CHUNK_V2]).map_err(io)?;
+        let value = decision_codec::encode(&[r], vec![CHUNK_V3]).map_err(io)?;
         let key = chunk_key(7, 1);
         assert_eq!(decode_stored(&key, &value)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
