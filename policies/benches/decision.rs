@@ -6,6 +6,8 @@
 //!    through the full host path (fuel refill, call, output checks, input
 //!    digest, decision record), with the baseline in the same group: the
 //!    same significance policy (`significance-core`) compiled natively.
+//!    Group `decision_log_chunk`: an assembly's 50 decisions encoded and
+//!    decoded as the decision log stores them, against the earlier form.
 //! 2. Percentiles: criterion reports means, so a plain loop times 100,000
 //!    single decisions per row and prints p50 / p99 / p99.9.
 //! 3. Hot swap under load: one thread makes ~10,000 decisions/s for 2 s of
@@ -42,6 +44,38 @@ impl DecisionSink for CountingSink {
         self.0.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Keeps the last batch of decisions it was given (for the decision-log
+/// encoding benches).
+#[derive(Default)]
+struct KeepingSink(std::sync::Mutex<Vec<DecisionRecord>>);
+
+impl DecisionSink for KeepingSink {
+    fn record(&self, record: &DecisionRecord) -> Result<(), SinkError> {
+        self.record_batch(std::slice::from_ref(record))
+    }
+
+    fn record_batch(&self, records: &[DecisionRecord]) -> Result<(), SinkError> {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = records.to_vec();
+        }
+        Ok(())
+    }
+}
+
+/// The decision records of one batched call over `batch`, as a durable
+/// log receives them.
+fn batch_records(batch: &[PolicyRequest]) -> Vec<DecisionRecord> {
+    let sink = Arc::new(KeepingSink::default());
+    let host = PolicyHost::new(HostConfig::default(), sink.clone()).expect("host");
+    let set = PolicySet::with_defaults(&host).expect("default plugins");
+    set.memory.decide_many(batch).expect("decide");
+    let mut kept = Vec::new();
+    if let Ok(mut last) = sink.0.lock() {
+        kept = std::mem::take(&mut *last);
+    }
+    kept
 }
 
 /// A realistic 1 KB user turn: some decision and task language, mostly
@@ -244,6 +278,34 @@ fn criterion_groups(c: &mut Criterion, f: &Fixture) {
                 .decide_many(black_box(&f.batch))
                 .expect("decide")
         })
+    });
+    g.finish();
+
+    // What the decision log's writer does with an assembly's record: encode
+    // it for its chunk (the shared form, tables written once) against the
+    // earlier form (every decision with every field), and read it back.
+    let records = vec![batch_records(&f.batch)];
+    assert_eq!(records[0].len(), f.batch.len());
+    let shared = decision_codec::encode(&records, Vec::new()).expect("encode");
+    let unshared = decision_codec::encode_unshared(&records, Vec::new()).expect("encode");
+    eprintln!(
+        "decision_log_chunk: 50 decisions take {} bytes shared, {} unshared",
+        shared.len(),
+        unshared.len()
+    );
+    let mut g = c.benchmark_group("decision_log_chunk/50_decisions");
+    g.throughput(Throughput::Elements(f.batch.len() as u64));
+    g.bench_function("encode unshared (baseline)", |b| {
+        b.iter(|| decision_codec::encode_unshared(black_box(&records), Vec::new()))
+    });
+    g.bench_function("encode shared", |b| {
+        b.iter(|| decision_codec::encode(black_box(&records), Vec::new()))
+    });
+    g.bench_function("decode unshared (baseline)", |b| {
+        b.iter(|| decision_codec::decode_unshared(black_box(&unshared)))
+    });
+    g.bench_function("decode shared", |b| {
+        b.iter(|| decision_codec::decode(black_box(&shared)))
     });
     g.finish();
 }
