@@ -16,7 +16,12 @@
 //!
 //! Why a `std::sync::Mutex` + `Condvar` around the heap: the workers are
 //! plain threads blocked in synchronous calls; the lock is held only to
-//! push or pop one slot.
+//! push or pop one slot. One idle worker at a time (the *leader*) sleeps
+//! until the earliest slot is due; the others sleep until woken (or for
+//! [`IDLE_WAIT`]). When every idle worker slept until the earliest due
+//! time, all of them woke for each turn and all but one went back to
+//! sleep: 37 context switches per turn at 2,000 turns/s offered, in the
+//! process whose CPU the in-process run reports.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -36,6 +41,18 @@ use super::{LoadgenError, Progress};
 
 /// Attempts per turn on retryable errors (backpressure, 503, transport).
 const ATTEMPTS: u32 = 6;
+
+/// The longest an idle worker sleeps before it looks at the schedule again
+/// (a stop wakes every worker at once).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// The slots by the instant their next turn is due, and which idle worker,
+/// if any, sleeps until the earliest of them (the leader, by its ticket).
+struct Schedule {
+    due: BinaryHeap<Reverse<(Instant, usize)>>,
+    leader: Option<u64>,
+    tickets: u64,
+}
 
 /// One session's acknowledged turns: `(seq, blake3 of the content)`.
 #[derive(Debug)]
@@ -67,7 +84,7 @@ struct Shared {
     target: Arc<dyn Target>,
     scenario: Scenario,
     topics: Vec<String>,
-    heap: Mutex<BinaryHeap<Reverse<(Instant, usize)>>>,
+    schedule: Mutex<Schedule>,
     wake: Condvar,
     slots: Vec<Mutex<Slot>>,
     ledgers: Mutex<Vec<Ledger>>,
@@ -145,28 +162,44 @@ impl Shared {
 
     /// Pops the next due slot, waiting for it; `None` once stopping.
     fn next(&self) -> Option<(Instant, usize)> {
-        let mut heap = lock(&self.heap);
+        let mut schedule = lock(&self.schedule);
         loop {
             if self.stopping() {
                 return None;
             }
             let now = Instant::now();
-            match heap.peek() {
+            let wait = match schedule.due.peek() {
                 Some(Reverse((due, _))) if *due <= now => {
-                    return heap.pop().map(|Reverse(item)| item);
+                    let item = schedule.due.pop().map(|Reverse(item)| item);
+                    // Hand the wait for the next slot to another worker.
+                    if schedule.leader.is_none() && !schedule.due.is_empty() {
+                        self.wake.notify_one();
+                    }
+                    return item;
                 }
-                Some(Reverse((due, _))) => {
-                    let wait = (*due - now).min(Duration::from_millis(50));
-                    heap = self
+                Some(Reverse((due, _))) if schedule.leader.is_none() => {
+                    Some((*due - now).min(IDLE_WAIT))
+                }
+                _ => None,
+            };
+            match wait {
+                Some(wait) => {
+                    schedule.tickets += 1;
+                    let ticket = schedule.tickets;
+                    schedule.leader = Some(ticket);
+                    schedule = self
                         .wake
-                        .wait_timeout(heap, wait)
+                        .wait_timeout(schedule, wait)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
+                    if schedule.leader == Some(ticket) {
+                        schedule.leader = None;
+                    }
                 }
                 None => {
-                    heap = self
+                    schedule = self
                         .wake
-                        .wait_timeout(heap, Duration::from_millis(50))
+                        .wait_timeout(schedule, IDLE_WAIT)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
                 }
@@ -175,8 +208,18 @@ impl Shared {
     }
 
     fn push(&self, due: Instant, slot: usize) {
-        lock(&self.heap).push(Reverse((due, slot)));
-        self.wake.notify_one();
+        let mut schedule = lock(&self.schedule);
+        let earliest = schedule
+            .due
+            .peek()
+            .is_none_or(|Reverse((first, _))| due < *first);
+        schedule.due.push(Reverse((due, slot)));
+        if earliest {
+            // The leader sleeps until a later instant: whoever wakes leads.
+            schedule.leader = None;
+            drop(schedule);
+            self.wake.notify_one();
+        }
     }
 
     /// Plays one turn of `slot`; returns when its next turn is due, or
@@ -342,7 +385,11 @@ pub(crate) fn run(
         target: target.clone(),
         scenario: s.clone(),
         topics: topic_names,
-        heap: Mutex::new(heap),
+        schedule: Mutex::new(Schedule {
+            due: heap,
+            leader: None,
+            tickets: 0,
+        }),
         wake: Condvar::new(),
         slots,
         ledgers: Mutex::new(Vec::new()),
