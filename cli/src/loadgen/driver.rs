@@ -27,6 +27,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use cairn::topics::{TopicSpec, Trigger};
@@ -47,11 +48,10 @@ const ATTEMPTS: u32 = 6;
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
 /// The slots by the instant their next turn is due, and which idle worker,
-/// if any, sleeps until the earliest of them (the leader, by its ticket).
+/// if any, sleeps until the earliest of them (the leader).
 struct Schedule {
     due: BinaryHeap<Reverse<(Instant, usize)>>,
-    leader: Option<u64>,
-    tickets: u64,
+    leader: Option<ThreadId>,
 }
 
 /// One session's acknowledged turns: `(seq, blake3 of the content)`.
@@ -184,15 +184,15 @@ impl Shared {
             };
             match wait {
                 Some(wait) => {
-                    schedule.tickets += 1;
-                    let ticket = schedule.tickets;
-                    schedule.leader = Some(ticket);
+                    let me = std::thread::current().id();
+                    schedule.leader = Some(me);
                     schedule = self
                         .wake
                         .wait_timeout(schedule, wait)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0;
-                    if schedule.leader == Some(ticket) {
+                    // Unless a push made way for another leader meanwhile.
+                    if schedule.leader == Some(me) {
                         schedule.leader = None;
                     }
                 }
@@ -388,7 +388,6 @@ pub(crate) fn run(
         schedule: Mutex::new(Schedule {
             due: heap,
             leader: None,
-            tickets: 0,
         }),
         wake: Condvar::new(),
         slots,
