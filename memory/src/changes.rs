@@ -166,7 +166,7 @@ impl Watchers {
     #[cfg(test)]
     fn record(&self, workspace: &str, batch: &WriteBatch, failed: bool) {
         let sessions = crate::record::sessions_touched(batch);
-        if let Some(changes) = self.changes_of(batch, &sessions) {
+        if let Some(changes) = self.changes_of(batch, &sessions.heads) {
             self.deliver(workspace, changes, failed);
         }
     }

@@ -46,6 +46,7 @@ pub mod error;
 pub mod extract;
 pub mod extractor;
 pub mod forget;
+mod idempotency;
 pub mod ids;
 pub mod live;
 pub mod log;

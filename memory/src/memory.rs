@@ -913,7 +913,7 @@ impl Workspace {
         let log = LogChange::of(&batch);
         let topics = touches_topics(&batch);
         let sessions = crate::record::sessions_touched(&batch);
-        let watched = self.shared.watchers.changes_of(&batch, &sessions);
+        let watched = self.shared.watchers.changes_of(&batch, &sessions.heads);
         let applied = self.store.apply(batch);
         // Even a failed apply may have changed something underneath (a
         // backend error after the write): the heads are forgotten either way.

@@ -6,13 +6,13 @@
 //! modified or deleted through the normal API; only an audited `forget` erases
 //! them (see [`crate::forget`]).
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
+use crate::idempotency::{KeyIndex, Lookup, SessionKeys};
 use crate::ids::validate_id;
 use crate::memory::{DEFAULT_WORK_CONTEXT, Workspace, check_text, decode, encode, in_batch};
 use crate::store::{Collection, WriteBatch, WriteOp};
@@ -274,6 +274,9 @@ pub(crate) fn session_prefix(session: &str) -> Vec<u8> {
     key
 }
 
+/// The key of an idempotency entry, as stores written before turn records
+/// named their keys hold them (still read, never written).
+#[cfg(test)]
 pub(crate) fn idempotency_key(session: &str, key: &str) -> Vec<u8> {
     let mut out = session_prefix(session);
     out.extend_from_slice(key.as_bytes());
@@ -292,8 +295,9 @@ const MAX_CACHED_HEADS: usize = 65_536;
 
 /// A workspace's session heads as [`Workspace::load_session`] would derive
 /// them from the store (the session record, `next_seq` and `last_turn_at`
-/// from its last turn), so that an append reads nothing but its idempotency
-/// key and the actor's follow-up `session` reads nothing at all.
+/// from its last turn), so that an append reads nothing (with the session's
+/// idempotency keys, [`SessionHeads::keys`]) and the actor's follow-up
+/// `session` reads nothing at all.
 ///
 /// Correctness rests on three rules:
 /// - Every batch that writes a turn or a session record goes through
@@ -315,6 +319,9 @@ const MAX_CACHED_HEADS: usize = 65_536;
 #[derive(Debug, Default)]
 pub(crate) struct SessionHeads {
     inner: parking_lot::Mutex<HeadsInner>,
+    /// The sessions' idempotency keys, forgotten with their heads (when a
+    /// batch touches their turns, and on [`SessionHeads::clear`]).
+    pub(crate) keys: SessionKeys,
 }
 
 #[derive(Debug, Default)]
@@ -345,20 +352,30 @@ impl SessionHeads {
         self.inner.lock().insert(session);
     }
 
-    /// Forgets the heads of `sessions` (a batch touched them).
-    pub(crate) fn invalidate(&self, sessions: &BTreeSet<String>) {
-        let mut inner = self.inner.lock();
-        inner.epoch += 1;
-        for id in sessions {
-            inner.heads.remove(id);
+    /// Forgets what a batch touched: the heads of the sessions whose
+    /// record or turns it wrote, the key sets of those whose turns (or old
+    /// idempotency entries) it wrote.
+    pub(crate) fn invalidate(&self, touched: &SessionsTouched) {
+        {
+            let mut inner = self.inner.lock();
+            inner.epoch += 1;
+            for id in &touched.heads {
+                inner.heads.remove(id);
+            }
+        }
+        if !touched.turns.is_empty() {
+            self.keys.invalidate(&touched.turns);
         }
     }
 
-    /// Forgets every head.
+    /// Forgets every head and key set.
     pub(crate) fn clear(&self) {
-        let mut inner = self.inner.lock();
-        inner.epoch += 1;
-        inner.heads.clear();
+        {
+            let mut inner = self.inner.lock();
+            inner.epoch += 1;
+            inner.heads.clear();
+        }
+        self.keys.clear();
     }
 }
 
@@ -371,21 +388,47 @@ impl HeadsInner {
     }
 }
 
-/// The sessions whose head a batch may change: those it writes a turn or a
-/// session record of.
-pub(crate) fn sessions_touched(batch: &WriteBatch) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The sessions a batch writes something of.
+#[derive(Debug, Default)]
+pub(crate) struct SessionsTouched {
+    /// Those whose head it may change: it writes a turn or the session
+    /// record.
+    pub(crate) heads: BTreeSet<String>,
+    /// Those whose idempotency keys it may change: it writes a turn or an
+    /// old idempotency entry.
+    pub(crate) turns: BTreeSet<String>,
+}
+
+impl SessionsTouched {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.heads.is_empty() && self.turns.is_empty()
+    }
+}
+
+/// The sessions whose head or keys a batch may change.
+pub(crate) fn sessions_touched(batch: &WriteBatch) -> SessionsTouched {
+    let mut out = SessionsTouched::default();
     for op in batch.ops() {
         let (WriteOp::Put {
             collection, key, ..
         }
         | WriteOp::Delete { collection, key }) = op;
-        let id = match collection {
-            Collection::Sessions => key.as_slice(),
-            Collection::Turns => session_of_turn_key(key).unwrap_or(key),
-            _ => continue,
-        };
-        out.insert(String::from_utf8_lossy(id).into_owned());
+        let id = |id: &[u8]| String::from_utf8_lossy(id).into_owned();
+        match collection {
+            Collection::Sessions => {
+                out.heads.insert(id(key));
+            }
+            Collection::Turns => {
+                let session = id(session_of_turn_key(key).unwrap_or(key));
+                out.heads.insert(session.clone());
+                out.turns.insert(session);
+            }
+            Collection::Idempotency => {
+                out.turns
+                    .insert(id(session_of_turn_key(key).unwrap_or(key)));
+            }
+            _ => {}
+        }
     }
     out
 }
@@ -622,29 +665,23 @@ impl Workspace {
             .collect();
         let guard = self.shared.lock_stripes(stripes);
 
-        // Per session: its head, whether this batch creates it, and the
-        // time of the last turn this batch appends (what a fresh read
-        // would derive `last_turn_at` from).
+        // Per session: its head, and whether this batch creates it.
         let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
-        // Per session: the sequence number of its last stored turn.
-        let mut stored_last: HashMap<&str, u64> = HashMap::new();
-        // Per session: the idempotency key its last stored turn names (read
-        // once, at the first key this batch misses).
-        let mut last_keys: HashMap<&str, Option<String>> = HashMap::new();
+        // Per session: its idempotency keys, taken out of the cache for the
+        // length of the write (`None`: not held and not needed yet).
+        let mut key_sets: HashMap<&str, Option<KeyIndex>> = HashMap::new();
+        // Per session: the time of the last turn this batch appends (what a
+        // fresh read would derive `last_turn_at` from).
         let mut last_appended: HashMap<&str, DateTime<Utc>> = HashMap::new();
         let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
+        let mut new_keys: Vec<(&str, &str, u64)> = Vec::new();
         let mut batch = WriteBatch::default();
         let mut acks = Vec::with_capacity(turns.len());
         for (index, input) in turns.iter().enumerate() {
             let sid = input.session.as_str();
             if !sessions.contains_key(sid) {
                 let loaded = match self.load_session(sid)? {
-                    Some(s) => {
-                        if let Some(last) = s.next_seq.checked_sub(1) {
-                            stored_last.insert(sid, last);
-                        }
-                        (s, false)
-                    }
+                    Some(s) => (s, false),
                     None => (
                         Session {
                             id: sid.to_owned(),
@@ -663,6 +700,16 @@ impl Workspace {
                         true,
                     ),
                 };
+                // A session this batch creates has no keys yet; one that
+                // exists keeps its held set out of the cache until the
+                // batch is applied (every batch that writes turns forgets
+                // the sets of their sessions).
+                let keys = if loaded.1 {
+                    Some(KeyIndex::default())
+                } else {
+                    self.heads.keys.take(sid)
+                };
+                key_sets.insert(sid, keys);
                 sessions.insert(sid, loaded);
             }
             let Some((session, _)) = sessions.get_mut(sid) else {
@@ -681,36 +728,18 @@ impl Workspace {
                 }
             }
             if let Some(key) = input.idempotency_key.as_deref() {
-                if let Some(seq) = seen_keys.get(&(sid, key)) {
-                    acks.push(Ack {
-                        seq: *seq,
-                        duplicate: true,
-                    });
-                    continue;
-                }
-                let entry = idempotency_key(sid, key);
-                let mut stored = match self.store.get(Collection::Idempotency, &entry)? {
-                    Some(raw) => Some(decode_seq(&raw)?),
-                    None => None,
-                };
-                if stored.is_none() {
-                    // A single-turn append writes the turn, then its key
-                    // (`WriteBatch::in_order`): a crash between the two
-                    // leaves the session's last turn naming a key that has
-                    // no entry. Only the last: the next append to the
-                    // session starts after both writes. Mend the entry.
-                    if let Some(&last) = stored_last.get(sid) {
-                        let named = match last_keys.entry(sid) {
-                            Entry::Occupied(e) => e.into_mut(),
-                            Entry::Vacant(e) => e.insert(self.idempotency_key_of(sid, last)?),
+                let seq = match seen_keys.get(&(sid, key)) {
+                    Some(seq) => Some(*seq),
+                    None => {
+                        let slot = key_sets.entry(sid).or_default();
+                        let set = match slot {
+                            Some(set) => set,
+                            None => slot.insert(self.read_keys(sid)?),
                         };
-                        if named.as_deref() == Some(key) {
-                            batch.put(Collection::Idempotency, entry, last.to_be_bytes().to_vec());
-                            stored = Some(last);
-                        }
+                        self.stored_key(sid, set, key)?
                     }
-                }
-                if let Some(seq) = stored {
+                };
+                if let Some(seq) = seq {
                     seen_keys.insert((sid, key), seq);
                     acks.push(Ack {
                         seq,
@@ -732,18 +761,15 @@ impl Workspace {
                 timestamp,
                 content_hash: content_hash(&input.content),
             };
+            // The turn record names its key: that is the key's only record.
             batch.put(
                 Collection::Turns,
                 turn_key(sid, seq),
                 encode_turn(&turn, input.idempotency_key.as_deref())?,
             );
             if let Some(key) = input.idempotency_key.as_deref() {
-                batch.put(
-                    Collection::Idempotency,
-                    idempotency_key(sid, key),
-                    seq.to_be_bytes().to_vec(),
-                );
                 seen_keys.insert((sid, key), seq);
+                new_keys.push((sid, key, seq));
             }
             session.next_seq += 1;
             session.last_turn_at =
@@ -765,16 +791,7 @@ impl Workspace {
             }
         }
         if !batch.is_empty() {
-            // One new turn on a session that exists needs no atomic batch:
-            // the turn goes first and names its key, and the key's entry
-            // (and any mended entry) can be recovered from it.
-            let appended = acks.iter().filter(|a| !a.duplicate).count();
-            let creates = sessions.values().any(|(_, created)| *created);
-            let batch = if appended == 1 && !creates {
-                batch.in_order()
-            } else {
-                batch
-            };
+            // A failed apply drops the taken key sets: they are read again.
             self.apply(batch)?;
             // The stripe locks are held: these heads are the store's now.
             for (sid, at) in last_appended {
@@ -786,8 +803,72 @@ impl Workspace {
                 }
             }
         }
+        for (sid, key, seq) in new_keys {
+            if let Some(Some(set)) = key_sets.get_mut(sid) {
+                set.insert(self.heads.keys.fingerprint(key), key, seq);
+            }
+        }
+        for (sid, set) in key_sets {
+            if let Some(set) = set {
+                self.heads.keys.put_back(sid, set);
+            }
+        }
         drop(guard);
         Ok(acks)
+    }
+
+    /// The turn of `session` appended with `key`, if any, as `set` knows it
+    /// (a fingerprint's match confirmed by the turn's record).
+    fn stored_key(&self, session: &str, set: &KeyIndex, key: &str) -> Result<Option<u64>> {
+        Ok(match set.lookup(self.heads.keys.fingerprint(key), key) {
+            Lookup::Found(seq) => Some(seq),
+            Lookup::Confirm(seq) => {
+                (self.idempotency_key_of(session, seq)?.as_deref() == Some(key)).then_some(seq)
+            }
+            Lookup::Absent => None,
+        })
+    }
+
+    /// Reads the idempotency keys of `session` from the store: those its
+    /// turns name, and the entries of stores written before turn records
+    /// named their keys (held whole: their turns may not name them). Pages
+    /// through the turns, so a long session costs its length once, not
+    /// its size in memory.
+    fn read_keys(&self, session: &str) -> Result<KeyIndex> {
+        const PAGE: usize = 1024;
+        let mut set = KeyIndex::default();
+        let prefix = session_prefix(session);
+        for (entry, value) in self.store.scan_prefix(Collection::Idempotency, &prefix)? {
+            let key =
+                std::str::from_utf8(&entry[prefix.len()..]).map_err(|_| MemoryError::Corrupt {
+                    what: "idempotency entry",
+                    key: String::from_utf8_lossy(&entry).into_owned(),
+                    reason: "the key is not UTF-8".to_owned(),
+                })?;
+            set.insert_exact(key, decode_seq(&value)?);
+        }
+        let mut from = 0u64;
+        loop {
+            let page = self.store.scan_prefix_from(
+                Collection::Turns,
+                &prefix,
+                &from.to_be_bytes(),
+                PAGE,
+            )?;
+            for (turn, value) in &page {
+                let seq = decode_seq(&turn[prefix.len()..])?;
+                if let Some(key) = stored_idempotency_key(turn, value)? {
+                    if !set.holds_exactly(key) {
+                        set.insert(self.heads.keys.fingerprint(key), key, seq);
+                    }
+                }
+                from = seq.saturating_add(1);
+            }
+            if page.len() < PAGE {
+                break;
+            }
+        }
+        Ok(set)
     }
 
     fn validate_turn(&self, turn: &TurnInput) -> Result<()> {
@@ -799,7 +880,7 @@ impl Workspace {
     fn idempotency_key_of(&self, session: &str, seq: u64) -> Result<Option<String>> {
         let key = turn_key(session, seq);
         match self.store.get(Collection::Turns, &key)? {
-            Some(value) => Ok(stored_idempotency_key(&key, &value)?),
+            Some(value) => Ok(stored_idempotency_key(&key, &value)?.map(str::to_owned)),
             None => Ok(None),
         }
     }

@@ -135,50 +135,63 @@ fn sequence_numbers_and_idempotency() {
     assert_eq!(ws.session("s2").unwrap().next_seq, 1);
 }
 
-/// A single-turn append writes its turn, then its idempotency entry, as
-/// two writes in order: a crash between them leaves the turn without its
-/// entry. The turn names its key, so a retry is still a duplicate, and the
-/// entry is mended for the retries after the session moves on.
+/// A turn's idempotency key is stored once, in its turn record: no entry
+/// beside it. After a restart the keys are read back from the turns (past
+/// a page of them), and the entries stores written before this kept are
+/// still honoured.
 #[test]
-fn a_turn_cut_from_its_idempotency_entry_is_still_a_duplicate() {
+fn idempotency_keys_live_in_their_turns() {
     let fx = Fixture::new();
     let ws = fx.ws();
-    ws.append_turn(&user("s1", "one").with_idempotency_key("k1"))
+    let keyed = |i: usize| user("s1", &format!("turn {i}")).with_idempotency_key(&format!("k{i}"));
+    ws.append_turns(&(0..1000).map(keyed).collect::<Vec<_>>())
         .unwrap();
-    ws.append_turn(&user("s1", "two").with_idempotency_key("k2"))
+    ws.append_turns(&(1000..1100).map(keyed).collect::<Vec<_>>())
         .unwrap();
-    // What a crash between the two writes of "two" leaves behind.
-    let entry = record::idempotency_key("s1", "k2");
-    ws.raw_write_for_tests(crate::store::Collection::Idempotency, &entry, None)
+    ws.append_turn(&user("s1", "unkeyed")).unwrap();
+    let entries = ws
+        .store
+        .scan_prefix(crate::store::Collection::Idempotency, b"")
         .unwrap();
+    assert!(entries.is_empty(), "{} idempotency entries", entries.len());
+    // What an older cairn left: an entry naming turn 5 for a key no turn
+    // record names.
+    let entry = record::idempotency_key("s1", "legacy");
+    ws.raw_write_for_tests(
+        crate::store::Collection::Idempotency,
+        &entry,
+        Some(&5u64.to_be_bytes()),
+    )
+    .unwrap();
     drop(ws);
     let fx = reopen(fx);
     let ws = fx.ws();
-    let dup = Ack {
-        seq: 1,
+    let dup = |seq| Ack {
+        seq,
         duplicate: true,
     };
-    let retry = || ws.append_turn(&user("s1", "two (retry)").with_idempotency_key("k2"));
-    assert_eq!(retry().unwrap(), dup);
-    // Mended: still a duplicate once another turn is the last.
-    assert_eq!(ws.append_turn(&user("s1", "three")).unwrap().seq, 2);
-    assert_eq!(retry().unwrap(), dup);
-    let texts: Vec<String> = ws
-        .transcript("s1", 0, None)
-        .unwrap()
-        .into_iter()
-        .map(|t| t.content)
-        .collect();
-    assert_eq!(texts, ["one", "two", "three"]);
-    // A key no turn names is new, whatever the last turn carries.
+    for i in [0, 1023, 1024, 1099] {
+        assert_eq!(ws.append_turn(&keyed(i)).unwrap(), dup(i as u64), "k{i}");
+    }
     assert_eq!(
-        ws.append_turn(&user("s1", "four").with_idempotency_key("k4"))
+        ws.append_turn(&user("s1", "again").with_idempotency_key("legacy"))
             .unwrap(),
+        dup(5)
+    );
+    // A new key is new, and a duplicate from then on, in a batch or alone.
+    let fresh = || user("s1", "fresh").with_idempotency_key("k-new");
+    assert_eq!(
+        ws.append_turn(&fresh()).unwrap(),
         Ack {
-            seq: 3,
+            seq: 1101,
             duplicate: false
         }
     );
+    assert_eq!(
+        ws.append_turns(&[user("s1", "x"), fresh()]).unwrap()[1],
+        dup(1101)
+    );
+    assert_eq!(ws.session("s1").unwrap().next_seq, 1103);
 }
 
 #[test]

@@ -13,10 +13,10 @@
 //! 02 | work_context | seq (varint) | role (u8) | content | tool_call_id? | secs | nanos | hash[32] | idempotency_key?
 //! ```
 //!
-//! The key is in the record so a single-turn append can write the turn and
-//! its idempotency entry as two plain writes instead of one atomic batch
-//! (whose manifest costs sled a second log write and sync): after a crash
-//! between the two, the session's last turn still names its key.
+//! The record is the key's only record: an append writes one insert, and
+//! the set of a session's keys is read back from its turns when first
+//! needed ([`crate::idempotency`]). Stores written before kept an entry per
+//! key beside the turn as well; those entries are still read.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -179,8 +179,8 @@ pub(crate) fn decode_turn_head(key: &[u8], value: &[u8]) -> Result<(u64, DateTim
 
 /// The idempotency key the stored turn at `key` was appended with (records
 /// before version 2 carry none).
-pub(crate) fn stored_idempotency_key(key: &[u8], value: &[u8]) -> Result<Option<String>> {
-    Ok(binary(key, value)?.and_then(|r| r.idempotency_key.map(str::to_owned)))
+pub(crate) fn stored_idempotency_key<'a>(key: &[u8], value: &'a [u8]) -> Result<Option<&'a str>> {
+    Ok(binary(key, value)?.and_then(|r| r.idempotency_key))
 }
 
 #[cfg(test)]
@@ -239,7 +239,7 @@ mod tests {
             prop_assert_eq!(&decode_turn("ws", &key, &binary).unwrap(), &t);
             prop_assert_eq!(decode_turn_head(&key, &binary).unwrap(), (t.seq, t.timestamp));
             if let Some(k) = &idempotency {
-                prop_assert_eq!(stored_idempotency_key(&key, &binary).unwrap(), Some(k.clone()));
+                prop_assert_eq!(stored_idempotency_key(&key, &binary).unwrap(), Some(k.as_str()));
             }
             let v1 = encode_v1(&t);
             prop_assert_eq!(&decode_turn("ws", &key, &v1).unwrap(), &t);

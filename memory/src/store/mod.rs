@@ -205,7 +205,9 @@ pub enum Collection {
     Sessions,
     /// Transcript turns, keyed by session id, NUL, big-endian sequence number.
     Turns,
-    /// Idempotency keys, keyed by session id, NUL, key; value is the sequence number.
+    /// Idempotency keys, keyed by session id, NUL, key; value is the
+    /// sequence number. Written by stores before turn records named their
+    /// keys; still read and erased, no longer written.
     Idempotency,
     /// Sessions per work context, keyed by work context, NUL, session id.
     WorkContextSessions,
@@ -289,20 +291,17 @@ impl WriteOp {
     }
 }
 
-/// A set of changes applied atomically to one workspace, or, when marked
-/// [`WriteBatch::in_order`], in order.
+/// A set of changes applied atomically to one workspace.
 ///
 /// ```
 /// use cairn_memory::store::{Collection, WriteBatch};
 /// let mut batch = WriteBatch::default();
 /// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
 /// assert_eq!(batch.len(), 1);
-/// assert!(!batch.is_in_order());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<WriteOp>,
-    in_order: bool,
 }
 
 impl WriteBatch {
@@ -338,22 +337,6 @@ impl WriteBatch {
     /// Takes the operations out.
     pub fn into_ops(self) -> Vec<WriteOp> {
         self.ops
-    }
-
-    /// Lets a backend apply the operations as separate writes, in order,
-    /// instead of atomically: after a crash before [`Store::sync`], any
-    /// prefix of them may be present (never a later one without an earlier
-    /// one). For callers that can recognise a cut prefix; cheaper on sled,
-    /// where an atomic batch writes a manifest to the log of its own.
-    #[must_use]
-    pub fn in_order(mut self) -> Self {
-        self.in_order = true;
-        self
-    }
-
-    /// Whether [`WriteBatch::in_order`] was asked for.
-    pub fn is_in_order(&self) -> bool {
-        self.in_order
     }
 }
 

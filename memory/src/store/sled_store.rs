@@ -432,11 +432,10 @@ impl WorkspaceStore for SledWorkspace {
     }
 
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        // One write is atomic by itself, and an in-order batch asks for no
-        // more than its writes in order (sled's log recovers a prefix):
-        // either skips the batch manifest, which sled writes to the log as
-        // an entry of its own, costing a second write and sync.
-        let plain = batch.len() == 1 || batch.is_in_order();
+        // One write is atomic by itself: it skips the batch manifest, which
+        // sled writes to the log as an entry of its own, costing a second
+        // write and sync.
+        let plain = batch.len() == 1;
         let writes = batch.into_ops().into_iter().map(|op| {
             let (collection, key, value) = op.into_parts();
             (tagged(collection, &key), value)
