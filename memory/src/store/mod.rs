@@ -384,8 +384,7 @@ pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
         prefix: &[u8],
     ) -> Result<Option<KeyValue>, StoreError>;
 
-    /// Applies every operation of `batch` atomically (or in order, when the
-    /// batch allows it: [`WriteBatch::in_order`]). Not yet durable: see
+    /// Applies every operation of `batch` atomically. Not yet durable: see
     /// [`Store::sync`].
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
 }
