@@ -198,20 +198,33 @@ pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
 
 /// Whether [`one_line`] would leave `text` as it is: no whitespace but
 /// single spaces between other characters.
+///
+/// Walks bytes, not characters: ASCII is judged by its byte, and only a
+/// byte that can start a whitespace character outside ASCII (U+0085,
+/// U+00A0, U+1680, U+2000 to U+3000) has its character decoded.
 fn is_one_line(text: &str) -> bool {
     // A space at the start would be trimmed: count the start as a space.
     let mut after_space = true;
-    for c in text.chars() {
-        if c == ' ' {
-            if after_space {
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        match b {
+            b' ' => {
+                if after_space {
+                    return false;
+                }
+                after_space = true;
+                continue;
+            }
+            // `char::is_whitespace` below 0x80: tab to carriage return.
+            b'\t'..=b'\r' => return false,
+            // A lead byte, so `i` is a character boundary.
+            0xC2 | 0xE1 | 0xE2 | 0xE3
+                if text[i..].chars().next().is_some_and(char::is_whitespace) =>
+            {
                 return false;
             }
-            after_space = true;
-        } else if c.is_whitespace() {
-            return false;
-        } else {
-            after_space = false;
+            _ => {}
         }
+        after_space = false;
     }
     !after_space || text.is_empty()
 }
@@ -239,9 +252,12 @@ mod tests {
                 prop_oneof![
                     Just(" "), Just("  "), Just("\n"), Just("\t"), Just("\r\n"),
                     Just("\u{a0}"), Just("\u{2003}"), Just("\u{200b}"),
+                    Just("\u{85}"), Just("\u{1680}"), Just("\u{2028}"), Just("\u{202f}"),
+                    Just("\u{205f}"), Just("\u{3000}"), Just("\u{b}"), Just("\u{c}"),
+                    Just("\u{1f}"), Just("\u{e1}"), Just("\u{2010}"), Just("\u{3001}"),
                     Just("word"), Just("é"), Just("-"), Just("\u{1F600}"),
                 ],
-                0..10,
+                0..12,
             )
         ) {
             let text = parts.concat();
