@@ -674,7 +674,8 @@ impl Workspace {
         // fresh read would derive `last_turn_at` from).
         let mut last_appended: HashMap<&str, DateTime<Utc>> = HashMap::new();
         let mut seen_keys: HashMap<(&str, &str), u64> = HashMap::new();
-        let mut new_keys: Vec<(&str, &str, u64)> = Vec::new();
+        // New keys: session, key, its fingerprint, the turn it names.
+        let mut new_keys: Vec<(&str, &str, u64, u64)> = Vec::new();
         let mut batch = WriteBatch::default();
         let mut acks = Vec::with_capacity(turns.len());
         for (index, input) in turns.iter().enumerate() {
@@ -727,7 +728,12 @@ impl Workspace {
                     });
                 }
             }
-            if let Some(key) = input.idempotency_key.as_deref() {
+            // The key and its fingerprint, computed once: looked up, then held.
+            let keyed = input
+                .idempotency_key
+                .as_deref()
+                .map(|key| (key, self.heads.keys.fingerprint(key)));
+            if let Some((key, fingerprint)) = keyed {
                 let seq = match seen_keys.get(&(sid, key)) {
                     Some(seq) => Some(*seq),
                     None => {
@@ -736,7 +742,7 @@ impl Workspace {
                             Some(set) => set,
                             None => slot.insert(self.read_keys(sid)?),
                         };
-                        self.stored_key(sid, set, key)?
+                        self.stored_key(sid, set, key, fingerprint)?
                     }
                 };
                 if let Some(seq) = seq {
@@ -767,9 +773,9 @@ impl Workspace {
                 turn_key(sid, seq),
                 encode_turn(&turn, input.idempotency_key.as_deref())?,
             );
-            if let Some(key) = input.idempotency_key.as_deref() {
+            if let Some((key, fingerprint)) = keyed {
                 seen_keys.insert((sid, key), seq);
-                new_keys.push((sid, key, seq));
+                new_keys.push((sid, key, fingerprint, seq));
             }
             session.next_seq += 1;
             session.last_turn_at =
@@ -803,9 +809,9 @@ impl Workspace {
                 }
             }
         }
-        for (sid, key, seq) in new_keys {
+        for (sid, key, fingerprint, seq) in new_keys {
             if let Some(Some(set)) = key_sets.get_mut(sid) {
-                set.insert(self.heads.keys.fingerprint(key), key, seq);
+                set.insert(fingerprint, key, seq);
             }
         }
         for (sid, set) in key_sets {
@@ -817,10 +823,17 @@ impl Workspace {
         Ok(acks)
     }
 
-    /// The turn of `session` appended with `key`, if any, as `set` knows it
-    /// (a fingerprint's match confirmed by the turn's record).
-    fn stored_key(&self, session: &str, set: &KeyIndex, key: &str) -> Result<Option<u64>> {
-        Ok(match set.lookup(self.heads.keys.fingerprint(key), key) {
+    /// The turn of `session` appended with `key` (whose fingerprint is
+    /// `fingerprint`), if any, as `set` knows it (a fingerprint's match
+    /// confirmed by the turn's record).
+    fn stored_key(
+        &self,
+        session: &str,
+        set: &KeyIndex,
+        key: &str,
+        fingerprint: u64,
+    ) -> Result<Option<u64>> {
+        Ok(match set.lookup(fingerprint, key) {
             Lookup::Found(seq) => Some(seq),
             Lookup::Confirm(seq) => {
                 (self.idempotency_key_of(session, seq)?.as_deref() == Some(key)).then_some(seq)
