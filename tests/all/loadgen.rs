@@ -17,6 +17,7 @@ const KEYS: &[&str] = &[
     "throughput_tps",
     "window_secs",
     "window_tps",
+    "window_ack_p99_ms",
     "ack_p50_ms",
     "ack_p99_ms",
     "assemble_p99_ms",
@@ -79,6 +80,19 @@ fn loadgen_on(file: &str, args: &[&str]) -> Result<(Output, Value)> {
     let window_secs = report["window_secs"].as_f64().context("window_secs")?;
     let in_windows: f64 = windows.iter().filter_map(Value::as_f64).sum::<f64>() * window_secs;
     ensure!(in_windows <= acked as f64 + 0.5, "{report}");
+    let tails = report["window_ack_p99_ms"]
+        .as_array()
+        .context("window_ack_p99_ms")?;
+    ensure!(tails.len() == windows.len(), "{report}");
+    // A window's p99 is within the run's range of acknowledgements.
+    let max = report["ack_max_ms"].as_f64().context("ack_max_ms")?;
+    ensure!(
+        tails
+            .iter()
+            .filter_map(Value::as_f64)
+            .all(|p| (0.0..=max * 1.01 + 0.01).contains(&p)),
+        "{report}"
+    );
     Ok((out, report))
 }
 

@@ -57,6 +57,9 @@ pub struct Report {
     /// Acknowledged turns per second in each whole window of the run, in
     /// order: flat when throughput holds while the memory log grows.
     pub window_tps: Vec<f64>,
+    /// Ingest acknowledgement p99 in each window of `window_tps` (0 for a
+    /// window without an acknowledgement): where in the run the tail is.
+    pub window_ack_p99_ms: Vec<f64>,
     /// Ingest acknowledgement latency, median.
     pub ack_p50_ms: f64,
     /// Ingest acknowledgement latency, 99th percentile.
@@ -197,6 +200,25 @@ impl fmt::Display for Report {
             "  ack        p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (schedule lag p99 {:.1} ms)",
             self.ack_p50_ms, self.ack_p99_ms, self.ack_max_ms, self.lag_p99_ms
         )?;
+        if let Some((worst, p99)) = self
+            .window_ack_p99_ms
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+        {
+            let windows: Vec<String> = self
+                .window_ack_p99_ms
+                .iter()
+                .map(|p| format!("{p:.1}"))
+                .collect();
+            writeln!(
+                f,
+                "  ack p99    per {:.0} s window: {} ms (worst {p99:.2} ms, window {})",
+                self.window_secs,
+                windows.join(" "),
+                worst + 1
+            )?;
+        }
         writeln!(
             f,
             "  assemble   {} calls, p50 {:.2} ms, p99 {:.2} ms, {} errors",
