@@ -8,9 +8,10 @@
 //! message is handled before it) and after a restart. After a capture only
 //! the record, subjects, phase and session list are read again: the turns
 //! the capture left uncaptured keep the verdicts and times the actor holds,
-//! and are accounted again in the order a load reads them, which makes the
+//! and the captured ones are subtracted from the sums, which makes the
 //! state a load would (`a_refresh_after_a_capture_is_a_load`) without
-//! reading every uncaptured turn back. Passivation and a crash lose nothing:
+//! reading every uncaptured turn back, at a cost that follows the turns
+//! captured, not the turns kept. Passivation and a crash lose nothing:
 //! the next incarnation reads the same record and the same turns.
 //!
 //! **Dirty** (docs/DESIGN.md, *Dirty*): at least `min_dirty_user_turns` uncaptured user
@@ -29,6 +30,7 @@
 //! [`CaptureGate`]: crate::CaptureGate
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -64,11 +66,14 @@ pub(crate) struct ContextState {
     subjects: Vec<Subject>,
     /// Per session: the next sequence number already accounted for.
     seen: BTreeMap<String, u64>,
+    /// The verdicts' sums, kept as counts so that forgetting a captured
+    /// turn is a subtraction (see [`ContextState::after_capture`]).
     user_turns: usize,
-    tool_use: bool,
-    /// The gate judged a turn worth capturing.
-    significant: bool,
-    mentions: BTreeSet<String>,
+    tool_use_turns: usize,
+    /// Turns the gate judged worth capturing.
+    significant_turns: usize,
+    /// Known subjects mentioned, with how many verdicts name each.
+    mentions: BTreeMap<String, usize>,
     first_uncaptured_at: Option<DateTime<Utc>>,
     last_capture_at: Option<DateTime<Utc>>,
     /// The gate's verdict on every uncaptured turn, by (session, seq): a
@@ -130,12 +135,7 @@ impl ContextState {
         triggers: &TriggerConfig,
     ) {
         let was_dirty = self.is_dirty(triggers);
-        if significance.user_turn {
-            self.user_turns += 1;
-        }
-        self.tool_use |= significance.tool_use;
-        self.significant |= significance.significant;
-        self.mentions.extend(significance.mentions.iter().cloned());
+        self.add(&significance);
         if self.first_uncaptured_at.is_none() {
             self.first_uncaptured_at = Some(at);
         }
@@ -146,11 +146,42 @@ impl ContextState {
         self.noted_at.insert(key, at);
     }
 
+    /// Adds a verdict to the sums.
+    fn add(&mut self, significance: &Significance) {
+        self.user_turns += usize::from(significance.user_turn);
+        self.tool_use_turns += usize::from(significance.tool_use);
+        self.significant_turns += usize::from(significance.significant);
+        for subject in &significance.mentions {
+            *self.mentions.entry(subject.clone()).or_insert(0) += 1;
+        }
+    }
+
+    /// Takes a turn out of the dirty state (its verdict out of the sums).
+    fn forget(&mut self, key: &(String, u64)) {
+        self.noted_at.remove(key);
+        let Some(significance) = self.verdicts.remove(key) else {
+            return;
+        };
+        self.user_turns -= usize::from(significance.user_turn);
+        self.tool_use_turns -= usize::from(significance.tool_use);
+        self.significant_turns -= usize::from(significance.significant);
+        for subject in &significance.mentions {
+            if let Some(n) = self.mentions.get_mut(subject) {
+                *n -= 1;
+                if *n == 0 {
+                    self.mentions.remove(subject);
+                }
+            }
+        }
+    }
+
     /// The state after a capture, from what the store says now (`fresh`)
     /// and the turns this state accounted for: those the capture left
     /// uncaptured (past their session's new high-water mark, in a session
-    /// that still exists) are accounted again, in the order a load reads
-    /// them (sessions by id, turns by seq), with the verdicts they had.
+    /// that still exists) stay, with the verdicts they had, and the rest
+    /// are subtracted. The result is what accounting the kept turns again
+    /// in the order a load reads them (sessions by id, turns by seq) makes,
+    /// at a cost that follows the turns dropped, not the turns kept.
     fn after_capture(mut self, fresh: Fresh, extract_all: bool, triggers: &TriggerConfig) -> Self {
         let Fresh {
             record,
@@ -158,38 +189,79 @@ impl ContextState {
             phase,
             sessions,
         } = fresh;
-        let mut next = ContextState {
-            subjects,
-            last_capture_at: record.last_capture_at,
-            phase,
-            ..ContextState::default()
-        };
         let mark = |session: &str| record.high_water.get(session).copied().unwrap_or(0);
         let live: BTreeSet<&str> = sessions
             .iter()
             .filter(|s| extractable(s, extract_all))
             .map(|s| s.id.as_str())
             .collect();
-        for session in &live {
-            let seen = self.seen.get(*session).copied().unwrap_or(0);
-            next.seen
-                .insert((*session).to_owned(), seen.max(mark(session)));
+        // Each session's captured turns (below its mark; all of a session
+        // that is gone) leave the sums. The sessions with uncaptured turns
+        // are visited by seeking past each one's keys, not by a pass over
+        // every turn or every session the context ever had.
+        let mut dropped: Vec<(String, u64)> = Vec::new();
+        let mut next = self.noted_at.keys().next().map(|(s, _)| s.clone());
+        while let Some(session) = next {
+            let below = if live.contains(session.as_str()) {
+                mark(&session)
+            } else {
+                u64::MAX
+            };
+            dropped.extend(
+                self.noted_at
+                    .range((session.clone(), 0)..)
+                    .take_while(|((s, seq), _)| *s == session && *seq < below)
+                    .map(|(key, _)| key.clone()),
+            );
+            next = self
+                .noted_at
+                .range((Bound::Excluded((session, u64::MAX)), Bound::Unbounded))
+                .next()
+                .map(|((s, _), _)| s.clone());
         }
-        for (key, at) in std::mem::take(&mut self.noted_at) {
-            let Some(significance) = self.verdicts.remove(&key) else {
+        for key in &dropped {
+            self.forget(key);
+        }
+        self.seen = live
+            .iter()
+            .map(|session| {
+                let seen = self.seen.get(*session).copied().unwrap_or(0);
+                ((*session).to_owned(), seen.max(mark(session)))
+            })
+            .collect();
+        self.subjects = subjects;
+        self.last_capture_at = record.last_capture_at;
+        self.phase = phase;
+        // What a replay in load order makes: the first kept turn's time,
+        // and the verdict whose turn made the context dirty.
+        self.first_uncaptured_at = self.noted_at.first_key_value().map(|(_, at)| *at);
+        self.dirtied_by = self.first_dirtying_generation(triggers);
+        self
+    }
+
+    /// Replays the kept verdicts in load order until the context is dirty
+    /// and answers that verdict's generation (`None` when it never is).
+    fn first_dirtying_generation(&self, triggers: &TriggerConfig) -> Option<String> {
+        if !self.is_dirty(triggers) {
+            return None;
+        }
+        let mut replay = ContextState::default();
+        for key in self.noted_at.keys() {
+            let Some(significance) = self.verdicts.get(key) else {
                 continue;
             };
-            if live.contains(key.0.as_str()) && key.1 >= mark(&key.0) {
-                next.account(key, at, significance, triggers);
+            replay.add(significance);
+            if replay.is_dirty(triggers) {
+                return significance.generation.clone();
             }
         }
-        next
+        None
     }
 
     pub(crate) fn is_dirty(&self, triggers: &TriggerConfig) -> bool {
         self.user_turns >= triggers.min_dirty_user_turns
-            || self.tool_use
-            || self.significant
+            || self.tool_use_turns > 0
+            || self.significant_turns > 0
             || !self.mentions.is_empty()
     }
 
@@ -384,8 +456,10 @@ impl WorkContextActor {
         let inner = self.inner.clone();
         let name = self.name();
         // What the gate said about the uncaptured turns: the capture
-        // extracts each at its depth.
-        let verdicts = self.state.verdicts.clone();
+        // extracts each at its depth. They are lent to the task, not
+        // copied (the mailbox waits for it), and come back with its result;
+        // a task that panics loses them with the rest of the state.
+        let verdicts = std::mem::take(&mut self.state.verdicts);
         let dirtied_by = self.state.dirtied_by.clone();
         let phase = self.state.phase.clone();
         let task = blocking(move || {
@@ -402,9 +476,14 @@ impl WorkContextActor {
                     phase: phase.as_deref(),
                 },
             };
-            job(&ws, env)
+            let result = job(&ws, env);
+            Ok((result, verdicts))
         });
-        ctx.wait(task.into_actor(self).map(move |result, act, ctx| {
+        ctx.wait(task.into_actor(self).map(move |outcome, act, ctx| {
+            let result = outcome.and_then(|(result, verdicts)| {
+                act.state.verdicts = verdicts;
+                result
+            });
             let crashed = matches!(result, Err(ActorError::Task(_)));
             let failed = result.is_err();
             let _ = reply.send(result.map_err(|e| match e {
@@ -719,5 +798,110 @@ mod tests {
         assert_eq!(refreshed.verdicts.len(), 2 + 5);
         assert!(!refreshed.seen.contains_key("s4"));
         assert_eq!(refreshed.seen.get("s3"), Some(&5));
+    }
+
+    /// Dropping the captured turns leaves the sums, the first time and the
+    /// dirtying generation that accounting the kept turns again in load
+    /// order makes, mentions and policy generations included.
+    #[test]
+    fn dropping_captured_turns_is_a_replay_in_load_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory =
+            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        for session in ["s1", "s2", "s3"] {
+            for i in 0..3 {
+                let turn =
+                    TurnInput::new(session, Role::User, &format!("turn {i}")).in_context("w");
+                ws.append_turn(&turn).unwrap();
+            }
+        }
+        let triggers = TriggerConfig {
+            min_dirty_user_turns: 2,
+            ..TriggerConfig::default()
+        };
+        let verdict = |user: bool, tool: bool, mentions: &[&str], generation: &str| Significance {
+            user_turn: user,
+            tool_use: tool,
+            mentions: mentions.iter().map(|m| (*m).to_owned()).collect(),
+            significant: false,
+            depth: cairn_memory::extract::Depth::Standard,
+            generation: Some(generation.to_owned()),
+        };
+        let t0 = Utc::now();
+        let at = |minutes: i64| t0 + Duration::minutes(minutes);
+        // Arrival order differs from load order (by session, then seq).
+        let arrivals = [
+            (
+                ("s3", 0),
+                verdict(false, false, &["alpha"], "g-s3-0"),
+                at(0),
+            ),
+            (("s1", 0), verdict(true, false, &[], "g-s1-0"), at(1)),
+            (
+                ("s2", 0),
+                verdict(true, false, &["alpha", "beta"], "g-s2-0"),
+                at(2),
+            ),
+            (("s1", 1), verdict(false, true, &[], "g-s1-1"), at(3)),
+            (("s2", 1), verdict(true, false, &[], "g-s2-1"), at(4)),
+            (("s3", 1), verdict(true, false, &["beta"], "g-s3-1"), at(5)),
+            (("s1", 2), verdict(false, false, &[], "g-s1-2"), at(6)),
+        ];
+        let mut kept = ContextState::default();
+        for ((session, seq), significance, when) in arrivals.iter().cloned() {
+            kept.seen.insert(session.to_owned(), seq + 1);
+            kept.account((session.to_owned(), seq), when, significance, &triggers);
+        }
+        assert_eq!(kept.dirtied_by.as_deref(), Some("g-s3-0"));
+        // s1 captured up to 2 and s3 whole; s2 untouched.
+        let record = ContextRecord {
+            high_water: BTreeMap::from([("s1".to_owned(), 2), ("s3".to_owned(), 3)]),
+            last_capture_at: Some(t0),
+            ..ContextRecord::default()
+        };
+        let key = StateKey::CaptureMark {
+            work_context: "w".into(),
+        };
+        ws.state_put(&key, &serde_json::to_vec(&record).unwrap())
+            .unwrap();
+        let after = kept.after_capture(Fresh::read(&ws, "w").unwrap(), false, &triggers);
+
+        let mut replay = ContextState::default();
+        let mut survivors: Vec<_> = arrivals
+            .iter()
+            .filter(|((session, seq), _, _)| match *session {
+                "s1" => *seq >= 2,
+                "s2" => true,
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        survivors.sort_by(|a, b| a.0.cmp(&b.0));
+        for ((session, seq), significance, when) in survivors {
+            replay.account((session.to_owned(), seq), when, significance, &triggers);
+        }
+        assert_eq!(after.verdicts, replay.verdicts);
+        assert_eq!(after.noted_at, replay.noted_at);
+        assert_eq!(after.mentions, replay.mentions);
+        assert_eq!(
+            (
+                after.user_turns,
+                after.tool_use_turns,
+                after.significant_turns
+            ),
+            (2, 0, 0)
+        );
+        assert_eq!(after.first_uncaptured_at, Some(at(6)));
+        assert_eq!(after.first_uncaptured_at, replay.first_uncaptured_at);
+        // s1/2 adds nothing; s2/0 names subjects: it makes the context dirty.
+        assert_eq!(after.dirtied_by.as_deref(), Some("g-s2-0"));
+        assert_eq!(after.dirtied_by, replay.dirtied_by);
+        assert_eq!(
+            after.mentions,
+            BTreeMap::from([("alpha".to_owned(), 1), ("beta".to_owned(), 1)])
+        );
+        assert_eq!(after.seen.get("s3"), Some(&3));
+        assert_eq!(after.seen.get("s1"), Some(&3));
     }
 }
