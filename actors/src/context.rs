@@ -719,6 +719,15 @@ mod tests {
     use super::*;
     use crate::gate::HeuristicGate;
 
+    /// A sled store on a temporary directory, and its workspace `acme`.
+    fn acme() -> (tempfile::TempDir, Memory, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let memory =
+            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
+        let ws = memory.workspace("acme").unwrap();
+        (dir, memory, ws)
+    }
+
     fn observed(ws: &Workspace, session: &str, seq: u64) -> ObservedTurn {
         let turn = ws.transcript(session, seq, Some(1)).unwrap().remove(0);
         ObservedTurn {
@@ -738,10 +747,7 @@ mod tests {
     /// stored during the capture observed afterwards.
     #[test]
     fn a_refresh_after_a_capture_is_a_load() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
-        let ws = memory.workspace("acme").unwrap();
+        let (_dir, _memory, ws) = acme();
         let triggers = TriggerConfig {
             min_dirty_user_turns: 3,
             ..TriggerConfig::default()
@@ -805,10 +811,7 @@ mod tests {
     /// order makes, mentions and policy generations included.
     #[test]
     fn dropping_captured_turns_is_a_replay_in_load_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory =
-            Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock)).unwrap();
-        let ws = memory.workspace("acme").unwrap();
+        let (_dir, _memory, ws) = acme();
         for session in ["s1", "s2", "s3"] {
             for i in 0..3 {
                 let turn =
