@@ -481,7 +481,10 @@ impl WorkContextActor {
         });
         ctx.wait(task.into_actor(self).map(move |outcome, act, ctx| {
             let result = outcome.and_then(|(result, verdicts)| {
-                act.state.verdicts = verdicts;
+                // Nothing is judged while the mailbox waits; were anything,
+                // it would be kept beside what comes back.
+                let meanwhile = std::mem::replace(&mut act.state.verdicts, verdicts);
+                act.state.verdicts.extend(meanwhile);
                 result
             });
             let crashed = matches!(result, Err(ActorError::Task(_)));
