@@ -6,7 +6,8 @@
 //! after the high-water marks, each assessed by the [`CaptureGate`].
 //! It is loaded in `started` (on the blocking pool, with `ctx.wait` so no
 //! message is handled before it) and after a restart. After a capture only
-//! the record, subjects, phase and session list are read again: the turns
+//! the record, subjects, phase and the sessions it holds uncaptured turns
+//! of are read again (not every session the context ever had): the turns
 //! the capture left uncaptured keep the verdicts and times the actor holds,
 //! and the captured ones are subtracted from the sums, which makes the
 //! state a load would (`a_refresh_after_a_capture_is_a_load`) without
@@ -188,6 +189,7 @@ impl ContextState {
             subjects,
             phase,
             sessions,
+            asked,
         } = fresh;
         let mark = |session: &str| record.high_water.get(session).copied().unwrap_or(0);
         let live: BTreeSet<&str> = sessions
@@ -195,17 +197,18 @@ impl ContextState {
             .filter(|s| extractable(s, extract_all))
             .map(|s| s.id.as_str())
             .collect();
+        // Gone: read and not there (or not extractable any more).
+        let gone = |session: &str| {
+            !live.contains(session) && asked.as_ref().is_none_or(|a| a.contains(session))
+        };
         // Each session's captured turns (below its mark; all of a session
-        // that is gone) leave the sums. The sessions with uncaptured turns
-        // are visited by seeking past each one's keys, not by a pass over
-        // every turn or every session the context ever had.
+        // that is gone) leave the sums.
         let mut dropped: Vec<(String, u64)> = Vec::new();
-        let mut next = self.noted_at.keys().next().map(|(s, _)| s.clone());
-        while let Some(session) = next {
-            let below = if live.contains(session.as_str()) {
-                mark(&session)
-            } else {
+        for session in self.sessions_holding_turns() {
+            let below = if gone(&session) {
                 u64::MAX
+            } else {
+                mark(&session)
             };
             dropped.extend(
                 self.noted_at
@@ -213,22 +216,23 @@ impl ContextState {
                     .take_while(|((s, seq), _)| *s == session && *seq < below)
                     .map(|(key, _)| key.clone()),
             );
-            next = self
-                .noted_at
-                .range((Bound::Excluded((session, u64::MAX)), Bound::Unbounded))
-                .next()
-                .map(|((s, _), _)| s.clone());
         }
         for key in &dropped {
             self.forget(key);
         }
-        self.seen = live
-            .iter()
-            .map(|session| {
-                let seen = self.seen.get(*session).copied().unwrap_or(0);
-                ((*session).to_owned(), seen.max(mark(session)))
-            })
-            .collect();
+        // What is accounted for starts at least at each session's mark: a
+        // turn the capture took before it was observed (its message still
+        // waiting behind the capture) is not accounted when it arrives.
+        self.seen.retain(|session, _| !gone(session));
+        for session in &live {
+            self.seen.entry((*session).to_owned()).or_insert(0);
+        }
+        for (session, &mark) in &record.high_water {
+            if !gone(session) {
+                let next = self.seen.entry(session.clone()).or_insert(0);
+                *next = (*next).max(mark);
+            }
+        }
         self.subjects = subjects;
         self.last_capture_at = record.last_capture_at;
         self.phase = phase;
@@ -237,6 +241,25 @@ impl ContextState {
         self.first_uncaptured_at = self.noted_at.first_key_value().map(|(_, at)| *at);
         self.dirtied_by = self.first_dirtying_generation(triggers);
         self
+    }
+
+    /// The sessions this state holds uncaptured turns of, by id: found by
+    /// seeking past each one's keys, not by a pass over every turn.
+    fn sessions_holding_turns(&self) -> BTreeSet<String> {
+        let mut held = BTreeSet::new();
+        let mut next = self.noted_at.keys().next().map(|(s, _)| s.clone());
+        while let Some(session) = next {
+            next = self
+                .noted_at
+                .range((
+                    Bound::Excluded((session.clone(), u64::MAX)),
+                    Bound::Unbounded,
+                ))
+                .next()
+                .map(|((s, _), _)| s.clone());
+            held.insert(session);
+        }
+        held
     }
 
     /// Replays the kept verdicts in load order until the context is dirty
@@ -293,12 +316,42 @@ struct Fresh {
     record: ContextRecord,
     subjects: Vec<Subject>,
     phase: Option<String>,
+    /// The sessions read: every session of the context, or (`asked`) those
+    /// of the sessions asked for that still exist in it.
     sessions: Vec<Session>,
+    /// `None`: `sessions` is every session of the context; else the ids
+    /// asked for, so a missing one is known to be gone.
+    asked: Option<BTreeSet<String>>,
 }
 
 impl Fresh {
-    /// Reads them from the store (blocking).
+    /// Reads them from the store, every session of the context (blocking).
     fn read(ws: &Workspace, work_context: &str) -> Result<Fresh> {
+        let sessions = ws.sessions(Some(work_context))?;
+        Fresh::with_sessions(ws, work_context, sessions, None)
+    }
+
+    /// Reads them from the store, of the sessions only those named in
+    /// `asked` (blocking): a refresh needs the sessions it holds uncaptured
+    /// turns of, not every session the context ever had.
+    fn read_sessions(ws: &Workspace, work_context: &str, asked: BTreeSet<String>) -> Result<Fresh> {
+        let mut sessions = Vec::with_capacity(asked.len());
+        for id in &asked {
+            match ws.session(id) {
+                Ok(session) if session.work_context == work_context => sessions.push(session),
+                Ok(_) | Err(cairn_memory::MemoryError::SessionNotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Fresh::with_sessions(ws, work_context, sessions, Some(asked))
+    }
+
+    fn with_sessions(
+        ws: &Workspace,
+        work_context: &str,
+        sessions: Vec<Session>,
+        asked: Option<BTreeSet<String>>,
+    ) -> Result<Fresh> {
         let record = load_record(ws, work_context)?;
         let phase = match ws.work_phase(work_context)? {
             Some(phase) => Some(phase.to_owned()),
@@ -307,7 +360,8 @@ impl Fresh {
         Ok(Fresh {
             subjects: ws.subjects()?,
             phase,
-            sessions: ws.sessions(Some(work_context))?,
+            sessions,
+            asked,
             record,
         })
     }
@@ -327,6 +381,7 @@ pub(crate) fn load_state(
         subjects,
         phase,
         sessions,
+        ..
     } = Fresh::read(ws, work_context)?;
     let mut state = ContextState {
         subjects,
@@ -424,13 +479,15 @@ impl WorkContextActor {
         }));
     }
 
-    /// After a capture: reads the record, subjects, phase and sessions again
-    /// and keeps the uncaptured turns' verdicts (see [`ContextState`]); the
-    /// mailbox waits. A failed read falls back to a whole load.
+    /// After a capture: reads the record, subjects, phase and the sessions
+    /// it holds uncaptured turns of again, and keeps the uncaptured turns'
+    /// verdicts (see [`ContextState`]); the mailbox waits. A failed read
+    /// falls back to a whole load.
     fn refresh(&mut self, ctx: &mut Context<Self>) {
         let ws = self.ws.clone();
         let wc = self.work_context.clone();
-        let read = blocking(move || Fresh::read(&ws, &wc));
+        let held = self.state.sessions_holding_turns();
+        let read = blocking(move || Fresh::read_sessions(&ws, &wc, held));
         ctx.wait(read.into_actor(self).map(|fresh, act, ctx| match fresh {
             Ok(fresh) => {
                 let triggers = &act.inner.config.triggers;
@@ -781,9 +838,18 @@ mod tests {
             &observed(&ws, "s1", seq),
             &mut Verdicts::new(),
         );
-        // The capture: s1 up to 3, s3 whole, s2 untouched; s4 erased.
+        // Stored before the capture, observed only after it.
+        let unobserved = [
+            append("s5", Role::User, "a fifth session"),
+            append("s5", Role::User, "still not observed"),
+        ];
+        // The capture: s1 up to 3, s3 and s5 whole, s2 untouched; s4 erased.
         let record = ContextRecord {
-            high_water: BTreeMap::from([("s1".to_owned(), 3), ("s3".to_owned(), 5)]),
+            high_water: BTreeMap::from([
+                ("s1".to_owned(), 3),
+                ("s3".to_owned(), 5),
+                ("s5".to_owned(), 2),
+            ]),
             last_capture_at: Some(Utc::now()),
             ..ContextRecord::default()
         };
@@ -798,15 +864,26 @@ mod tests {
         let late = append("s2", Role::User, "stored while the capture ran");
 
         let extract_all = triggers.extract_all_sessions;
-        let mut refreshed =
-            kept.after_capture(Fresh::read(&ws, "w").unwrap(), extract_all, &triggers);
         let loaded = load_state(&ws, "w", &gate, &triggers, Verdicts::new()).unwrap();
-        let turn = observed(&ws, "s2", late);
-        refreshed.note(&gate, &triggers, "s2", &turn, &mut Verdicts::new());
-        assert_eq!(refreshed, loaded);
-        assert_eq!(refreshed.verdicts.len(), 2 + 5);
-        assert!(!refreshed.seen.contains_key("s4"));
-        assert_eq!(refreshed.seen.get("s3"), Some(&5));
+        // Every session of the context read, or (what the actor does) only
+        // those it holds uncaptured turns of.
+        let every = Fresh::read(&ws, "w").unwrap();
+        let held = Fresh::read_sessions(&ws, "w", kept.sessions_holding_turns()).unwrap();
+        assert!(held.sessions.len() < every.sessions.len());
+        for fresh in [every, held] {
+            let mut refreshed = kept.clone().after_capture(fresh, extract_all, &triggers);
+            for seq in unobserved {
+                let turn = observed(&ws, "s5", seq);
+                refreshed.note(&gate, &triggers, "s5", &turn, &mut Verdicts::new());
+            }
+            let turn = observed(&ws, "s2", late);
+            refreshed.note(&gate, &triggers, "s2", &turn, &mut Verdicts::new());
+            assert_eq!(refreshed, loaded);
+            assert_eq!(refreshed.verdicts.len(), 2 + 5);
+            assert!(!refreshed.seen.contains_key("s4"));
+            assert_eq!(refreshed.seen.get("s3"), Some(&5));
+            assert_eq!(refreshed.seen.get("s5"), Some(&2));
+        }
     }
 
     /// Dropping the captured turns leaves the sums, the first time and the
