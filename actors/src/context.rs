@@ -223,7 +223,14 @@ impl ContextState {
         // What is accounted for starts at least at each session's mark: a
         // turn the capture took before it was observed (its message still
         // waiting behind the capture) is not accounted when it arrives.
-        self.seen.retain(|session, _| !gone(session));
+        match &asked {
+            None => self.seen.retain(|session, _| !gone(session)),
+            Some(asked) => {
+                for session in asked.iter().filter(|s| gone(s.as_str())) {
+                    self.seen.remove(session);
+                }
+            }
+        }
         for session in &live {
             self.seen.entry((*session).to_owned()).or_insert(0);
         }
