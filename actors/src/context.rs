@@ -220,9 +220,8 @@ impl ContextState {
         for key in &dropped {
             self.forget(key);
         }
-        // What is accounted for starts at least at each session's mark: a
-        // turn the capture took before it was observed (its message still
-        // waiting behind the capture) is not accounted when it arrives.
+        // The sessions read and found gone leave `seen` (the others stay:
+        // an erasure through the runtime drops this actor anyway).
         match &asked {
             None => self.seen.retain(|session, _| !gone(session)),
             Some(asked) => {
@@ -234,6 +233,9 @@ impl ContextState {
         for session in &live {
             self.seen.entry((*session).to_owned()).or_insert(0);
         }
+        // What is accounted for starts at least at each session's mark: a
+        // turn the capture took before it was observed (its message still
+        // waiting behind the capture) is not accounted when it arrives.
         for (session, &mark) in &record.high_water {
             if !gone(session) {
                 let next = self.seen.entry(session.clone()).or_insert(0);
