@@ -189,7 +189,6 @@ impl ContextState {
             subjects,
             phase,
             sessions,
-            asked,
         } = fresh;
         let mark = |session: &str| record.high_water.get(session).copied().unwrap_or(0);
         let live: BTreeSet<&str> = sessions
@@ -197,38 +196,34 @@ impl ContextState {
             .filter(|s| extractable(s, extract_all))
             .map(|s| s.id.as_str())
             .collect();
-        // Gone: read and not there (or not extractable any more).
-        let gone = |session: &str| {
-            !live.contains(session) && asked.as_ref().is_none_or(|a| a.contains(session))
-        };
+        // Gone: a session this state holds turns of that the read did not
+        // find (or that is not extractable any more). `fresh` has at least
+        // those sessions.
+        let held = self.sessions_holding_turns();
+        let gone = |session: &str| held.contains(session) && !live.contains(session);
         // Each session's captured turns (below its mark; all of a session
         // that is gone) leave the sums.
         let mut dropped: Vec<(String, u64)> = Vec::new();
-        for session in self.sessions_holding_turns() {
-            let below = if gone(&session) {
+        for session in &held {
+            let below = if gone(session) {
                 u64::MAX
             } else {
-                mark(&session)
+                mark(session)
             };
             dropped.extend(
                 self.noted_at
                     .range((session.clone(), 0)..)
-                    .take_while(|((s, seq), _)| *s == session && *seq < below)
+                    .take_while(|((s, seq), _)| s == session && *seq < below)
                     .map(|(key, _)| key.clone()),
             );
         }
         for key in &dropped {
             self.forget(key);
         }
-        // The sessions read and found gone leave `seen` (the others stay:
-        // an erasure through the runtime drops this actor anyway).
-        match &asked {
-            None => self.seen.retain(|session, _| !gone(session)),
-            Some(asked) => {
-                for session in asked.iter().filter(|s| gone(s.as_str())) {
-                    self.seen.remove(session);
-                }
-            }
+        // The sessions found gone leave `seen` (the others stay: an
+        // erasure through the runtime drops this actor anyway).
+        for session in held.iter().filter(|s| gone(s.as_str())) {
+            self.seen.remove(session);
         }
         for session in &live {
             self.seen.entry((*session).to_owned()).or_insert(0);
@@ -325,42 +320,38 @@ struct Fresh {
     record: ContextRecord,
     subjects: Vec<Subject>,
     phase: Option<String>,
-    /// The sessions read: every session of the context, or (`asked`) those
-    /// of the sessions asked for that still exist in it.
+    /// The sessions read: every session of the context, or those of the
+    /// sessions asked for that still exist in it.
     sessions: Vec<Session>,
-    /// `None`: `sessions` is every session of the context; else the ids
-    /// asked for, so a missing one is known to be gone.
-    asked: Option<BTreeSet<String>>,
 }
 
 impl Fresh {
     /// Reads them from the store, every session of the context (blocking).
     fn read(ws: &Workspace, work_context: &str) -> Result<Fresh> {
         let sessions = ws.sessions(Some(work_context))?;
-        Fresh::with_sessions(ws, work_context, sessions, None)
+        Fresh::with_sessions(ws, work_context, sessions)
     }
 
     /// Reads them from the store, of the sessions only those named in
     /// `asked` (blocking): a refresh needs the sessions it holds uncaptured
     /// turns of, not every session the context ever had.
-    fn read_sessions(ws: &Workspace, work_context: &str, asked: BTreeSet<String>) -> Result<Fresh> {
+    fn read_sessions(
+        ws: &Workspace,
+        work_context: &str,
+        asked: &BTreeSet<String>,
+    ) -> Result<Fresh> {
         let mut sessions = Vec::with_capacity(asked.len());
-        for id in &asked {
+        for id in asked {
             match ws.session(id) {
                 Ok(session) if session.work_context == work_context => sessions.push(session),
                 Ok(_) | Err(cairn_memory::MemoryError::SessionNotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Fresh::with_sessions(ws, work_context, sessions, Some(asked))
+        Fresh::with_sessions(ws, work_context, sessions)
     }
 
-    fn with_sessions(
-        ws: &Workspace,
-        work_context: &str,
-        sessions: Vec<Session>,
-        asked: Option<BTreeSet<String>>,
-    ) -> Result<Fresh> {
+    fn with_sessions(ws: &Workspace, work_context: &str, sessions: Vec<Session>) -> Result<Fresh> {
         let record = load_record(ws, work_context)?;
         let phase = match ws.work_phase(work_context)? {
             Some(phase) => Some(phase.to_owned()),
@@ -370,7 +361,6 @@ impl Fresh {
             subjects: ws.subjects()?,
             phase,
             sessions,
-            asked,
             record,
         })
     }
@@ -390,7 +380,6 @@ pub(crate) fn load_state(
         subjects,
         phase,
         sessions,
-        ..
     } = Fresh::read(ws, work_context)?;
     let mut state = ContextState {
         subjects,
@@ -496,7 +485,7 @@ impl WorkContextActor {
         let ws = self.ws.clone();
         let wc = self.work_context.clone();
         let held = self.state.sessions_holding_turns();
-        let read = blocking(move || Fresh::read_sessions(&ws, &wc, held));
+        let read = blocking(move || Fresh::read_sessions(&ws, &wc, &held));
         ctx.wait(read.into_actor(self).map(|fresh, act, ctx| match fresh {
             Ok(fresh) => {
                 let triggers = &act.inner.config.triggers;
@@ -877,7 +866,7 @@ mod tests {
         // Every session of the context read, or (what the actor does) only
         // those it holds uncaptured turns of.
         let every = Fresh::read(&ws, "w").unwrap();
-        let held = Fresh::read_sessions(&ws, "w", kept.sessions_holding_turns()).unwrap();
+        let held = Fresh::read_sessions(&ws, "w", &kept.sessions_holding_turns()).unwrap();
         assert!(held.sessions.len() < every.sessions.len());
         for fresh in [every, held] {
             let mut refreshed = kept.clone().after_capture(fresh, extract_all, &triggers);
