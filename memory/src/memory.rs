@@ -131,39 +131,56 @@ pub(crate) struct LogSnapshot {
     pub(crate) base: Mutex<Option<LiveBase>>,
 }
 
-/// The entries of a log snapshot, in id order. A patched snapshot shares
-/// its predecessor's list and keeps what the patches added beside it (a
-/// write copies the additions, not the log); they are merged into one list
-/// when a reader asks for every entry, or when the additions outgrow the
-/// square root of the list (so a write costs about that many pointer
-/// copies, and a merge is paid for by as many writes).
+/// The entries of a log snapshot, in id order, kept as a few sorted runs
+/// that snapshots share (the logarithmic method): a write adds its entries
+/// as a new run, merged with the newest runs while those are no more than
+/// twice its size, so the runs' sizes at least double from the newest to
+/// the oldest. An entry is copied about log₂ of the log's size times over
+/// its life, so a write costs its own size times that in pointer copies,
+/// not the log's size or its square root (the scheme before kept one list
+/// and its additions beside it, and merged the two once the additions
+/// passed the square root of the list: a cost per write that grew with the
+/// log, paid while the writer held the snapshot's slot). A lookup is a
+/// binary search per run, on keys kept inline ([`Run`]); a reader asking
+/// for every entry gets the runs merged into one (made once per snapshot).
 #[derive(Debug)]
 pub(crate) struct LogEntries {
-    /// The list this one extends.
-    base: Arc<Vec<Arc<Entry>>>,
-    /// Entries added since, in id order, none of them in `base`.
-    added: Vec<Arc<Entry>>,
-    /// `base` and `added` merged, once asked for.
-    merged: std::sync::OnceLock<Arc<Vec<Arc<Entry>>>>,
+    /// Sorted runs, no id in two, each more than twice the size of the
+    /// next (the oldest, largest, first).
+    runs: Vec<Arc<Run>>,
+    /// The runs merged, once asked for.
+    merged: std::sync::OnceLock<Arc<Run>>,
 }
 
 impl LogEntries {
     /// The entries of `sorted` (in id order).
     pub(crate) fn new(sorted: Vec<Arc<Entry>>) -> LogEntries {
         LogEntries {
-            base: Arc::new(sorted),
-            added: Vec::new(),
+            runs: vec![Arc::new(Run::of(sorted))],
             merged: std::sync::OnceLock::new(),
         }
     }
 
     /// Every entry, in id order.
     pub(crate) fn all(&self) -> &[Arc<Entry>] {
-        if self.added.is_empty() {
-            return &self.base;
+        match self.runs.as_slice() {
+            [] => &[],
+            [one] => &one.entries,
+            runs => {
+                &self
+                    .merged
+                    .get_or_init(|| {
+                        // From the newest (smallest) run up, so each entry
+                        // is copied about once per run older than its own.
+                        let mut merged = Run::default();
+                        for run in runs.iter().rev() {
+                            merged = Run::merged(run, &merged);
+                        }
+                        Arc::new(merged)
+                    })
+                    .entries
+            }
         }
-        self.merged
-            .get_or_init(|| Arc::new(merge_by_id(&self.base, &self.added)))
     }
 
     /// Whether an entry with this id (as key bytes) is here.
@@ -173,46 +190,116 @@ impl LogEntries {
 
     /// The entry with this id (as key bytes).
     pub(crate) fn get(&self, id: &[u8]) -> Option<&Arc<Entry>> {
-        let find = |list: &[Arc<Entry>]| list.binary_search_by(|e| e.id.as_bytes().cmp(id)).ok();
-        if let Some(i) = find(&self.base) {
-            return self.base.get(i);
-        }
-        find(&self.added).and_then(|i| self.added.get(i))
+        let key = Run::key(id);
+        self.runs.iter().find_map(|run| run.get(key, id))
     }
 
     /// These entries and `new` (in id order, none of them here).
     fn with(&self, new: &[Arc<Entry>]) -> LogEntries {
-        let (base, added) = match self.merged.get() {
-            Some(merged) => (merged.clone(), new.to_vec()),
-            None => (self.base.clone(), merge_by_id(&self.added, new)),
+        let mut runs = match self.merged.get() {
+            Some(merged) => vec![merged.clone()],
+            None => self.runs.clone(),
         };
-        if added.len() * added.len() > base.len().max(4_096) {
-            return LogEntries::new(merge_by_id(&base, &added));
+        let mut run = Run::of(new.to_vec());
+        while let Some(last) = runs.last()
+            && last.entries.len() <= 2 * run.entries.len()
+        {
+            run = Run::merged(last, &run);
+            runs.pop();
+        }
+        if !run.entries.is_empty() {
+            runs.push(Arc::new(run));
         }
         LogEntries {
-            base,
-            added,
+            runs,
             merged: std::sync::OnceLock::new(),
         }
     }
+
+    /// How many runs (for the tests).
+    #[cfg(test)]
+    fn runs(&self) -> usize {
+        self.runs.len()
+    }
 }
 
-/// Two lists in id order (no id in both), merged. Each entry of the
-/// shorter list finds its place in the longer one by a binary search, and
-/// the run of the longer list before it is copied whole: merging a few
-/// additions into a long log costs the additions in searches, not the
-/// log's length in id comparisons (each a read of two ids on the heap).
-fn merge_by_id(a: &[Arc<Entry>], b: &[Arc<Entry>]) -> Vec<Arc<Entry>> {
-    let (mut long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    for e in short {
-        let run = long.partition_point(|x| x.id < e.id);
-        out.extend_from_slice(&long[..run]);
-        out.push(Arc::clone(e));
-        long = &long[run..];
+/// Entries in id order, with the first sixteen bytes of each id beside
+/// them as a number that sorts the same way: a search compares numbers
+/// in one array instead of following two pointers per step to an id on
+/// the heap (and reads an id only among equal keys).
+#[derive(Debug, Default)]
+pub(crate) struct Run {
+    keys: Vec<u128>,
+    entries: Vec<Arc<Entry>>,
+}
+
+impl Run {
+    /// The key of an id: its first sixteen bytes, big-endian, zero-padded
+    /// (ids hold no zero bytes, so keys sort as the ids do).
+    fn key(id: &[u8]) -> u128 {
+        let mut bytes = [0u8; 16];
+        let n = id.len().min(16);
+        bytes[..n].copy_from_slice(&id[..n]);
+        u128::from_be_bytes(bytes)
     }
-    out.extend_from_slice(long);
-    out
+
+    /// The run of `sorted` (in id order).
+    fn of(sorted: Vec<Arc<Entry>>) -> Run {
+        Run {
+            keys: sorted.iter().map(|e| Run::key(e.id.as_bytes())).collect(),
+            entries: sorted,
+        }
+    }
+
+    /// The entry with this id (and its key).
+    fn get(&self, key: u128, id: &[u8]) -> Option<&Arc<Entry>> {
+        let at = self.place_from(0, key, id);
+        self.entries.get(at).filter(|e| e.id.as_bytes() == id)
+    }
+
+    /// Two runs merged (no id in both). Each entry of the shorter run
+    /// finds its place in the longer one by a binary search, and the part
+    /// of the longer run before it is copied whole.
+    fn merged(a: &Run, b: &Run) -> Run {
+        let (long, short) = if a.entries.len() >= b.entries.len() {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let n = a.entries.len() + b.entries.len();
+        let mut out = Run {
+            keys: Vec::with_capacity(n),
+            entries: Vec::with_capacity(n),
+        };
+        let mut from = 0;
+        for (&key, e) in short.keys.iter().zip(&short.entries) {
+            let to = from + long.place_from(from, key, e.id.as_bytes());
+            out.keys.extend_from_slice(&long.keys[from..to]);
+            out.entries.extend_from_slice(&long.entries[from..to]);
+            out.keys.push(key);
+            out.entries.push(Arc::clone(e));
+            from = to;
+        }
+        out.keys.extend_from_slice(&long.keys[from..]);
+        out.entries.extend_from_slice(&long.entries[from..]);
+        out
+    }
+
+    /// Where an entry with this key and id goes (or is) among the entries
+    /// from `from` on, counted from there.
+    fn place_from(&self, from: usize, key: u128, id: &[u8]) -> usize {
+        let keys = &self.keys[from..];
+        let mut at = keys.partition_point(|&k| k < key);
+        while keys.get(at) == Some(&key)
+            && self
+                .entries
+                .get(from + at)
+                .is_some_and(|e| e.id.as_bytes() < id)
+        {
+            at += 1;
+        }
+        at
+    }
 }
 
 /// A live list a patched snapshot starts from instead of judging and
@@ -1136,10 +1223,20 @@ mod log_entries_tests {
     use super::LogEntries;
     use crate::log::{Entry, EntryKind};
 
-    fn entry(id: u32) -> Arc<Entry> {
+    /// Ids of two shapes: short ones, and long ones whose first sixteen
+    /// bytes are all the same (a run's key ties, and the ids decide).
+    fn id(i: u32) -> String {
+        if i % 3 == 0 {
+            format!("cap-0123456789abcdef-{i:06}")
+        } else {
+            format!("e{i:06}")
+        }
+    }
+
+    fn entry(i: u32) -> Arc<Entry> {
         let at = chrono::DateTime::UNIX_EPOCH;
         Arc::new(Entry::bare(
-            &format!("e{id:06}"),
+            &id(i),
             EntryKind::Fact,
             "",
             None,
@@ -1149,9 +1246,9 @@ mod log_entries_tests {
     }
 
     proptest! {
-        /// However the additions come (small batches kept beside the
-        /// list, large ones merged, reads in between), the entries are the
-        /// sorted union, and each is found.
+        /// However the additions come (batches of any size, reads in
+        /// between), the entries are the sorted union, each is found, and
+        /// the runs stay about log₂ of the size.
         #[test]
         fn patched_entries_are_the_sorted_union(
             start in proptest::collection::btree_set(0u32..20_000, 0..300),
@@ -1161,10 +1258,13 @@ mod log_entries_tests {
             ),
         ) {
             let mut want: BTreeSet<u32> = start.clone();
-            let mut entries = LogEntries::new(start.iter().map(|&i| entry(i)).collect());
+            let mut first: Vec<Arc<Entry>> = start.iter().map(|&i| entry(i)).collect();
+            first.sort_by(|a, b| a.id.cmp(&b.id));
+            let mut entries = LogEntries::new(first);
             for (batch, read) in batches {
-                let new: Vec<Arc<Entry>> =
+                let mut new: Vec<Arc<Entry>> =
                     batch.iter().filter(|i| !want.contains(i)).map(|&i| entry(i)).collect();
+                new.sort_by(|a, b| a.id.cmp(&b.id));
                 for e in &new {
                     prop_assert!(!entries.contains(e.id.as_bytes()));
                 }
@@ -1174,11 +1274,15 @@ mod log_entries_tests {
                     prop_assert_eq!(entries.all().len(), want.len());
                 }
             }
+            // Each run more than twice the next: about log₂ of the size.
+            let bound = (usize::BITS - want.len().leading_zeros()) as usize + 1;
+            prop_assert!(entries.runs() <= bound, "{} runs for {} entries", entries.runs(), want.len());
             let ids: Vec<String> = entries.all().iter().map(|e| e.id.clone()).collect();
-            let expected: Vec<String> = want.iter().map(|i| format!("e{i:06}")).collect();
+            let mut expected: Vec<String> = want.iter().map(|&i| id(i)).collect();
+            expected.sort();
             prop_assert_eq!(ids, expected);
-            for i in &want {
-                let id = format!("e{:06}", i);
+            for &i in &want {
+                let id = id(i);
                 prop_assert!(entries.contains(id.as_bytes()), "{} not found", id);
             }
         }
