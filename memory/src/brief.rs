@@ -872,7 +872,7 @@ impl crate::memory::Workspace {
     pub fn latest_handoff(&self, work_context: &str) -> crate::Result<Option<EntryView>> {
         let (live, derived) = self.live_state()?;
         let index = crate::assemble::tiers::AssemblyIndex::of(&live, &derived);
-        Ok(index.latest_handoff(work_context).map(|i| live[i].clone()))
+        Ok(index.latest_handoff(&live, work_context).cloned())
     }
 }
 

@@ -198,9 +198,11 @@ impl LiveList {
             }
         }
         let mut moves = Moves {
-            remap: Vec::with_capacity(self.len),
+            remap: Vec::new(),
             added: Vec::with_capacity(added.len()),
             removed: Vec::new(),
+            old_len: self.len,
+            new_len: 0,
         };
         let mut front: Vec<EntryView> =
             Vec::with_capacity(self.front.len() + (until - self.start) + added.len());
@@ -241,11 +243,23 @@ impl LiveList {
         gone.sort_unstable();
         gone.dedup();
         // The rest of the back keeps its order: each entry moves by the
-        // front's growth, less the entries left out before it.
+        // front's growth, less the entries left out before it. Past the
+        // last entry this patch leaves out, that is the same for all of
+        // them: they keep their places counted from the oldest end, and
+        // the moves stop there (a patch costs what it changed, not the
+        // list's length).
+        let last_gone = gone
+            .iter()
+            .rev()
+            .find(|g| self.gone.binary_search(g).is_err())
+            .copied();
         let mut out = front.len();
         let mut skip = gone.iter().peekable();
         let mut old_gone = self.gone.iter().filter(|&&g| g >= until).peekable();
         for i in until..self.back.len() {
+            if last_gone.is_none_or(|last| i > last) {
+                break;
+            }
             if old_gone.next_if(|&&g| g == i).is_some() {
                 skip.next_if(|&&g| g == i);
                 continue;
@@ -258,8 +272,9 @@ impl LiveList {
             moves.remap.push(out);
             out += 1;
         }
+        moves.new_len = self.len + moves.added.len() - moves.removed.len();
         let list = LiveList {
-            len: out,
+            len: moves.new_len,
             front,
             back: self.back.clone(),
             start: until,
@@ -332,14 +347,49 @@ pub(crate) fn walk_patches<I: Patched>(
 }
 
 /// Where a patch moved a live list's entries: `remap[i]` is where the old
-/// list's entry `i` is in the new one (`usize::MAX`: replaced), `added` the
-/// positions of the new entries, ascending, `removed` the old positions of
-/// the replaced ones, ascending.
+/// list's entry `i` is in the new one (`usize::MAX`: replaced), for the
+/// old entries up to the oldest one that moved other than by the list's
+/// growth (the older ones keep their places counted from the oldest end:
+/// [`Moves::to`]); `added` the positions of the new entries, ascending,
+/// `removed` the old positions of the replaced ones, ascending.
 #[derive(Debug)]
 pub(crate) struct Moves {
-    pub(crate) remap: Vec<usize>,
+    remap: Vec<usize>,
     pub(crate) added: Vec<usize>,
     pub(crate) removed: Vec<usize>,
+    /// The lengths of the old list and the new.
+    old_len: usize,
+    new_len: usize,
+}
+
+impl Moves {
+    /// Where the old list's entry `i` is in the new one (`None`: replaced,
+    /// or past the old list's end).
+    pub(crate) fn to(&self, i: usize) -> Option<usize> {
+        match self.remap.get(i) {
+            Some(&usize::MAX) => None,
+            Some(&j) => Some(j),
+            None if i < self.old_len => Some(i + self.new_len - self.old_len),
+            None => None,
+        }
+    }
+
+    /// Entries this many places or fewer from the old list's oldest end
+    /// kept their places counted from that end (at least this many did).
+    pub(crate) fn stable(&self) -> usize {
+        self.old_len - self.remap.len()
+    }
+
+    /// Where the entry `ord` places from the old list's oldest end is in
+    /// the new one, counted the same way (`None`: replaced).
+    pub(crate) fn ord_to(&self, ord: usize) -> Option<usize> {
+        if ord < self.stable() {
+            return Some(ord);
+        }
+        let i = self.old_len.checked_sub(ord + 1)?;
+        let j = self.to(i)?;
+        Some(self.new_len - 1 - j)
+    }
 }
 
 /// The entries of a [`LiveList`], newest first.
@@ -500,15 +550,21 @@ mod tests {
                     prop_assert_eq!(&patched.get(i).map(|v| v.entry.id.clone()), &Some(v.entry.id.clone()));
                 }
                 prop_assert!(patched.get(expected.len()).is_none());
-                prop_assert_eq!(moves.remap.len(), all.len());
-                for (i, &to) in moves.remap.iter().enumerate() {
-                    let id = &all[i].entry.id;
+                for (i, v) in all.iter().enumerate() {
+                    let id = &v.entry.id;
+                    let ord = all.len() - 1 - i;
                     if gone.contains(id.as_str()) {
-                        prop_assert_eq!(to, usize::MAX);
+                        prop_assert_eq!(moves.to(i), None);
+                        prop_assert_eq!(moves.ord_to(ord), None);
                     } else {
+                        let to = moves.to(i);
+                        prop_assert!(to.is_some(), "{} lost", id);
+                        let to = to.unwrap_or_default();
                         prop_assert_eq!(&patched[to].entry.id, id);
+                        prop_assert_eq!(moves.ord_to(ord), Some(expected.len() - 1 - to));
                     }
                 }
+                prop_assert_eq!(moves.to(all.len()), None);
                 prop_assert_eq!(
                     moves.added.iter().map(|&j| patched[j].entry.id.to_string()).collect::<Vec<_>>(),
                     ids(added.clone())
@@ -516,7 +572,7 @@ mod tests {
                 prop_assert!(moves.added.windows(2).all(|w| w[0] < w[1]));
                 prop_assert_eq!(
                     &moves.removed,
-                    &(0..all.len()).filter(|&i| moves.remap[i] == usize::MAX).collect::<Vec<_>>()
+                    &(0..all.len()).filter(|&i| moves.to(i).is_none()).collect::<Vec<_>>()
                 );
                 all = expected;
                 list = patched;

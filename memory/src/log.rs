@@ -1078,9 +1078,7 @@ impl Workspace {
                 // The indexes the old list had follow the patch (no pass
                 // over the new list).
                 if let Some(old) = from.assembly.get() {
-                    let _ = derived
-                        .assembly
-                        .set(old.patched(&moves.remap, &views, &moves.added));
+                    let _ = derived.assembly.set(old.patched(&moves, &views));
                 }
                 let (old, new) = (&old_views, &views);
                 carry_patched(&from.brief, &derived.brief, old, new, &moves);

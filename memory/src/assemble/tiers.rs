@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Duration, Utc};
 
 use super::{ActivityReport, AssembleSettings};
-use crate::live::LiveList;
+use crate::live::{LiveList, Moves};
 use crate::log::{EntryKind, EntryView};
 use crate::memory::DEFAULT_WORK_CONTEXT;
 use crate::memory::{LiveDerived, with_list};
@@ -140,10 +140,24 @@ impl<'a> Continuity<'a> {
     fn card(self, work_context: &str) -> Option<&'a Card> {
         self.index.cards.get(work_context)
     }
+
+    /// The entry `ord` places from the list's oldest end.
+    fn at(self, ord: usize) -> &'a EntryView {
+        nth_oldest(self.live, ord)
+    }
+}
+
+/// The entry `ord` places from the oldest end of `live`: where an
+/// [`AssemblyIndex`] says its records are (counted from that end, a
+/// record's place does not move when newer entries come). Panics past the
+/// list's end, as indexing does.
+fn nth_oldest(live: &LiveList, ord: usize) -> &EntryView {
+    &live[live.len() - 1 - ord]
 }
 
 /// What a work context's resume card and phase read, made from its
-/// continuity records (newest first).
+/// continuity records (newest first). Places are counted from the list's
+/// oldest end ([`nth_oldest`]).
 #[derive(Debug, PartialEq)]
 struct Card {
     /// Its newest continuity record.
@@ -160,80 +174,73 @@ struct Card {
 }
 
 impl Card {
-    /// The card of the continuity records at `positions` of `live` (list
-    /// order; not empty).
-    fn of(positions: &[usize], live: &LiveList) -> Self {
+    /// The card of the continuity records at `ords` of `live` (newest
+    /// first; not empty).
+    fn of(ords: impl IntoIterator<Item = usize>, live: &LiveList) -> Self {
+        let mut ords = ords.into_iter().peekable();
         let mut card = Card {
-            latest: positions.first().copied().unwrap_or_default(),
+            latest: ords.peek().copied().unwrap_or_default(),
             lines: Vec::new(),
             handoff: None,
             phase: None,
         };
-        for &i in positions {
-            if let Some(v) = live.get(i) {
-                card.note(v.entry.kind, i);
-            }
+        for o in ords {
+            card.note(nth_oldest(live, o).entry.kind, o);
         }
         card
     }
 
-    /// Takes the continuity record at `i` (records come newest first).
-    fn note(&mut self, kind: EntryKind, i: usize) {
+    /// Takes the continuity record at `o` (records come newest first).
+    fn note(&mut self, kind: EntryKind, o: usize) {
         if kind == EntryKind::WorkPhaseChange && self.phase.is_none() {
-            self.phase = Some(i);
+            self.phase = Some(o);
         }
         if kind == EntryKind::Handoff {
             if self.handoff.is_some() {
                 return;
             }
-            self.handoff = Some(i);
+            self.handoff = Some(o);
         }
         if let Some(part) = ResumePart::of(kind) {
             if self.lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
-                self.lines.push((part, i));
+                self.lines.push((part, o));
             }
         }
     }
 
-    /// This card with its positions moved by `remap` (none of its records
-    /// was replaced).
-    fn remapped(&self, remap: &[usize]) -> Card {
-        let at = |i: usize| remap.get(i).copied().unwrap_or(usize::MAX);
-        Card {
+    /// This card after a patch that replaced none of its records and added
+    /// the records at `added` (newest first): its places moved as `moves`
+    /// say, then its own records and the added ones noted in list order.
+    /// A card holds the first records of each part, so the first ones
+    /// after the patch are among those: the cost is the card's size and
+    /// the additions, not the context's records.
+    fn patched(&self, moves: &Moves, added: &[usize], live: &LiveList) -> Card {
+        let at = |o: usize| moves.ord_to(o).unwrap_or(usize::MAX);
+        let moved = Card {
             latest: at(self.latest),
-            lines: self.lines.iter().map(|&(part, i)| (part, at(i))).collect(),
+            lines: self.lines.iter().map(|&(part, o)| (part, at(o))).collect(),
             handoff: self.handoff.map(at),
             phase: self.phase.map(at),
-        }
-    }
-
-    /// This card after a patch that replaced none of its records and added
-    /// the records at `added` (positions in `live`): its positions moved by
-    /// `remap`, then its own records and the added ones noted in list
-    /// order. A card holds the first records of each part, so the first
-    /// ones after the patch are among those: the cost is the card's size
-    /// and the additions, not the context's records.
-    fn patched(&self, remap: &[usize], added: &[usize], live: &LiveList) -> Card {
-        let moved = self.remapped(remap);
+        };
         if added.is_empty() {
             return moved;
         }
-        let mut positions: Vec<usize> = std::iter::once(moved.latest)
-            .chain(moved.lines.iter().map(|&(_, i)| i))
+        let mut ords: Vec<usize> = std::iter::once(moved.latest)
+            .chain(moved.lines.iter().map(|&(_, o)| o))
             .chain(moved.handoff)
             .chain(moved.phase)
             .chain(added.iter().copied())
             .collect();
-        positions.sort_unstable();
-        positions.dedup();
-        Card::of(&positions, live)
+        ords.sort_unstable_by(|a, b| b.cmp(a));
+        ords.dedup();
+        Card::of(ords, live)
     }
 }
 
 /// The active phase of a work context: its newest phase change.
 pub(super) fn active_phase(live: Continuity<'_>, work_context: &str) -> Option<&'static str> {
     let at = live.card(work_context)?.phase?;
-    phase_of(&live.live[at].entry.content)
+    phase_of(&live.at(at).entry.content)
 }
 
 fn mentions(query: &str, subject: &Subject) -> bool {
@@ -304,7 +311,7 @@ pub(super) fn resume<'a>(
             "work context {work_context:?} has no continuity data"
         ));
     };
-    let latest = &live.live[card.latest];
+    let latest = live.at(card.latest);
     if latest
         .entry
         .provenance
@@ -326,7 +333,7 @@ pub(super) fn resume<'a>(
     let mut lines: Vec<(ResumePart, &EntryView)> = card
         .lines
         .iter()
-        .map(|&(part, i)| (part, &live.live[i]))
+        .map(|&(part, o)| (part, live.at(o)))
         .collect();
     lines.sort_by_key(|(p, _)| *p);
     Ok(Resume {
@@ -350,30 +357,35 @@ pub(super) fn recent_activity<'a>(
 ) -> Vec<&'a EntryView> {
     let index = &AssemblyIndex::of(live, derived).activity;
     let since = now - Duration::days(i64::from(settings.recent_activity_max_age_days));
-    // Per context, its newest two within the window (the list is newest
-    // first, so they lead it); contexts ordered by their newest record.
-    let mut per: Vec<&[usize]> = index
+    // Per context, its newest two within the window (the lists are oldest
+    // first, so they end them); contexts ordered by their newest record.
+    let mut per: Vec<Vec<usize>> = index
         .iter()
         .filter(|(wc, _)| !exclude.contains(&wc.as_str()))
-        .map(|(_, positions)| {
-            let fresh = positions
-                .iter()
+        .map(|(_, ords)| {
+            ords.iter()
+                .rev()
                 .take(2)
-                .take_while(|&&i| live[i].entry.timestamp >= since)
-                .count();
-            &positions[..fresh]
+                .take_while(|&&o| nth_oldest(live, o).entry.timestamp >= since)
+                .copied()
+                .collect::<Vec<usize>>()
         })
-        .filter(|positions| !positions.is_empty())
+        .filter(|ords| !ords.is_empty())
         .collect();
-    per.sort_unstable_by_key(|positions| positions[0]);
-    per.into_iter().flatten().map(|&i| &live[i]).collect()
+    per.sort_unstable_by_key(|ords| std::cmp::Reverse(ords[0]));
+    per.into_iter()
+        .flatten()
+        .map(|o| nth_oldest(live, o))
+        .collect()
 }
 
 /// Where in a live list the records assembly reads are, kept with the
 /// list ([`LiveDerived`]): made in one pass over it on first use, or, for a
 /// list patched from one whose index was made, from that index and the
-/// patch ([`AssemblyIndex::patched`]). Positions are in list order (newest
-/// first).
+/// patch ([`AssemblyIndex::patched`]). Records are named by their places
+/// counted from the list's oldest end ([`nth_oldest`]), so a patch that adds
+/// newer entries leaves them where they are, and each list is oldest
+/// first (a new record goes at its end).
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct AssemblyIndex {
     /// Per work context, its continuity records.
@@ -402,31 +414,29 @@ impl AssemblyIndex {
     /// One pass over `live`.
     pub(crate) fn build(live: &LiveList) -> AssemblyIndex {
         let mut index = AssemblyIndex::default();
-        for (i, v) in live.iter().enumerate() {
-            if index.add(v, i, false) {
-                let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
-                match index.cards.get_mut(wc) {
-                    Some(card) => card.note(kind, i),
-                    None => {
-                        index.cards.insert(wc.to_owned(), Card::of(&[i], live));
-                    }
-                }
-            }
+        let views: Vec<&EntryView> = live.iter().collect();
+        for (o, v) in views.iter().rev().enumerate() {
+            index.add(v, o, false);
         }
+        index.cards = index
+            .continuity
+            .iter()
+            .map(|(wc, ords)| (wc.clone(), Card::of(ords.iter().rev().copied(), live)))
+            .collect();
         index
     }
 
-    /// Puts `v`, at position `i`, in the lists it belongs in: at its place
-    /// when `sorted` (a patch), else at the end (a build, in list order).
-    /// True when it is a continuity record.
-    fn add(&mut self, v: &EntryView, i: usize, sorted: bool) -> bool {
+    /// Puts `v`, `o` places from the list's oldest end, in the lists it
+    /// belongs in: at its place when `sorted` (a patch), else at the end
+    /// (a build, oldest first). True when it is a continuity record.
+    fn add(&mut self, v: &EntryView, o: usize, sorted: bool) -> bool {
         let put = |list: &mut Vec<usize>| {
             let at = if sorted {
-                list.partition_point(|&p| p < i)
+                list.partition_point(|&p| p < o)
             } else {
                 list.len()
             };
-            list.insert(at, i);
+            list.insert(at, o);
         };
         let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
         let continuity = is_continuity(kind);
@@ -454,30 +464,29 @@ impl AssemblyIndex {
         continuity
     }
 
-    /// The index of `live`, a list patched from the one this index is of:
-    /// `remap[i]` is where that list's entry `i` is in `live`
-    /// ([`usize::MAX`]: a patch replaced it), and `added` holds the
-    /// positions in `live` of the entries the patches added. Costs the
-    /// index's size in integer moves, plus, per work context, its card and
-    /// the records added to it ([`Card::patched`]), or one pass over its
-    /// continuity records when a patch replaced one of them: not a pass
-    /// over the list.
-    pub(crate) fn patched(
-        &self,
-        remap: &[usize],
-        live: &LiveList,
-        added: &[usize],
-    ) -> AssemblyIndex {
-        let moved = |positions: &[usize]| -> Vec<usize> {
-            positions
-                .iter()
-                .filter_map(|&p| remap.get(p).copied().filter(|&q| q != usize::MAX))
-                .collect()
+    /// The index of `live`, a list patched from the one this index is of,
+    /// with `moves` saying where that list's entries went and where the
+    /// added ones are. The records older than every change keep their
+    /// places (counted from the oldest end), so each list is copied as it
+    /// is up to there and only its newer records are moved; then, per work
+    /// context, its card and the records added to it ([`Card::patched`]),
+    /// or one pass over its continuity records when a patch replaced one
+    /// of them: not a pass over the list.
+    pub(crate) fn patched(&self, moves: &Moves, live: &LiveList) -> AssemblyIndex {
+        let stable = moves.stable();
+        let moved = |ords: &[usize]| -> Vec<usize> {
+            let kept = ords.partition_point(|&o| o < stable);
+            // Room for the additions: a list grown by one is not copied
+            // again.
+            let mut out = Vec::with_capacity(ords.len() + moves.added.len());
+            out.extend_from_slice(&ords[..kept]);
+            out.extend(ords[kept..].iter().filter_map(|&o| moves.ord_to(o)));
+            out
         };
         let moved_all = |map: &HashMap<String, Vec<usize>>| -> HashMap<String, Vec<usize>> {
             map.iter()
-                .map(|(key, positions)| (key.clone(), moved(positions)))
-                .filter(|(_, positions)| !positions.is_empty())
+                .map(|(key, ords)| (key.clone(), moved(ords)))
+                .filter(|(_, ords)| !ords.is_empty())
                 .collect()
         };
         let mut index = AssemblyIndex {
@@ -490,35 +499,36 @@ impl AssemblyIndex {
         // Contexts whose cards are made again from all their records: a
         // record of theirs was replaced.
         let mut replaced: HashSet<&str> = HashSet::new();
-        for (wc, positions) in &self.continuity {
-            let kept = moved(positions);
-            if kept.len() != positions.len() {
+        for (wc, ords) in &self.continuity {
+            let kept = moved(ords);
+            if kept.len() != ords.len() {
                 replaced.insert(wc);
             }
             if !kept.is_empty() {
                 index.continuity.insert(wc.clone(), kept);
             }
         }
-        // Per context, the continuity records the patches added (in list
-        // order: `added` is).
+        // Per context, the continuity records the patches added (newest
+        // first: `added` holds places in list order).
         let mut added_to: HashMap<&str, Vec<usize>> = HashMap::new();
-        for &j in added {
+        for &j in &moves.added {
             let Some(v) = live.get(j) else { continue };
-            if index.add(v, j, true) {
+            let o = live.len() - 1 - j;
+            if index.add(v, o, true) {
                 added_to
                     .entry(v.entry.work_context.as_str())
                     .or_default()
-                    .push(j);
+                    .push(o);
             }
         }
         index.cards = index
             .continuity
             .iter()
-            .map(|(wc, positions)| {
+            .map(|(wc, ords)| {
                 let new = added_to.get(wc.as_str()).map_or(&[][..], Vec::as_slice);
                 let card = match self.cards.get(wc) {
-                    Some(card) if !replaced.contains(wc.as_str()) => card.patched(remap, new, live),
-                    _ => Card::of(positions, live),
+                    Some(card) if !replaced.contains(wc.as_str()) => card.patched(moves, new, live),
+                    _ => Card::of(ords.iter().rev().copied(), live),
                 };
                 (wc.clone(), card)
             })
@@ -548,9 +558,15 @@ impl AssemblyIndex {
         })
     }
 
-    /// The position of the newest handoff of `work_context`.
-    pub(crate) fn latest_handoff(&self, work_context: &str) -> Option<usize> {
-        self.cards.get(work_context)?.handoff
+    /// The newest handoff of `work_context` in `live` (the list this
+    /// index is of).
+    pub(crate) fn latest_handoff<'l>(
+        &self,
+        live: &'l LiveList,
+        work_context: &str,
+    ) -> Option<&'l EntryView> {
+        let o = self.cards.get(work_context)?.handoff?;
+        Some(nth_oldest(live, o))
     }
 }
 
@@ -563,16 +579,16 @@ pub(super) fn living_memory<'a>(
     subjects: &[Subject],
 ) -> Vec<&'a EntryView> {
     let index = AssemblyIndex::of(live, derived);
-    let mut positions: Vec<usize> = index.workspace_facts.clone();
+    let mut ords: Vec<usize> = index.workspace_facts.clone();
     for s in subjects.iter().filter(|s| s.kind == SubjectKind::Person) {
         if let Some(about) = index.facts_by_subject.get(&s.slug) {
-            positions.extend(about);
+            ords.extend(about);
         }
     }
-    // List order is newest first.
-    positions.sort_unstable();
-    positions.dedup();
-    positions.into_iter().map(|i| &live[i]).collect()
+    // Newest first: the highest places from the oldest end.
+    ords.sort_unstable_by(|a, b| b.cmp(a));
+    ords.dedup();
+    ords.into_iter().map(|o| nth_oldest(live, o)).collect()
 }
 
 /// Words that say what kind of work a message is.
