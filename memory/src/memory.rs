@@ -235,7 +235,8 @@ pub(crate) struct Run {
 
 impl Run {
     /// The key of an id: its first sixteen bytes, big-endian, zero-padded
-    /// (ids hold no zero bytes, so keys sort as the ids do).
+    /// (a shorter id's padding sorts before any byte, so the keys never
+    /// disagree with the ids' order; equal keys are told apart by the ids).
     fn key(id: &[u8]) -> u128 {
         let mut bytes = [0u8; 16];
         let n = id.len().min(16);
