@@ -185,7 +185,11 @@ impl Card {
             phase: None,
         };
         for o in ords {
-            card.note(nth_oldest(live, o).entry.kind, o);
+            // A place past the list (none should be) is passed over.
+            let at = o.checked_add(1).and_then(|n| live.len().checked_sub(n));
+            if let Some(v) = at.and_then(|i| live.get(i)) {
+                card.note(v.entry.kind, o);
+            }
         }
         card
     }
