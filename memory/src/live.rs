@@ -374,8 +374,9 @@ impl Moves {
         }
     }
 
-    /// Entries this many places or fewer from the old list's oldest end
-    /// kept their places counted from that end (at least this many did).
+    /// How many of the old list's oldest entries kept their places counted
+    /// from that end: an entry fewer than this many places from it (its
+    /// `ord` below this) is where it was (more may be; these surely are).
     pub(crate) fn stable(&self) -> usize {
         self.old_len - self.remap.len()
     }
