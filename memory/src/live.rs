@@ -8,11 +8,14 @@
 //! (the newest entries: those added since the shared part was made, and
 //! the shared entries they came before) and a shared back that lists made
 //! from one another share; an entry replaced in the back is skipped, not
-//! removed. A change rebuilds the front only; once the front outgrows
-//! about 2.5 times the square root of the list (`FRONT_SHARE`), or the
-//! skipped entries pass a thirty-second of it, the list is made again in
-//! one piece (so a change costs about the square root of the list in
-//! copies, and a rebuild is paid for by as many changes).
+//! removed. A change rebuilds the front only. The back is sorted runs
+//! (each newer than the next): once the front passes [`FOLD_AT`] entries it
+//! becomes the back's newest run, merged with the next runs while they are
+//! at most twice its size (the logarithmic method, as the log cache's
+//! runs), so an entry is copied about log₂ n times in its life instead of
+//! once per √n additions (when a front past √(6n) copied the whole list).
+//! Once the skipped entries pass a thirty-second of the list, it is made
+//! again in one piece.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,16 +28,11 @@ use crate::log::EntryView;
 /// skipped entry costs a step of a binary search in [`LiveList::get`]).
 const MAX_GONE: usize = 64;
 const GONE_SHARE: usize = 32;
-/// A front this short is never folded into the back.
-const MIN_FRONT: usize = 256;
-/// A front is folded into the back once its square passes this many times
-/// the list: a change copies the front (about half this limit on average),
-/// a fold copies the whole list (once per limit additions), and a fold
-/// costs about three times as much per entry (the shared back's entries
-/// are cold, its old copy is dropped, the new one faulted in: measured at
-/// second 420 of a 450 s loadgen run), so the two balance at a front of
-/// √(2 × 3 × len).
-const FRONT_SHARE: usize = 6;
+/// A front longer than this becomes the back's newest run: a change copies
+/// the front, so this bounds a change's copies; a fold copies the front's
+/// entries once more and the runs it merges. (Small in the tests, so that
+/// their lists fold and merge runs many times.)
+const FOLD_AT: usize = if cfg!(test) { 8 } else { 256 };
 
 /// A workspace's live entries, newest first (ties by id): what
 /// [`Workspace::live_entries`](crate::Workspace::live_entries) returns.
@@ -63,7 +61,7 @@ pub struct LiveList {
     front: Vec<EntryView>,
     /// Older entries, newest first, shared with the lists this one was
     /// made from or will make.
-    back: Arc<Vec<EntryView>>,
+    back: Arc<Back>,
     /// Where this list's part of `back` starts (entries before it were
     /// moved into the front, or replaced).
     start: usize,
@@ -79,7 +77,7 @@ impl From<Vec<EntryView>> for LiveList {
         LiveList {
             len: views.len(),
             front: Vec::new(),
-            back: Arc::new(views),
+            back: Arc::new(Back::new(vec![(Arc::from(views), 0)])),
             start: 0,
             gone: Vec::new(),
         }
@@ -140,7 +138,7 @@ impl LiveList {
     pub fn iter(&self) -> Iter<'_> {
         Iter {
             front: self.front.iter(),
-            back: self.back.get(self.start..).unwrap_or_default().iter(),
+            back: self.back.iter_from(self.start),
             at: self.start,
             gone: &self.gone,
             left: self.len,
@@ -179,14 +177,10 @@ impl LiveList {
         let mut gone: Vec<usize> = self.gone.iter().copied().filter(|&g| g >= until).collect();
         let mut unmet: HashSet<&str> = replaced.iter().map(String::as_str).collect();
         for e in found {
-            let Some(rest) = self.back.get(until..) else {
-                break;
-            };
-            if let Ok(j) = rest.binary_search_by(|v| v.entry.newest_first(e)) {
-                let at = until + j;
-                if rest[j].entry.id == e.id && self.gone.binary_search(&at).is_err() {
-                    gone.push(at);
-                }
+            if let Some(at) = self.back.find_from(until, e)
+                && self.gone.binary_search(&at).is_err()
+            {
+                gone.push(at);
             }
         }
         // Replaced ids not located above are looked for in the front and
@@ -231,7 +225,7 @@ impl LiveList {
             front.push(a);
         }
         if !unmet.is_empty() {
-            for (i, v) in self.back.iter().enumerate().skip(until) {
+            for (i, v) in (until..).zip(self.back.iter_from(until)) {
                 if unmet.is_empty() {
                     break;
                 }
@@ -256,7 +250,7 @@ impl LiveList {
         let mut out = front.len();
         let mut skip = gone.iter().peekable();
         let mut old_gone = self.gone.iter().filter(|&&g| g >= until).peekable();
-        for i in until..self.back.len() {
+        for i in until..self.back.len {
             if last_gone.is_none_or(|last| i > last) {
                 break;
             }
@@ -280,14 +274,154 @@ impl LiveList {
             start: until,
             gone,
         };
-        let list = if list.gone.len() > MAX_GONE.max(list.len / GONE_SHARE)
-            || (list.front.len() > MIN_FRONT && list.front.len().pow(2) > FRONT_SHARE * list.len)
-        {
+        let list = if list.gone.len() > MAX_GONE.max(list.len / GONE_SHARE) {
             LiveList::from(list.to_vec())
+        } else if list.front.len() > FOLD_AT {
+            list.folded()
         } else {
             list
         };
         (list, moves)
+    }
+
+    /// This list with its front made the back's newest run, merged with
+    /// the runs after it while each is at most twice what is gathered (the
+    /// entries this list skips are dropped from what is copied); the other
+    /// runs are shared as they are. The entries keep their places.
+    fn folded(self) -> LiveList {
+        let LiveList {
+            front,
+            back,
+            start,
+            gone,
+            len,
+        } = self;
+        let mut run = front;
+        let mut skip = gone.into_iter().peekable();
+        // `at`: the back index of the next entry not gathered; `r`: its run.
+        let mut at = start;
+        let mut r = back.run_of(start);
+        while let Some((entries, from)) = back.runs.get(r) {
+            let end = back.starts[r] + entries.len() - from;
+            if end - at > 2 * run.len() {
+                break;
+            }
+            let rest = entries
+                .get(from + at - back.starts[r]..)
+                .unwrap_or_default();
+            for (i, v) in (at..).zip(rest) {
+                if skip.next_if(|&g| g == i).is_none() {
+                    run.push(v.clone());
+                }
+            }
+            at = end;
+            r += 1;
+        }
+        let gathered = run.len();
+        let mut runs = Vec::with_capacity(back.runs.len() + 1 - r);
+        runs.push((Arc::from(run), 0));
+        if let Some((entries, from)) = back.runs.get(r) {
+            runs.push((entries.clone(), from + at - back.starts[r]));
+            runs.extend(back.runs.iter().skip(r + 1).cloned());
+        }
+        LiveList {
+            len,
+            front: Vec::new(),
+            back: Arc::new(Back::new(runs)),
+            start: 0,
+            gone: skip.map(|g| g - at + gathered).collect(),
+        }
+    }
+}
+
+/// The shared back of live lists: sorted runs of entries, newest first,
+/// each newer than the next, read as one sequence.
+#[derive(Debug, Default)]
+struct Back {
+    /// Each run, with where its part starts (the entries before that had
+    /// moved into a front when this back was made).
+    runs: Vec<(Arc<[EntryView]>, usize)>,
+    /// The back index of each run's first entry (of its part).
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl Back {
+    /// The back of these runs (empty parts left out).
+    fn new(mut runs: Vec<(Arc<[EntryView]>, usize)>) -> Back {
+        runs.retain(|(entries, from)| entries.len() > *from);
+        let mut starts = Vec::with_capacity(runs.len());
+        let mut len = 0;
+        for (entries, from) in &runs {
+            starts.push(len);
+            len += entries.len() - from;
+        }
+        Back { runs, starts, len }
+    }
+
+    /// The run that holds back index `i` (the run count past the end).
+    fn run_of(&self, i: usize) -> usize {
+        if i >= self.len {
+            return self.runs.len();
+        }
+        self.starts.partition_point(|&s| s <= i).saturating_sub(1)
+    }
+
+    /// The entry at back index `i`.
+    fn get(&self, i: usize) -> Option<&EntryView> {
+        let r = self.run_of(i);
+        let (entries, from) = self.runs.get(r)?;
+        entries.get(from + i - self.starts[r])
+    }
+
+    /// The entries from back index `i` on.
+    fn iter_from(&self, i: usize) -> BackIter<'_> {
+        let r = self.run_of(i);
+        let part = match self.runs.get(r) {
+            Some((entries, from)) => entries.get(from + i - self.starts[r]..),
+            None => None,
+        };
+        BackIter {
+            runs: self.runs.get(r + 1..).unwrap_or_default().iter(),
+            part: part.unwrap_or_default().iter(),
+        }
+    }
+
+    /// The back index, at or after `from`, of the entry `e` (by its place
+    /// in the order: a binary search).
+    fn find_from(&self, from: usize, e: &crate::log::Entry) -> Option<usize> {
+        let (mut lo, mut hi) = (from, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let v = self.get(mid)?;
+            match v.entry.newest_first(e) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return (v.entry.id == e.id).then_some(mid),
+            }
+        }
+        None
+    }
+}
+
+/// The entries of a [`Back`] from some index on.
+#[derive(Debug, Clone)]
+struct BackIter<'a> {
+    runs: std::slice::Iter<'a, (Arc<[EntryView]>, usize)>,
+    part: std::slice::Iter<'a, EntryView>,
+}
+
+impl<'a> Iterator for BackIter<'a> {
+    type Item = &'a EntryView;
+
+    fn next(&mut self) -> Option<&'a EntryView> {
+        loop {
+            if let Some(v) = self.part.next() {
+                return Some(v);
+            }
+            let (entries, from) = self.runs.next()?;
+            self.part = entries.get(*from..).unwrap_or_default().iter();
+        }
     }
 }
 
@@ -397,7 +531,7 @@ impl Moves {
 #[derive(Debug, Clone)]
 pub struct Iter<'a> {
     front: std::slice::Iter<'a, EntryView>,
-    back: std::slice::Iter<'a, EntryView>,
+    back: BackIter<'a>,
     /// The index in the back of the next back entry.
     at: usize,
     gone: &'a [usize],
@@ -500,6 +634,7 @@ mod tests {
                     proptest::collection::vec(-500i64..60, 0..40),
                     proptest::collection::vec(any::<proptest::sample::Index>(), 0..4),
                     any::<bool>(),
+                    any::<bool>(),
                 ),
                 1..30,
             ),
@@ -514,12 +649,18 @@ mod tests {
                 .collect();
             all.sort_by(order);
             let mut list = LiveList::from(all.clone());
-            for (minutes, replaced, known) in patches {
+            // Additions are either anywhere in time or mostly the newest
+            // (as a log grows: then the back's runs pile up and merge).
+            let mut clock = 0;
+            for (minutes, replaced, known, recent) in patches {
+                if recent {
+                    clock += 10;
+                }
                 let mut added: Vec<EntryView> = minutes
                     .iter()
                     .map(|&m| {
                         next += 1;
-                        view(next, m)
+                        view(next, if recent { clock + m / 10 } else { m })
                     })
                     .collect();
                 added.sort_by(order);
@@ -551,6 +692,9 @@ mod tests {
                     prop_assert_eq!(&patched.get(i).map(|v| v.entry.id.clone()), &Some(v.entry.id.clone()));
                 }
                 prop_assert!(patched.get(expected.len()).is_none());
+                // The back's runs each more than twice the one before.
+                let runs = patched.back.runs.len() as u32;
+                prop_assert!(runs <= patched.back.len.max(1).ilog2() + 2, "{} runs", runs);
                 for (i, v) in all.iter().enumerate() {
                     let id = &v.entry.id;
                     let ord = all.len() - 1 - i;
