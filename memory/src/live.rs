@@ -9,7 +9,7 @@
 //! the shared entries they came before) and a shared back that lists made
 //! from one another share; an entry replaced in the back is skipped, not
 //! removed. A change rebuilds the front only. The back is sorted runs
-//! (each newer than the next): once the front passes [`FOLD_AT`] entries it
+//! (each newer than the next): once the front passes `FOLD_AT` entries it
 //! becomes the back's newest run, merged with the next runs while they are
 //! at most twice its size (the logarithmic method, as the log cache's
 //! runs), so an entry is copied about log₂ n times in its life instead of
