@@ -692,7 +692,8 @@ mod tests {
                     prop_assert_eq!(&patched.get(i).map(|v| v.entry.id.clone()), &Some(v.entry.id.clone()));
                 }
                 prop_assert!(patched.get(expected.len()).is_none());
-                // The back's runs each more than twice the one before.
+                // A fold stops at a run more than twice what it gathered,
+                // so the run count stays logarithmic in the back's length.
                 let runs = patched.back.runs.len() as u32;
                 prop_assert!(runs <= patched.back.len.max(1).ilog2() + 2, "{} runs", runs);
                 for (i, v) in all.iter().enumerate() {
