@@ -216,7 +216,14 @@ const KEPT_CAPTURES: usize = 64;
 /// The durable per-context record.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ContextRecord {
-    /// Per session: the first turn not captured yet.
+    /// Per session: the first turn not captured yet, for the sessions the
+    /// latest capture took (a refresh raises what its actor has seen to
+    /// them). Each session's mark is kept in a record of its own
+    /// ([`StateKey::SessionMark`], see [`session_mark`]): a context
+    /// record that held every session's mark grew with each session the
+    /// context ever had and was read and written whole by every capture. A
+    /// record written before those still holds every mark here, and is
+    /// read as their fallback until its next capture moves them out.
     pub(crate) high_water: BTreeMap<String, u64>,
     pub(crate) last_capture_at: Option<DateTime<Utc>>,
     pub(crate) phase: Option<String>,
@@ -227,6 +234,72 @@ fn context_key(work_context: &str) -> StateKey {
     StateKey::CaptureMark {
         work_context: work_context.to_owned(),
     }
+}
+
+fn mark_key(work_context: &str, session: &str) -> StateKey {
+    StateKey::SessionMark {
+        work_context: work_context.to_owned(),
+        session: session.to_owned(),
+    }
+}
+
+/// A mark as stored: eight bytes, big-endian.
+fn encode_mark(mark: u64) -> Vec<u8> {
+    mark.to_be_bytes().to_vec()
+}
+
+fn decode_mark(work_context: &str, session: &str, bytes: &[u8]) -> Result<u64> {
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
+        ActorError::Memory(cairn_memory::MemoryError::Invalid {
+            what: "actor state",
+            reason: format!(
+                "capture mark of {session:?} in {work_context:?}: {} bytes, not 8",
+                bytes.len()
+            ),
+        })
+    })?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+/// The first turn of `session` not captured yet in `work_context`: its own
+/// mark record, else the one in the context's `record` (a record written
+/// before marks had records of their own holds every session's), else 0.
+pub(crate) fn session_mark(
+    ws: &Workspace,
+    work_context: &str,
+    record: &ContextRecord,
+    session: &str,
+) -> Result<u64> {
+    match ws.state_get(&mark_key(work_context, session))? {
+        Some(bytes) => decode_mark(work_context, session, &bytes),
+        None => Ok(record.high_water.get(session).copied().unwrap_or(0)),
+    }
+}
+
+/// Writes `record` with `marks` as the latest capture's (each also in its
+/// own mark record), in one batch. The marks `record` held before that
+/// `marks` does not name get their own records first when they have none:
+/// a record of the earlier layout, which held every session's mark, is
+/// moved out this way at its first capture.
+fn put_record(
+    ws: &Workspace,
+    work_context: &str,
+    record: &mut ContextRecord,
+    marks: BTreeMap<String, u64>,
+) -> Result<()> {
+    let mut puts = Vec::with_capacity(marks.len() + 1);
+    for (session, mark) in std::mem::take(&mut record.high_water) {
+        let key = mark_key(work_context, &session);
+        if !marks.contains_key(&session) && ws.state_get(&key)?.is_none() {
+            puts.push((key, encode_mark(mark)));
+        }
+    }
+    for (session, &mark) in &marks {
+        puts.push((mark_key(work_context, session), encode_mark(mark)));
+    }
+    record.high_water = marks;
+    puts.push((context_key(work_context), to_json(record)?));
+    Ok(ws.state_apply(&puts, &[])?)
 }
 
 fn extraction_key(session: &str) -> StateKey {
@@ -248,13 +321,16 @@ pub(crate) fn load_record(ws: &Workspace, work_context: &str) -> Result<ContextR
 }
 
 fn put_json<T: Serialize>(ws: &Workspace, key: &StateKey, value: &T) -> Result<()> {
-    let bytes = serde_json::to_vec(value).map_err(|e| {
+    Ok(ws.state_put(key, &to_json(value)?)?)
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| {
         ActorError::Memory(cairn_memory::MemoryError::Invalid {
             what: "actor state",
             reason: e.to_string(),
         })
-    })?;
-    Ok(ws.state_put(key, &bytes)?)
+    })
 }
 
 /// Takes an erased session out of its work context's capture record: its
@@ -420,7 +496,7 @@ pub(crate) fn capture(
     let mut model_errors: Vec<String> = Vec::new();
     let mut model_used = false;
     for session in &sessions {
-        let from = record.high_water.get(&session.id).copied().unwrap_or(0);
+        let from = session_mark(ws, work_context, &record, &session.id)?;
         if session.next_seq <= from {
             continue;
         }
@@ -429,6 +505,7 @@ pub(crate) fn capture(
             continue;
         };
         let to = last.seq;
+        let span_at = last.timestamp;
         let span = Provenance {
             session: session.id.clone(),
             from_seq: from,
@@ -473,7 +550,7 @@ pub(crate) fn capture(
             ws,
             work_context,
             trigger,
-            &span,
+            (&span, span_at),
             (&turns, &summarised),
             &extraction,
             model
@@ -494,7 +571,7 @@ pub(crate) fn capture(
         cross_updates(
             ws,
             work_context,
-            &span,
+            (&span, span_at),
             &extraction,
             &subjects,
             &mut updates,
@@ -520,12 +597,10 @@ pub(crate) fn capture(
             .find(|t| t.role == Role::User)
     {
         let mut input = session_handoff(work_context, trigger, &session.id, &last_user);
-        input.id = Some(entry_id(&[
-            ws.id(),
-            work_context,
-            &session.id,
-            "handoff-at-end",
-        ]));
+        input.id = Some(entry_id(
+            last_user.timestamp,
+            &[ws.id(), work_context, &session.id, "handoff-at-end"],
+        ));
         inputs.push(input);
     }
     let (merged, settled) = keep_current(ws, work_context, trigger, &mut inputs, &statements)?;
@@ -576,9 +651,6 @@ pub(crate) fn capture(
     }
 
     // Step 6.
-    for (session, mark) in new_marks {
-        record.high_water.insert(session, mark);
-    }
     record.last_capture_at = Some(now);
     record.phase = phase;
     record.captures.push(CaptureSummary {
@@ -592,7 +664,12 @@ pub(crate) fn capture(
         let excess = record.captures.len() - KEPT_CAPTURES;
         record.captures.drain(..excess);
     }
-    put_json(ws, &context_key(work_context), &record)?;
+    put_record(
+        ws,
+        work_context,
+        &mut record,
+        new_marks.into_iter().collect(),
+    )?;
     tracing::info!(
         workspace = %ws.id(), work_context, %trigger, spans = spans.len(), entries = entries.len(),
         "captured"
@@ -884,7 +961,7 @@ fn keep_current(
                 .from_turns(&by.session, by.seq, by.seq)
                 .replacing(&open.id);
             input.subject = open.subject.clone();
-            let id = entry_id(&[ws.id(), work_context, "settle", &open.id]);
+            let id = entry_id(by.at, &[ws.id(), work_context, "settle", &open.id]);
             input.id = Some(id.clone());
             closing.push(input);
             id
@@ -921,14 +998,29 @@ fn clip(text: &str, max: usize) -> String {
     s
 }
 
-fn entry_id(parts: &[&str]) -> String {
+/// A captured entry's id: `cap-`, the time of the turn it comes from (12
+/// hex digits of Unix milliseconds), then 14 hex digits of a hash of
+/// `parts`, what makes it unique.
+///
+/// Both halves come from the turns, never from the clock, so a retried
+/// capture makes the same ids (and writes nothing twice). The time comes
+/// first so that the store keeps new entries together at the end of the
+/// log's key range: with a hash alone each one landed on a random page of
+/// an ever larger tree, which a long run read back from disk.
+fn entry_id(at: DateTime<Utc>, parts: &[&str]) -> String {
     let mut hasher = blake3::Hasher::new();
     for part in parts {
         hasher.update(part.as_bytes());
         hasher.update(&[0]);
     }
     let hex = hasher.finalize().to_hex();
-    format!("cap-{}", &hex.as_str()[..26])
+    // Before 1970 counts as 1970; 48 bits last until the year 10889.
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    format!(
+        "cap-{:012x}{}",
+        millis.min((1 << 48) - 1),
+        &hex.as_str()[..14]
+    )
 }
 
 /// Cap of a `session_summary_ref`'s text, in tokens (under the resume
@@ -940,7 +1032,7 @@ fn build_entries(
     ws: &Workspace,
     work_context: &str,
     trigger: Trigger,
-    span: &Provenance,
+    (span, span_at): (&Provenance, DateTime<Utc>),
     (turns, summarised): (&[Turn], &[Turn]),
     extraction: &Extraction,
     model: Option<(&dyn ModelExtractor, &[ModelItem])>,
@@ -966,7 +1058,7 @@ fn build_entries(
             .in_context(work_context)
             .from_turns(&span.session, span.from_seq, span.to_seq)
             .with_detail(&format!("deterministic capture, trigger {trigger}"));
-        input.id = Some(entry_id(&[&base[..], &["summary"]].concat()));
+        input.id = Some(entry_id(span_at, &[&base[..], &["summary"]].concat()));
         input.subject = first_subject;
         out.push(input);
     }
@@ -986,7 +1078,7 @@ fn build_entries(
                 item.rule
             ));
         let index = index.to_string();
-        input.id = Some(entry_id(&[&base[..], &["item", &index]].concat()));
+        input.id = Some(entry_id(span_at, &[&base[..], &["item", &index]].concat()));
         input.subject = item.subject.clone();
         out.push(input);
     }
@@ -1006,6 +1098,7 @@ fn build_entries(
             // From the item itself: a retried capture that gets the same
             // answer writes nothing twice.
             input.id = Some(entry_id(
+                span_at,
                 &[&base[..], &["model", item.kind.as_str(), &item.content]].concat(),
             ));
             out.push(input);
@@ -1014,7 +1107,7 @@ fn build_entries(
     if trigger.is_session_hook() && !has_handoff {
         if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
             let mut input = session_handoff(work_context, trigger, &span.session, last_user);
-            input.id = Some(entry_id(&[&base[..], &["handoff"]].concat()));
+            input.id = Some(entry_id(span_at, &[&base[..], &["handoff"]].concat()));
             input.subject = extraction.mentioned.iter().next().cloned();
             out.push(input);
         }
@@ -1050,7 +1143,7 @@ fn session_handoff(
 fn cross_updates(
     ws: &Workspace,
     work_context: &str,
-    span: &Provenance,
+    (span, span_at): (&Provenance, DateTime<Utc>),
     extraction: &Extraction,
     subjects: &[Subject],
     out: &mut Vec<EntryInput>,
@@ -1079,15 +1172,18 @@ fn cross_updates(
                 "source: work context {work_context}, session {}, turns {}-{}",
                 span.session, span.from_seq, span.to_seq
             ));
-            input.id = Some(entry_id(&[
-                ws.id(),
-                work_context,
-                &span.session,
-                &range,
-                "ccu",
-                &other,
-                slug,
-            ]));
+            input.id = Some(entry_id(
+                span_at,
+                &[
+                    ws.id(),
+                    work_context,
+                    &span.session,
+                    &range,
+                    "ccu",
+                    &other,
+                    slug,
+                ],
+            ));
             out.push(input);
         }
     }
@@ -1263,6 +1359,7 @@ pub(crate) fn reconstruct_marks(
                 }
             },
         };
+        let mut marks: Vec<(StateKey, Vec<u8>)> = Vec::new();
         for listed in ws.sessions(Some(&wc))? {
             let s = ws.session(&listed.id)?;
             f.compared(1);
@@ -1270,10 +1367,26 @@ pub(crate) fn reconstruct_marks(
                 .get(&(wc.clone(), s.id.clone()))
                 .copied()
                 .unwrap_or(0);
-            let stored = record.high_water.get(&s.id).copied();
-            let mark = stored.unwrap_or(0);
             let name = format!("{wc}/{}", s.id);
-            let shown = stored.map_or_else(|| "absent".to_owned(), |m| m.to_string());
+            let (stored, shown) = match ws.state_get(&mark_key(&wc, &s.id))? {
+                Some(raw) => match decode_mark(&wc, &s.id, &raw) {
+                    Ok(mark) => (Some(mark), mark.to_string()),
+                    Err(error) => {
+                        f.differ(&name, format!("does not decode: {error}"), "a mark");
+                        let mark = bound.min(s.next_seq);
+                        marks.push((mark_key(&wc, &s.id), encode_mark(mark)));
+                        continue;
+                    }
+                },
+                None => {
+                    let stored = record.high_water.get(&s.id).copied();
+                    (
+                        stored,
+                        stored.map_or_else(|| "absent".to_owned(), |m| m.to_string()),
+                    )
+                }
+            };
+            let mark = stored.unwrap_or(0);
             if mark < bound {
                 f.differ(
                     &name,
@@ -1289,15 +1402,49 @@ pub(crate) fn reconstruct_marks(
             } else {
                 continue;
             }
-            record
-                .high_water
-                .insert(s.id.clone(), mark.max(bound).min(s.next_seq));
-            changed = true;
+            let mark = mark.max(bound).min(s.next_seq);
+            // The context record names the latest capture's marks: kept
+            // equal to the sessions' own.
+            if let Some(recent) = record.high_water.get_mut(&s.id) {
+                *recent = mark;
+                changed = true;
+            }
+            marks.push((mark_key(&wc, &s.id), encode_mark(mark)));
         }
-        if repair && changed {
-            put_json(ws, &key, &record)?;
+        if repair && (changed || !marks.is_empty()) {
+            if changed {
+                marks.push((key, to_json(&record)?));
+            }
+            ws.state_apply(&marks, &[])?;
             f.repaired(1);
         }
     }
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn entry_ids_repeat_for_the_same_parts_and_sort_by_time() {
+        let at = |ms: i64| Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
+        let id = entry_id(at(1_700_000_000_000), &["ws", "wc", "s1", "0-3", "summary"]);
+        assert_eq!(
+            id,
+            entry_id(at(1_700_000_000_000), &["ws", "wc", "s1", "0-3", "summary"])
+        );
+        assert_eq!(id.len(), 30);
+        assert!(id.starts_with("cap-018bcfe56800"), "{id}");
+        // Other parts: another id at the same time.
+        let other = entry_id(at(1_700_000_000_000), &["ws", "wc", "s1", "0-3", "handoff"]);
+        assert_ne!(id, other);
+        assert_eq!(id[..16], other[..16]);
+        // A later turn sorts after, whatever the hash.
+        let later = entry_id(at(1_700_000_000_001), &["ws", "wc", "s0", "0-0", "summary"]);
+        assert!(later > id && later > other, "{later} after {id}, {other}");
+        // Before 1970 counts as 1970.
+        assert!(entry_id(at(-5), &["x"]).starts_with("cap-000000000000"));
+    }
 }

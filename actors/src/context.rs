@@ -41,7 +41,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::capture::{
     CaptureEnv, CaptureReport, ContextRecord, ExtractionOutcome, GateView, Trigger, capture,
-    extract_session, extractable, load_record,
+    extract_session, extractable, load_record, session_mark,
 };
 use crate::config::TriggerConfig;
 use crate::error::{ActorError, Result};
@@ -186,11 +186,12 @@ impl ContextState {
     fn after_capture(mut self, fresh: Fresh, extract_all: bool, triggers: &TriggerConfig) -> Self {
         let Fresh {
             record,
+            marks,
             subjects,
             phase,
             sessions,
         } = fresh;
-        let mark = |session: &str| record.high_water.get(session).copied().unwrap_or(0);
+        let mark = |session: &str| marks.get(session).copied().unwrap_or(0);
         let live: BTreeSet<&str> = sessions
             .iter()
             .filter(|s| extractable(s, extract_all))
@@ -231,7 +232,7 @@ impl ContextState {
         // What is accounted for starts at least at each session's mark: a
         // turn the capture took before it was observed (its message still
         // waiting behind the capture) is not accounted when it arrives.
-        for (session, &mark) in &record.high_water {
+        for (session, &mark) in &marks {
             if !gone(session) {
                 let next = self.seen.entry(session.clone()).or_insert(0);
                 *next = (*next).max(mark);
@@ -318,6 +319,9 @@ impl ContextState {
 /// What a context's state is made from besides its uncaptured turns.
 struct Fresh {
     record: ContextRecord,
+    /// Per session, its high-water mark: of the sessions read, and of
+    /// those the latest capture took (the record's).
+    marks: BTreeMap<String, u64>,
     subjects: Vec<Subject>,
     phase: Option<String>,
     /// The sessions read: every session of the context, or those of the
@@ -357,10 +361,16 @@ impl Fresh {
             Some(phase) => Some(phase.to_owned()),
             None => record.phase.clone(),
         };
+        let mut marks = record.high_water.clone();
+        for session in &sessions {
+            let mark = session_mark(ws, work_context, &record, &session.id)?;
+            marks.insert(session.id.clone(), mark);
+        }
         Ok(Fresh {
             subjects: ws.subjects()?,
             phase,
             sessions,
+            marks,
             record,
         })
     }
@@ -377,6 +387,7 @@ pub(crate) fn load_state(
     let extract_all = triggers.extract_all_sessions;
     let Fresh {
         record,
+        marks,
         subjects,
         phase,
         sessions,
@@ -388,7 +399,7 @@ pub(crate) fn load_state(
         ..ContextState::default()
     };
     for session in sessions.iter().filter(|s| extractable(s, extract_all)) {
-        let from = record.high_water.get(&session.id).copied().unwrap_or(0);
+        let from = marks.get(&session.id).copied().unwrap_or(0);
         state.seen.insert(session.id.clone(), from);
         if session.next_seq <= from {
             continue;

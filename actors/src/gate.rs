@@ -306,4 +306,77 @@ mod tests {
         );
         assert_eq!(phases[0], None);
     }
+
+    /// A context record of the earlier layout (every session's mark in it)
+    /// still counts, and the next capture moves its marks into records of
+    /// their own: the record keeps only the marks that capture set, and
+    /// erasing a session takes its mark with it.
+    #[test]
+    fn marks_move_out_of_a_record_of_the_earlier_layout() {
+        use cairn_memory::ForgetTarget;
+        use cairn_memory::store::StateKey;
+
+        let (_dir, runtime, _clock, _gate, ws) = start();
+        runtime
+            .ingest(
+                "w",
+                &[
+                    user("s1", "launch", "We decided to ship on Friday."),
+                    user("s1", "launch", "TODO: tell HR."),
+                    user("s2", "launch", "We decided to use the blue logo."),
+                ],
+            )
+            .unwrap();
+        runtime.settle().unwrap();
+        let record_key = StateKey::CaptureMark {
+            work_context: "launch".into(),
+        };
+        let mark_key = |session: &str| StateKey::SessionMark {
+            work_context: "launch".into(),
+            session: session.into(),
+        };
+        let mark = |session: &str| {
+            ws.state_get(&mark_key(session))
+                .unwrap()
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()))
+        };
+        // As an earlier build left it: s1 captured whole, s2 not at all.
+        ws.state_put(
+            &record_key,
+            br#"{"high_water":{"s1":2},"last_capture_at":null,"phase":null,"captures":[]}"#,
+        )
+        .unwrap();
+        let report = runtime.capture("w", "launch").unwrap();
+        let spans: Vec<(&str, u64, u64)> = report
+            .spans
+            .iter()
+            .map(|p| (p.session.as_str(), p.from_seq, p.to_seq))
+            .collect();
+        assert_eq!(spans, [("s2", 0, 0)]);
+        let record: crate::capture::ContextRecord =
+            serde_json::from_slice(&ws.state_get(&record_key).unwrap().unwrap()).unwrap();
+        assert_eq!(
+            record.high_water,
+            std::collections::BTreeMap::from([("s2".to_owned(), 1)])
+        );
+        assert_eq!((mark("s1"), mark("s2")), (Some(2), Some(1)));
+
+        // The next turn of s1 is captured from its own mark.
+        runtime
+            .ingest("w", &[user("s1", "launch", "We decided to hire Ana.")])
+            .unwrap();
+        runtime.settle().unwrap();
+        let report = runtime.capture("w", "launch").unwrap();
+        let spans: Vec<(&str, u64, u64)> = report
+            .spans
+            .iter()
+            .map(|p| (p.session.as_str(), p.from_seq, p.to_seq))
+            .collect();
+        assert_eq!(spans, [("s1", 2, 2)]);
+        assert_eq!((mark("s1"), mark("s2")), (Some(3), Some(1)));
+
+        ws.forget(&ForgetTarget::Session("s1".into()), "test")
+            .unwrap();
+        assert_eq!((mark("s1"), mark("s2")), (None, Some(1)));
+    }
 }

@@ -194,7 +194,7 @@ impl Workspace {
                     batch.delete(Collection::Topics, key);
                 }
                 // The stored embeddings of its turns (written even when no
-                // search service runs now) and its extraction record.
+                // search service runs now), its extraction record and mark.
                 let mut vectors = StateFamily::TurnVector.prefix().to_vec();
                 vectors.extend_from_slice(format!("{id}/").as_bytes());
                 for (key, _) in self.store.scan_prefix(Collection::State, &vectors)? {
@@ -203,6 +203,16 @@ impl Workspace {
                 batch.delete(
                     Collection::State,
                     StateKey::Extraction {
+                        session: id.clone(),
+                    }
+                    .encode(),
+                );
+                // Its capture mark: a new session with the same id is
+                // captured from its first turn.
+                batch.delete(
+                    Collection::State,
+                    StateKey::SessionMark {
+                        work_context: session.work_context.clone(),
                         session: id.clone(),
                     }
                     .encode(),

@@ -128,11 +128,12 @@ fn verify_passes_on_the_demo_and_finds_corrupted_derived_records() -> Result<()>
     cairn.raw_write(
         ws,
         Collection::State,
-        &StateKey::CaptureMark {
+        &StateKey::SessionMark {
             work_context: "launch-plan".into(),
+            session: "s-0412".into(),
         }
         .encode(),
-        Some(br#"{"high_water":{"s-0412":1},"last_capture_at":null,"phase":null,"captures":[]}"#),
+        Some(&1u64.to_be_bytes()),
     )?;
     cairn.raw_write(
         ws,

@@ -14,11 +14,21 @@ use std::fmt;
 /// One record of another subsystem's durable state in a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StateKey {
-    /// A work context's capture record (high-water marks, past captures,
-    /// phase), kept by the actors.
+    /// A work context's capture record (past captures, phase, the marks
+    /// its latest capture set), kept by the actors.
     CaptureMark {
         /// The work context.
         work_context: String,
+    },
+    /// One session's capture high-water mark in a work context (the first
+    /// turn not captured yet), kept by the actors: one record per session,
+    /// so a capture reads and writes the marks of the sessions it takes,
+    /// not those of every session the context ever had.
+    SessionMark {
+        /// The work context.
+        work_context: String,
+        /// The session.
+        session: String,
     },
     /// A session's once-only extraction record, kept by the actors.
     Extraction {
@@ -55,6 +65,8 @@ pub enum StateKey {
 pub enum StateFamily {
     /// [`StateKey::CaptureMark`].
     CaptureMark,
+    /// [`StateKey::SessionMark`].
+    SessionMark,
     /// [`StateKey::Extraction`].
     Extraction,
     /// [`StateKey::TurnVector`].
@@ -68,8 +80,9 @@ pub enum StateFamily {
 }
 
 impl StateFamily {
-    const ALL: [StateFamily; 6] = [
+    const ALL: [StateFamily; 7] = [
         StateFamily::CaptureMark,
+        StateFamily::SessionMark,
         StateFamily::Extraction,
         StateFamily::TurnVector,
         StateFamily::EntryVector,
@@ -82,6 +95,7 @@ impl StateFamily {
     pub fn prefix(self) -> &'static [u8] {
         match self {
             StateFamily::CaptureMark => b"actors/context/",
+            StateFamily::SessionMark => b"actors/mark/",
             StateFamily::Extraction => b"actors/extraction/",
             StateFamily::TurnVector => b"search/v/",
             StateFamily::EntryVector => b"search/e/",
@@ -96,6 +110,7 @@ impl StateKey {
     pub fn family(&self) -> StateFamily {
         match self {
             StateKey::CaptureMark { .. } => StateFamily::CaptureMark,
+            StateKey::SessionMark { .. } => StateFamily::SessionMark,
             StateKey::Extraction { .. } => StateFamily::Extraction,
             StateKey::TurnVector { .. } => StateFamily::TurnVector,
             StateKey::EntryVector { .. } => StateFamily::EntryVector,
@@ -124,6 +139,11 @@ impl StateKey {
             StateKey::TurnVector { session, seq } => {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
             }
+            // `|` is no id character: it cannot occur in either part.
+            StateKey::SessionMark {
+                work_context,
+                session,
+            } => out.extend_from_slice(format!("{work_context}|{session}").as_bytes()),
         }
         out
     }
@@ -140,6 +160,13 @@ impl StateKey {
             StateFamily::EntryVector => StateKey::EntryVector { entry: rest },
             StateFamily::Pin => StateKey::Pin { entry: rest },
             StateFamily::CompactionView => StateKey::CompactionView { session: rest },
+            StateFamily::SessionMark => {
+                let (work_context, session) = rest.split_once('|')?;
+                StateKey::SessionMark {
+                    work_context: work_context.to_owned(),
+                    session: session.to_owned(),
+                }
+            }
             StateFamily::TurnVector => {
                 let (session, seq) = rest.rsplit_once('/')?;
                 StateKey::TurnVector {
@@ -164,12 +191,19 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(StateKey, &[u8]); 5] = [
+        let cases: [(StateKey, &[u8]); 6] = [
             (
                 StateKey::CaptureMark {
                     work_context: "auth-migration".into(),
                 },
                 b"actors/context/auth-migration",
+            ),
+            (
+                StateKey::SessionMark {
+                    work_context: "a/b".into(),
+                    session: "s/1".into(),
+                },
+                b"actors/mark/a/b|s/1",
             ),
             (
                 StateKey::Extraction {
