@@ -527,6 +527,21 @@ impl Moves {
     }
 }
 
+#[cfg(test)]
+impl Moves {
+    /// The moves of a patch that added `added` entries, newer than all
+    /// `old_len` of the list, and replaced none.
+    pub(crate) fn appended(old_len: usize, added: usize) -> Moves {
+        Moves {
+            remap: Vec::new(),
+            added: (0..added).collect(),
+            removed: Vec::new(),
+            old_len,
+            new_len: old_len + added,
+        }
+    }
+}
+
 /// The entries of a [`LiveList`], newest first.
 #[derive(Debug, Clone)]
 pub struct Iter<'a> {

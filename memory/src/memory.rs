@@ -635,15 +635,15 @@ pub(crate) fn push_position(index: &mut HashMap<String, Vec<usize>>, key: &str, 
 
 /// Runs `f` on the list under `key`, made empty when missing (the key is
 /// copied only then).
-pub(crate) fn with_list(
-    index: &mut HashMap<String, Vec<usize>>,
+pub(crate) fn with_list<L: Default>(
+    index: &mut HashMap<String, L>,
     key: &str,
-    f: impl FnOnce(&mut Vec<usize>),
+    f: impl FnOnce(&mut L),
 ) {
     match index.get_mut(key) {
         Some(positions) => f(positions),
         None => {
-            let mut positions = Vec::new();
+            let mut positions = L::default();
             f(&mut positions);
             index.insert(key.to_owned(), positions);
         }

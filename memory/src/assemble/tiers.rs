@@ -3,7 +3,7 @@
 //! applied by `compose`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -370,8 +370,7 @@ pub(super) fn recent_activity<'a>(
             ords.iter()
                 .rev()
                 .take(2)
-                .take_while(|&&o| nth_oldest(live, o).entry.timestamp >= since)
-                .copied()
+                .take_while(|&o| nth_oldest(live, o).entry.timestamp >= since)
                 .collect::<Vec<usize>>()
         })
         .filter(|ords| !ords.is_empty())
@@ -381,6 +380,110 @@ pub(super) fn recent_activity<'a>(
         .flatten()
         .map(|o| nth_oldest(live, o))
         .collect()
+}
+
+/// A tail longer than this is folded into the shared run
+/// ([`Ords::moved`]). Small under test, so the property tests fold.
+#[cfg(not(test))]
+const ORDS_FOLD_AT: usize = 256;
+#[cfg(test)]
+const ORDS_FOLD_AT: usize = 4;
+
+/// Places in a live list counted from its oldest end ([`nth_oldest`]),
+/// ascending: a run shared between the indexes of successive lists, then
+/// a short tail of this list's own.
+///
+/// A patch that adds newer entries leaves the older places where they
+/// are, so the next list's index shares the run and copies only the tail
+/// (the whole list was copied per patch before: a linear cost per write
+/// to the log, which grew with the log). The tail is folded into a new run
+/// past [`ORDS_FOLD_AT`] places, a copy of the list every so many
+/// additions.
+#[derive(Debug, Default, Clone)]
+struct Ords {
+    run: Arc<[usize]>,
+    tail: Vec<usize>,
+}
+
+impl PartialEq for Ords {
+    fn eq(&self, other: &Ords) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Ords {
+    fn len(&self) -> usize {
+        self.run.len() + self.tail.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Oldest first (reversed: newest first).
+    fn iter(&self) -> impl DoubleEndedIterator<Item = usize> + '_ {
+        self.run.iter().chain(&self.tail).copied()
+    }
+
+    /// Adds `o`, newer than every place held (a build, oldest first).
+    fn push(&mut self, o: usize) {
+        self.tail.push(o);
+    }
+
+    /// Adds `o` at its place (a patch: usually past the others).
+    fn insert(&mut self, o: usize) {
+        if self.run.last().is_some_and(|&last| o < last) {
+            // Older than the run's newest: made again in one piece.
+            let mut all: Vec<usize> = self.iter().collect();
+            all.insert(all.partition_point(|&p| p < o), o);
+            *self = Ords {
+                run: all.into(),
+                tail: Vec::new(),
+            };
+            return;
+        }
+        let at = self.tail.partition_point(|&p| p < o);
+        self.tail.insert(at, o);
+    }
+
+    /// These places in the list `moves` patched this one's into: those
+    /// under `stable` stay, the others move (or go, with their entries).
+    /// The run is shared when it lies under `stable`.
+    fn moved(&self, stable: usize, moves: &Moves) -> Ords {
+        let kept = self.run.partition_point(|&o| o < stable);
+        if kept < self.run.len() {
+            let mut all = Vec::with_capacity(self.len() + moves.added.len());
+            all.extend_from_slice(&self.run[..kept]);
+            all.extend(
+                self.run[kept..]
+                    .iter()
+                    .chain(&self.tail)
+                    .filter_map(|&o| moves.ord_to(o)),
+            );
+            return Ords {
+                run: all.into(),
+                tail: Vec::new(),
+            };
+        }
+        let kept = self.tail.partition_point(|&o| o < stable);
+        // Room for the additions: a tail grown by one is not copied again.
+        let mut tail = Vec::with_capacity(self.tail.len() + moves.added.len());
+        tail.extend_from_slice(&self.tail[..kept]);
+        tail.extend(self.tail[kept..].iter().filter_map(|&o| moves.ord_to(o)));
+        if tail.len() <= ORDS_FOLD_AT {
+            return Ords {
+                run: self.run.clone(),
+                tail,
+            };
+        }
+        let mut all = Vec::with_capacity(self.run.len() + tail.len());
+        all.extend_from_slice(&self.run);
+        all.extend(tail);
+        Ords {
+            run: all.into(),
+            tail: Vec::new(),
+        }
+    }
 }
 
 /// Where in a live list the records assembly reads are, kept with the
@@ -393,7 +496,7 @@ pub(super) fn recent_activity<'a>(
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct AssemblyIndex {
     /// Per work context, its continuity records.
-    continuity: HashMap<String, Vec<usize>>,
+    continuity: HashMap<String, Ords>,
     /// Per work context with continuity records, its resume card, phase and
     /// newest handoff.
     cards: HashMap<String, Card>,
@@ -402,11 +505,11 @@ pub(crate) struct AssemblyIndex {
     /// only sessions outside a context with continuity data ask).
     continuity_by_subject: OnceLock<HashMap<String, BTreeMap<String, usize>>>,
     /// Per work context, the records tier 2 (recent activity) shows.
-    activity: HashMap<String, Vec<usize>>,
+    activity: HashMap<String, Ords>,
     /// Facts of the default (workspace-wide) work context (tier 3).
-    workspace_facts: Vec<usize>,
+    workspace_facts: Ords,
     /// Facts of other contexts, per subject (tier 3: those about people).
-    facts_by_subject: HashMap<String, Vec<usize>>,
+    facts_by_subject: HashMap<String, Ords>,
 }
 
 impl AssemblyIndex {
@@ -425,7 +528,7 @@ impl AssemblyIndex {
         index.cards = index
             .continuity
             .iter()
-            .map(|(wc, ords)| (wc.clone(), Card::of(ords.iter().rev().copied(), live)))
+            .map(|(wc, ords)| (wc.clone(), Card::of(ords.iter().rev(), live)))
             .collect();
         index
     }
@@ -434,13 +537,12 @@ impl AssemblyIndex {
     /// belongs in: at its place when `sorted` (a patch), else at the end
     /// (a build, oldest first). True when it is a continuity record.
     fn add(&mut self, v: &EntryView, o: usize, sorted: bool) -> bool {
-        let put = |list: &mut Vec<usize>| {
-            let at = if sorted {
-                list.partition_point(|&p| p < o)
+        let put = |list: &mut Ords| {
+            if sorted {
+                list.insert(o);
             } else {
-                list.len()
-            };
-            list.insert(at, o);
+                list.push(o);
+            }
         };
         let (kind, wc) = (v.entry.kind, v.entry.work_context.as_str());
         let continuity = is_continuity(kind);
@@ -478,16 +580,8 @@ impl AssemblyIndex {
     /// of them: not a pass over the list.
     pub(crate) fn patched(&self, moves: &Moves, live: &LiveList) -> AssemblyIndex {
         let stable = moves.stable();
-        let moved = |ords: &[usize]| -> Vec<usize> {
-            let kept = ords.partition_point(|&o| o < stable);
-            // Room for the additions: a list grown by one is not copied
-            // again.
-            let mut out = Vec::with_capacity(ords.len() + moves.added.len());
-            out.extend_from_slice(&ords[..kept]);
-            out.extend(ords[kept..].iter().filter_map(|&o| moves.ord_to(o)));
-            out
-        };
-        let moved_all = |map: &HashMap<String, Vec<usize>>| -> HashMap<String, Vec<usize>> {
+        let moved = |ords: &Ords| ords.moved(stable, moves);
+        let moved_all = |map: &HashMap<String, Ords>| -> HashMap<String, Ords> {
             map.iter()
                 .map(|(key, ords)| (key.clone(), moved(ords)))
                 .filter(|(_, ords)| !ords.is_empty())
@@ -532,7 +626,7 @@ impl AssemblyIndex {
                 let new = added_to.get(wc.as_str()).map_or(&[][..], Vec::as_slice);
                 let card = match self.cards.get(wc) {
                     Some(card) if !replaced.contains(wc.as_str()) => card.patched(moves, new, live),
-                    _ => Card::of(ords.iter().rev().copied(), live),
+                    _ => Card::of(ords.iter().rev(), live),
                 };
                 (wc.clone(), card)
             })
@@ -583,10 +677,10 @@ pub(super) fn living_memory<'a>(
     subjects: &[Subject],
 ) -> Vec<&'a EntryView> {
     let index = AssemblyIndex::of(live, derived);
-    let mut ords: Vec<usize> = index.workspace_facts.clone();
+    let mut ords: Vec<usize> = index.workspace_facts.iter().collect();
     for s in subjects.iter().filter(|s| s.kind == SubjectKind::Person) {
         if let Some(about) = index.facts_by_subject.get(&s.slug) {
-            ords.extend(about);
+            ords.extend(about.iter());
         }
     }
     // Newest first: the highest places from the oldest end.
@@ -633,5 +727,50 @@ pub(super) fn activity(query: &str, phase: Option<&str>, work_context: &str) -> 
             work_phase: None,
             reason: "no activity in the message and no recorded phase".to_owned(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Places added by patches land in the tail, which folds into a new
+    /// run past `ORDS_FOLD_AT`; the run is shared until then; a place older
+    /// than the run's newest makes the list again in one piece. Each step
+    /// holds the places a plain sorted list would.
+    #[test]
+    fn ords_share_their_run_and_fold_their_tail() {
+        let mut ords = Ords::default();
+        let mut plain: Vec<usize> = Vec::new();
+        for o in 0..3 {
+            ords.push(o);
+            plain.push(o);
+        }
+        let mut len = 3;
+        let mut folds = 0;
+        for step in 0..4 * ORDS_FOLD_AT {
+            let moves = Moves::appended(len, 2);
+            let before = ords.run.clone();
+            ords = ords.moved(moves.stable(), &moves);
+            if Arc::ptr_eq(&before, &ords.run) {
+                assert!(ords.tail.len() <= ORDS_FOLD_AT);
+            } else {
+                folds += 1;
+                assert!(ords.tail.is_empty(), "a fold leaves no tail");
+            }
+            // One of the two new entries is in the list.
+            ords.insert(len + step % 2);
+            plain.push(len + step % 2);
+            len += 2;
+            assert_eq!(ords.iter().collect::<Vec<_>>(), plain, "step {step}");
+            assert_eq!(ords.iter().next_back(), plain.last().copied());
+        }
+        assert!(folds >= 3, "{folds} folds");
+        assert!(!ords.run.is_empty());
+        // Older than the run's newest: in its place.
+        ords.insert(1);
+        plain.insert(2, 1);
+        assert_eq!(ords.iter().collect::<Vec<_>>(), plain);
+        assert_eq!(ords.len(), plain.len());
     }
 }
