@@ -212,6 +212,15 @@ impl Card {
         }
     }
 
+    /// Whether `moves` replaced one of the records this card shows.
+    fn lost_one(&self, moves: &Moves) -> bool {
+        std::iter::once(self.latest)
+            .chain(self.lines.iter().map(|&(_, o)| o))
+            .chain(self.handoff)
+            .chain(self.phase)
+            .any(|o| moves.ord_to(o).is_none())
+    }
+
     /// This card after a patch that replaced none of its records and added
     /// the records at `added` (newest first): its places moved as `moves`
     /// say, then its own records and the added ones noted in list order.
@@ -573,11 +582,12 @@ impl AssemblyIndex {
     /// The index of `live`, a list patched from the one this index is of,
     /// with `moves` saying where that list's entries went and where the
     /// added ones are. The records older than every change keep their
-    /// places (counted from the oldest end), so each list is copied as it
-    /// is up to there and only its newer records are moved; then, per work
-    /// context, its card and the records added to it ([`Card::patched`]),
-    /// or one pass over its continuity records when a patch replaced one
-    /// of them: not a pass over the list.
+    /// places (counted from the oldest end), so each list keeps them (its
+    /// run shared when all of it lies there, [`Ords`]) and only its newer
+    /// records are moved; then, per work context, its card and the records
+    /// added to it ([`Card::patched`]), or one pass over its continuity
+    /// records when a patch replaced one the card shows: not a pass over
+    /// the list.
     pub(crate) fn patched(&self, moves: &Moves, live: &LiveList) -> AssemblyIndex {
         let stable = moves.stable();
         let moved = |ords: &Ords| ords.moved(stable, moves);
@@ -594,8 +604,8 @@ impl AssemblyIndex {
             facts_by_subject: moved_all(&self.facts_by_subject),
             ..AssemblyIndex::default()
         };
-        // Contexts whose cards are made again from all their records: a
-        // record of theirs was replaced.
+        // Contexts a record of which was replaced: their cards are made
+        // again from all their records when it was one the card shows.
         let mut replaced: HashSet<&str> = HashSet::new();
         for (wc, ords) in &self.continuity {
             let kept = moved(ords);
@@ -624,8 +634,12 @@ impl AssemblyIndex {
             .iter()
             .map(|(wc, ords)| {
                 let new = added_to.get(wc.as_str()).map_or(&[][..], Vec::as_slice);
+                // A replaced record the card does not show changes nothing
+                // it shows (the card is the first records of each part).
                 let card = match self.cards.get(wc) {
-                    Some(card) if !replaced.contains(wc.as_str()) => card.patched(moves, new, live),
+                    Some(card) if !replaced.contains(wc.as_str()) || !card.lost_one(moves) => {
+                        card.patched(moves, new, live)
+                    }
                     _ => Card::of(ords.iter().rev(), live),
                 };
                 (wc.clone(), card)
