@@ -197,37 +197,40 @@ mod tests {
         TurnInput::new(session, Role::User, text).in_context(wc)
     }
 
+    /// Ingests `turns` into workspace `w` and waits until the actors saw them.
+    fn ingest(runtime: &ActorRuntime, turns: &[TurnInput]) {
+        runtime.ingest("w", turns).unwrap();
+        runtime.settle().unwrap();
+    }
+
     /// The gate's depth decides what a capture takes from each turn, and
     /// every entry says which gate generation made its context dirty.
     #[test]
     fn the_gates_depth_is_honoured() {
         let (_dir, runtime, _clock, _gate, ws) = start();
-        runtime
-            .ingest(
-                "w",
-                &[
-                    user("s1", "launch", "We decided to ship on Friday."),
-                    user(
-                        "s1",
-                        "launch",
-                        "secret: we decided to let Bob go. TODO: tell HR.",
-                    ),
-                    user("s1", "launch", "aside: TODO buy milk."),
-                    user(
-                        "s1",
-                        "launch",
-                        "quick: TODO email Ana. Stopping here, start drafting.",
-                    ),
-                    TurnInput::new(
-                        "s1",
-                        Role::Assistant,
-                        "tell: Decision: we'll use the blue logo. I need to check the font.",
-                    )
-                    .in_context("launch"),
-                ],
-            )
-            .unwrap();
-        runtime.settle().unwrap();
+        ingest(
+            &runtime,
+            &[
+                user("s1", "launch", "We decided to ship on Friday."),
+                user(
+                    "s1",
+                    "launch",
+                    "secret: we decided to let Bob go. TODO: tell HR.",
+                ),
+                user("s1", "launch", "aside: TODO buy milk."),
+                user(
+                    "s1",
+                    "launch",
+                    "quick: TODO email Ana. Stopping here, start drafting.",
+                ),
+                TurnInput::new(
+                    "s1",
+                    Role::Assistant,
+                    "tell: Decision: we'll use the blue logo. I need to check the font.",
+                )
+                .in_context("launch"),
+            ],
+        );
         let report = runtime.capture("w", "launch").unwrap();
         let mut got: Vec<String> = report
             .entries
@@ -274,17 +277,14 @@ mod tests {
             })
             .collect();
         runtime.ingest("w", &private).unwrap();
-        runtime
-            .ingest(
-                "w",
-                &[
-                    user("s1", "launch", "Time to start drafting the plan."),
-                    user("s1", "launch", "Sections one and two."),
-                    user("s1", "launch", "Then the budget."),
-                ],
-            )
-            .unwrap();
-        runtime.settle().unwrap();
+        ingest(
+            &runtime,
+            &[
+                user("s1", "launch", "Time to start drafting the plan."),
+                user("s1", "launch", "Sections one and two."),
+                user("s1", "launch", "Then the budget."),
+            ],
+        );
         clock.advance(Duration::hours(1));
         let fired: Vec<(String, Trigger)> = runtime
             .tick()
@@ -295,10 +295,7 @@ mod tests {
         assert_eq!(fired, [("launch".to_owned(), Trigger::IdleTimeout)]);
         // The capture recorded the drafting phase; the next turn's gate
         // call is told so.
-        runtime
-            .ingest("w", &[user("s1", "launch", "Next, the intro.")])
-            .unwrap();
-        runtime.settle().unwrap();
+        ingest(&runtime, &[user("s1", "launch", "Next, the intro.")]);
         let phases = gate.phases.lock();
         assert_eq!(
             phases.last().cloned().flatten().as_deref(),
@@ -317,17 +314,14 @@ mod tests {
         use cairn_memory::store::StateKey;
 
         let (_dir, runtime, _clock, _gate, ws) = start();
-        runtime
-            .ingest(
-                "w",
-                &[
-                    user("s1", "launch", "We decided to ship on Friday."),
-                    user("s1", "launch", "TODO: tell HR."),
-                    user("s2", "launch", "We decided to use the blue logo."),
-                ],
-            )
-            .unwrap();
-        runtime.settle().unwrap();
+        ingest(
+            &runtime,
+            &[
+                user("s1", "launch", "We decided to ship on Friday."),
+                user("s1", "launch", "TODO: tell HR."),
+                user("s2", "launch", "We decided to use the blue logo."),
+            ],
+        );
         let record_key = StateKey::CaptureMark {
             work_context: "launch".into(),
         };
@@ -346,13 +340,16 @@ mod tests {
             br#"{"high_water":{"s1":2},"last_capture_at":null,"phase":null,"captures":[]}"#,
         )
         .unwrap();
-        let report = runtime.capture("w", "launch").unwrap();
-        let spans: Vec<(&str, u64, u64)> = report
-            .spans
-            .iter()
-            .map(|p| (p.session.as_str(), p.from_seq, p.to_seq))
-            .collect();
-        assert_eq!(spans, [("s2", 0, 0)]);
+        // What a capture of the context took: (session, from, to) per span.
+        let capture = || -> Vec<(String, u64, u64)> {
+            let report = runtime.capture("w", "launch").unwrap();
+            report
+                .spans
+                .into_iter()
+                .map(|p| (p.session, p.from_seq, p.to_seq))
+                .collect()
+        };
+        assert_eq!(capture(), [("s2".to_owned(), 0, 0)]);
         let record: crate::capture::ContextRecord =
             serde_json::from_slice(&ws.state_get(&record_key).unwrap().unwrap()).unwrap();
         assert_eq!(
@@ -362,17 +359,8 @@ mod tests {
         assert_eq!((mark("s1"), mark("s2")), (Some(2), Some(1)));
 
         // The next turn of s1 is captured from its own mark.
-        runtime
-            .ingest("w", &[user("s1", "launch", "We decided to hire Ana.")])
-            .unwrap();
-        runtime.settle().unwrap();
-        let report = runtime.capture("w", "launch").unwrap();
-        let spans: Vec<(&str, u64, u64)> = report
-            .spans
-            .iter()
-            .map(|p| (p.session.as_str(), p.from_seq, p.to_seq))
-            .collect();
-        assert_eq!(spans, [("s1", 2, 2)]);
+        ingest(&runtime, &[user("s1", "launch", "We decided to hire Ana.")]);
+        assert_eq!(capture(), [("s1".to_owned(), 2, 2)]);
         assert_eq!((mark("s1"), mark("s2")), (Some(3), Some(1)));
 
         ws.forget(&ForgetTarget::Session("s1".into()), "test")
