@@ -363,8 +363,11 @@ impl Fresh {
         };
         let mut marks = record.high_water.clone();
         for session in &sessions {
+            // None (0) is what a missing mark reads as anyway.
             let mark = session_mark(ws, work_context, &record, &session.id)?;
-            marks.insert(session.id.clone(), mark);
+            if mark > 0 {
+                marks.insert(session.id.clone(), mark);
+            }
         }
         Ok(Fresh {
             subjects: ws.subjects()?,
