@@ -250,13 +250,10 @@ fn encode_mark(mark: u64) -> Vec<u8> {
 
 fn decode_mark(work_context: &str, session: &str, bytes: &[u8]) -> Result<u64> {
     let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
-        ActorError::Memory(cairn_memory::MemoryError::Invalid {
-            what: "actor state",
-            reason: format!(
-                "capture mark of {session:?} in {work_context:?}: {} bytes, not 8",
-                bytes.len()
-            ),
-        })
+        invalid_state(format!(
+            "capture mark of {session:?} in {work_context:?}: {} bytes, not 8",
+            bytes.len()
+        ))
     })?;
     Ok(u64::from_be_bytes(bytes))
 }
@@ -311,12 +308,8 @@ fn extraction_key(session: &str) -> StateKey {
 pub(crate) fn load_record(ws: &Workspace, work_context: &str) -> Result<ContextRecord> {
     match ws.state_get(&context_key(work_context))? {
         None => Ok(ContextRecord::default()),
-        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-            ActorError::Memory(cairn_memory::MemoryError::Invalid {
-                what: "actor state",
-                reason: format!("context record of {work_context:?}: {e}"),
-            })
-        }),
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| invalid_state(format!("context record of {work_context:?}: {e}"))),
     }
 }
 
@@ -325,11 +318,15 @@ fn put_json<T: Serialize>(ws: &Workspace, key: &StateKey, value: &T) -> Result<(
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|e| {
-        ActorError::Memory(cairn_memory::MemoryError::Invalid {
-            what: "actor state",
-            reason: e.to_string(),
-        })
+    serde_json::to_vec(value).map_err(|e| invalid_state(e.to_string()))
+}
+
+/// A stored actor record that does not read (or a value that does not
+/// encode), and why.
+fn invalid_state(reason: String) -> ActorError {
+    ActorError::Memory(cairn_memory::MemoryError::Invalid {
+        what: "actor state",
+        reason,
     })
 }
 
