@@ -29,6 +29,14 @@ pub(super) enum ResumePart {
 }
 
 impl ResumePart {
+    /// Every part, in card order (their `as usize` places).
+    const ALL: [ResumePart; 4] = [
+        ResumePart::History,
+        ResumePart::Open,
+        ResumePart::Decision,
+        ResumePart::Update,
+    ];
+
     fn of(kind: EntryKind) -> Option<ResumePart> {
         match kind {
             EntryKind::SessionSummaryRef | EntryKind::Handoff => Some(ResumePart::History),
@@ -173,10 +181,37 @@ struct Card {
     phase: Option<usize>,
 }
 
+/// How many records a [`Card`] holds in each of its places (or should).
+#[derive(Debug, Default)]
+struct Fill {
+    /// Per [`ResumePart`], its lines.
+    parts: [usize; ResumePart::ALL.len()],
+    handoff: bool,
+    phase: bool,
+}
+
+impl Fill {
+    /// Whether this holds at least what `enough` says.
+    fn holds(&self, enough: &Fill) -> bool {
+        self.parts
+            .iter()
+            .zip(&enough.parts)
+            .all(|(have, want)| have >= want)
+            && (self.handoff || !enough.handoff)
+            && (self.phase || !enough.phase)
+    }
+}
+
 impl Card {
     /// The card of the continuity records at `ords` of `live` (newest
     /// first; not empty).
     fn of(ords: impl IntoIterator<Item = usize>, live: &LiveList) -> Self {
+        Card::scan(ords, live, None)
+    }
+
+    /// [`Card::of`], stopping once the card holds `enough` (every record
+    /// the context has for each of its places, or as many as it shows).
+    fn scan(ords: impl IntoIterator<Item = usize>, live: &LiveList, enough: Option<Fill>) -> Self {
         let mut ords = ords.into_iter().peekable();
         let mut card = Card {
             latest: ords.peek().copied().unwrap_or_default(),
@@ -189,9 +224,86 @@ impl Card {
             let at = o.checked_add(1).and_then(|n| live.len().checked_sub(n));
             if let Some(v) = at.and_then(|i| live.get(i)) {
                 card.note(v.entry.kind, o);
+                if enough
+                    .as_ref()
+                    .is_some_and(|enough| card.fill().holds(enough))
+                {
+                    break;
+                }
             }
         }
         card
+    }
+
+    /// How many records the card holds in each of its places.
+    fn fill(&self) -> Fill {
+        let mut parts = [0; ResumePart::ALL.len()];
+        for (part, _) in &self.lines {
+            parts[*part as usize] += 1;
+        }
+        Fill {
+            parts,
+            handoff: self.handoff.is_some(),
+            phase: self.phase.is_some(),
+        }
+    }
+
+    /// This card after a patch that replaced records it shows: the
+    /// context's records (`ords`, newest first, in `live`) scanned only
+    /// as far as the card's places fill. How far that is this card tells:
+    /// a part it did not fill showed every record of its kinds, so the
+    /// context has those less the ones replaced plus the ones `added`
+    /// (places in `live`). Where that is not known (its handoff or phase
+    /// replaced), the scan goes on until it finds one or the records end.
+    fn rescanned(
+        &self,
+        moves: &Moves,
+        added: &[usize],
+        ords: impl IntoIterator<Item = usize>,
+        live: &LiveList,
+    ) -> Card {
+        let lost = |o: usize| moves.ord_to(o).is_none();
+        // The added records, counted per place.
+        let mut added_to = Fill::default();
+        let kinds = added
+            .iter()
+            .filter_map(|&o| o.checked_add(1).and_then(|n| live.len().checked_sub(n)))
+            .filter_map(|i| live.get(i))
+            .map(|v| v.entry.kind);
+        for kind in kinds {
+            added_to.handoff |= kind == EntryKind::Handoff;
+            added_to.phase |= kind == EntryKind::WorkPhaseChange;
+            if let Some(part) = ResumePart::of(kind).filter(|_| kind != EntryKind::Handoff) {
+                added_to.parts[part as usize] += 1;
+            }
+        }
+        let had = self.fill();
+        let mut enough = Fill {
+            parts: [0; ResumePart::ALL.len()],
+            // Its own, an added one, or (its own replaced) an older one,
+            // looked for.
+            handoff: had.handoff || added_to.handoff,
+            phase: had.phase || added_to.phase,
+        };
+        for part in ResumePart::ALL {
+            let p = part as usize;
+            enough.parts[p] = if had.parts[p] == part.max() {
+                part.max()
+            } else {
+                // Every record of the part was shown (for the history,
+                // every summary and the newest handoff: counted when its
+                // handoff is looked for, even if none is left, which only
+                // makes the scan go on to the end).
+                let kept = self
+                    .lines
+                    .iter()
+                    .filter(|&&(q, o)| q == part && !lost(o) && Some(o) != self.handoff)
+                    .count();
+                let handoff = usize::from(part == ResumePart::History && enough.handoff);
+                (kept + added_to.parts[p] + handoff).min(part.max())
+            };
+        }
+        Card::scan(ords, live, Some(enough))
     }
 
     /// Takes the continuity record at `o` (records come newest first).
@@ -640,7 +752,8 @@ impl AssemblyIndex {
                     Some(card) if !replaced.contains(wc.as_str()) || !card.lost_one(moves) => {
                         card.patched(moves, new, live)
                     }
-                    _ => Card::of(ords.iter().rev(), live),
+                    Some(card) => card.rescanned(moves, new, ords.iter().rev(), live),
+                    None => Card::of(ords.iter().rev(), live),
                 };
                 (wc.clone(), card)
             })
