@@ -1066,52 +1066,6 @@ mod tests {
         assert!(two.text.contains("Two"));
     }
 
-    /// A write that lands while a live list is being made patches the next
-    /// snapshot from that list's base (it does not wait for the list);
-    /// once the list is made, the next snapshot starts from it, so the
-    /// indexes moved to it (the briefing's) follow to the next list too
-    /// instead of being made again from scratch.
-    #[test]
-    fn a_write_while_a_list_is_made_leaves_its_indexes_to_the_next_list() {
-        let fx = Fx::new();
-        let ws = fx.ws();
-        let monday = fx.add(
-            e(EntryKind::Decision, "Ship on Monday", "launch", "launch"),
-            0,
-        );
-        ws.briefing_for_assembly().unwrap();
-        ws.append_entry(&e(EntryKind::Task, "Book the room", "launch", "launch"))
-            .unwrap();
-        let made = ws.log_snapshot().unwrap();
-        let making = made.live.lock();
-        ws.append_entry(
-            &e(EntryKind::Decision, "Ship on Wednesday", "launch", "launch").replacing(&monday),
-        )
-        .unwrap();
-        drop(making);
-        let (_, first) = ws.live_state_of(&made).unwrap();
-        assert!(first.brief.lock().is_some(), "the index moved to the list");
-        let (live, next) = ws.live_state().unwrap();
-        assert!(next.brief.lock().is_some(), "and on to the next one");
-        let now = ws.clock().now();
-        let read = ws
-            .entries_in(
-                &ws.log_snapshot().unwrap(),
-                &crate::EntryFilter::default(),
-                now,
-            )
-            .unwrap();
-        assert_eq!(*live, read);
-        // Past the earlier rendering's second (the index it renders from
-        // is the one carried over).
-        fx.clock.advance(Duration::seconds(1));
-        assert_eq!(
-            *ws.briefing_for_assembly().unwrap().brief,
-            ws.briefing(None).unwrap()
-        );
-        assert!(!ws.briefing(None).unwrap().text.contains("Ship on Monday"));
-    }
-
     /// The index assembly renders from follows the live list through
     /// additions and corrections (patched, not made again): after every
     /// write, over days of the clock, its briefing is the one a pass over

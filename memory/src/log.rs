@@ -1050,15 +1050,7 @@ impl Workspace {
     /// The live entries with what is derived from them (kept as long as
     /// they are).
     pub(crate) fn live_state(&self) -> Result<(Arc<LiveList>, Arc<LiveDerived>)> {
-        self.live_state_of(&self.log_snapshot()?)
-    }
-
-    /// [`Self::live_state`] of the snapshot `log` (the current one, or
-    /// one a write has replaced since it was read).
-    pub(crate) fn live_state_of(
-        &self,
-        log: &Arc<LogSnapshot>,
-    ) -> Result<(Arc<LiveList>, Arc<LiveDerived>)> {
+        let log = self.log_snapshot()?;
         let now = self.now();
         // Held through the computation: readers arriving together wait for
         // one list (and share its derived indexes) instead of each making
@@ -1075,10 +1067,6 @@ impl Workspace {
         // once the list is made).
         let base = log.base.lock().clone();
         let mut derived = LiveDerived::new();
-        // What a list made from a base took from it: a write that patched
-        // the next snapshot meanwhile started that one from the same base,
-        // which is moved onto this list once it is made (below).
-        let mut took = None;
         // Live entries decay after `now`: the first of those times ends
         // this list's validity.
         let (views, until) = match base {
@@ -1086,8 +1074,7 @@ impl Workspace {
                 derived.lineage = base.derived.lineage;
                 let from = base.derived.clone();
                 let old_views = base.views.clone();
-                took = Some((from.clone(), base.added.clone(), base.replaced.clone()));
-                let (views, until, moves) = self.live_from(log, base, now);
+                let (views, until, moves) = self.live_from(&log, base, now);
                 // The indexes the old list had follow the patch (no pass
                 // over the new list).
                 if let Some(old) = from.assembly.get() {
@@ -1114,7 +1101,7 @@ impl Workspace {
                 (views, until)
             }
             _ => {
-                let views = self.entries_in(log, &EntryFilter::default(), now)?;
+                let views = self.entries_in(&log, &EntryFilter::default(), now)?;
                 let until = views.iter().filter_map(|v| v.decay_at).min();
                 (LiveList::from(views), until)
             }
@@ -1128,18 +1115,6 @@ impl Workspace {
             derived: derived.clone(),
         });
         *log.base.lock() = None;
-        drop(live);
-        if let Some((from, added, replaced)) = took {
-            let list = crate::memory::LiveBase {
-                at: now,
-                until,
-                views: views.clone(),
-                derived: derived.clone(),
-                added,
-                replaced,
-            };
-            self.shared.log_cache(self.id()).rebase(log, &from, list);
-        }
         Ok((views, derived))
     }
 

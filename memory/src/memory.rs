@@ -662,48 +662,6 @@ impl LogCache {
         (epoch, snapshot)
     }
 
-    /// After a list of `snapshot` was made from a base whose derived facts
-    /// are `from`: the snapshot now in the slot, when a write patched it
-    /// from that same base while the list was being made (a write does
-    /// not wait for a list), starts from that list instead. The indexes
-    /// moved to the list's derived facts then follow the next list too,
-    /// where they were left behind in `from` and made again from scratch.
-    ///
-    /// `list` is the list, with the entries and ids it took from the base
-    /// (`added`, `replaced`): the slot's base holds those entries first and
-    /// those ids among its own, and keeps the rest.
-    pub(crate) fn rebase(
-        &self,
-        snapshot: &Arc<LogSnapshot>,
-        from: &Arc<LiveDerived>,
-        list: LiveBase,
-    ) {
-        let (_, Some(current)) = self.current() else {
-            return;
-        };
-        if Arc::ptr_eq(&current, snapshot) {
-            return;
-        }
-        let mut slot = current.base.lock();
-        let Some(base) = slot.as_mut() else {
-            return;
-        };
-        let (took, took_ids) = (&list.added, &list.replaced);
-        if !Arc::ptr_eq(&base.derived, from)
-            || base.added.len() < took.len()
-            || !base.added.iter().zip(took).all(|(a, b)| Arc::ptr_eq(a, b))
-            || !took_ids.iter().all(|id| base.replaced.contains(id))
-        {
-            return;
-        }
-        base.added.drain(..took.len());
-        base.replaced.retain(|id| !took_ids.contains(id));
-        base.at = list.at;
-        base.until = list.until;
-        base.views = list.views;
-        base.derived = list.derived;
-    }
-
     /// Drops the snapshot (and the topic list): the next reader reads the log.
     pub(crate) fn bump(&self) {
         self.changed(None);
