@@ -163,6 +163,12 @@ fn nth_oldest(live: &LiveList, ord: usize) -> &EntryView {
     &live[live.len() - 1 - ord]
 }
 
+/// [`nth_oldest`], or `None` past the list's end.
+fn get_nth_oldest(live: &LiveList, ord: usize) -> Option<&EntryView> {
+    let i = ord.checked_add(1).and_then(|n| live.len().checked_sub(n))?;
+    live.get(i)
+}
+
 /// What a work context's resume card and phase read, made from its
 /// continuity records (newest first). Places are counted from the list's
 /// oldest end ([`nth_oldest`]).
@@ -221,8 +227,7 @@ impl Card {
         };
         for o in ords {
             // A place past the list (none should be) is passed over.
-            let at = o.checked_add(1).and_then(|n| live.len().checked_sub(n));
-            if let Some(v) = at.and_then(|i| live.get(i)) {
+            if let Some(v) = get_nth_oldest(live, o) {
                 card.note(v.entry.kind, o);
                 if enough
                     .as_ref()
@@ -267,8 +272,7 @@ impl Card {
         let mut added_to = Fill::default();
         let kinds = added
             .iter()
-            .filter_map(|&o| o.checked_add(1).and_then(|n| live.len().checked_sub(n)))
-            .filter_map(|i| live.get(i))
+            .filter_map(|&o| get_nth_oldest(live, o))
             .map(|v| v.entry.kind);
         for kind in kinds {
             added_to.handoff |= kind == EntryKind::Handoff;
