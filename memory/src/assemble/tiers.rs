@@ -328,13 +328,17 @@ impl Card {
         }
     }
 
-    /// Whether `moves` replaced one of the records this card shows.
-    fn lost_one(&self, moves: &Moves) -> bool {
+    /// The places of the records this card shows (some more than once).
+    fn places(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(self.latest)
             .chain(self.lines.iter().map(|&(_, o)| o))
             .chain(self.handoff)
             .chain(self.phase)
-            .any(|o| moves.ord_to(o).is_none())
+    }
+
+    /// Whether `moves` replaced one of the records this card shows.
+    fn lost_one(&self, moves: &Moves) -> bool {
+        self.places().any(|o| moves.ord_to(o).is_none())
     }
 
     /// This card after a patch that replaced none of its records and added
@@ -354,12 +358,7 @@ impl Card {
         if added.is_empty() {
             return moved;
         }
-        let mut ords: Vec<usize> = std::iter::once(moved.latest)
-            .chain(moved.lines.iter().map(|&(_, o)| o))
-            .chain(moved.handoff)
-            .chain(moved.phase)
-            .chain(added.iter().copied())
-            .collect();
+        let mut ords: Vec<usize> = moved.places().chain(added.iter().copied()).collect();
         ords.sort_unstable_by(|a, b| b.cmp(a));
         ords.dedup();
         Card::of(ords, live)
