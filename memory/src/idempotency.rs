@@ -105,6 +105,14 @@ struct KeysInner {
     held: usize,
 }
 
+impl KeysInner {
+    fn drop_set(&mut self, session: &str) {
+        if let Some(set) = self.sets.remove(session) {
+            self.held -= set.len();
+        }
+    }
+}
+
 impl SessionKeys {
     /// The fingerprint of `key` (per process: never stored).
     pub(crate) fn fingerprint(&self, key: &str) -> u64 {
@@ -145,10 +153,15 @@ impl SessionKeys {
     pub(crate) fn invalidate(&self, sessions: &BTreeSet<String>) {
         let mut inner = self.inner.lock();
         for id in sessions {
-            if let Some(set) = inner.sets.remove(id) {
-                inner.held -= set.len();
-            }
+            inner.drop_set(id);
         }
+    }
+
+    /// Forgets the set of `session`, which ended: the keys of sessions
+    /// that take no more turns are not held for the life of the process
+    /// (a retry that comes after all reads them again from the turns).
+    pub(crate) fn forget(&self, session: &str) {
+        self.inner.lock().drop_set(session);
     }
 
     /// Forgets every set.
@@ -159,7 +172,7 @@ impl SessionKeys {
     }
 
     #[cfg(test)]
-    fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.inner.lock().held
     }
 }

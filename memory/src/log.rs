@@ -875,7 +875,7 @@ impl Workspace {
         let subject = entry
             .subject
             .as_ref()
-            .map(|s| Arc::from(aliases.get(s).unwrap_or(s).as_str()));
+            .map(|s| self.shared.slug_names.get(aliases.get(s).unwrap_or(s)));
         (subject, status, decay_at)
     }
 

@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     heads: Mutex<HashMap<String, Arc<SessionHeads>>>,
     /// This install's secret (see [`Memory::derive_key`]).
     install_key: [u8; 32],
+    /// Canonical subject slugs, shared by the views that name them.
+    pub(crate) slug_names: crate::subjects::SlugNames,
     /// Who is told of every write (the search worker; see
     /// [`crate::changes`]).
     pub(crate) watchers: crate::changes::Watchers,
@@ -785,6 +787,7 @@ impl Memory {
                 logs: Mutex::new(HashMap::new()),
                 heads: Mutex::new(HashMap::new()),
                 install_key,
+                slug_names: crate::subjects::SlugNames::default(),
                 watchers: crate::changes::Watchers::default(),
             }),
         };

@@ -607,6 +607,9 @@ impl Workspace {
         put_session(&mut batch, &session)?;
         self.apply(batch)?;
         self.heads.publish(session.clone());
+        if session.state == SessionState::Ended {
+            self.heads.keys.forget(id);
+        }
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)

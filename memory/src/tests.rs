@@ -135,6 +135,31 @@ fn sequence_numbers_and_idempotency() {
     assert_eq!(ws.session("s2").unwrap().next_seq, 1);
 }
 
+/// A session that ends lets go of its idempotency keys: they are not held
+/// for the life of the process, and a retry that comes after the end is
+/// still answered with the turn it names (its keys are read again).
+#[test]
+fn an_ended_session_lets_go_of_its_keys() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let keyed = |i: usize| user("s1", &format!("turn {i}")).with_idempotency_key(&format!("k{i}"));
+    ws.append_turns(&(0..3).map(keyed).collect::<Vec<_>>())
+        .unwrap();
+    ws.append_turn(&user("s2", "other").with_idempotency_key("o"))
+        .unwrap();
+    assert_eq!(ws.heads.keys.held(), 4);
+    ws.end_session("s1").unwrap();
+    assert_eq!(ws.heads.keys.held(), 1, "the ended session's three keys go");
+    assert_eq!(
+        ws.append_turn(&keyed(1)).unwrap(),
+        Ack {
+            seq: 1,
+            duplicate: true
+        }
+    );
+    assert_eq!(ws.session("s1").unwrap().next_seq, 3);
+}
+
 /// A turn's idempotency key is stored once, in its turn record: no entry
 /// beside it. After a restart the keys are read back from the turns (past
 /// a page of them), and the entries stores written before this kept are
@@ -302,6 +327,38 @@ fn an_entry_is_the_same_from_the_cached_log_and_from_the_store() {
         ws.entry("01NOSUCHENTRY0000000000000")
             .unwrap_err()
             .is_not_found()
+    );
+}
+
+/// The live entries that are about one subject share its name (one
+/// allocation, not one per view), renamed or not.
+#[test]
+fn views_of_one_subject_share_its_name() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    for content in ["Al likes tea", "Al likes coffee"] {
+        ws.append_entry(&EntryInput::new(EntryKind::Fact, content).about("al"))
+            .unwrap();
+    }
+    let names = |ws: &Workspace| -> Vec<Arc<str>> {
+        ws.live_entries()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.subject.clone())
+            .collect()
+    };
+    let before = names(&ws);
+    assert_eq!(before.len(), 2);
+    assert!(Arc::ptr_eq(&before[0], &before[1]));
+    ws.rename_subject("al", "alice").unwrap();
+    ws.append_entry(&EntryInput::new(EntryKind::Fact, "Alice reads").about("alice"))
+        .unwrap();
+    let after = names(&ws);
+    assert_eq!(after.len(), 3);
+    assert!(
+        after
+            .iter()
+            .all(|n| &**n == "alice" && Arc::ptr_eq(n, &after[0]))
     );
 }
 
