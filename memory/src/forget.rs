@@ -307,6 +307,7 @@ impl Workspace {
             encode(&tombstone)?,
         );
         self.apply(batch)?;
+        self.shared.slug_names.clear();
         drop(guard);
         self.shared.store.sync()?;
         tracing::info!(workspace = %self.id, tombstone = %tombstone.id, kind = target.kind(), "forgotten");

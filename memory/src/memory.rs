@@ -750,6 +750,7 @@ impl Shared {
     pub(crate) fn workspace_dropped(&self, workspace: &str) {
         self.log_cache(workspace).bump();
         self.session_heads(workspace).clear();
+        self.slug_names.clear();
     }
 
     pub(crate) fn stripe(&self, workspace: &str, key: &str) -> usize {

@@ -20,8 +20,8 @@ use crate::store::{Collection, WriteBatch};
 /// The canonical slugs the views of entries name their subject with, one
 /// shared allocation per slug: a workspace's live list, briefing index and
 /// listings hold a view per entry, and thousands of entries share a handful
-/// of subjects (an allocation per view was the fourth largest holder of a
-/// long run's heap; `docs/BENCHMARKS.md`, thirty-fourth pass).
+/// of subjects (an allocation per view held 41 MB after ten minutes of
+/// loadgen; `docs/BENCHMARKS.md`, thirty-fourth pass).
 ///
 /// Bounded: past [`SlugNames::MAX`] slugs it starts again (the views made
 /// before keep theirs; later ones share new ones).
@@ -46,8 +46,14 @@ impl SlugNames {
         name
     }
 
+    /// Lets go of every name: after an erasure (a slug can be a person's
+    /// name), nothing of what was erased stays here.
+    pub(crate) fn clear(&self) {
+        self.0.lock().clear();
+    }
+
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
 }

@@ -57,6 +57,11 @@ fn user(session: &str, text: &str) -> TurnInput {
     TurnInput::new(session, Role::User, text)
 }
 
+/// Turn `i` of session `s1`, appended with idempotency key `k{i}`.
+fn keyed(i: usize) -> TurnInput {
+    user("s1", &format!("turn {i}")).with_idempotency_key(&format!("k{i}"))
+}
+
 /// Turns stored as JSON (before the binary record) still read: a session
 /// whose older turns are JSON and newer ones binary reads whole, through
 /// every reader, and appends go on from its last turn.
@@ -142,7 +147,6 @@ fn sequence_numbers_and_idempotency() {
 fn an_ended_session_lets_go_of_its_keys() {
     let fx = Fixture::new();
     let ws = fx.ws();
-    let keyed = |i: usize| user("s1", &format!("turn {i}")).with_idempotency_key(&format!("k{i}"));
     ws.append_turns(&(0..3).map(keyed).collect::<Vec<_>>())
         .unwrap();
     ws.append_turn(&user("s2", "other").with_idempotency_key("o"))
@@ -168,7 +172,6 @@ fn an_ended_session_lets_go_of_its_keys() {
 fn idempotency_keys_live_in_their_turns() {
     let fx = Fixture::new();
     let ws = fx.ws();
-    let keyed = |i: usize| user("s1", &format!("turn {i}")).with_idempotency_key(&format!("k{i}"));
     ws.append_turns(&(0..1000).map(keyed).collect::<Vec<_>>())
         .unwrap();
     ws.append_turns(&(1000..1100).map(keyed).collect::<Vec<_>>())
@@ -360,6 +363,10 @@ fn views_of_one_subject_share_its_name() {
             .iter()
             .all(|n| &**n == "alice" && Arc::ptr_eq(n, &after[0]))
     );
+    // An erasure lets go of the names (a slug can be a person's name).
+    let gone = ws.live_entries().unwrap().to_vec()[0].entry.id.clone();
+    ws.forget(&ForgetTarget::Entry(gone), "asked to").unwrap();
+    assert_eq!(ws.shared.slug_names.len(), 0);
 }
 
 /// An id already in the log is refused whether the check reads the cached
