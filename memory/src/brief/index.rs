@@ -17,7 +17,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::{BriefSectionKind, BriefSettings};
 use crate::live::Patched;
-use crate::log::{EntryKind, EntryView, TaskStatus};
+use crate::log::{Entry, EntryKind, EntryStatus, EntryView, TaskStatus};
 
 /// What a thread is about: a subject, or a work context for entries
 /// without one (in this order: subjects first, each by name).
@@ -28,10 +28,43 @@ enum ThreadKey {
 }
 
 impl ThreadKey {
-    fn of(v: &EntryView) -> ThreadKey {
-        match &v.subject {
+    /// The thread of an entry about `subject` (resolved).
+    fn of(subject: &Option<Arc<str>>, entry: &Entry) -> ThreadKey {
+        match subject {
             Some(s) => ThreadKey::Subject(s.clone()),
-            None => ThreadKey::Context(v.entry.work_context.clone()),
+            None => ThreadKey::Context(entry.work_context.clone()),
+        }
+    }
+}
+
+/// What the index keeps of a live entry: its view less the status, which
+/// is live for every entry here. Half the size of an [`EntryView`] (whose
+/// status has room for a replacement's id or an archive run's): the index
+/// holds one or two per live entry, 116 MB of views after ten minutes of
+/// loadgen (`docs/BENCHMARKS.md`, thirty-fourth pass).
+#[derive(Debug, Clone)]
+struct Item {
+    entry: Arc<Entry>,
+    subject: Option<Arc<str>>,
+    decay_at: Option<DateTime<Utc>>,
+}
+
+impl Item {
+    fn of(v: &EntryView) -> Item {
+        Item {
+            entry: Arc::clone(&v.entry),
+            subject: v.subject.clone(),
+            decay_at: v.decay_at,
+        }
+    }
+
+    /// The live view it stands for.
+    fn view(&self) -> EntryView {
+        EntryView {
+            entry: Arc::clone(&self.entry),
+            subject: self.subject.clone(),
+            status: EntryStatus::Live,
+            decay_at: self.decay_at,
         }
     }
 }
@@ -39,21 +72,23 @@ impl ThreadKey {
 /// Entries, oldest first (the reverse of the live list's order: a new
 /// entry goes at the end).
 #[derive(Debug, Default)]
-struct Sorted(Vec<EntryView>);
+struct Sorted(Vec<Item>);
 
-fn oldest_first(a: &EntryView, b: &EntryView) -> std::cmp::Ordering {
-    b.entry.newest_first(&a.entry)
+fn oldest_first(a: &Entry, b: &Entry) -> std::cmp::Ordering {
+    b.newest_first(a)
 }
 
 impl Sorted {
-    fn insert(&mut self, v: EntryView) {
-        let at = self.0.partition_point(|w| oldest_first(w, &v).is_lt());
+    fn insert(&mut self, v: Item) {
+        let at = self
+            .0
+            .partition_point(|w| oldest_first(&w.entry, &v.entry).is_lt());
         self.0.insert(at, v);
     }
 
-    /// Takes `v` out; whether it was here.
-    fn remove(&mut self, v: &EntryView) -> bool {
-        match self.0.binary_search_by(|w| oldest_first(w, v)) {
+    /// Takes `entry` out; whether it was here.
+    fn remove(&mut self, entry: &Entry) -> bool {
+        match self.0.binary_search_by(|w| oldest_first(&w.entry, entry)) {
             Ok(at) => {
                 self.0.remove(at);
                 true
@@ -63,13 +98,13 @@ impl Sorted {
     }
 
     /// The entries at or after `at`.
-    fn since(&self, at: DateTime<Utc>) -> &[EntryView] {
+    fn since(&self, at: DateTime<Utc>) -> &[Item] {
         &self.0[self.0.partition_point(|w| w.entry.timestamp < at)..]
     }
 
     /// The newest `n` of `entries`, newest first.
-    fn newest(entries: &[EntryView], n: usize) -> Vec<EntryView> {
-        entries.iter().rev().take(n).cloned().collect()
+    fn newest(entries: &[Item], n: usize) -> Vec<EntryView> {
+        entries.iter().rev().take(n).map(Item::view).collect()
     }
 }
 
@@ -92,10 +127,10 @@ pub(crate) struct BriefIndex {
 }
 
 /// The list of the three that an entry is in, if any.
-fn list_of(v: &EntryView) -> Option<BriefSectionKind> {
-    match v.entry.kind {
+fn list_of(entry: &Entry) -> Option<BriefSectionKind> {
+    match entry.kind {
         EntryKind::Decision | EntryKind::KeyDecision => Some(BriefSectionKind::Decisions),
-        EntryKind::Task if v.entry.status != Some(TaskStatus::Done) => {
+        EntryKind::Task if entry.status != Some(TaskStatus::Done) => {
             Some(BriefSectionKind::Pending)
         }
         EntryKind::Question | EntryKind::OpenQuestion => Some(BriefSectionKind::OpenQuestions),
@@ -105,9 +140,9 @@ fn list_of(v: &EntryView) -> Option<BriefSectionKind> {
 
 /// An open loop: an open task or a question (the two lists an entry can
 /// be in besides the decisions).
-fn is_open_loop(v: &EntryView) -> bool {
+fn is_open_loop(entry: &Entry) -> bool {
     matches!(
-        list_of(v),
+        list_of(entry),
         Some(BriefSectionKind::Pending | BriefSectionKind::OpenQuestions)
     )
 }
@@ -118,30 +153,31 @@ impl Patched for BriefIndex {
     fn of<'a>(entries: impl IntoIterator<Item = &'a EntryView>) -> BriefIndex {
         // Grouped by hash (a borrowed key per entry, no allocation), then
         // each group sorted once.
-        let mut grouped: foldhash::HashMap<super::Thread<'a>, Vec<EntryView>> =
+        let mut grouped: foldhash::HashMap<super::Thread<'a>, Vec<Item>> =
             foldhash::HashMap::default();
         let mut index = BriefIndex::default();
         for v in entries.into_iter().filter(|v| v.is_live()) {
             index.len += 1;
-            if let Some(list) = list_of(v) {
-                index.list_mut(list).0.push(v.clone());
+            if let Some(list) = list_of(&v.entry) {
+                index.list_mut(list).0.push(Item::of(v));
             }
             grouped
                 .entry(super::thread_of(v))
                 .or_default()
-                .push(v.clone());
+                .push(Item::of(v));
         }
         for list in [
             &mut index.decisions,
             &mut index.pending,
             &mut index.questions,
         ] {
-            list.0.sort_unstable_by(oldest_first);
+            list.0
+                .sort_unstable_by(|a, b| oldest_first(&a.entry, &b.entry));
         }
         for (_, mut entries) in grouped {
-            entries.sort_unstable_by(oldest_first);
-            let open = entries.iter().filter(|v| is_open_loop(v)).count();
-            let key = ThreadKey::of(&entries[0]);
+            entries.sort_unstable_by(|a, b| oldest_first(&a.entry, &b.entry));
+            let open = entries.iter().filter(|v| is_open_loop(&v.entry)).count();
+            let key = ThreadKey::of(&entries[0].subject, &entries[0].entry);
             index.threads.insert(
                 key,
                 ThreadEntries {
@@ -162,34 +198,37 @@ impl Patched for BriefIndex {
         added: impl IntoIterator<Item = &'a EntryView>,
     ) {
         for v in removed.into_iter().filter(|v| v.is_live()) {
-            let key = ThreadKey::of(v);
+            let key = ThreadKey::of(&v.subject, &v.entry);
             let Some(thread) = self.threads.get_mut(&key) else {
                 continue;
             };
-            if !thread.entries.remove(v) {
+            if !thread.entries.remove(&v.entry) {
                 continue;
             }
             self.len -= 1;
-            if is_open_loop(v) {
+            if is_open_loop(&v.entry) {
                 thread.open -= 1;
             }
             if thread.entries.0.is_empty() {
                 self.threads.remove(&key);
             }
-            if let Some(list) = list_of(v) {
-                self.list_mut(list).remove(v);
+            if let Some(list) = list_of(&v.entry) {
+                self.list_mut(list).remove(&v.entry);
             }
         }
         for v in added.into_iter().filter(|v| v.is_live()) {
             self.len += 1;
-            if let Some(list) = list_of(v) {
-                self.list_mut(list).insert(v.clone());
+            if let Some(list) = list_of(&v.entry) {
+                self.list_mut(list).insert(Item::of(v));
             }
-            let thread = self.threads.entry(ThreadKey::of(v)).or_default();
-            if is_open_loop(v) {
+            let thread = self
+                .threads
+                .entry(ThreadKey::of(&v.subject, &v.entry))
+                .or_default();
+            if is_open_loop(&v.entry) {
                 thread.open += 1;
             }
-            thread.entries.insert(v.clone());
+            thread.entries.insert(Item::of(v));
         }
     }
 }
@@ -230,16 +269,16 @@ impl BriefIndex {
                     })
                     .or(recent.last());
                 Some(ThreadDigest {
-                    newest: newest.clone(),
+                    newest: newest.view(),
                     recent: recent.len(),
-                    quoted: quoted.cloned(),
+                    quoted: quoted.map(Item::view),
                     total: t.entries.0.len(),
                     open: t.open,
                 })
             })
             .collect();
         let decisions = self.decisions.since(decisions_since);
-        let picked = |entries: &[EntryView], kind| Picked {
+        let picked = |entries: &[Item], kind| Picked {
             total: entries.len(),
             first: Sorted::newest(entries, cap(kind)),
         };
@@ -370,6 +409,13 @@ mod tests {
                 Ok(())
             })?;
         }
+    }
+
+    /// What the index saves over holding views (see [`Item`]).
+    #[test]
+    fn an_item_is_half_a_view() {
+        let (item, view) = (size_of::<Item>(), size_of::<EntryView>());
+        assert!(2 * item <= view, "item {item} bytes, view {view}");
     }
 
     #[test]
