@@ -504,7 +504,7 @@ pub(crate) fn capture(
         let to = last.seq;
         let span_at = last.timestamp;
         let span = Provenance {
-            session: session.id.clone(),
+            session: session.id.as_str().into(),
             from_seq: from,
             to_seq: to,
         };
@@ -606,7 +606,7 @@ pub(crate) fn capture(
             && let Some(p) = &input.provenance
         {
             input.gate_generation = statement_generations
-                .get(&(p.session.clone(), p.to_seq))
+                .get(&(p.session.to_string(), p.to_seq))
                 .cloned()
                 .or_else(|| env.gate.dirtied_by.map(str::to_owned));
         }
@@ -635,7 +635,7 @@ pub(crate) fn capture(
             id: e.id,
             kind: e.kind,
             content: e.content,
-            work_context: e.work_context,
+            work_context: e.work_context.to_string(),
             provenance: e.provenance,
         })
         .collect::<Vec<_>>();
@@ -741,7 +741,7 @@ struct OpenLoop {
     subject: Option<String>,
     read: Arc<Prepared>,
     /// The turn it came from (session, seq), if known.
-    turn: Option<(String, u64)>,
+    turn: Option<(cairn_memory::Name, u64)>,
     /// When that turn was said (or the entry captured).
     at: chrono::DateTime<Utc>,
 }
@@ -915,7 +915,7 @@ fn keep_current(
         });
         let Some((by, rule)) = found else { continue };
         let provenance = Provenance {
-            session: by.session.clone(),
+            session: by.session.as_str().into(),
             from_seq: by.seq,
             to_seq: by.seq,
         };
@@ -1334,7 +1334,9 @@ pub(crate) fn reconstruct_marks(
         let Some(p) = e.provenance.filter(|_| e.id.starts_with("cap-")) else {
             continue;
         };
-        let bound = bounds.entry((e.work_context, p.session)).or_insert(0);
+        let bound = bounds
+            .entry((e.work_context.to_string(), p.session.to_string()))
+            .or_insert(0);
         *bound = (*bound).max(p.to_seq + 1);
     }
     for wc in ws.work_contexts()? {

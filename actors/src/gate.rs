@@ -346,7 +346,7 @@ mod tests {
             report
                 .spans
                 .into_iter()
-                .map(|p| (p.session, p.from_seq, p.to_seq))
+                .map(|p| (p.session.to_string(), p.from_seq, p.to_seq))
                 .collect()
         };
         assert_eq!(capture(), [("s2".to_owned(), 0, 0)]);

@@ -691,7 +691,7 @@ fn item_of(noted: &RefCell<Vec<EntryView>>, v: &EntryView, text: String) -> Brie
             }
         }),
         subject: v.subject.as_deref().map(str::to_owned),
-        work_context: v.entry.work_context.clone(),
+        work_context: v.entry.work_context.to_string(),
         at: v.entry.timestamp,
     }
 }

@@ -149,7 +149,7 @@ struct GroupKey {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum OwnedScope {
     Subject(Arc<str>),
-    Context(String),
+    Context(crate::log::Name),
 }
 
 #[derive(Debug, Default)]
@@ -282,7 +282,7 @@ fn compare(rule: ContradictionRule, members: &[Member]) -> Vec<Contradiction> {
                 let (n, o) = (&newer.view, &older.view);
                 found.push(Contradiction {
                     subject: n.subject.as_deref().map(str::to_owned),
-                    work_context: n.entry.work_context.clone(),
+                    work_context: n.entry.work_context.to_string(),
                     older: o.entry.id.clone(),
                     newer: n.entry.id.clone(),
                     older_at: o.entry.timestamp,

@@ -262,8 +262,8 @@ impl Workspace {
                     let entry: Entry = decode("entry", &key, &value)?;
                     let resolved = entry
                         .subject
-                        .as_ref()
-                        .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.clone()));
+                        .as_deref()
+                        .map(|s| aliases.get(s).cloned().unwrap_or_else(|| s.to_owned()));
                     if resolved.as_deref() == Some(canonical.as_str()) {
                         batch.delete(Collection::Entries, key);
                         removed.entries += 1;
@@ -307,7 +307,7 @@ impl Workspace {
             encode(&tombstone)?,
         );
         self.apply(batch)?;
-        self.shared.slug_names.clear();
+        self.shared.names.clear();
         drop(guard);
         self.shared.store.sync()?;
         tracing::info!(workspace = %self.id, tombstone = %tombstone.id, kind = target.kind(), "forgotten");

@@ -53,6 +53,7 @@ pub mod log;
 pub mod maintain;
 pub mod memo;
 mod memory;
+mod name;
 pub mod reconstruct;
 pub mod record;
 pub mod redact;
@@ -78,8 +79,8 @@ pub use error::{ErrorKind, MemoryError, Result};
 pub use forget::{ForgetTarget, Removed, Tombstone, TombstoneTarget};
 pub use live::LiveList;
 pub use log::{
-    DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Provenance,
-    TaskStatus,
+    DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Name,
+    Provenance, TaskStatus,
 };
 pub use maintain::{
     ArchivedItem, MaintainOptions, MaintainSettings, MaintainTrigger, MaintenanceReport,

@@ -20,6 +20,8 @@ use crate::memory::{
     DEFAULT_WORK_CONTEXT, LiveBase, LiveDerived, LiveEntries, LogSnapshot, Workspace, check_size,
     check_text, decode, encode, in_batch,
 };
+pub use crate::name::Name;
+use crate::name::Names;
 use crate::store::{Collection, WriteBatch};
 use crate::subjects::{Subject, SubjectKind};
 
@@ -122,7 +124,8 @@ pub enum TaskStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Provenance {
     /// The session.
-    pub session: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub session: Name,
     /// First turn (sequence number).
     pub from_seq: u64,
     /// Last turn, inclusive.
@@ -209,7 +212,7 @@ impl EntryInput {
     /// Sets the provenance.
     pub fn from_turns(mut self, session: &str, from_seq: u64, to_seq: u64) -> Self {
         self.provenance = Some(Provenance {
-            session: session.to_owned(),
+            session: session.into(),
             from_seq,
             to_seq,
         });
@@ -242,9 +245,11 @@ pub struct Entry {
     /// More information.
     pub detail: Option<String>,
     /// Subject slug as written (may since have been renamed; see `EntryView::subject`).
-    pub subject: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub subject: Option<Name>,
     /// Work context.
-    pub work_context: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub work_context: Name,
     /// Source session and turns.
     pub provenance: Option<Provenance>,
     /// The entry this one corrects.
@@ -258,7 +263,8 @@ pub struct Entry {
     /// For captured entries: the significance-gate generation that made
     /// the work context dirty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gate_generation: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub gate_generation: Option<Name>,
 }
 
 impl Entry {
@@ -266,6 +272,29 @@ impl Entry {
     /// by id. Patched lists merge in it, so every sort must agree.
     pub(crate) fn newest_first(&self, other: &Entry) -> std::cmp::Ordering {
         (other.timestamp, &other.id).cmp(&(self.timestamp, &self.id))
+    }
+
+    /// Makes the names this entry repeats share one allocation with every
+    /// other entry held: its subject, work context and gate generation the ones in
+    /// `names`, its session the one in `sessions` (the entries decoded
+    /// together: a session's entries are captured together). The memory
+    /// log held in memory is most of a long run's heap.
+    pub(crate) fn share_names(&mut self, names: &Names, sessions: &mut HashSet<Name>) {
+        names.share(&mut self.work_context);
+        for name in [&mut self.subject, &mut self.gate_generation]
+            .into_iter()
+            .flatten()
+        {
+            names.share(name);
+        }
+        if let Some(p) = &mut self.provenance {
+            match sessions.get(p.session.as_str()) {
+                Some(session) => p.session = session.clone(),
+                None => {
+                    sessions.insert(p.session.clone());
+                }
+            }
+        }
     }
 
     /// A bare entry for unit tests: `kind`, `content`, `subject`, in
@@ -284,7 +313,7 @@ impl Entry {
             kind,
             content: content.into(),
             detail: None,
-            subject: subject.map(str::to_owned),
+            subject: subject.map(Name::from),
             work_context: work_context.into(),
             provenance: None,
             replaces: None,
@@ -361,7 +390,8 @@ pub(crate) struct EntryViewWire {
     /// Canonical subject slug after renames and merges.
     subject: Option<String>,
     /// Work context.
-    work_context: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    work_context: Name,
     /// Source session and turns.
     provenance: Option<Provenance>,
     /// The entry this one corrects.
@@ -376,7 +406,8 @@ pub(crate) struct EntryViewWire {
     /// For captured entries: the significance-gate generation that made
     /// the work context dirty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    gate_generation: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    gate_generation: Option<Name>,
     /// Live, replaced, expired or archived.
     status: EntryStatus,
     /// When the entry decays (none: it does not).
@@ -421,7 +452,7 @@ impl From<EntryViewWire> for EntryView {
                 kind: wire.kind,
                 content: wire.content,
                 detail: wire.detail,
-                subject: wire.subject.clone(),
+                subject: wire.subject.as_deref().map(Name::from),
                 work_context: wire.work_context,
                 provenance: wire.provenance,
                 replaces: wire.replaces,
@@ -645,7 +676,7 @@ impl Workspace {
                 let last = session.next_seq.saturating_sub(1);
                 if session.next_seq == 0 || p.from_seq > p.to_seq || p.to_seq >= session.next_seq {
                     return Err(fail(MemoryError::InvalidTurnRange {
-                        session: p.session.clone(),
+                        session: p.session.to_string(),
                         from: p.from_seq,
                         to: p.to_seq,
                         last,
@@ -654,7 +685,7 @@ impl Workspace {
                 match &work_context {
                     Some(wc) if wc != &session.work_context => {
                         return Err(fail(MemoryError::WorkContextMismatch {
-                            session: p.session.clone(),
+                            session: p.session.to_string(),
                             existing: session.work_context,
                             given: wc.clone(),
                         }));
@@ -755,14 +786,14 @@ impl Workspace {
                 kind: input.kind,
                 content: input.content.clone(),
                 detail: input.detail.clone(),
-                subject: input.subject.clone(),
-                work_context: work_context.unwrap_or_else(|| DEFAULT_WORK_CONTEXT.to_owned()),
+                subject: input.subject.as_deref().map(Name::from),
+                work_context: Name::from(work_context.as_deref().unwrap_or(DEFAULT_WORK_CONTEXT)),
                 provenance: input.provenance.clone(),
                 replaces: input.replaces.clone(),
                 status,
                 timestamp: input.timestamp.unwrap_or(now),
                 recorded_at: now,
-                gate_generation: input.gate_generation.clone(),
+                gate_generation: input.gate_generation.as_deref().map(Name::from),
             };
             batch.put(Collection::Entries, id.as_bytes().to_vec(), encode(&entry)?);
             out.push(entry);
@@ -872,10 +903,13 @@ impl Workspace {
                 _ => EntryStatus::Live,
             }
         };
-        let subject = entry
-            .subject
-            .as_ref()
-            .map(|s| self.shared.slug_names.get(aliases.get(s).unwrap_or(s)));
+        let subject = entry.subject.as_deref().map(|s| {
+            Arc::from(
+                self.shared
+                    .names
+                    .get(aliases.get(s).map_or(s, String::as_str)),
+            )
+        });
         (subject, status, decay_at)
     }
 

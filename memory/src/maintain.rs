@@ -569,8 +569,8 @@ struct Planned {
 impl Facts<'_> {
     fn subject(&self, e: &Entry) -> Option<String> {
         e.subject
-            .as_ref()
-            .map(|s| self.aliases.get(s).cloned().unwrap_or_else(|| s.clone()))
+            .as_deref()
+            .map(|s| self.aliases.get(s).cloned().unwrap_or_else(|| s.to_owned()))
     }
 
     /// Not replaced and not handled by maintenance yet (it may have passed
@@ -656,7 +656,7 @@ fn promote(
     input.id = Some(into.clone());
     input.detail = Some(detail);
     input.subject = facts.subject(source);
-    input.work_context = Some(source.work_context.clone());
+    input.work_context = Some(source.work_context.to_string());
     input.provenance = source.provenance.clone();
     input.replaces = Some(source.id.clone());
     Planned {

@@ -79,8 +79,9 @@ pub(crate) struct Shared {
     heads: Mutex<HashMap<String, Arc<SessionHeads>>>,
     /// This install's secret (see [`Memory::derive_key`]).
     install_key: [u8; 32],
-    /// Canonical subject slugs, shared by the views that name them.
-    pub(crate) slug_names: crate::subjects::SlugNames,
+    /// The names entries and views repeat (canonical subject slugs, work
+    /// contexts, gate generations), one allocation each.
+    pub(crate) names: crate::name::Names,
     /// Who is told of every write (the search worker; see
     /// [`crate::changes`]).
     pub(crate) watchers: crate::changes::Watchers,
@@ -326,7 +327,7 @@ impl LogSnapshot {
     /// This snapshot with `patch` applied, or `None` when the patch is not
     /// a pure addition to it (an entry or replacement it already holds, an
     /// entry that does not decode): then the log is read again.
-    fn patched(&self, patch: &LogPatch) -> Option<LogSnapshot> {
+    fn patched(&self, patch: &LogPatch, names: &crate::name::Names) -> Option<LogSnapshot> {
         if patch
             .replacements
             .iter()
@@ -335,11 +336,13 @@ impl LogSnapshot {
             return None;
         }
         let mut added: Vec<Arc<Entry>> = Vec::with_capacity(patch.entries.len());
+        let mut sessions = std::collections::HashSet::new();
         for (key, value) in &patch.entries {
-            let entry: Entry = decode("entry", key, value).ok()?;
+            let mut entry: Entry = decode("entry", key, value).ok()?;
             if self.entries.contains(key) {
                 return None;
             }
+            entry.share_names(names, &mut sessions);
             added.push(Arc::new(entry));
         }
         added.sort_by(|a, b| a.id.cmp(&b.id));
@@ -679,15 +682,15 @@ impl LogCache {
     /// already (and the patch finds them there and gives up) or not (and
     /// the patch adds them); a reader that read before the write and
     /// stores after it sees the epoch moved and keeps nothing.
-    pub(crate) fn changed(&self, patch: Option<&LogPatch>) {
+    pub(crate) fn changed(&self, patch: Option<(&LogPatch, &crate::name::Names)>) {
         let mut slot = self.snapshot.lock();
         let epoch = self
             .epoch
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
             .wrapping_add(1);
         *slot = match (patch, slot.take()) {
-            (Some(patch), Some((_, snapshot))) => snapshot
-                .patched(patch)
+            (Some((patch, names)), Some((_, snapshot))) => snapshot
+                .patched(patch, names)
                 .map(|patched| (epoch, Arc::new(patched))),
             _ => None,
         };
@@ -750,7 +753,7 @@ impl Shared {
     pub(crate) fn workspace_dropped(&self, workspace: &str) {
         self.log_cache(workspace).bump();
         self.session_heads(workspace).clear();
-        self.slug_names.clear();
+        self.names.clear();
     }
 
     pub(crate) fn stripe(&self, workspace: &str, key: &str) -> usize {
@@ -788,7 +791,7 @@ impl Memory {
                 logs: Mutex::new(HashMap::new()),
                 heads: Mutex::new(HashMap::new()),
                 install_key,
-                slug_names: crate::subjects::SlugNames::default(),
+                names: crate::name::Names::default(),
                 watchers: crate::changes::Watchers::default(),
             }),
         };
@@ -1027,7 +1030,7 @@ impl Workspace {
         let cache = || self.shared.log_cache(&self.id);
         match &log {
             LogChange::Unchanged => {}
-            LogChange::Adds(patch) => cache().changed(Some(patch)),
+            LogChange::Adds(patch) => cache().changed(Some((patch, &self.shared.names))),
             LogChange::Other => cache().changed(None),
         }
         if topics {
@@ -1078,11 +1081,16 @@ impl Workspace {
         cache
             .rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut sessions = std::collections::HashSet::new();
         let entries = self
             .store
             .scan_prefix(Collection::Entries, b"")?
             .into_iter()
-            .map(|(key, value)| decode("entry", &key, &value).map(Arc::new))
+            .map(|(key, value)| {
+                let mut entry: Entry = decode("entry", &key, &value)?;
+                entry.share_names(&self.shared.names, &mut sessions);
+                Ok(Arc::new(entry))
+            })
             .collect::<Result<Vec<Arc<Entry>>>>()?;
         let snapshot = Arc::new(LogSnapshot {
             entries: LogEntries::new(entries),

@@ -457,7 +457,7 @@ pub struct Comparable {
 /// outnumber the readings' memo).
 #[derive(Debug, Default)]
 pub(crate) struct ComparableIndex {
-    contexts: HashMap<String, Arc<Vec<Comparable>>>,
+    contexts: HashMap<crate::log::Name, Arc<Vec<Comparable>>>,
 }
 
 impl crate::live::Patched for ComparableIndex {
@@ -471,7 +471,7 @@ impl crate::live::Patched for ComparableIndex {
             if !compared(v) {
                 continue;
             }
-            if let Some(list) = self.contexts.get_mut(&v.entry.work_context) {
+            if let Some(list) = self.contexts.get_mut(v.entry.work_context.as_str()) {
                 let list = Arc::make_mut(list);
                 if let Some(at) = list.iter().rposition(|c| c.view.entry.id == v.entry.id) {
                     list.remove(at);

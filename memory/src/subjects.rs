@@ -6,7 +6,7 @@
 //! never rewritten. Aliases are kept one hop deep (renaming a subject
 //! re-points the aliases that pointed at it).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -16,47 +16,6 @@ use crate::error::{MemoryError, Result};
 use crate::ids::{display_for_slug, validate_slug};
 use crate::memory::{Workspace, check_text, decode, encode};
 use crate::store::{Collection, WriteBatch};
-
-/// The canonical slugs the views of entries name their subject with, one
-/// shared allocation per slug: a workspace's live list, briefing index and
-/// listings hold a view per entry, and thousands of entries share a handful
-/// of subjects (an allocation per view held 41 MB after ten minutes of
-/// loadgen; `docs/BENCHMARKS.md`, thirty-fourth pass).
-///
-/// Bounded: past [`SlugNames::MAX`] slugs it starts again (the views made
-/// before keep theirs; later ones share new ones).
-#[derive(Debug, Default)]
-pub(crate) struct SlugNames(parking_lot::Mutex<HashSet<Arc<str>>>);
-
-impl SlugNames {
-    /// The most slugs held at once.
-    const MAX: usize = 1 << 16;
-
-    /// The shared name of `slug`.
-    pub(crate) fn get(&self, slug: &str) -> Arc<str> {
-        let mut names = self.0.lock();
-        if let Some(name) = names.get(slug) {
-            return Arc::clone(name);
-        }
-        if names.len() >= Self::MAX {
-            names.clear();
-        }
-        let name: Arc<str> = Arc::from(slug);
-        names.insert(Arc::clone(&name));
-        name
-    }
-
-    /// Lets go of every name: after an erasure (a slug can be a person's
-    /// name), nothing of what was erased stays here.
-    pub(crate) fn clear(&self) {
-        self.0.lock().clear();
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.lock().len()
-    }
-}
 
 /// What a subject is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -304,26 +263,5 @@ impl Workspace {
             new.as_bytes().to_vec(),
         );
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slug_is_named_once_and_the_names_are_bounded() {
-        let names = SlugNames::default();
-        let first = names.get("cairn");
-        assert!(Arc::ptr_eq(&first, &names.get("cairn")));
-        assert_eq!(&*first, "cairn");
-        for i in 0..SlugNames::MAX {
-            names.get(&format!("s{i}"));
-        }
-        assert!(names.len() <= SlugNames::MAX);
-        // It started again: the slug is named anew, with the same text.
-        let again = names.get("cairn");
-        assert_eq!(again, first);
-        assert!(!Arc::ptr_eq(&again, &first));
     }
 }

@@ -366,7 +366,7 @@ fn views_of_one_subject_share_its_name() {
     // An erasure lets go of the names (a slug can be a person's name).
     let gone = ws.live_entries().unwrap().to_vec()[0].entry.id.clone();
     ws.forget(&ForgetTarget::Entry(gone), "asked to").unwrap();
-    assert_eq!(ws.shared.slug_names.len(), 0);
+    assert_eq!(ws.shared.names.len(), 0);
 }
 
 /// An id already in the log is refused whether the check reads the cached
@@ -960,7 +960,7 @@ fn live_entries_about_a_subject_match_the_subject_filter() {
         // So do the work contexts about it (an index patched with the list).
         let contexts: std::collections::BTreeSet<String> = expected
             .iter()
-            .map(|v| v.entry.work_context.clone())
+            .map(|v| v.entry.work_context.to_string())
             .collect();
         assert_eq!(ws.work_contexts_about(slug).unwrap(), contexts, "{slug}");
         expected.len()

@@ -446,7 +446,7 @@ fn in_lineage(allowed: &HashSet<String>, entry: &Entry) -> bool {
     entry
         .provenance
         .as_ref()
-        .is_some_and(|p| allowed.contains(&p.session))
+        .is_some_and(|p| allowed.contains(p.session.as_str()))
 }
 
 fn outside_lineage(asking: Option<&str>, entry: &str) -> CairnError {
@@ -734,7 +734,7 @@ impl Cairn {
         input.detail = note.detail.clone();
         input.subject = note.subject.clone();
         input.provenance = Some(Provenance {
-            session: session.to_owned(),
+            session: session.into(),
             from_seq: from,
             to_seq: to,
         });

@@ -24,7 +24,7 @@ use crate::log::{Entry, EntryKind, EntryStatus, EntryView, TaskStatus};
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum ThreadKey {
     Subject(Arc<str>),
-    Context(String),
+    Context(crate::log::Name),
 }
 
 impl ThreadKey {

@@ -557,7 +557,10 @@ impl SearchIndex {
                 .or_default()
                 .insert(d.pos, n);
             if let (DocSource::Entry, Some(p)) = (d.attrs.source, &d.attrs.provenance) {
-                self.derived.entry(p.session.clone()).or_default().insert(n);
+                self.derived
+                    .entry(p.session.to_string())
+                    .or_default()
+                    .insert(n);
             }
             if let Some(v) = vectors.get(i) {
                 items.push((n, v.clone()));
@@ -603,7 +606,7 @@ impl SearchIndex {
                 s.remove(&meta.pos);
             }
             if let Some(p) = &meta.attrs.provenance {
-                if let Some(e) = self.derived.get_mut(&p.session) {
+                if let Some(e) = self.derived.get_mut(p.session.as_str()) {
                     e.remove(&n);
                 }
             }
@@ -1237,7 +1240,7 @@ impl SearchIndex {
             let Some(m) = self.meta(d) else { continue };
             match (m.attrs.source, &m.attrs.provenance) {
                 (DocSource::Entry, Some(prov)) => {
-                    if let Some(turns) = self.sessions.get(&prov.session) {
+                    if let Some(turns) = self.sessions.get(prov.session.as_str()) {
                         for (_, &t) in turns.range(prov.from_seq..=prov.to_seq) {
                             lift(t, score);
                         }

@@ -198,7 +198,7 @@ fn turn_doc(t: &Turn, low_trust_session: bool) -> SearchDoc {
         role: Some(t.role),
         work_context: Some(t.work_context.clone()),
         provenance: Some(Provenance {
-            session: t.session.clone(),
+            session: t.session.as_str().into(),
             from_seq: t.seq,
             to_seq: t.seq,
         }),
@@ -221,9 +221,9 @@ fn entry_doc(e: &Entry, decay: &DecayConfig, low_trust: bool) -> SearchDoc {
         .with_attrs(DocAttrs {
             source: DocSource::Entry,
             kind: Some(e.kind),
-            subject: e.subject.clone(),
+            subject: e.subject.as_deref().map(str::to_owned),
             role: None,
-            work_context: Some(e.work_context.clone()),
+            work_context: Some(e.work_context.to_string()),
             provenance: e.provenance.clone(),
             timestamp: Some(e.timestamp),
             decay_at: decay.decay_at(e.kind, e.timestamp),
@@ -642,7 +642,7 @@ impl Inner {
                     continue;
                 };
                 let low_trust = match &e.provenance {
-                    Some(p) => match kinds.get(&p.session) {
+                    Some(p) => match kinds.get(p.session.as_str()) {
                         Some(l) => *l,
                         None => {
                             let l = match ws.session(&p.session) {
@@ -650,7 +650,7 @@ impl Inner {
                                 Err(MemoryError::SessionNotFound { .. }) => false,
                                 Err(e) => return Err(e.into()),
                             };
-                            kinds.insert(p.session.clone(), l);
+                            kinds.insert(p.session.to_string(), l);
                             l
                         }
                     },
@@ -1021,7 +1021,7 @@ impl SearchService {
             let low_trust = e
                 .provenance
                 .as_ref()
-                .is_some_and(|p| main.get(&p.session).is_some_and(|m| !*m));
+                .is_some_and(|p| main.get(p.session.as_str()).is_some_and(|m| !*m));
             add(entry_doc(&e, decay, low_trust), entry_vector_key(&e.id))?;
         }
         scratch.add_with_vectors(&with.0, &with.1)?;
