@@ -79,8 +79,8 @@ pub(crate) struct Shared {
     heads: Mutex<HashMap<String, Arc<SessionHeads>>>,
     /// This install's secret (see [`Memory::derive_key`]).
     install_key: [u8; 32],
-    /// The names entries and views repeat (canonical subject slugs, work
-    /// contexts, gate generations), one allocation each.
+    /// The names entries and views repeat (subjects as written and
+    /// canonical, work contexts, gate generations), one allocation each.
     pub(crate) names: crate::name::Names,
     /// Who is told of every write (the search worker; see
     /// [`crate::changes`]).

@@ -1,7 +1,7 @@
 //! [`Name`]: an immutable string shared by reference count.
 //!
-//! The work context, session and gate generation an entry names repeat
-//! over thousands of entries; the memory log held in memory keeps one
+//! The work context, subject, session and gate generation an entry names
+//! repeat over thousands of entries; the memory log held in memory keeps one
 //! allocation for each (see [`Names`]) instead of one per entry
 //! (`docs/BENCHMARKS.md`, thirty-fifth pass).
 
