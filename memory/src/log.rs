@@ -279,7 +279,7 @@ impl Entry {
     /// `names`, its session the one in `sessions` (the entries decoded
     /// together: a session's entries are captured together). The memory
     /// log held in memory is most of a long run's heap.
-    pub(crate) fn share_names(&mut self, names: &Names, sessions: &mut HashSet<Name>) {
+    pub(crate) fn share_names(&mut self, names: &Names, sessions: &Names) {
         names.share(&mut self.work_context);
         for name in [&mut self.subject, &mut self.gate_generation]
             .into_iter()
@@ -288,12 +288,7 @@ impl Entry {
             names.share(name);
         }
         if let Some(p) = &mut self.provenance {
-            match sessions.get(p.session.as_str()) {
-                Some(session) => p.session = session.clone(),
-                None => {
-                    sessions.insert(p.session.clone());
-                }
-            }
+            sessions.share(&mut p.session);
         }
     }
 

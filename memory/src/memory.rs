@@ -336,14 +336,13 @@ impl LogSnapshot {
             return None;
         }
         let mut added: Vec<Arc<Entry>> = Vec::with_capacity(patch.entries.len());
-        let mut sessions = std::collections::HashSet::new();
+        let sessions = crate::name::Names::default();
         for (key, value) in &patch.entries {
-            let mut entry: Entry = decode("entry", key, value).ok()?;
+            let entry = decode_held(key, value, names, &sessions).ok()?;
             if self.entries.contains(key) {
                 return None;
             }
-            entry.share_names(names, &mut sessions);
-            added.push(Arc::new(entry));
+            added.push(entry);
         }
         added.sort_by(|a, b| a.id.cmp(&b.id));
         if added.windows(2).any(|w| w[0].id == w[1].id) {
@@ -715,6 +714,19 @@ fn touches_topics(batch: &WriteBatch) -> bool {
     })
 }
 
+/// An entry record decoded to be held by the log cache, the names it
+/// repeats shared (see [`Entry::share_names`]).
+fn decode_held(
+    key: &[u8],
+    value: &[u8],
+    names: &crate::name::Names,
+    sessions: &crate::name::Names,
+) -> Result<Arc<Entry>> {
+    let mut entry: Entry = decode("entry", key, value)?;
+    entry.share_names(names, sessions);
+    Ok(Arc::new(entry))
+}
+
 /// Whether a collection is part of what the log cache holds.
 fn in_log(collection: Collection) -> bool {
     matches!(
@@ -1081,16 +1093,12 @@ impl Workspace {
         cache
             .rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut sessions = std::collections::HashSet::new();
+        let sessions = crate::name::Names::default();
         let entries = self
             .store
             .scan_prefix(Collection::Entries, b"")?
             .into_iter()
-            .map(|(key, value)| {
-                let mut entry: Entry = decode("entry", &key, &value)?;
-                entry.share_names(&self.shared.names, &mut sessions);
-                Ok(Arc::new(entry))
-            })
+            .map(|(key, value)| decode_held(&key, &value, &self.shared.names, &sessions))
             .collect::<Result<Vec<Arc<Entry>>>>()?;
         let snapshot = Arc::new(LogSnapshot {
             entries: LogEntries::new(entries),
