@@ -41,8 +41,8 @@ use cairn_memory::reconstruct::{DerivedStore, Findings};
 use cairn_memory::settle::{Prepared, Restatement, Statement};
 use cairn_memory::store::StateKey;
 use cairn_memory::{
-    EntryFilter, EntryInput, EntryKind, EntryView, Provenance, Role, Session, Subject, TaskStatus,
-    Turn, Workspace,
+    EntryFilter, EntryInput, EntryKind, EntryView, Name, Provenance, Role, Session, Subject,
+    TaskStatus, Turn, Workspace,
 };
 use chrono::{DateTime, Utc};
 use parking_lot::{Mutex, MutexGuard};
@@ -1323,7 +1323,8 @@ pub(crate) fn reconstruct_marks(
     repair: bool,
 ) -> Result<Findings> {
     let mut f = Findings::new(DerivedStore::CaptureMarks);
-    let mut bounds: BTreeMap<(String, String), u64> = BTreeMap::new();
+    // Work context → session → the first turn no captured entry covers.
+    let mut bounds: HashMap<Name, HashMap<Name, u64>> = HashMap::new();
     let summaries = EntryFilter {
         kind: Some(EntryKind::SessionSummaryRef),
         all: true,
@@ -1335,7 +1336,9 @@ pub(crate) fn reconstruct_marks(
             continue;
         };
         let bound = bounds
-            .entry((e.work_context.to_string(), p.session.to_string()))
+            .entry(e.work_context)
+            .or_default()
+            .entry(p.session)
             .or_insert(0);
         *bound = (*bound).max(p.to_seq + 1);
     }
@@ -1363,7 +1366,8 @@ pub(crate) fn reconstruct_marks(
             let s = ws.session(&listed.id)?;
             f.compared(1);
             let bound = bounds
-                .get(&(wc.clone(), s.id.clone()))
+                .get(wc.as_str())
+                .and_then(|sessions| sessions.get(s.id.as_str()))
                 .copied()
                 .unwrap_or(0);
             let name = format!("{wc}/{}", s.id);

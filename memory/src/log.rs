@@ -243,7 +243,8 @@ pub struct Entry {
     /// The information.
     pub content: String,
     /// More information.
-    pub detail: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub detail: Option<Name>,
     /// Subject slug as written (may since have been renamed; see `EntryView::subject`).
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub subject: Option<Name>,
@@ -281,6 +282,9 @@ impl Entry {
     /// log held in memory is most of a long run's heap.
     pub(crate) fn share_names(&mut self, names: &Names, sessions: &Names) {
         names.share(&mut self.work_context);
+        if let Some(detail) = &mut self.detail {
+            names.share_text(detail);
+        }
         for name in [&mut self.subject, &mut self.gate_generation]
             .into_iter()
             .flatten()
@@ -381,7 +385,8 @@ pub(crate) struct EntryViewWire {
     /// The information.
     content: String,
     /// More information.
-    detail: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    detail: Option<Name>,
     /// Canonical subject slug after renames and merges.
     subject: Option<String>,
     /// Work context.
@@ -780,7 +785,7 @@ impl Workspace {
                 id: id.clone(),
                 kind: input.kind,
                 content: input.content.clone(),
-                detail: input.detail.clone(),
+                detail: input.detail.as_deref().map(Name::from),
                 subject: input.subject.as_deref().map(Name::from),
                 work_context: Name::from(work_context.as_deref().unwrap_or(DEFAULT_WORK_CONTEXT)),
                 provenance: input.provenance.clone(),

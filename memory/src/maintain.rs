@@ -640,15 +640,11 @@ fn promote(
     let detail = match &source.detail {
         Some(d) => {
             let room = detail_limit.saturating_sub(note.len() + 1);
-            let mut d: String = d.clone();
-            if d.len() > room {
-                let mut cut = room;
-                while cut > 0 && !d.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                d.truncate(cut);
+            let mut cut = room.min(d.len());
+            while cut > 0 && !d.is_char_boundary(cut) {
+                cut -= 1;
             }
-            format!("{d}\n{note}")
+            format!("{}\n{note}", &d[..cut])
         }
         None => note,
     };

@@ -1,9 +1,9 @@
 //! [`Name`]: an immutable string shared by reference count.
 //!
-//! The work context, subject, session and gate generation an entry names
-//! repeat over thousands of entries; the memory log held in memory keeps one
-//! allocation for each (see [`Names`]) instead of one per entry
-//! (`docs/BENCHMARKS.md`, thirty-fifth pass).
+//! The work context, subject, session, gate generation and detail of an
+//! entry repeat over thousands of entries; the memory log held in memory
+//! keeps one allocation for each (see [`Names`]) instead of one per entry
+//! (`docs/BENCHMARKS.md`, thirty-fifth and thirty-sixth passes).
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -180,27 +180,26 @@ impl<'de> Deserialize<'de> for Name {
 /// allocation held for a text, so the entries, views and indexes that name
 /// it share it.
 ///
-/// Bounded: past [`Names::MAX`] names it starts again (what was handed out
-/// before keeps its allocation; later ones share new ones).
+/// Free texts an entry carries (its detail: captures write a handful of
+/// them, "heuristic rule Decision, trigger session_end", over and over) are
+/// shared through a set of their own ([`Names::share_text`]), so the unique
+/// ones, which churn it, never push the names out.
+///
+/// Bounded: past [`Names::MAX`] names (or texts) it starts again (what was
+/// handed out before keeps its allocation; later ones share new ones).
 #[derive(Debug, Default)]
-pub(crate) struct Names(parking_lot::Mutex<HashSet<Name>>);
+pub(crate) struct Names {
+    names: parking_lot::Mutex<HashSet<Name>>,
+    texts: parking_lot::Mutex<HashSet<Name>>,
+}
 
 impl Names {
-    /// The most names held at once.
+    /// The most names (and, apart, texts) held at once.
     pub(crate) const MAX: usize = 1 << 16;
 
     /// The shared name of `text`.
     pub(crate) fn get(&self, text: &str) -> Name {
-        let mut names = self.0.lock();
-        if let Some(name) = names.get(text) {
-            return name.clone();
-        }
-        if names.len() >= Self::MAX {
-            names.clear();
-        }
-        let name = Name::from(text);
-        names.insert(name.clone());
-        name
+        shared(&mut self.names.lock(), text)
     }
 
     /// Replaces `name` by the shared one with its text.
@@ -208,16 +207,36 @@ impl Names {
         *name = self.get(name);
     }
 
-    /// Lets go of every name: after an erasure (a name can be personal),
-    /// nothing of what was erased stays here.
+    /// Replaces the free text `text` by the shared one with its content.
+    pub(crate) fn share_text(&self, text: &mut Name) {
+        *text = shared(&mut self.texts.lock(), text);
+    }
+
+    /// Lets go of every name and text: after an erasure (a name can be
+    /// personal), nothing of what was erased stays here.
     pub(crate) fn clear(&self) {
-        self.0.lock().clear();
+        self.names.lock().clear();
+        self.texts.lock().clear();
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.0.lock().len()
+        self.names.lock().len() + self.texts.lock().len()
     }
+}
+
+/// The one allocation `set` holds for `text`, made (and the set emptied
+/// first when full) if it holds none.
+fn shared(set: &mut HashSet<Name>, text: &str) -> Name {
+    if let Some(name) = set.get(text) {
+        return name.clone();
+    }
+    if set.len() >= Names::MAX {
+        set.clear();
+    }
+    let name = Name::from(text);
+    set.insert(name.clone());
+    name
 }
 
 #[cfg(test)]
@@ -253,9 +272,32 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_fits_the_allocators_256_byte_class_under_its_arc() {
-        // An `Arc<Entry>` is the entry and two counters: at 240 bytes or
-        // less it takes jemalloc's 256-byte class, not the 320 one.
-        assert!(std::mem::size_of::<crate::log::Entry>() <= 240);
+    fn texts_are_shared_apart_and_their_churn_keeps_the_names() {
+        let names = Names::default();
+        let billing = names.get("billing");
+        let mut detail = Name::from("heuristic rule Decision, trigger session_end");
+        let mut again = Name::from("heuristic rule Decision, trigger session_end");
+        names.share_text(&mut detail);
+        names.share_text(&mut again);
+        assert!(Name::ptr_eq(&detail, &again));
+        // A text is not a name: the same words asked as a name are another
+        // allocation.
+        assert!(!Name::ptr_eq(&detail, &names.get(&detail)));
+        // Unique texts fill and empty the texts' set, never the names'.
+        for i in 0..=Names::MAX {
+            names.share_text(&mut Name::from(format!("restates and extends {i}")));
+        }
+        assert!(Name::ptr_eq(&billing, &names.get("billing")));
+        names.clear();
+        assert_eq!(names.len(), 0);
+    }
+
+    #[test]
+    fn an_entry_fits_the_allocators_224_byte_class_under_its_arc() {
+        // An `Arc<Entry>` is the entry and two counters: at 208 bytes or
+        // less it takes jemalloc's 224-byte class (the shared names took it
+        // from 240 bytes and the 256 class).
+        let size = std::mem::size_of::<crate::log::Entry>();
+        assert!(size <= 208, "an entry is {size} bytes");
     }
 }

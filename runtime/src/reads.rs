@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use cairn_memory::assemble::{Destination, Fidelity};
 use cairn_memory::compact::SummaryNode;
 use cairn_memory::redact::{redact, redact_personal};
-use cairn_memory::{Entry, Role, SessionKind, Turn, Workspace};
+use cairn_memory::{Entry, Name, Role, SessionKind, Turn, Workspace};
 use cairn_policies::{
     Action, ContentFidelity, ContentReference, Decided, MemoryPolicy, MemoryPolicyDecision,
     ObjectKind, PolicyObligation, PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef,
@@ -290,7 +290,8 @@ impl ReadJudge<'_> {
             f => entry
                 .detail
                 .as_deref()
-                .and_then(|d| Self::shown(d, f, &reference)),
+                .and_then(|d| Self::shown(d, f, &reference))
+                .map(Name::from),
         };
         Ok(())
     }
