@@ -103,11 +103,7 @@ pub(crate) fn truncate_for_display(value: &str) -> String {
     if value.len() <= KEEP {
         return value.to_owned();
     }
-    let mut end = KEEP;
-    while !value.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &value[..end])
+    format!("{}…", crate::text::head_bytes(value, KEEP))
 }
 
 #[cfg(test)]

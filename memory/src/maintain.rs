@@ -640,11 +640,7 @@ fn promote(
     let detail = match &source.detail {
         Some(d) => {
             let room = detail_limit.saturating_sub(note.len() + 1);
-            let mut cut = room.min(d.len());
-            while cut > 0 && !d.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            format!("{}\n{note}", &d[..cut])
+            format!("{}\n{note}", crate::text::head_bytes(d, room))
         }
         None => note,
     };

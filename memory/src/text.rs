@@ -178,6 +178,15 @@ pub(crate) fn negations(tokens: &[String]) -> usize {
     tokens.iter().filter(|t| *t == NEG).count()
 }
 
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn head_bytes(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Whitespace runs (newlines included) collapsed into single spaces, the
 /// ends trimmed: `text.split_whitespace()` joined by spaces. Most texts
 /// (a chat turn, an entry) are so already and are borrowed, not copied:
@@ -298,6 +307,17 @@ mod tests {
             prop_assert_eq!(matches!(line, Cow::Borrowed(_)), line == text);
             prop_assert_eq!(is_one_line(&text), is_one_line_walked(&text));
         }
+    }
+
+    #[test]
+    fn head_bytes_cuts_at_a_character_boundary() {
+        assert_eq!(head_bytes("", 4), "");
+        assert_eq!(head_bytes("abc", 4), "abc");
+        assert_eq!(head_bytes("abcdef", 4), "abcd");
+        // "é" is two bytes: a cut inside it falls back before it.
+        assert_eq!(head_bytes("abé", 3), "ab");
+        assert_eq!(head_bytes("abé", 4), "abé");
+        assert_eq!(head_bytes("abc", 0), "");
     }
 
     #[test]

@@ -26,18 +26,6 @@ pub const MAX_QUERY_BYTES: usize = 16 * 1024;
 /// caller are capped here whatever they say.
 pub const MAX_CANDIDATES: usize = 10_000;
 
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub(crate) fn clip(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// One indexed item: a turn (or an entry, with `pos` 0 in its own "session").
 ///
 /// ```
@@ -627,7 +615,7 @@ impl SearchIndex {
     /// Searches. A dense or hybrid request without an embedder answers
     /// lexically with `lexical_fallback` set.
     pub fn search(&self, query: &str, options: &SearchOptions) -> SearchResultOf<SearchResult> {
-        let query = clip(query, MAX_QUERY_BYTES);
+        let query = crate::text::head_bytes(query, MAX_QUERY_BYTES);
         // A list question with the concept vector on embeds its content
         // words too, in the same call.
         let concept = match options.fusion {
@@ -680,7 +668,7 @@ impl SearchIndex {
         concept_vector: Option<&[f32]>,
         options: &SearchOptions,
     ) -> SearchResultOf<SearchResult> {
-        let query = clip(query, MAX_QUERY_BYTES);
+        let query = crate::text::head_bytes(query, MAX_QUERY_BYTES);
         let wants_vectors = options.mode != SearchMode::Bm25;
         let (mode, fallback) = match (options.mode, query_vector) {
             (SearchMode::Bm25, _) => (SearchMode::Bm25, false),

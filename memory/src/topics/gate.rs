@@ -310,11 +310,7 @@ pub enum Effect {
 
 /// The start of `text`, at most [`SNIPPET_BYTES`] bytes, on a char boundary.
 pub fn snippet(text: &str) -> String {
-    let mut end = text.len().min(SNIPPET_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    crate::text::head_bytes(text, SNIPPET_BYTES).to_owned()
 }
 
 fn member_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
