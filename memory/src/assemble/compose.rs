@@ -12,9 +12,14 @@
 //! the line and charges it.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
+
+// Per-assembly maps and sets hash with foldhash (seeded per process), not
+// SipHash: their keys are sessions, entry ids and texts an assembly reads
+// many times, and SipHash was 2-3 % of an assembly's samples.
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -85,17 +90,13 @@ struct Ctx<'a> {
     key_costs: RefCell<HashMap<&'static str, usize>>,
     /// The policy's verdicts, asked in batches ahead of the offers.
     verdicts: HashMap<VerdictKey, PolicyVerdict>,
+    /// Hashes the judged texts of [`VerdictKey`]s (seeded per assembly).
+    text_hash: foldhash::quality::RandomState,
 }
 
 /// What a verdict is about: the item, and (a hash of) the text judged,
 /// since one entry may be offered as its content or as a briefing line.
 type VerdictKey = (ItemSource, u64);
-
-fn verdict_key(source: &ItemSource, text: &str) -> VerdictKey {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    (source.clone(), hasher.finish())
-}
 
 fn policy_item<'r>(raw: &'r Raw<'_>) -> PolicyItem<'r> {
     PolicyItem {
@@ -172,6 +173,11 @@ enum Offer {
 }
 
 impl<'a> Ctx<'a> {
+    /// What a verdict on `text` about `source` is remembered under.
+    fn verdict_key(&self, source: &ItemSource, text: &str) -> VerdictKey {
+        (source.clone(), self.text_hash.hash_one(text))
+    }
+
     fn count(&self, text: &str) -> usize {
         self.counter.count(text)
     }
@@ -211,7 +217,7 @@ impl<'a> Ctx<'a> {
 
     /// Tokens `keys` add beyond what is already charged.
     fn extra(&self, keys: &[&'static str]) -> usize {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         keys.iter()
             .filter(|k| !self.charged.contains(*k) && seen.insert(**k))
             .map(|k| self.key_cost(k))
@@ -260,9 +266,9 @@ impl<'a> Ctx<'a> {
     fn prejudge(&mut self, raws: &[Raw<'_>]) -> Result<()> {
         let mut keys = Vec::new();
         let mut items = Vec::new();
-        let mut asked = HashSet::new();
+        let mut asked = HashSet::default();
         for raw in raws {
-            let key = verdict_key(&raw.source, raw.text);
+            let key = self.verdict_key(&raw.source, raw.text);
             if self.verdicts.contains_key(&key) || !asked.insert(key.clone()) {
                 continue;
             }
@@ -291,7 +297,7 @@ impl<'a> Ctx<'a> {
     /// still free in its part, headers and rule lines included) and the
     /// whole budget allow. `rule`/`reason` describe an inclusion.
     fn offer(&mut self, raw: Raw<'_>, cap: usize, rule: &str, reason: &str) -> Result<Offer> {
-        let key = verdict_key(&raw.source, raw.text);
+        let key = self.verdict_key(&raw.source, raw.text);
         let verdict = match self.verdicts.get(&key) {
             Some(verdict) => verdict.clone(),
             None => {
@@ -780,14 +786,15 @@ pub(super) fn assemble(
         destination: request.destination,
         budget: request.budget_tokens,
         used: frame,
-        charged: HashSet::new(),
+        charged: HashSet::default(),
         sections: SectionPieces::default(),
         trace: Vec::new(),
-        in_block: HashSet::new(),
+        in_block: HashSet::default(),
         generations: BTreeSet::new(),
         resume_attrs,
-        key_costs: RefCell::new(HashMap::new()),
-        verdicts: HashMap::new(),
+        key_costs: RefCell::new(HashMap::default()),
+        verdicts: HashMap::default(),
+        text_hash: foldhash::quality::RandomState::default(),
         session: &inputs.session,
     };
     // Tiers 3 and 2 draw from these lists; the verdicts are asked ahead.
@@ -994,7 +1001,7 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
         }
         let judged = cx
             .verdicts
-            .contains_key(&verdict_key(&raw.source, raw.text));
+            .contains_key(&cx.verdict_key(&raw.source, raw.text));
         if !judged && line.floor + header(cx) > free(cx) {
             let trace = cx.push_trace(&raw, "briefing.cap", String::new());
             cx.trace[trace].tokens = line.floor;
@@ -1687,7 +1694,7 @@ fn projection(
         Entry(&'v EntryView, f32),
     }
     let mut steps = Vec::new();
-    let mut seen: HashSet<CandidateRef> = HashSet::new();
+    let mut seen: HashSet<CandidateRef> = HashSet::default();
     for cand in found.candidates.iter().take(k) {
         if !seen.insert(cand.target.clone()) {
             continue;
