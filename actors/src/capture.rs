@@ -1101,13 +1101,14 @@ fn build_entries(
             out.push(input);
         }
     }
-    if trigger.is_session_hook() && !has_handoff {
-        if let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User) {
-            let mut input = session_handoff(work_context, trigger, &span.session, last_user);
-            input.id = Some(entry_id(span_at, &[&base[..], &["handoff"]].concat()));
-            input.subject = extraction.mentioned.iter().next().cloned();
-            out.push(input);
-        }
+    if trigger.is_session_hook()
+        && !has_handoff
+        && let Some(last_user) = turns.iter().rev().find(|t| t.role == Role::User)
+    {
+        let mut input = session_handoff(work_context, trigger, &span.session, last_user);
+        input.id = Some(entry_id(span_at, &[&base[..], &["handoff"]].concat()));
+        input.subject = extraction.mentioned.iter().next().cloned();
+        out.push(input);
     }
     Ok(())
 }

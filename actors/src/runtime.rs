@@ -176,11 +176,11 @@ impl Inner {
         let key = (ws.id().to_owned(), work_context.to_owned());
         let now = self.now();
         let mut contexts = self.contexts.lock();
-        if let Some(slot) = contexts.get_mut(&key) {
-            if slot.addr.connected() {
-                slot.last_used = now;
-                return slot.addr.clone();
-            }
+        if let Some(slot) = contexts.get_mut(&key)
+            && slot.addr.connected()
+        {
+            slot.last_used = now;
+            return slot.addr.clone();
         }
         let inner = self.clone();
         let ws = ws.clone();
@@ -219,11 +219,11 @@ impl Inner {
         let key = (ws.id().to_owned(), topic.to_owned());
         let now = self.now();
         let mut watchers = self.watchers.lock();
-        if let Some(slot) = watchers.get_mut(&key) {
-            if slot.addr.connected() {
-                slot.last_used = now;
-                return slot.addr.clone();
-            }
+        if let Some(slot) = watchers.get_mut(&key)
+            && slot.addr.connected()
+        {
+            slot.last_used = now;
+            return slot.addr.clone();
         }
         let inner = self.clone();
         let ws = ws.clone();
@@ -254,11 +254,11 @@ impl Inner {
         let key = (ws.id().to_owned(), session.to_owned());
         let now = self.now();
         let mut sessions = self.sessions.lock();
-        if let Some(slot) = sessions.get_mut(&key) {
-            if slot.addr.connected() {
-                slot.last_used = now;
-                return slot.addr.clone();
-            }
+        if let Some(slot) = sessions.get_mut(&key)
+            && slot.addr.connected()
+        {
+            slot.last_used = now;
+            return slot.addr.clone();
         }
         let inner = self.clone();
         let ws = ws.clone();
@@ -364,11 +364,11 @@ impl Inner {
             if !session.is_main() {
                 continue;
             }
-            if let Some(at) = session.last_turn_at {
-                if focus.last_turn_at.is_none_or(|best| at > best) {
-                    focus.last_turn_at = Some(at);
-                    focus.work_context = Some(session.work_context.clone());
-                }
+            if let Some(at) = session.last_turn_at
+                && focus.last_turn_at.is_none_or(|best| at > best)
+            {
+                focus.last_turn_at = Some(at);
+                focus.work_context = Some(session.work_context.clone());
             }
         }
         Ok(self
@@ -395,10 +395,10 @@ impl Inner {
         if user_spoke {
             entry.work_context = Some(session.work_context.clone());
         }
-        if let Some(at) = session.last_turn_at {
-            if entry.last_turn_at.is_none_or(|t| at > t) {
-                entry.last_turn_at = Some(at);
-            }
+        if let Some(at) = session.last_turn_at
+            && entry.last_turn_at.is_none_or(|t| at > t)
+        {
+            entry.last_turn_at = Some(at);
         }
     }
 }

@@ -223,10 +223,10 @@ fn redact_password(url: &str) -> String {
     if let Some((scheme, rest)) = url.split_once("://") {
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(end);
-        if let Some((userinfo, host)) = authority.rsplit_once('@') {
-            if let Some((user, _)) = userinfo.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}{tail}");
-            }
+        if let Some((userinfo, host)) = authority.rsplit_once('@')
+            && let Some((user, _)) = userinfo.split_once(':')
+        {
+            return format!("{scheme}://{user}:***@{host}{tail}");
         }
         return url.to_owned();
     }

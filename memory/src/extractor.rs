@@ -247,10 +247,10 @@ pub fn parse_reply(reply: &str, from: u64, to: u64) -> Result<Vec<ModelItem>, Ex
             ));
         }
         let subject = e.subject.filter(|s| !s.trim().is_empty());
-        if let Some(s) = &subject {
-            if let Err(err) = validate_slug(s) {
-                return fail(format!("entry {i}: {err}"));
-            }
+        if let Some(s) = &subject
+            && let Err(err) = validate_slug(s)
+        {
+            return fail(format!("entry {i}: {err}"));
         }
         let [a, b] = e.turns;
         if a > b || a < from || b > to {

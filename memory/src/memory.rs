@@ -1247,7 +1247,7 @@ mod log_entries_tests {
     /// Ids of two shapes: short ones, and long ones whose first sixteen
     /// bytes are all the same (a run's key ties, and the ids decide).
     fn id(i: u32) -> String {
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             format!("cap-0123456789abcdef-{i:06}")
         } else {
             format!("e{i:06}")

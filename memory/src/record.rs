@@ -462,13 +462,13 @@ impl Workspace {
             }
             return Ok(existing);
         }
-        if let Some(parent) = &spec.parent {
-            if self.load_session(parent)?.is_none() {
-                return Err(MemoryError::ParentNotFound {
-                    session: spec.id.clone(),
-                    parent: parent.clone(),
-                });
-            }
+        if let Some(parent) = &spec.parent
+            && self.load_session(parent)?.is_none()
+        {
+            return Err(MemoryError::ParentNotFound {
+                session: spec.id.clone(),
+                parent: parent.clone(),
+            });
         }
         let session = Session {
             id: spec.id.clone(),
@@ -719,17 +719,17 @@ impl Workspace {
             let Some((session, _)) = sessions.get_mut(sid) else {
                 continue;
             };
-            if let Some(wc) = &input.work_context {
-                if wc != &session.work_context {
-                    return Err(MemoryError::InBatch {
-                        index,
-                        source: Box::new(MemoryError::WorkContextMismatch {
-                            session: sid.to_owned(),
-                            existing: session.work_context.clone(),
-                            given: wc.clone(),
-                        }),
-                    });
-                }
+            if let Some(wc) = &input.work_context
+                && wc != &session.work_context
+            {
+                return Err(MemoryError::InBatch {
+                    index,
+                    source: Box::new(MemoryError::WorkContextMismatch {
+                        session: sid.to_owned(),
+                        existing: session.work_context.clone(),
+                        given: wc.clone(),
+                    }),
+                });
             }
             // The key and its fingerprint, computed once: looked up, then held.
             let keyed = input
@@ -873,10 +873,10 @@ impl Workspace {
             )?;
             for (turn, value) in &page {
                 let seq = decode_seq(&turn[prefix.len()..])?;
-                if let Some(key) = stored_idempotency_key(turn, value)? {
-                    if !set.holds_exactly(key) {
-                        set.insert(self.heads.keys.fingerprint(key), key, seq);
-                    }
+                if let Some(key) = stored_idempotency_key(turn, value)?
+                    && !set.holds_exactly(key)
+                {
+                    set.insert(self.heads.keys.fingerprint(key), key, seq);
                 }
                 from = seq.saturating_add(1);
             }

@@ -180,11 +180,7 @@ pub(crate) fn negations(tokens: &[String]) -> usize {
 
 /// `text` cut to at most `max` bytes, at a character boundary.
 pub(crate) fn head_bytes(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(max)]
 }
 
 /// Whitespace runs (newlines included) collapsed into single spaces, the

@@ -122,12 +122,12 @@ impl ComponentCache {
             return Ok((component.clone(), CacheOutcome::Memory));
         }
         let path = self.dir.as_ref().map(|dir| self.file(dir, hash));
-        if let Some(path) = &path {
-            if let Some(component) = self.read(engine, path) {
-                self.disk_hits.fetch_add(1, Ordering::Relaxed);
-                self.remember(*hash, component.clone());
-                return Ok((component, CacheOutcome::Disk));
-            }
+        if let Some(path) = &path
+            && let Some(component) = self.read(engine, path)
+        {
+            self.disk_hits.fetch_add(1, Ordering::Relaxed);
+            self.remember(*hash, component.clone());
+            return Ok((component, CacheOutcome::Disk));
         }
         let component = Component::new(engine, wasm).map_err(|err| PolicyError::Compile {
             plugin: plugin.to_owned(),
@@ -144,10 +144,11 @@ impl ComponentCache {
     /// Keeps `component` in memory, evicting another past the bound.
     fn remember(&self, hash: blake3::Hash, component: Component) {
         let mut memory = self.memory.lock();
-        if memory.len() >= MAX_IN_MEMORY && !memory.contains_key(&hash) {
-            if let Some(evict) = memory.keys().next().copied() {
-                memory.remove(&evict);
-            }
+        if memory.len() >= MAX_IN_MEMORY
+            && !memory.contains_key(&hash)
+            && let Some(evict) = memory.keys().next().copied()
+        {
+            memory.remove(&evict);
         }
         memory.insert(hash, component);
     }

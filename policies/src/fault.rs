@@ -82,11 +82,7 @@ impl fmt::Display for Fault {
 /// Keeps fault messages bounded: a guest controls part of them.
 fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
+        s.truncate(s.floor_char_boundary(max));
         s.push('…');
     }
     s

@@ -353,17 +353,17 @@ impl EmbeddingConfig {
         if self.model_dir.is_empty() || self.ort_dylib.is_empty() {
             self.origin.cache_dir = Some(cache.to_owned());
         }
-        if self.model_dir.is_empty() {
-            if let Some(dir) = find_model_dir(cache) {
-                self.model_dir = dir.to_string_lossy().into_owned();
-                self.origin.model_dir = PathOrigin::Discovered;
-            }
+        if self.model_dir.is_empty()
+            && let Some(dir) = find_model_dir(cache)
+        {
+            self.model_dir = dir.to_string_lossy().into_owned();
+            self.origin.model_dir = PathOrigin::Discovered;
         }
-        if self.ort_dylib.is_empty() {
-            if let Some(lib) = find_ort_dylib(cache) {
-                self.ort_dylib = lib.to_string_lossy().into_owned();
-                self.origin.ort_dylib = PathOrigin::Discovered;
-            }
+        if self.ort_dylib.is_empty()
+            && let Some(lib) = find_ort_dylib(cache)
+        {
+            self.ort_dylib = lib.to_string_lossy().into_owned();
+            self.origin.ort_dylib = PathOrigin::Discovered;
         }
     }
 
@@ -528,13 +528,13 @@ impl CairnConfig {
                 self.memory.cache_mb
             )));
         }
-        if let Some(e) = &self.assemble.settings.encoding {
-            if !cairn_memory::tokens::ENCODINGS.contains(&e.as_str()) {
-                return Err(CairnError::Config(format!(
-                    "assemble.settings.encoding {e:?} is unknown; use one of {}",
-                    cairn_memory::tokens::ENCODINGS.join(", ")
-                )));
-            }
+        if let Some(e) = &self.assemble.settings.encoding
+            && !cairn_memory::tokens::ENCODINGS.contains(&e.as_str())
+        {
+            return Err(CairnError::Config(format!(
+                "assemble.settings.encoding {e:?} is unknown; use one of {}",
+                cairn_memory::tokens::ENCODINGS.join(", ")
+            )));
         }
         self.server.validate()?;
         if let Err(e) = self.assemble.settings.validate() {

@@ -331,12 +331,12 @@ impl DecisionLog {
     /// writes a log of its own: one writer per log, as on one node).
     fn logs(&self) -> Result<Vec<Arc<dyn WorkspaceStore>>> {
         let mut logs = vec![self.inner.store.clone()];
-        if let Some(memory) = &self.inner.cluster {
-            if let Some(leases) = memory.leases() {
-                let nodes = leases.nodes().map_err(cairn_memory::MemoryError::from)?;
-                for node in nodes.iter().filter(|n| n.node != leases.node()) {
-                    logs.push(memory.system(&namespace_of(Some(&node.node)))?);
-                }
+        if let Some(memory) = &self.inner.cluster
+            && let Some(leases) = memory.leases()
+        {
+            let nodes = leases.nodes().map_err(cairn_memory::MemoryError::from)?;
+            for node in nodes.iter().filter(|n| n.node != leases.node()) {
+                logs.push(memory.system(&namespace_of(Some(&node.node)))?);
             }
         }
         Ok(logs)
@@ -565,10 +565,8 @@ impl Writer {
                 std::thread::sleep(gather);
             }
         }
-        if unsynced {
-            if let Err(error) = self.memory.sync() {
-                tracing::error!(%error, "decision log: final sync failed");
-            }
+        if unsynced && let Err(error) = self.memory.sync() {
+            tracing::error!(%error, "decision log: final sync failed");
         }
     }
 

@@ -321,14 +321,14 @@ fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
             }
         },
     };
-    if let (Some(since), Some(until)) = (request.since, request.until) {
-        if until <= since {
-            return Err(MemoryError::Invalid {
-                what: "time range",
-                reason: format!("until ({until}) is not after since ({since})"),
-            }
-            .into());
+    if let (Some(since), Some(until)) = (request.since, request.until)
+        && until <= since
+    {
+        return Err(MemoryError::Invalid {
+            what: "time range",
+            reason: format!("until ({until}) is not after since ({since})"),
         }
+        .into());
     }
     Ok(SearchFilters {
         source,
@@ -486,13 +486,13 @@ impl Cairn {
         grant_all: bool,
         session: &str,
     ) -> Result<()> {
-        if let Some(allowed) = self.allowed_sessions(ws, asking, grant_all)? {
-            if !allowed.contains(session) {
-                return Err(CairnError::Denied(format!(
-                    "session {:?} may read only its own lineage; {session:?} is outside it (grant_all lifts this)",
-                    asking.unwrap_or_default()
-                )));
-            }
+        if let Some(allowed) = self.allowed_sessions(ws, asking, grant_all)?
+            && !allowed.contains(session)
+        {
+            return Err(CairnError::Denied(format!(
+                "session {:?} may read only its own lineage; {session:?} is outside it (grant_all lifts this)",
+                asking.unwrap_or_default()
+            )));
         }
         Ok(())
     }
@@ -548,12 +548,12 @@ impl Cairn {
             .sessions
             .as_ref()
             .map(|s| s.iter().cloned().collect());
-        if let (Some(l), Some(w)) = (&lineage, &wanted) {
-            if let Some(outside) = w.iter().find(|s| !l.contains(*s)) {
-                return Err(CairnError::Denied(format!(
-                    "session {outside:?} is outside the asking session's lineage"
-                )));
-            }
+        if let (Some(l), Some(w)) = (&lineage, &wanted)
+            && let Some(outside) = w.iter().find(|s| !l.contains(*s))
+        {
+            return Err(CairnError::Denied(format!(
+                "session {outside:?} is outside the asking session's lineage"
+            )));
         }
         let reader = ReadAs {
             asking: request.session.as_deref(),
@@ -951,10 +951,10 @@ impl Cairn {
         let ws = self.memory().existing_workspace(workspace)?;
         let mut view = ws.entry(id)?;
         let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
-        if let Some(allowed) = &lineage {
-            if !in_lineage(allowed, &view.entry) {
-                return Err(outside_lineage(reader.asking, &view.entry.id));
-            }
+        if let Some(allowed) = &lineage
+            && !in_lineage(allowed, &view.entry)
+        {
+            return Err(outside_lineage(reader.asking, &view.entry.id));
         }
         let judge = self.read_judge(&ws, reader, surface, lineage)?;
         judge
@@ -976,10 +976,10 @@ impl Cairn {
         let ws = self.memory().existing_workspace(workspace)?;
         let chain = ws.history(id)?;
         let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
-        if let Some(allowed) = &lineage {
-            if let Some(outside) = chain.iter().find(|v| !in_lineage(allowed, &v.entry)) {
-                return Err(outside_lineage(reader.asking, &outside.entry.id));
-            }
+        if let Some(allowed) = &lineage
+            && let Some(outside) = chain.iter().find(|v| !in_lineage(allowed, &v.entry))
+        {
+            return Err(outside_lineage(reader.asking, &outside.entry.id));
         }
         let judge = self.read_judge(&ws, reader, "history", lineage)?;
         Ok(chain

@@ -117,13 +117,13 @@ pub(crate) async fn route_requests(
         _ => {
             let mut res = next.call(req).await?.map_into_boxed_body();
             let node = &cairn.config().storage.cluster.node;
-            if let Ok(value) = actix_web::http::header::HeaderValue::from_str(node) {
-                if !node.is_empty() {
-                    res.headers_mut().insert(
-                        actix_web::http::header::HeaderName::from_static(SERVED_BY),
-                        value,
-                    );
-                }
+            if let Ok(value) = actix_web::http::header::HeaderValue::from_str(node)
+                && !node.is_empty()
+            {
+                res.headers_mut().insert(
+                    actix_web::http::header::HeaderName::from_static(SERVED_BY),
+                    value,
+                );
             }
             Ok(res)
         }

@@ -414,10 +414,10 @@ impl Http {
         for (i, base) in bases.iter().enumerate() {
             // A cluster node says its id; a lone server answers
             // `{"clustered": false}` (an older one, 404): no affinity then.
-            if let Ok(status) = Http::answer(agent.get(format!("{base}/v1/cluster")).call()) {
-                if let Some(node) = status["node"].as_str() {
-                    node_ids.insert(node.to_owned(), i);
-                }
+            if let Ok(status) = Http::answer(agent.get(format!("{base}/v1/cluster")).call())
+                && let Some(node) = status["node"].as_str()
+            {
+                node_ids.insert(node.to_owned(), i);
             }
         }
         let http = Http {

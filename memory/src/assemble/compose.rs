@@ -605,14 +605,14 @@ fn read_inputs<'r, 'w>(
             });
         }
     }
-    if let Some(q) = &request.query {
-        if q.len() > limit {
-            return Err(MemoryError::TooLarge {
-                what: "query",
-                bytes: q.len(),
-                limit,
-            });
-        }
+    if let Some(q) = &request.query
+        && q.len() > limit
+    {
+        return Err(MemoryError::TooLarge {
+            what: "query",
+            bytes: q.len(),
+            limit,
+        });
     }
     let counter = match &settings.encoding {
         Some(e) => TokenCounter::new(e)?,
@@ -649,10 +649,10 @@ fn read_inputs<'r, 'w>(
                 Err(e) => return Err(e),
             },
         };
-        if let Some(v) = current {
-            if !pinned.iter().any(|p| p.entry.id == v.entry.id) {
-                pinned.push(v);
-            }
+        if let Some(v) = current
+            && !pinned.iter().any(|p| p.entry.id == v.entry.id)
+        {
+            pinned.push(v);
         }
     }
     let inputs = Inputs {

@@ -321,10 +321,10 @@ impl Card {
             }
             self.handoff = Some(o);
         }
-        if let Some(part) = ResumePart::of(kind) {
-            if self.lines.iter().filter(|(p, _)| *p == part).count() < part.max() {
-                self.lines.push((part, o));
-            }
+        if let Some(part) = ResumePart::of(kind)
+            && self.lines.iter().filter(|(p, _)| *p == part).count() < part.max()
+        {
+            self.lines.push((part, o));
         }
     }
 

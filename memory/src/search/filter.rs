@@ -189,10 +189,10 @@ impl SearchFilters {
             DocSource::Turn => Some(session),
             DocSource::Entry => a.origin_session(),
         };
-        if let Some(allowed) = sessions {
-            if !origin.is_some_and(|s| allowed.contains(s)) {
-                return false;
-            }
+        if let Some(allowed) = sessions
+            && !origin.is_some_and(|s| allowed.contains(s))
+        {
+            return false;
         }
         if self.source.is_some_and(|s| s != a.source)
             || self.kind.is_some_and(|k| a.kind != Some(k))
@@ -200,15 +200,15 @@ impl SearchFilters {
         {
             return false;
         }
-        if let Some(wc) = &self.work_context {
-            if a.work_context.as_deref() != Some(wc.as_str()) {
-                return false;
-            }
+        if let Some(wc) = &self.work_context
+            && a.work_context.as_deref() != Some(wc.as_str())
+        {
+            return false;
         }
-        if let Some(s) = &self.session {
-            if origin != Some(s.as_str()) {
-                return false;
-            }
+        if let Some(s) = &self.session
+            && origin != Some(s.as_str())
+        {
+            return false;
         }
         if let Some(subject) = &self.subject {
             match &a.subject {
@@ -216,15 +216,15 @@ impl SearchFilters {
                 _ => return false,
             }
         }
-        if let Some(since) = self.since {
-            if a.timestamp.is_none_or(|t| t < since) {
-                return false;
-            }
+        if let Some(since) = self.since
+            && a.timestamp.is_none_or(|t| t < since)
+        {
+            return false;
         }
-        if let Some(until) = self.until {
-            if a.timestamp.is_none_or(|t| t >= until) {
-                return false;
-            }
+        if let Some(until) = self.until
+            && a.timestamp.is_none_or(|t| t >= until)
+        {
+            return false;
         }
         true
     }

@@ -593,15 +593,15 @@ impl SearchIndex {
             if let Some(s) = self.sessions.get_mut(&meta.session) {
                 s.remove(&meta.pos);
             }
-            if let Some(p) = &meta.attrs.provenance {
-                if let Some(e) = self.derived.get_mut(p.session.as_str()) {
-                    e.remove(&n);
-                }
+            if let Some(p) = &meta.attrs.provenance
+                && let Some(e) = self.derived.get_mut(p.session.as_str())
+            {
+                e.remove(&n);
             }
-            if let Some(k) = &meta.speaker_key {
-                if let Some(c) = self.speakers.get_mut(k) {
-                    *c = c.saturating_sub(1);
-                }
+            if let Some(k) = &meta.speaker_key
+                && let Some(c) = self.speakers.get_mut(k)
+            {
+                *c = c.saturating_sub(1);
             }
             if meta.attrs.decay_at.is_some() {
                 self.decaying = self.decaying.saturating_sub(1);
@@ -891,12 +891,11 @@ impl SearchIndex {
                 if drop_archived && self.is_archived(m) {
                     return false;
                 }
-                if drop_expired {
-                    if let (Some(at), Some(now)) = (m.attrs.decay_at, o.now) {
-                        if at <= now {
-                            return false;
-                        }
-                    }
+                if drop_expired
+                    && let (Some(at), Some(now)) = (m.attrs.decay_at, o.now)
+                    && at <= now
+                {
+                    return false;
                 }
                 f.admits(&m.session, &m.attrs, o.sessions.as_ref())
             })

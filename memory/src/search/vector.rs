@@ -65,10 +65,10 @@ impl VectorIndex {
 
     /// Hides a document from searches and drops its vector.
     pub(crate) fn delete(&mut self, doc: usize) {
-        if let Some(slot) = self.vectors.get_mut(doc) {
-            if slot.take().is_some() {
-                self.deleted.insert(doc);
-            }
+        if let Some(slot) = self.vectors.get_mut(doc)
+            && slot.take().is_some()
+        {
+            self.deleted.insert(doc);
         }
     }
 

@@ -429,10 +429,11 @@ fn at_word(w: &[Word], i: usize, at: DateTime<Utc>) -> Option<Found> {
             return NaiveDate::from_ymd_opt(y, m, d).map(|x| (len, x, Granularity::Day));
         }
     }
-    if let Some(y) = year_of(first) {
-        if i > 0 && PREPOSITIONS.contains(&w[i - 1].text.as_str()) {
-            return Some((1, NaiveDate::from_ymd_opt(y, 1, 1)?, Granularity::Year));
-        }
+    if let Some(y) = year_of(first)
+        && i > 0
+        && PREPOSITIONS.contains(&w[i - 1].text.as_str())
+    {
+        return Some((1, NaiveDate::from_ymd_opt(y, 1, 1)?, Granularity::Year));
     }
     None
 }

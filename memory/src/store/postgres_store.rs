@@ -549,10 +549,10 @@ impl Store for PostgresStore {
             let op = "drop workspace";
             let mut client = pool.get().await.map_err(|e| pool_error(op, e))?;
             let tx = client.transaction().await.map_err(|e| classify(op, e))?;
-            if let Some((node, token)) = &check {
-                if !leases::holds(&tx, &name, node, *token).await? {
-                    return Ok(None);
-                }
+            if let Some((node, token)) = &check
+                && !leases::holds(&tx, &name, node, *token).await?
+            {
+                return Ok(None);
             }
             let removed = tx
                 .execute(
@@ -858,11 +858,10 @@ impl WorkspaceStore for PostgresSpace {
             // The fence first: the lease row stays share-locked until the
             // commit, so a take-over (which bumps the token) waits for this
             // transaction, and a write after it finds the token changed.
-            if let Some((node, token)) = &check {
-                if !leases::holds(&tx, &space, node, *token).await? {
+            if let Some((node, token)) = &check
+                && !leases::holds(&tx, &space, node, *token).await? {
                     return Ok(false);
                 }
-            }
             if !del_keys.is_empty() {
                 let statement = tx
                     .prepare_cached(
