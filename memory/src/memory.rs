@@ -116,6 +116,12 @@ pub(crate) struct LogCache {
     /// (bumped by a write to a definition).
     topic_epoch: std::sync::atomic::AtomicU64,
     topics: Mutex<Option<(u64, Arc<Vec<crate::topics::Topic>>)>>,
+    /// The sessions that have a compaction view, on the same scheme with
+    /// their own epoch (bumped by a write to a view): an assembly asks for
+    /// its session's view on every call, and most sessions have none, so
+    /// the answer "none" costs no store read.
+    view_epoch: std::sync::atomic::AtomicU64,
+    compacted: Mutex<Option<(u64, Arc<foldhash::HashSet<String>>)>>,
 }
 
 #[derive(Debug)]
@@ -670,6 +676,7 @@ impl LogCache {
     pub(crate) fn bump(&self) {
         self.changed(None);
         self.bump_topics();
+        self.bump_views();
     }
 
     /// After a write to the log: the snapshot is patched with `patch` when
@@ -700,17 +707,46 @@ impl LogCache {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         *self.topics.lock() = None;
     }
+
+    pub(crate) fn bump_views(&self) {
+        self.view_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        *self.compacted.lock() = None;
+    }
 }
 
-/// Whether a write batch changes a topic definition.
-fn touches_topics(batch: &WriteBatch) -> bool {
-    let definitions = crate::store::TopicFamily::Definition.prefix();
+/// The value in `slot` while `epoch` has not moved since it was made, else
+/// `make`'s, kept only when no write moved the epoch meanwhile (a write
+/// bumps the epoch after it is applied, so a value made from a read that
+/// raced it is used once and not kept).
+fn epoch_cached<T>(
+    epoch: &std::sync::atomic::AtomicU64,
+    slot: &Mutex<Option<(u64, Arc<T>)>>,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<Arc<T>> {
+    let at = epoch.load(std::sync::atomic::Ordering::Acquire);
+    if let Some((held, value)) = slot.lock().as_ref()
+        && *held == at
+    {
+        return Ok(value.clone());
+    }
+    let value = Arc::new(make()?);
+    let mut held = slot.lock();
+    if epoch.load(std::sync::atomic::Ordering::Acquire) == at {
+        *held = Some((at, value.clone()));
+    }
+    Ok(value)
+}
+
+/// Whether a write batch puts or deletes a key of `in_collection` starting
+/// with `prefix` (a topic definition, a compaction view).
+fn touches(batch: &WriteBatch, in_collection: Collection, prefix: &[u8]) -> bool {
     batch.ops().iter().any(|op| {
         let (WriteOp::Put {
             collection, key, ..
         }
         | WriteOp::Delete { collection, key }) = op;
-        *collection == Collection::Topics && key.starts_with(definitions)
+        *collection == in_collection && key.starts_with(prefix)
     })
 }
 
@@ -1018,7 +1054,16 @@ impl Workspace {
     /// cache sees every change to the log.
     pub(crate) fn apply(&self, batch: WriteBatch) -> Result<()> {
         let log = LogChange::of(&batch);
-        let topics = touches_topics(&batch);
+        let topics = touches(
+            &batch,
+            Collection::Topics,
+            crate::store::TopicFamily::Definition.prefix(),
+        );
+        let views = touches(
+            &batch,
+            Collection::State,
+            StateFamily::CompactionView.prefix(),
+        );
         let sessions = crate::record::sessions_touched(&batch);
         let watched = self.shared.watchers.changes_of(&batch, &sessions.heads);
         let applied = self.store.apply(batch);
@@ -1034,12 +1079,15 @@ impl Workspace {
         }
         if let Err(error) = applied {
             // What a failed apply left is unknown: read everything again.
-            if !matches!(log, LogChange::Unchanged) || topics {
+            if !matches!(log, LogChange::Unchanged) || topics || views {
                 self.shared.log_cache(&self.id).bump();
             }
             return Err(error.into());
         }
         let cache = || self.shared.log_cache(&self.id);
+        if views {
+            cache().bump_views();
+        }
         match &log {
             LogChange::Unchanged => {}
             LogChange::Adds(patch) => cache().changed(Some((patch, &self.shared.names))),
@@ -1055,18 +1103,27 @@ impl Workspace {
     /// touched one since they were read (assembly asks on every call).
     pub(crate) fn topic_list(&self) -> Result<Arc<Vec<crate::topics::Topic>>> {
         let cache = self.shared.log_cache(&self.id);
-        let epoch = cache.topic_epoch.load(std::sync::atomic::Ordering::Acquire);
-        if let Some((at, topics)) = cache.topics.lock().as_ref()
-            && *at == epoch
-        {
-            return Ok(topics.clone());
-        }
-        let topics = Arc::new(self.topics()?);
-        let mut slot = cache.topics.lock();
-        if cache.topic_epoch.load(std::sync::atomic::Ordering::Acquire) == epoch {
-            *slot = Some((epoch, topics.clone()));
-        }
-        Ok(topics)
+        epoch_cached(&cache.topic_epoch, &cache.topics, || self.topics())
+    }
+
+    /// Whether `session` has a compaction view: from the cached set of the
+    /// sessions that have one while no write touched a view since it was
+    /// read, else from one scan of the views (and cached).
+    pub(crate) fn has_compaction_view(&self, session: &str) -> Result<bool> {
+        let cache = self.shared.log_cache(&self.id);
+        let sessions = epoch_cached(&cache.view_epoch, &cache.compacted, || {
+            let views = self
+                .store
+                .scan_prefix(Collection::State, StateFamily::CompactionView.prefix())?;
+            Ok(views
+                .into_iter()
+                .filter_map(|(key, _)| match StateKey::decode(&key) {
+                    Some(StateKey::CompactionView { session }) => Some(session),
+                    _ => None,
+                })
+                .collect())
+        })?;
+        Ok(sessions.contains(session))
     }
 
     /// The cached memory log, if no write touched the log since it was

@@ -512,6 +512,9 @@ impl Workspace {
     /// The session's compaction view; `None` before its first pass.
     pub fn compaction_view(&self, session: &str) -> Result<Option<CompactionView>> {
         validate_id("session id", session)?;
+        if !self.has_compaction_view(session)? {
+            return Ok(None);
+        }
         let key = StateKey::CompactionView {
             session: session.to_owned(),
         };

@@ -202,6 +202,40 @@ fn a_second_pass_without_new_turns_changes_nothing() {
     assert_eq!(second.tokens_after, second.tokens_before);
 }
 
+/// The views are known without a store read while no write touched one
+/// (`Workspace::has_compaction_view`): a pass through one handle and a
+/// forget through it are seen at once through another handle that had
+/// cached "no view".
+#[test]
+fn a_view_written_or_forgotten_is_seen_through_every_handle() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let memory = crate::testing::memory(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))
+        .expect("open");
+    let (writer, reader) = (
+        memory.workspace("w").expect("workspace"),
+        memory.workspace("w").expect("workspace"),
+    );
+    append(&writer, "s", &cycle(60, 3, 20));
+    append(&writer, "t", &cycle(60, 3, 20));
+    assert_eq!(reader.compaction_view("s").expect("view"), None);
+    assert!(
+        writer
+            .compact("s", &loose(), &Extractive)
+            .expect("compact")
+            .changed
+    );
+    let view = reader
+        .compaction_view("s")
+        .expect("view")
+        .expect("compacted");
+    assert_eq!(Some(view), writer.compaction_view("s").expect("view"));
+    assert_eq!(reader.compaction_view("t").expect("view"), None);
+    writer
+        .forget(&crate::ForgetTarget::Session("s".to_owned()), "test")
+        .expect("forget");
+    assert_eq!(reader.compaction_view("s").expect("view"), None);
+}
+
 #[test]
 fn a_tight_budget_builds_levels_and_fits() {
     let (_dir, ws) = open();
