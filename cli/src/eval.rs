@@ -212,6 +212,9 @@ impl Tuning {
             }
             "list_cap" => r.list_cap = count()?,
             "concept" => r.concept = weight()?,
+            "feedback" => r.feedback = weight()?,
+            "feedback_seeds" => r.feedback_seeds = count()?,
+            "list_feedback" => r.list_feedback = Some(weight()?),
             "list_decay" => r.list_decay = decay()?,
             "list_smoothing" => r.list_smoothing = Some(float()?),
             "list_session_boost" => r.list_session_boost = Some(float()?),
@@ -882,5 +885,17 @@ mod time_tests {
         assert!(t.set("concept=NaN").is_err());
         t.set("concept=1").unwrap();
         assert_eq!(t.recipe.concept, 1.0);
+        assert!(t.set("feedback=-0.3").is_err());
+        t.set("feedback=0.3").unwrap();
+        t.set("feedback_seeds=3").unwrap();
+        t.set("list_feedback=1").unwrap();
+        assert_eq!(
+            (
+                t.recipe.feedback,
+                t.recipe.feedback_seeds,
+                t.recipe.list_feedback
+            ),
+            (0.3, 3, Some(1.0))
+        );
     }
 }

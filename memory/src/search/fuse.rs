@@ -85,6 +85,20 @@ pub struct RecipeParams {
     /// to each candidate's with this weight and its nearest neighbours join
     /// the candidates.
     pub concept: f32,
+    /// Weight of the first pass's feedback vector (pseudo-relevance
+    /// feedback): the mean direction of the best
+    /// [`RecipeParams::feedback_seeds`] hits of a first fused ranking,
+    /// whose nearest documents join the candidates and whose cosine, times
+    /// this weight, is added to each candidate's before the recipe ranks
+    /// again (0: off, the default). The evidence of a question that asks
+    /// for several things is often alike (the same person's outings), so
+    /// the first pieces found point at the rest.
+    pub feedback: f32,
+    /// How many of the first pass's best hits make the feedback vector.
+    pub feedback_seeds: usize,
+    /// For a question that asks for several things, the
+    /// [`RecipeParams::feedback`] used instead (`None`: the general one).
+    pub list_feedback: Option<f32>,
 }
 
 impl RecipeParams {
@@ -95,7 +109,8 @@ impl RecipeParams {
             || self.concept > 0.0
             || self.list_decay < 1.0
             || self.list_smoothing.is_some()
-            || self.list_session_boost.is_some();
+            || self.list_session_boost.is_some()
+            || self.list_feedback.is_some();
         if !lists || !super::asks_many(query) {
             return *self;
         }
@@ -108,6 +123,7 @@ impl RecipeParams {
             session_decay: self.session_decay.min(self.list_decay),
             smoothing: self.list_smoothing.unwrap_or(self.smoothing),
             session_boost: self.list_session_boost.unwrap_or(self.session_boost),
+            feedback: self.list_feedback.unwrap_or(self.feedback),
             ..*self
         }
     }
@@ -141,6 +157,9 @@ impl Default for RecipeParams {
             list_smoothing: None,
             list_session_boost: None,
             concept: 0.0,
+            feedback: 0.0,
+            feedback_seeds: 5,
+            list_feedback: None,
         }
     }
 }

@@ -714,19 +714,36 @@ impl SearchIndex {
                     }
                 }
                 Fusion::Recipe(p) => {
-                    let concept = match concept_vector {
-                        Some(c) if p.concept > 0.0 => {
-                            let near = self.vector.search(
-                                c,
-                                n,
-                                options.graph_breadth,
-                                allowed.as_ref().map(|a| a.as_slice()),
-                            );
-                            Some((c, near))
-                        }
-                        _ => None,
+                    let near = |v: &[f32]| {
+                        self.vector.search(
+                            v,
+                            n,
+                            options.graph_breadth,
+                            allowed.as_ref().map(|a| a.as_slice()),
+                        )
                     };
-                    scored = self.recipe(query, query_vector, &lexical, &dense, concept, &p);
+                    let mut extra: Vec<Extra<'_>> = Vec::new();
+                    if let Some(c) = concept_vector
+                        && p.concept > 0.0
+                    {
+                        extra.push(Extra {
+                            vector: c.into(),
+                            near: near(c),
+                            weight: p.concept,
+                        });
+                    }
+                    scored = self.recipe(query, query_vector, &lexical, &dense, &extra, &p);
+                    if p.feedback > 0.0
+                        && let Some(f) = self.feedback_vector(&scored, allowed.as_deref(), &p)
+                    {
+                        let near = near(&f);
+                        extra.push(Extra {
+                            vector: f.into(),
+                            near,
+                            weight: p.feedback,
+                        });
+                        scored = self.recipe(query, query_vector, &lexical, &dense, &extra, &p);
+                    }
                     if p.follow > 0.0 {
                         self.follow(query, &mut scored, n, allowed.clone(), &p)?;
                     }
@@ -947,14 +964,14 @@ impl SearchIndex {
         query_vector: Option<&[f32]>,
         lexical: &[(u64, f32)],
         dense: &[(usize, f32)],
-        concept: Option<Concept<'_>>,
+        extra: &[Extra<'_>],
         p: &RecipeParams,
     ) -> HashMap<usize, f32> {
         // Candidates: both top lists plus their neighbours.
         let mut cands: HashSet<usize> = lexical.iter().map(|&(d, _)| d as usize).collect();
         cands.extend(dense.iter().map(|&(d, _)| d));
-        if let Some((_, near)) = &concept {
-            cands.extend(near.iter().map(|&(d, _)| d));
+        for e in extra {
+            cands.extend(e.near.iter().map(|&(d, _)| d));
         }
         let seeds: Vec<usize> = cands.iter().copied().collect();
         for d in seeds {
@@ -975,8 +992,10 @@ impl SearchIndex {
                     let best = vs.iter().map(|v| cosine(q, v)).fold(c, f32::max);
                     c += p.sentence_sim * (best - c);
                 }
-                if let (Some((cv, _)), Some(v)) = (&concept, self.vector.vector(d)) {
-                    c += p.concept * cosine(cv, v).max(0.0);
+                if let Some(v) = self.vector.vector(d) {
+                    for e in extra {
+                        c += e.weight * cosine(&e.vector, v).max(0.0);
+                    }
                 }
                 (d, c)
             })
@@ -1143,6 +1162,45 @@ impl SearchIndex {
     /// The bounded second pass (one extra BM25 query): the rarest words of
     /// the best first-pass hits that the question lacks are added to its
     /// words, and what that query finds is added to the scores.
+    /// The mean direction of the first pass's best `feedback_seeds` hits
+    /// that have a vector (pseudo-relevance feedback), unit length; `None`
+    /// when none has one.
+    fn feedback_vector(
+        &self,
+        scored: &HashMap<usize, f32>,
+        allowed: Option<&Vec<bool>>,
+        p: &RecipeParams,
+    ) -> Option<Vec<f32>> {
+        let mut best: Vec<(usize, f32)> = scored
+            .iter()
+            .filter(|(d, _)| allowed.is_none_or(|a| a.get(**d).copied().unwrap_or(false)))
+            .map(|(&d, &s)| (d, s))
+            .collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut sum: Option<Vec<f32>> = None;
+        for v in best
+            .iter()
+            .filter_map(|&(d, _)| self.vector.vector(d))
+            .take(p.feedback_seeds)
+        {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm == 0.0 {
+                continue;
+            }
+            let acc = sum.get_or_insert_with(|| vec![0.0; v.len()]);
+            for (a, x) in acc.iter_mut().zip(v) {
+                *a += x / norm;
+            }
+        }
+        let mut f = sum?;
+        let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm == 0.0 {
+            return None;
+        }
+        f.iter_mut().for_each(|x| *x /= norm);
+        Some(f)
+    }
+
     fn follow(
         &self,
         query: &str,
@@ -1300,9 +1358,15 @@ fn sentences(text: &str) -> Vec<&str> {
     out
 }
 
-/// A list question's second query vector and its nearest documents
-/// ([`RecipeParams::concept`]).
-type Concept<'a> = (&'a [f32], Vec<(usize, f32)>);
+/// A further query vector the recipe scores with: its nearest documents
+/// join the candidates and its cosine, times `weight`, is added to each
+/// candidate's (a list question's concept vector, [`RecipeParams::concept`];
+/// the first pass's feedback vector, [`RecipeParams::feedback`]).
+struct Extra<'a> {
+    vector: std::borrow::Cow<'a, [f32]>,
+    near: Vec<(usize, f32)>,
+    weight: f32,
+}
 
 #[cfg(test)]
 mod concept_tests {

@@ -829,3 +829,41 @@ fn the_concept_vector_applies_to_list_questions_only() {
     let many = "What instruments does Ana play?";
     assert_ne!(scores(many, 0.0), scores(many, 1.0));
 }
+
+/// The feedback vector (`RecipeParams::feedback`) is made of the first
+/// pass's best hits and changes the scores when on; off, the scores are the
+/// recipe's own.
+#[test]
+fn the_feedback_vector_rescores_only_when_on() {
+    let d = vec![
+        SearchDoc::new("a", "s1", 0, "Ana took the kids swimming at the lake.").with_speaker("Ana"),
+        SearchDoc::new(
+            "b",
+            "s2",
+            0,
+            "The children splashed around in the pool all afternoon.",
+        )
+        .with_speaker("Ana"),
+        SearchDoc::new(
+            "c",
+            "s3",
+            0,
+            "My tax forms are due at the end of the month.",
+        )
+        .with_speaker("Ana"),
+    ];
+    let mut index = SearchIndex::new(Some(model())).unwrap();
+    index.add(&d).unwrap();
+    let scores = |p: RecipeParams| -> Vec<(String, f32)> {
+        let o = SearchOptions::new(3).fusion(Fusion::Recipe(p));
+        let hits = index.search("Did Ana go swimming?", &o).unwrap().hits;
+        hits.into_iter().map(|h| (h.id, h.score)).collect()
+    };
+    let with = |feedback: f32| RecipeParams {
+        feedback,
+        feedback_seeds: 1,
+        ..RecipeParams::default()
+    };
+    assert_eq!(scores(with(0.0)), scores(RecipeParams::default()));
+    assert_ne!(scores(with(1.0)), scores(with(0.0)));
+}
