@@ -419,8 +419,16 @@ fn line_of(
     let content = render::shown(raw.text, fidelity, &raw.source);
     let fid = render::fidelity_label(fidelity);
     let mut cuts = [0; 3];
+    // Sized once: `format!` guesses from its literal pieces and grows a long
+    // turn's line by doubling, a copy per step.
+    let mut line = String::with_capacity(
+        content.len() + raw.role.len() + raw.support.len() + raw.prefix.len() + 64,
+    );
     let text = match (&raw.source, raw.section) {
-        (ItemSource::Directive { .. }, _) => format!("- {content}\n"),
+        (ItemSource::Directive { .. }, _) => {
+            let _ = writeln!(line, "- {content}");
+            line
+        }
         (ItemSource::Turn { seq, .. }, Section::Tail) => {
             let low = if warrant == Warrant::LowTrust {
                 "; low_trust"
@@ -428,13 +436,15 @@ fn line_of(
                 ""
             };
             if low.is_empty() && fid.is_empty() {
-                format!("[{seq}] {}: {content}\n", raw.role)
+                let _ = writeln!(line, "[{seq}] {}: {content}", raw.role);
             } else {
-                format!(
-                    "[{seq}] {} ({}{low}{fid}): {content}\n",
+                let _ = writeln!(
+                    line,
+                    "[{seq}] {} ({}{low}{fid}): {content}",
                     raw.role, raw.support
-                )
+                );
             }
+            line
         }
         (
             _,
@@ -444,12 +454,13 @@ fn line_of(
             | Section::Briefing
             | Section::Handoff,
         ) => {
-            let label = if fid.is_empty() && warrant != Warrant::LowTrust {
-                String::new()
-            } else {
-                format!("({}{fid}) ", warrant.as_str())
-            };
-            format!("{}{label}{content}\n", raw.prefix)
+            line.push_str(&raw.prefix);
+            if !fid.is_empty() || warrant == Warrant::LowTrust {
+                let _ = write!(line, "({}{fid}) ", warrant.as_str());
+            }
+            line.push_str(&content);
+            line.push('\n');
+            line
         }
         _ => {
             let freshness = if freshness.is_empty() {
@@ -457,7 +468,6 @@ fn line_of(
             } else {
                 freshness
             };
-            let mut line = String::with_capacity(content.len() + raw.support.len() + 64);
             let _ = write!(
                 line,
                 "- ({}; {}; {};",
@@ -486,8 +496,14 @@ fn line_of(
 
 fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -> Raw<'t> {
     let support = match &v.entry.provenance {
-        Some(p) if p.from_seq == p.to_seq => format!("{}:{}", p.session, p.from_seq),
-        Some(p) => format!("{}:{}-{}", p.session, p.from_seq, p.to_seq),
+        Some(p) => {
+            let mut s = String::with_capacity(p.session.len() + 42);
+            let _ = write!(s, "{}:{}", p.session, p.from_seq);
+            if p.from_seq != p.to_seq {
+                let _ = write!(s, "-{}", p.to_seq);
+            }
+            s
+        }
         None => "no source turns".to_owned(),
     };
     Raw {
@@ -515,10 +531,14 @@ fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -
 
 fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option<f32>) -> Raw<'t> {
     let low_trust = t.role == Role::Tool;
-    let support = match &t.tool_call_id {
-        Some(id) => format!("{}:{} call {id}", t.session, t.seq),
-        None => format!("{}:{}", t.session, t.seq),
-    };
+    // Sized once: `format!` starts these at no capacity and grows them.
+    let mut support = String::with_capacity(
+        t.session.len() + 21 + t.tool_call_id.as_ref().map_or(0, |id| id.len() + 6),
+    );
+    let _ = write!(support, "{}:{}", t.session, t.seq);
+    if let Some(id) = &t.tool_call_id {
+        let _ = write!(support, " call {id}");
+    }
     Raw {
         source: ItemSource::Turn {
             session: t.session.clone(),
@@ -1874,7 +1894,19 @@ fn offer_projected(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
 }
 
 fn render_text(cx: &Ctx<'_>, open: &str) -> String {
-    let mut text = String::from(open);
+    // Sized once (a section's tags are well under 256 bytes), not grown by
+    // doubling with a copy per step.
+    let sections: usize = cx
+        .sections
+        .0
+        .iter()
+        .map(|(_, ps)| 256 + ps.iter().map(|p| p.line.len()).sum::<usize>())
+        .sum();
+    let rules: usize = RULES.iter().map(|(_, l)| l.len()).sum();
+    let mut text = String::with_capacity(
+        open.len() + RULES_OPEN.len() + rules + RULES_CLOSE.len() + sections + CLOSE.len(),
+    );
+    text.push_str(open);
     let keys: HashSet<&'static str> = cx
         .sections
         .0
