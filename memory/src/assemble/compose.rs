@@ -11,6 +11,7 @@
 //! offers candidates through [`Ctx::offer`], which asks the policy, renders
 //! the line and charges it.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -60,15 +61,16 @@ struct Raw<'t> {
     source: ItemSource,
     section: Section,
     text: &'t str,
-    role: String,
+    role: &'static str,
     warrant: Warrant,
     support: String,
     at: Option<DateTime<Utc>>,
-    work_context: Option<String>,
-    session: Option<String>,
+    /// Borrowed until the item is in the block: most candidates never are.
+    work_context: Option<&'t str>,
+    session: Option<&'t str>,
     low_trust: bool,
     /// Prefix of the line before the content (tier cards).
-    prefix: String,
+    prefix: Cow<'t, str>,
     score: Option<f32>,
 }
 
@@ -103,8 +105,8 @@ fn policy_item<'r>(raw: &'r Raw<'_>) -> PolicyItem<'r> {
         source: &raw.source,
         section: raw.section,
         text: raw.text,
-        work_context: raw.work_context.as_deref(),
-        session: raw.session.as_deref(),
+        work_context: raw.work_context,
+        session: raw.session,
         low_trust: raw.low_trust,
     }
 }
@@ -331,7 +333,7 @@ impl<'a> Ctx<'a> {
         } else {
             raw.warrant
         };
-        let scope = self.scope_of(raw.session.as_deref(), raw.work_context.as_deref());
+        let scope = self.scope_of(raw.session, raw.work_context);
         let freshness = raw
             .at
             .map(|at| render::age(self.now, at))
@@ -362,13 +364,13 @@ impl<'a> Ctx<'a> {
         let item = BlockItem {
             source: raw.source,
             section: raw.section,
-            role: raw.role,
+            role: raw.role.to_owned(),
             warrant,
             support: raw.support,
             at: raw.at,
             freshness,
             scope,
-            work_context: raw.work_context,
+            work_context: raw.work_context.map(str::to_owned),
             fidelity: verdict.fidelity,
             tokens,
         };
@@ -513,7 +515,7 @@ fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -
         },
         section,
         text: &v.entry.content,
-        role: v.entry.kind.as_str().to_owned(),
+        role: v.entry.kind.as_str(),
         warrant: warrant.unwrap_or(if v.entry.provenance.is_some() {
             Warrant::Recorded
         } else {
@@ -521,15 +523,20 @@ fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -
         }),
         support,
         at: Some(v.entry.timestamp),
-        work_context: Some(v.entry.work_context.to_string()),
-        session: v.entry.provenance.as_ref().map(|p| p.session.to_string()),
+        work_context: Some(&v.entry.work_context),
+        session: v.entry.provenance.as_ref().map(|p| &*p.session),
         low_trust: false,
-        prefix: String::new(),
+        prefix: Cow::Borrowed(""),
         score: None,
     }
 }
 
-fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option<f32>) -> Raw<'t> {
+fn turn_raw<'t>(
+    t: &'t Turn,
+    work_context: &'t str,
+    section: Section,
+    score: Option<f32>,
+) -> Raw<'t> {
     let low_trust = t.role == Role::Tool;
     // Sized once: `format!` starts these at no capacity and grows them.
     let mut support = String::with_capacity(
@@ -546,7 +553,7 @@ fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option
         },
         section,
         text: &t.content,
-        role: t.role.as_str().to_owned(),
+        role: t.role.as_str(),
         warrant: if low_trust {
             Warrant::LowTrust
         } else {
@@ -554,10 +561,10 @@ fn turn_raw<'t>(t: &'t Turn, work_context: &str, section: Section, score: Option
         },
         support,
         at: Some(t.timestamp),
-        work_context: Some(work_context.to_owned()),
-        session: Some(t.session.clone()),
+        work_context: Some(work_context),
+        session: Some(&t.session),
         low_trust,
-        prefix: String::new(),
+        prefix: Cow::Borrowed(""),
         score,
     }
 }
@@ -884,10 +891,10 @@ fn handoff(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
         return Ok(());
     }
     let mut raw = entry_raw(v, Section::Handoff, Some(Warrant::Orientation));
-    raw.prefix = format!(
+    raw.prefix = Cow::Owned(format!(
         "Last session, {} ago: ",
         render::age(inputs.now, v.entry.timestamp)
-    );
+    ));
     let remaining = cx.remaining();
     if let Offer::TooBig {
         trace, over_cap, ..
@@ -927,7 +934,7 @@ pub(crate) struct BriefingLine {
 fn briefing_raw<'t>(line: &'t BriefingLine, v: &'t EntryView) -> Raw<'t> {
     let mut raw = entry_raw(v, Section::Briefing, Some(Warrant::Orientation));
     raw.text = &line.text;
-    raw.prefix = line.prefix.to_owned();
+    raw.prefix = Cow::Borrowed(line.prefix);
     raw
 }
 
@@ -1092,14 +1099,14 @@ fn hard_invariants(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<Vec<String>>
             source: ItemSource::Directive { index },
             section: Section::Directive,
             text,
-            role: "directive".to_owned(),
+            role: "directive",
             warrant: Warrant::Standing,
             support: "request".to_owned(),
             at: None,
             work_context: None,
             session: None,
             low_trust: false,
-            prefix: String::new(),
+            prefix: Cow::Borrowed(""),
             score: None,
         };
         force(
@@ -1179,7 +1186,7 @@ fn tier3(
             continue;
         }
         let mut raw = entry_raw(v, Section::LivingMemory, None);
-        raw.prefix = "- ".to_owned();
+        raw.prefix = Cow::Borrowed("- ");
         let free = t3_cap.saturating_sub(section_total(cx, Section::LivingMemory));
         if let Offer::TooBig {
             trace, over_cap, ..
@@ -1395,21 +1402,21 @@ fn compacted(cx: &mut Ctx<'_>, inputs: &Inputs<'_>) -> Result<()> {
     Ok(())
 }
 
-fn summary_raw<'t>(node: &'t SummaryNode, work_context: &str) -> Raw<'t> {
+fn summary_raw<'t>(node: &'t SummaryNode, work_context: &'t str) -> Raw<'t> {
     Raw {
         source: ItemSource::Summary {
             id: node.id.clone(),
         },
         section: Section::Compacted,
         text: &node.text,
-        role: "summary".to_owned(),
+        role: "summary",
         warrant: Warrant::Recorded,
         support: node.expand_hint(),
         at: Some(node.latest),
-        work_context: Some(work_context.to_owned()),
-        session: Some(node.session.clone()),
+        work_context: Some(work_context),
+        session: Some(&node.session),
         low_trust: false,
-        prefix: String::new(),
+        prefix: Cow::Borrowed(""),
         score: None,
     }
 }
@@ -1451,7 +1458,7 @@ fn tier1(
             continue;
         }
         let mut raw = entry_raw(v, Section::Resume, Some(Warrant::Orientation));
-        raw.prefix = match part {
+        raw.prefix = Cow::Owned(match part {
             ResumePart::History => {
                 format!(
                     "{} ({} ago): ",
@@ -1460,7 +1467,7 @@ fn tier1(
                 )
             }
             _ => format!("{}: ", part.prefix()),
-        };
+        });
         let free = cap.saturating_sub(section_total(cx, Section::Resume));
         if let Offer::TooBig { trace, .. } =
             cx.offer(raw, free, "tier1.resume", "resume card line (tier 1)")?
@@ -1532,11 +1539,11 @@ fn tier2(
             continue;
         }
         let mut raw = entry_raw(v, Section::RecentActivity, Some(Warrant::Orientation));
-        raw.prefix = format!(
+        raw.prefix = Cow::Owned(format!(
             "- {} ({} ago): ",
             v.entry.work_context,
             render::age(now, v.entry.timestamp)
-        );
+        ));
         let free = t2_cap.saturating_sub(section_total(cx, Section::RecentActivity));
         match cx.offer(
             raw,
@@ -1645,7 +1652,7 @@ fn topic_raw<'t>(topic: &str, m: &'t Membership) -> Raw<'t> {
         },
         section: Section::Topics,
         text: &m.snippet,
-        role: "turn".to_owned(),
+        role: "turn",
         warrant: if m.low_trust {
             Warrant::LowTrust
         } else {
@@ -1653,10 +1660,10 @@ fn topic_raw<'t>(topic: &str, m: &'t Membership) -> Raw<'t> {
         },
         support: format!("{}:{} via topic {topic}", m.turn.session, m.turn.seq),
         at: Some(m.collected_at),
-        work_context: m.work_context.clone(),
-        session: Some(m.turn.session.clone()),
+        work_context: m.work_context.as_deref(),
+        session: Some(&m.turn.session),
         low_trust: m.low_trust,
-        prefix: String::new(),
+        prefix: Cow::Borrowed(""),
         score: Some(m.score),
     }
 }
