@@ -8,11 +8,11 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::embed::Embedder;
+use super::embed::{Embedder, normalise};
 use super::filter::{DocAttrs, DocSource, ItemRef, SearchFilters};
 use super::fuse::{Fusion, RecipeParams, rrf_term};
 use super::lexical::LexicalIndex;
-use super::vector::{VectorIndex, cosine};
+use super::vector::{VectorIndex, best_first, cosine};
 use super::when::{Period, TimeMention, asks_when, named_periods, resolve_times};
 use super::{SearchError, SearchResultOf};
 
@@ -768,7 +768,7 @@ impl SearchIndex {
                 (Some(allowed), Some(_)) => allowed.get(*d).copied().unwrap_or(false),
             })
             .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.sort_by(best_first);
         if let (SearchMode::Hybrid, Fusion::Recipe(p)) = (mode, &fusion) {
             if p.session_decay < 1.0 {
                 ranked = self.decay_sessions(ranked, p.session_decay);
@@ -1159,9 +1159,6 @@ impl SearchIndex {
         out
     }
 
-    /// The bounded second pass (one extra BM25 query): the rarest words of
-    /// the best first-pass hits that the question lacks are added to its
-    /// words, and what that query finds is added to the scores.
     /// The mean direction of the first pass's best `feedback_seeds` hits
     /// that have a vector (pseudo-relevance feedback), unit length; `None`
     /// when none has one.
@@ -1176,31 +1173,24 @@ impl SearchIndex {
             .filter(|(d, _)| allowed.is_none_or(|a| a.get(**d).copied().unwrap_or(false)))
             .map(|(&d, &s)| (d, s))
             .collect();
-        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut sum: Option<Vec<f32>> = None;
-        for v in best
+        best.sort_by(best_first);
+        // The index holds unit vectors (the `Embedder` contract): their sum
+        // points the way of their mean.
+        let mut seeds = best
             .iter()
             .filter_map(|&(d, _)| self.vector.vector(d))
-            .take(p.feedback_seeds)
-        {
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            if norm == 0.0 {
-                continue;
-            }
-            let acc = sum.get_or_insert_with(|| vec![0.0; v.len()]);
-            for (a, x) in acc.iter_mut().zip(v) {
-                *a += x / norm;
-            }
+            .take(p.feedback_seeds);
+        let mut f = seeds.next()?.to_vec();
+        for v in seeds {
+            f.iter_mut().zip(v).for_each(|(a, x)| *a += x);
         }
-        let mut f = sum?;
-        let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm == 0.0 {
-            return None;
-        }
-        f.iter_mut().for_each(|x| *x /= norm);
-        Some(f)
+        normalise(&mut f);
+        f.iter().any(|x| *x != 0.0).then_some(f)
     }
 
+    /// The bounded second pass (one extra BM25 query): the rarest words of
+    /// the best first-pass hits that the question lacks are added to its
+    /// words, and what that query finds is added to the scores.
     fn follow(
         &self,
         query: &str,
@@ -1210,7 +1200,7 @@ impl SearchIndex {
         p: &RecipeParams,
     ) -> SearchResultOf<()> {
         let mut best: Vec<(usize, f32)> = scored.iter().map(|(&d, &s)| (d, s)).collect();
-        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        best.sort_by(best_first);
         let Some(&(_, top)) = best.first() else {
             return Ok(());
         };

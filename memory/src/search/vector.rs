@@ -113,7 +113,7 @@ impl VectorIndex {
                     .filter(|(d, _)| admitted(*d))
                     .filter_map(|(d, v)| v.as_deref().map(|v| (d, cosine(query, v))))
                     .collect();
-                scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                scored.sort_by(best_first);
                 scored.truncate(n);
                 return scored;
             }
@@ -142,6 +142,12 @@ impl VectorIndex {
     pub(crate) fn len(&self) -> usize {
         self.points - self.deleted.len()
     }
+}
+
+/// Orders `(document, score)` pairs best first, ties by document number
+/// (so a ranking does not depend on a map's iteration order).
+pub(crate) fn best_first(a: &(usize, f32), b: &(usize, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 /// Dot product of two unit vectors (their cosine).
