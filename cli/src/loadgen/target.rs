@@ -545,17 +545,30 @@ impl Http {
     fn answer(
         result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<serde_json::Value, CallError> {
+        Http::answer_as(result)
+    }
+
+    /// The answer's body read as `T` when the status is 2xx, else the error
+    /// it carries. A `T` that names only the fields it needs lets serde skip
+    /// the rest without building it: the loadgen shares the server's cores,
+    /// and an assembly's answer is ~30 KB of block, items and trace.
+    fn answer_as<T: serde::de::DeserializeOwned>(
+        result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T, CallError> {
         let mut resp = result.map_err(|e| CallError {
             retryable: true,
             message: format!("transport: {e}"),
         })?;
         let status = resp.status().as_u16();
-        let body: serde_json::Value = resp.body_mut().read_json().map_err(|e| CallError {
+        let body = resp.body_mut().read_to_string().map_err(|e| CallError {
             retryable: false,
             message: format!("HTTP {status}: unreadable body: {e}"),
         })?;
         if (200..300).contains(&status) {
-            Ok(body)
+            serde_json::from_str(&body).map_err(|e| CallError {
+                retryable: false,
+                message: format!("HTTP {status}: unexpected body: {e}"),
+            })
         } else {
             Err(CallError {
                 retryable: status == 503 || status == 429,
@@ -569,7 +582,15 @@ impl Http {
     }
 
     fn post(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, CallError> {
-        Http::answer(self.call(path, |base| {
+        self.post_as(path, body)
+    }
+
+    fn post_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, CallError> {
+        Http::answer_as(self.call(path, |base| {
             self.agent.post(format!("{base}{path}")).send_json(body)
         }))
     }
@@ -634,20 +655,45 @@ impl Target for Http {
     }
 
     fn ingest(&self, workspace: &str, turn: &TurnInput) -> Result<u64, CallError> {
+        #[derive(serde::Deserialize)]
+        struct Acks {
+            acks: Vec<Acked>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Acked {
+            seq: u64,
+        }
         let body = json!({ "turns": [turn] });
-        let reply = self.post(&format!("/v1/workspaces/{}/turns", seg(workspace)), &body)?;
-        reply["acks"][0]["seq"].as_u64().ok_or_else(|| CallError {
+        let reply: Acks =
+            self.post_as(&format!("/v1/workspaces/{}/turns", seg(workspace)), &body)?;
+        reply.acks.first().map(|a| a.seq).ok_or_else(|| CallError {
             retryable: false,
-            message: format!("ingest answered no acknowledgement: {reply}"),
+            message: "ingest answered no acknowledgement".to_owned(),
         })
     }
 
     fn assemble(&self, workspace: &str, session: &str, budget: usize) -> Result<(), CallError> {
+        /// What the loadgen reads of an assembly: its size against the
+        /// budget. The block, items and trace are checked as JSON and skipped.
+        #[derive(serde::Deserialize)]
+        struct Assembled {
+            tokens: usize,
+            budget: usize,
+        }
         let body = json!({ "session": session, "budget_tokens": budget, "retrieval": "off" });
-        self.post(
+        let answer: Assembled = self.post_as(
             &format!("/v1/workspaces/{}/assemble", seg(workspace)),
             &body,
         )?;
+        if answer.tokens > answer.budget {
+            return Err(CallError {
+                retryable: false,
+                message: format!(
+                    "assemble answered {} tokens for a budget of {}",
+                    answer.tokens, answer.budget
+                ),
+            });
+        }
         Ok(())
     }
 

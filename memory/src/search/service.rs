@@ -153,6 +153,10 @@ pub enum ServiceError {
     /// The index failed.
     #[error(transparent)]
     Search(#[from] super::SearchError),
+    /// The service is shutting down: the pass stopped between two batches.
+    /// What it had indexed stays; the next start indexes the rest.
+    #[error("the search service is shutting down; the indexing pass stopped")]
+    Stopped,
 }
 
 type Res<T> = std::result::Result<T, ServiceError>;
@@ -284,8 +288,11 @@ impl SearchService {
         *worker = Some(std::thread::spawn(move || {
             while !inner.stop.load(Ordering::Acquire) {
                 let started = Instant::now();
-                if let Err(err) = inner.catch_up() {
-                    tracing::warn!(error = %err, "search indexing pass failed; retrying");
+                match inner.catch_up() {
+                    Ok(()) | Err(ServiceError::Stopped) => {}
+                    Err(err) => {
+                        tracing::warn!(error = %err, "search indexing pass failed; retrying")
+                    }
                 }
                 let (lock, cv) = &inner.wake;
                 let mut nudged = lock.lock();
@@ -479,6 +486,17 @@ impl Inner {
         self.catch_up_locked()
     }
 
+    /// `Err(Stopped)` once the service is shutting down. Checked before
+    /// each batch a pass embeds, so a shutdown waits for one batch (about
+    /// a second with the model), not for a backlog of many thousands.
+    fn go_on(&self) -> Res<()> {
+        if self.stop.load(Ordering::Acquire) {
+            Err(ServiceError::Stopped)
+        } else {
+            Ok(())
+        }
+    }
+
     /// One indexing pass; the caller holds `pass`. A workspace no write
     /// touched since the last pass is skipped; one whose sessions and
     /// entries the writes name is passed over for those
@@ -634,6 +652,7 @@ impl Inner {
         let decay = &ws.config().decay;
         let mut kinds: HashMap<String, bool> = HashMap::new();
         for chunk in pending.chunks(BATCH) {
+            self.go_on()?;
             let mut docs = Vec::with_capacity(chunk.len());
             let mut keys = Vec::with_capacity(chunk.len());
             for id in chunk {
@@ -742,6 +761,7 @@ impl Inner {
         self.sessions_read.fetch_add(1, Ordering::Relaxed);
         let low_trust = s.kind != SessionKind::Main;
         loop {
+            self.go_on()?;
             let from = index.read().indexed.get(&s.id).copied().unwrap_or(0);
             if from >= s.next_seq {
                 return Ok(());

@@ -658,6 +658,35 @@ mod service {
         assert!(r.hits.iter().all(|h| h.session != "s11"), "{r:?}");
     }
 
+    /// A shutdown stops a pass before its next batch instead of waiting
+    /// for the whole backlog (with the model, thousands of turns take
+    /// minutes to embed); the next service over the same store indexes
+    /// everything.
+    #[test]
+    fn a_shutdown_stops_the_pass_before_its_next_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let ws = memory.workspace("acme").unwrap();
+        let turns: Vec<TurnInput> = (0..300)
+            .map(|i| TurnInput::new("s1", Role::User, &format!("note {i} about the violin")))
+            .collect();
+        ws.append_turns(&turns).unwrap();
+        let search = SearchService::new(memory.clone(), None);
+        search.shutdown();
+        let stopped = search.catch_up();
+        assert!(matches!(stopped, Err(ServiceError::Stopped)), "{stopped:?}");
+        let r = search
+            .search("acme", "violin", &SearchOptions::new(5))
+            .unwrap();
+        assert!(r.hits.is_empty(), "{r:?}");
+        let again = SearchService::new(memory.clone(), None);
+        again.catch_up().unwrap();
+        let r = again
+            .search("acme", "violin", &SearchOptions::new(500))
+            .unwrap();
+        assert_eq!(r.hits.len(), 300);
+    }
+
     /// After a whole pass, a pass reads what the writes since named (their
     /// sessions and entries), not every session: its cost follows what was
     /// written, not what is stored. An erasure still gets a whole pass.
