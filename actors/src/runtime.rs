@@ -62,6 +62,30 @@ use crate::topic::{NoTopics, SettleTopic, TopicJudge, TopicWatcherActor};
 /// Where an actor sends its answer.
 pub(crate) type Reply<T> = SyncSender<Result<T>>;
 
+/// Where an actor sends an answer that a thread may wait for or a task
+/// may await ([`ActorRuntime::ingest`], [`ActorRuntime::ingest_async`]).
+pub(crate) enum Answer<T> {
+    /// A host thread blocks on it.
+    Thread(SyncSender<Result<T>>),
+    /// An async caller (the HTTP server's worker) awaits it: no thread is
+    /// parked and no blocking-pool hop is needed to wait.
+    Task(tokio::sync::oneshot::Sender<Result<T>>),
+}
+
+impl<T> Answer<T> {
+    /// Sends the answer; a caller that gave up (timed out) is not an error.
+    pub(crate) fn send(self, answer: Result<T>) {
+        match self {
+            Answer::Thread(tx) => {
+                let _ = tx.send(answer);
+            }
+            Answer::Task(tx) => {
+                let _ = tx.send(answer);
+            }
+        }
+    }
+}
+
 /// Runs storage work on the current arbiter's blocking pool.
 pub(crate) async fn blocking<T: Send + 'static>(
     job: impl FnOnce() -> Result<T> + Send + 'static,
@@ -69,6 +93,40 @@ pub(crate) async fn blocking<T: Send + 'static>(
     match actix_rt::task::spawn_blocking(job).await {
         Ok(result) => result,
         Err(e) => Err(ActorError::Task(e.to_string())),
+    }
+}
+
+/// How a caller whose message found an actor's mailbox full waits before
+/// trying again: pauses doubling from 50 µs to 5 ms until `wait_millis` has
+/// passed ([`Backpressure::Wait`]), or not at all ([`Backpressure::Reject`]).
+struct Patience {
+    deadline: Option<Instant>,
+    pause: StdDuration,
+}
+
+impl Patience {
+    fn new(config: &ActorConfig) -> Self {
+        Patience {
+            deadline: match config.backpressure {
+                Backpressure::Reject => None,
+                Backpressure::Wait => {
+                    Some(Instant::now() + StdDuration::from_millis(config.wait_millis))
+                }
+            },
+            pause: StdDuration::from_micros(50),
+        }
+    }
+
+    /// How long to wait before the next try; `None`: give up.
+    fn next(&mut self) -> Option<StdDuration> {
+        match self.deadline {
+            Some(deadline) if Instant::now() < deadline => {
+                let pause = self.pause;
+                self.pause = (pause * 2).min(StdDuration::from_millis(5));
+                Some(pause)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -307,34 +365,38 @@ impl Inner {
         A: Actor<Context = Context<A>> + Handler<M>,
         M: Message<Result = ()> + Send + 'static,
     {
-        let deadline = match self.config.backpressure {
-            Backpressure::Reject => None,
-            Backpressure::Wait => {
-                Some(Instant::now() + StdDuration::from_millis(self.config.wait_millis))
-            }
-        };
+        let mut patience = Patience::new(&self.config);
         let mut msg = msg;
-        let mut pause = StdDuration::from_micros(50);
         loop {
             match addr.try_send(msg) {
                 Ok(()) => return Ok(()),
-                Err(SendError::Closed(_)) => {
-                    return Err(ActorError::Unavailable(format!("{actor} stopped")));
-                }
-                Err(SendError::Full(back)) => match deadline {
-                    Some(deadline) if Instant::now() < deadline => {
+                Err(SendError::Closed(_)) => return Err(self.stopped(actor)),
+                Err(SendError::Full(back)) => match patience.next() {
+                    Some(pause) => {
                         msg = back;
                         std::thread::sleep(pause);
-                        pause = (pause * 2).min(StdDuration::from_millis(5));
                     }
-                    _ => {
-                        return Err(ActorError::Backpressure {
-                            actor: actor.to_owned(),
-                            capacity: self.config.mailbox_capacity,
-                        });
-                    }
+                    None => return Err(self.full(actor)),
                 },
             }
+        }
+    }
+
+    fn stopped(&self, actor: &str) -> ActorError {
+        ActorError::Unavailable(format!("{actor} stopped"))
+    }
+
+    fn full(&self, actor: &str) -> ActorError {
+        ActorError::Backpressure {
+            actor: actor.to_owned(),
+            capacity: self.config.mailbox_capacity,
+        }
+    }
+
+    fn timed_out(&self, actor: &str) -> ActorError {
+        ActorError::Timeout {
+            actor: actor.to_owned(),
+            millis: self.config.call_timeout_millis,
         }
     }
 
@@ -346,10 +408,47 @@ impl Inner {
             Err(RecvTimeoutError::Disconnected) => Err(ActorError::Panicked {
                 actor: actor.to_owned(),
             }),
-            Err(RecvTimeoutError::Timeout) => Err(ActorError::Timeout {
+            Err(RecvTimeoutError::Timeout) => Err(self.timed_out(actor)),
+        }
+    }
+
+    /// [`Inner::call`] awaited: the message with an [`Answer::Task`] whose
+    /// receiver is `rx`. A full mailbox under [`Backpressure::Wait`] is
+    /// retried after an async sleep, so the calling thread never blocks.
+    async fn call_async<A, M, T>(
+        &self,
+        actor: &str,
+        addr: &Addr<A>,
+        msg: M,
+        rx: tokio::sync::oneshot::Receiver<Result<T>>,
+    ) -> Result<T>
+    where
+        A: Actor<Context = Context<A>> + Handler<M>,
+        M: Message<Result = ()> + Send + 'static,
+    {
+        let mut patience = Patience::new(&self.config);
+        let mut msg = msg;
+        loop {
+            match addr.try_send(msg) {
+                Ok(()) => break,
+                Err(SendError::Closed(_)) => return Err(self.stopped(actor)),
+                Err(SendError::Full(back)) => match patience.next() {
+                    Some(pause) => {
+                        msg = back;
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => return Err(self.full(actor)),
+                },
+            }
+        }
+        let timeout = StdDuration::from_millis(self.config.call_timeout_millis);
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            // The actor dropped the reply: it panicked mid-request.
+            Ok(Err(_)) => Err(ActorError::Panicked {
                 actor: actor.to_owned(),
-                millis: self.config.call_timeout_millis,
             }),
+            Err(_) => Err(self.timed_out(actor)),
         }
     }
 
@@ -605,9 +704,37 @@ impl ActorRuntime {
         let (tx, rx) = mpsc::sync_channel(1);
         let msg = Ingest {
             turns: turns.to_vec(),
-            reply: tx,
+            reply: Answer::Thread(tx),
         };
         let (acks, records) = self.inner.call(&actor, &addr, msg, rx)?;
+        for record in &records {
+            self.inner.note_focus(&ws, record, turns, &acks);
+        }
+        Ok(acks)
+    }
+
+    /// [`ActorRuntime::ingest`] for an async caller: the same message to
+    /// the same session actor, the same mailbox bound, backpressure and
+    /// timeout, but awaited. An async server calls this on its own worker
+    /// instead of handing a thread-blocking `ingest` to a blocking pool, a
+    /// thread hand-off each way per turn. It never blocks the calling
+    /// thread: a full mailbox under [`Backpressure::Wait`] is retried after
+    /// an async sleep. Must be polled inside a Tokio runtime with its timer
+    /// enabled (actix-web's workers are).
+    pub async fn ingest_async(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        let ws = self.inner.memory.workspace(workspace)?;
+        let Some(first) = turns.first() else {
+            return Ok(Vec::new());
+        };
+        cairn_memory::ids::validate_id("session id", &first.session)?;
+        let addr = self.inner.session_addr(&ws, &first.session);
+        let actor = format!("session {workspace}/{}", first.session);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let msg = Ingest {
+            turns: turns.to_vec(),
+            reply: Answer::Task(tx),
+        };
+        let (acks, records) = self.inner.call_async(&actor, &addr, msg, rx).await?;
         for record in &records {
             self.inner.note_focus(&ws, record, turns, &acks);
         }

@@ -30,7 +30,7 @@ use futures_util::FutureExt;
 use crate::context::{Hop, HopCount, Observe, ObservedTurn};
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
-use crate::runtime::{Inner, Reply, blocking};
+use crate::runtime::{Answer, Inner, Reply, blocking};
 use crate::topic::{Judge, TopicTurn};
 
 pub(crate) struct SessionActor {
@@ -60,7 +60,7 @@ impl Supervised for SessionActor {
 /// record after the write.
 pub(crate) struct Ingest {
     pub(crate) turns: Vec<TurnInput>,
-    pub(crate) reply: Reply<(Vec<Ack>, Vec<Session>)>,
+    pub(crate) reply: Answer<(Vec<Ack>, Vec<Session>)>,
 }
 
 impl Message for Ingest {
@@ -102,7 +102,7 @@ impl Handler<Ingest> for SessionActor {
             let (acks, records) = match outcome {
                 Ok(v) => v,
                 Err(e) => {
-                    let _ = reply.send(Err(e));
+                    reply.send(Err(e));
                     return Ok(());
                 }
             };
@@ -153,7 +153,7 @@ impl Handler<Ingest> for SessionActor {
                     content: turn.content.clone(),
                 })
                 .collect();
-            let _ = reply.send(Ok((acks, records)));
+            reply.send(Ok((acks, records)));
             // After the acknowledgement, still in this task (so this
             // actor's mailbox stays parked and a later settle waits for it):
             // tier 1, then each candidate topic's watcher gets the turn.

@@ -575,11 +575,11 @@ async fn ingest(
     ws: web::Path<String>,
     body: web::Json<IngestBody>,
 ) -> ApiResult<IngestReply> {
-    blocking(move || {
-        let acks = cairn.ingest(&ws, &body.turns)?;
-        Ok(IngestReply { acks })
-    })
-    .await
+    // Awaited on this worker: the session actor does the durable write on
+    // its own pool, so a blocking-pool hop here would only add two thread
+    // hand-offs per call.
+    let acks = cairn.ingest_async(&ws, &body.turns).await?;
+    Ok(web::Json(IngestReply { acks }))
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries", request_body = EntriesBody,

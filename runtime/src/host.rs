@@ -260,6 +260,29 @@ impl Cairn {
         Ok(acks)
     }
 
+    /// [`Cairn::ingest`] for an async host: the same session actor, limits
+    /// and durability, awaited instead of blocking a thread. An async server
+    /// calls it on its own worker, saving a hand-off to a blocking pool and
+    /// back per call (`cairn serve` does). Poll it inside a Tokio runtime
+    /// with its timer enabled. The first call for a workspace opens it on
+    /// the calling thread (on PostgreSQL, one round trip, once per process).
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Role, TurnInput};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let turns = [TurnInput::new("s1", Role::User, "Ship it Friday.")];
+    /// let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+    /// let acks = runtime.block_on(cairn.ingest_async("acme", &turns))?;
+    /// assert_eq!(acks[0].seq, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn ingest_async(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        let acks = self.actors.ingest_async(workspace, turns).await?;
+        self.nudge_search();
+        Ok(acks)
+    }
+
     /// Checks turns the way [`Cairn::ingest`] would before writing (ids,
     /// tool-call ids, content size), without writing anything or creating a
     /// workspace; the error names the first bad turn by its index. A caller

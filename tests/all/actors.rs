@@ -398,9 +398,16 @@ fn passivated_actors_rebuild_their_state_from_the_store() -> Result<()> {
 
 /// A full mailbox is refused with a clear error and nothing of the refused
 /// call is written; with `backpressure = "wait"` the same load gets through.
+/// The same for callers on threads (`ingest`) and for tasks awaiting
+/// `ingest_async` on one thread (the waiting must not block it).
 #[test]
 fn full_mailboxes_refuse_or_wait_by_configuration() -> Result<()> {
-    for mode in [Backpressure::Reject, Backpressure::Wait] {
+    for (mode, tasks) in [
+        (Backpressure::Reject, false),
+        (Backpressure::Wait, false),
+        (Backpressure::Reject, true),
+        (Backpressure::Wait, true),
+    ] {
         let dir = tempfile::tempdir()?;
         let (cairn, _clock) = open(
             dir.path(),
@@ -417,23 +424,37 @@ fn full_mailboxes_refuse_or_wait_by_configuration() -> Result<()> {
             session: "s".into(),
             millis: 400,
         });
-        let results: Vec<Result<u64, cairn::CairnError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..8)
-                .map(|i| {
-                    let cairn = cairn.clone();
-                    scope.spawn(move || {
-                        std::thread::sleep(std::time::Duration::from_millis(i * 20));
-                        cairn
-                            .ingest("w", &[turn("s", "wc", Role::User, &format!("t{i}"))])
-                            .map(|a| a[0].seq)
+        let results: Vec<Result<u64, cairn::CairnError>> = if tasks {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()?;
+            runtime.block_on(futures_util::future::join_all((0..8).map(|i| {
+                let cairn = cairn.clone();
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(i * 20)).await;
+                    let turns = [turn("s", "wc", Role::User, &format!("t{i}"))];
+                    cairn.ingest_async("w", &turns).await.map(|a| a[0].seq)
+                }
+            })))
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8)
+                    .map(|i| {
+                        let cairn = cairn.clone();
+                        scope.spawn(move || {
+                            std::thread::sleep(std::time::Duration::from_millis(i * 20));
+                            cairn
+                                .ingest("w", &[turn("s", "wc", Role::User, &format!("t{i}"))])
+                                .map(|a| a[0].seq)
+                        })
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Ok(u64::MAX)))
-                .collect()
-        });
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Ok(u64::MAX)))
+                    .collect()
+            })
+        };
         let ok = results.iter().filter(|r| r.is_ok()).count();
         let refused = results
             .iter()
