@@ -367,29 +367,38 @@ impl Inner {
     {
         let mut patience = Patience::new(&self.config);
         let mut msg = msg;
-        loop {
-            match addr.try_send(msg) {
-                Ok(()) => return Ok(()),
-                Err(SendError::Closed(_)) => return Err(self.stopped(actor)),
-                Err(SendError::Full(back)) => match patience.next() {
-                    Some(pause) => {
-                        msg = back;
-                        std::thread::sleep(pause);
-                    }
-                    None => return Err(self.full(actor)),
-                },
-            }
+        while let Some((back, pause)) = self.offer(actor, addr, msg, &mut patience)? {
+            msg = back;
+            std::thread::sleep(pause);
         }
+        Ok(())
     }
 
-    fn stopped(&self, actor: &str) -> ActorError {
-        ActorError::Unavailable(format!("{actor} stopped"))
-    }
-
-    fn full(&self, actor: &str) -> ActorError {
-        ActorError::Backpressure {
-            actor: actor.to_owned(),
-            capacity: self.config.mailbox_capacity,
+    /// One try at putting `msg` in the mailbox: `None` once it is in;
+    /// the message back and how long to wait before the next try when the
+    /// mailbox is full and `patience` lasts; an error when the actor stopped
+    /// or patience ran out.
+    fn offer<A, M>(
+        &self,
+        actor: &str,
+        addr: &Addr<A>,
+        msg: M,
+        patience: &mut Patience,
+    ) -> Result<Option<(M, StdDuration)>>
+    where
+        A: Actor<Context = Context<A>> + Handler<M>,
+        M: Message<Result = ()> + Send + 'static,
+    {
+        match addr.try_send(msg) {
+            Ok(()) => Ok(None),
+            Err(SendError::Closed(_)) => Err(ActorError::Unavailable(format!("{actor} stopped"))),
+            Err(SendError::Full(back)) => match patience.next() {
+                Some(pause) => Ok(Some((back, pause))),
+                None => Err(ActorError::Backpressure {
+                    actor: actor.to_owned(),
+                    capacity: self.config.mailbox_capacity,
+                }),
+            },
         }
     }
 
@@ -428,18 +437,9 @@ impl Inner {
     {
         let mut patience = Patience::new(&self.config);
         let mut msg = msg;
-        loop {
-            match addr.try_send(msg) {
-                Ok(()) => break,
-                Err(SendError::Closed(_)) => return Err(self.stopped(actor)),
-                Err(SendError::Full(back)) => match patience.next() {
-                    Some(pause) => {
-                        msg = back;
-                        tokio::time::sleep(pause).await;
-                    }
-                    None => return Err(self.full(actor)),
-                },
-            }
+        while let Some((back, pause)) = self.offer(actor, addr, msg, &mut patience)? {
+            msg = back;
+            tokio::time::sleep(pause).await;
         }
         let timeout = StdDuration::from_millis(self.config.call_timeout_millis);
         match tokio::time::timeout(timeout, rx).await {
