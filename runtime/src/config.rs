@@ -381,6 +381,12 @@ pub struct SearchConfig {
     pub rate_per_minute: u32,
     /// Searches per caller per day.
     pub rate_per_day: u32,
+    /// The search index's refresh interval: the least time between two
+    /// indexing passes under a stream of writes, so about the longest a new
+    /// turn waits to be searchable (10 to 60,000 ms; default 1,000, as
+    /// [`cairn_memory::search::SearchService::REFRESH`]). Shorter costs a
+    /// commit and a small segment to merge per workspace per pass.
+    pub refresh_ms: u64,
 }
 
 impl Default for SearchConfig {
@@ -388,6 +394,8 @@ impl Default for SearchConfig {
         SearchConfig {
             rate_per_minute: 6,
             rate_per_day: 200,
+            refresh_ms: u64::try_from(cairn_memory::search::SearchService::REFRESH.as_millis())
+                .unwrap_or(1_000),
         }
     }
 }
@@ -537,6 +545,12 @@ impl CairnConfig {
             )));
         }
         self.server.validate()?;
+        if !(10..=60_000).contains(&self.search.refresh_ms) {
+            return Err(CairnError::Config(format!(
+                "search.refresh_ms {} is out of range; use 10 to 60000",
+                self.search.refresh_ms
+            )));
+        }
         if let Err(e) = self.assemble.settings.validate() {
             return Err(CairnError::Config(format!("[assemble.settings] {e}")));
         }

@@ -325,6 +325,9 @@ impl Cairn {
     pub(crate) fn search(&self) -> &SearchService {
         self.search.get_or_init(|| {
             let service = SearchService::new(self.memory.clone(), load_embedder(&self.config));
+            service.set_refresh(std::time::Duration::from_millis(
+                self.config.search.refresh_ms,
+            ));
             service.start();
             service
         })

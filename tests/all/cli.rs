@@ -225,6 +225,9 @@ fn bad_configuration_is_named() -> Result<()> {
     let out = sessions_with("CAIRN_MEMORY__CACHE_MB", "0")?;
     ensure!(out.status.code() == Some(2));
     ensure!(String::from_utf8_lossy(&out.stderr).contains("memory.cache_mb 0 is out of range"));
+    let out = sessions_with("CAIRN_SEARCH__REFRESH_MS", "5")?;
+    ensure!(out.status.code() == Some(2));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("search.refresh_ms 5 is out of range"));
     let out = Command::new(cairn_bin())
         .args(["--config", "/nonexistent/cairn.toml", "sessions"])
         .output()?;

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,8 @@ struct Inner {
     indexes: RwLock<HashMap<String, Arc<RwLock<WsIndex>>>>,
     counters: Mutex<(u64, u64)>,
     stop: AtomicBool,
+    /// [`SearchService::set_refresh`], in milliseconds.
+    refresh_ms: AtomicU64,
     /// One indexing pass at a time (worker and explicit catch-ups).
     pass: Mutex<()>,
     wake: (Mutex<bool>, Condvar),
@@ -160,6 +162,10 @@ pub enum ServiceError {
 }
 
 type Res<T> = std::result::Result<T, ServiceError>;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 fn vector_key(session: &str, seq: u64) -> StateKey {
     StateKey::TurnVector {
@@ -239,12 +245,14 @@ impl SearchService {
     /// How often the worker looks for new turns when not nudged.
     pub const POLL: Duration = Duration::from_millis(250);
 
-    /// The least time from the start of one pass to the start of the next,
-    /// however often the worker is nudged: a pass commits the lexical
-    /// index, every commit has a fixed cost and leaves a segment to merge,
-    /// so under a stream of writes the index is refreshed at most this
-    /// often (the refresh interval of search engines).
-    pub const REFRESH: Duration = Duration::from_millis(200);
+    /// The default least time from the start of one pass to the start of
+    /// the next, however often the worker is nudged
+    /// ([`SearchService::set_refresh`]): a pass commits the lexical index,
+    /// every commit has a fixed cost and leaves a segment to merge, so under
+    /// a stream of writes the index is refreshed at most this often (the
+    /// refresh interval of search engines; Elasticsearch's default is also
+    /// one second).
+    pub const REFRESH: Duration = Duration::from_millis(1000);
 
     /// How often a workspace gets a whole pass (every session and entry
     /// compared with the index) when writes keep naming what they changed:
@@ -268,6 +276,7 @@ impl SearchService {
                 indexes: RwLock::new(HashMap::new()),
                 counters: Mutex::new((0, 0)),
                 stop: AtomicBool::new(false),
+                refresh_ms: AtomicU64::new(millis(SearchService::REFRESH)),
                 pass: Mutex::new(()),
                 wake: (Mutex::new(false), Condvar::new()),
                 #[cfg(test)]
@@ -297,7 +306,7 @@ impl SearchService {
                 let (lock, cv) = &inner.wake;
                 let mut nudged = lock.lock();
                 // Nudges during the gap are kept for the pass after it.
-                let gap = started + SearchService::REFRESH;
+                let gap = started + Duration::from_millis(inner.refresh_ms.load(Ordering::Relaxed));
                 while !inner.stop.load(Ordering::Acquire) && Instant::now() < gap {
                     cv.wait_until(&mut nudged, gap);
                 }
@@ -307,6 +316,34 @@ impl SearchService {
                 *nudged = false;
             }
         }));
+    }
+
+    /// Sets the least time between the starts of two worker passes (the
+    /// refresh interval, default [`SearchService::REFRESH`]): shorter makes
+    /// a new turn searchable sooner and costs a commit and a small segment
+    /// to merge per workspace per pass. Takes effect from the next pass.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use cairn_memory::{Memory, MemoryConfig, SystemClock};
+    /// use cairn_memory::search::SearchService;
+    /// let dir = tempfile::tempdir()?;
+    /// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let search = SearchService::new(memory, None);
+    /// search.set_refresh(Duration::from_millis(200));
+    /// assert_eq!(search.refresh(), Duration::from_millis(200));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_refresh(&self, every: Duration) {
+        self.inner
+            .refresh_ms
+            .store(millis(every), Ordering::Relaxed);
+    }
+
+    /// The refresh interval in force ([`SearchService::set_refresh`]).
+    pub fn refresh(&self) -> Duration {
+        Duration::from_millis(self.inner.refresh_ms.load(Ordering::Relaxed))
     }
 
     /// Wakes the worker (after an ingest).
