@@ -130,6 +130,14 @@ impl Patience {
     }
 }
 
+/// Where a batch of turns goes ([`ActorRuntime::ingest`]).
+struct IngestTarget {
+    ws: Workspace,
+    addr: Arc<Addr<SessionActor>>,
+    /// The actor's name, for errors.
+    actor: String,
+}
+
 type Key = (String, String);
 
 struct Slot<A: Actor> {
@@ -691,26 +699,46 @@ impl ActorRuntime {
     /// A full mailbox yields [`ActorError::Backpressure`] and writes nothing
     /// for that session's group.
     pub fn ingest(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
-        let ws = self.inner.memory.workspace(workspace)?;
-        let Some(first) = turns.first() else {
+        let Some(IngestTarget { ws, addr, actor }) = self.ingest_target(workspace, turns)? else {
             return Ok(Vec::new());
         };
-        // The batch goes whole to the first turn's session actor so that it
-        // stays one atomic write, as on the direct path; the actor forwards
-        // each session's turns to that session's work context.
-        cairn_memory::ids::validate_id("session id", &first.session)?;
-        let addr = self.inner.session_addr(&ws, &first.session);
-        let actor = format!("session {workspace}/{}", first.session);
         let (tx, rx) = mpsc::sync_channel(1);
         let msg = Ingest {
             turns: turns.to_vec(),
             reply: Answer::Thread(tx),
         };
         let (acks, records) = self.inner.call(&actor, &addr, msg, rx)?;
-        for record in &records {
-            self.inner.note_focus(&ws, record, turns, &acks);
+        Ok(self.ingested(&ws, turns, acks, &records))
+    }
+
+    /// Where a batch of turns goes: the workspace, the first turn's session
+    /// actor and its name; `None` for an empty batch. The batch goes whole
+    /// to that actor so that it stays one atomic write, as on the direct
+    /// path; the actor forwards each session's turns to that session's
+    /// work context.
+    fn ingest_target(&self, workspace: &str, turns: &[TurnInput]) -> Result<Option<IngestTarget>> {
+        let ws = self.inner.memory.workspace(workspace)?;
+        let Some(first) = turns.first() else {
+            return Ok(None);
+        };
+        cairn_memory::ids::validate_id("session id", &first.session)?;
+        let addr = self.inner.session_addr(&ws, &first.session);
+        let actor = format!("session {workspace}/{}", first.session);
+        Ok(Some(IngestTarget { ws, addr, actor }))
+    }
+
+    /// Notes where the user is after an acknowledged batch; returns its acks.
+    fn ingested(
+        &self,
+        ws: &Workspace,
+        turns: &[TurnInput],
+        acks: Vec<Ack>,
+        records: &[Session],
+    ) -> Vec<Ack> {
+        for record in records {
+            self.inner.note_focus(ws, record, turns, &acks);
         }
-        Ok(acks)
+        acks
     }
 
     /// [`ActorRuntime::ingest`] for an async caller: the same message to
@@ -722,23 +750,16 @@ impl ActorRuntime {
     /// an async sleep. Must be polled inside a Tokio runtime with its timer
     /// enabled (actix-web's workers are).
     pub async fn ingest_async(&self, workspace: &str, turns: &[TurnInput]) -> Result<Vec<Ack>> {
-        let ws = self.inner.memory.workspace(workspace)?;
-        let Some(first) = turns.first() else {
+        let Some(IngestTarget { ws, addr, actor }) = self.ingest_target(workspace, turns)? else {
             return Ok(Vec::new());
         };
-        cairn_memory::ids::validate_id("session id", &first.session)?;
-        let addr = self.inner.session_addr(&ws, &first.session);
-        let actor = format!("session {workspace}/{}", first.session);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let msg = Ingest {
             turns: turns.to_vec(),
             reply: Answer::Task(tx),
         };
         let (acks, records) = self.inner.call_async(&actor, &addr, msg, rx).await?;
-        for record in &records {
-            self.inner.note_focus(&ws, record, turns, &acks);
-        }
-        Ok(acks)
+        Ok(self.ingested(&ws, turns, acks, &records))
     }
 
     /// Waits until every live actor has handled what it was sent before the
