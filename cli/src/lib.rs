@@ -9,6 +9,7 @@
 //! significance gate, the memory policy, lineage, redaction, limits).
 
 pub mod brief;
+mod client;
 pub mod eval;
 mod guard;
 pub mod http;

@@ -75,10 +75,9 @@ fn percent_decode(segment: &str) -> Option<String> {
 fn agent() -> &'static ureq::Agent {
     static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
     AGENT.get_or_init(|| {
-        ureq::Agent::config_builder()
+        crate::client::phase_timeouts(ureq::Agent::config_builder(), FORWARD_TIMEOUT)
             .http_status_as_error(false)
             .max_redirects(0)
-            .timeout_global(Some(FORWARD_TIMEOUT))
             .max_idle_connections(256)
             .max_idle_connections_per_host(128)
             .build()

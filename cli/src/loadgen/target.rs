@@ -403,13 +403,14 @@ impl Http {
                 }
             })
             .collect();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(concurrency.max(1) * 2)
-            .max_idle_connections_per_host(concurrency.max(1) * 2)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
+        let limit = Duration::from_secs(60);
+        let agent: ureq::Agent =
+            crate::client::phase_timeouts(ureq::Agent::config_builder(), limit)
+                .http_status_as_error(false)
+                .max_idle_connections(concurrency.max(1) * 2)
+                .max_idle_connections_per_host(concurrency.max(1) * 2)
+                .build()
+                .into();
         let mut node_ids = std::collections::HashMap::new();
         for (i, base) in bases.iter().enumerate() {
             // A cluster node says its id; a lone server answers
