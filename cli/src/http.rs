@@ -1210,9 +1210,13 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
             .route("/v1/plugins/{world}", web::put().to(install_plugin))
             .configure(token_routes::routes)
             .service(
-                maintain_routes::routes(topic_routes::routes(web::scope(
-                    "/v1/workspaces/{workspace}",
-                )))
+                maintain_routes::routes(topic_routes::routes(
+                    web::scope("/v1/workspaces/{workspace}")
+                        // The hot pair first: a scope tries its routes in
+                        // order, each a pattern match.
+                        .route("/turns", web::post().to(ingest))
+                        .route("/assemble", web::post().to(assemble)),
+                ))
                 .route("/sessions", web::post().to(bootstrap))
                 .route("/sessions", web::get().to(sessions))
                 .route("/sessions/{session}", web::get().to(session))
@@ -1232,7 +1236,6 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                 .route("/summaries/{id}/turns", web::get().to(expand_all))
                 .route("/capture", web::post().to(capture))
                 .route("/sessions/{session}/transcript", web::get().to(transcript))
-                .route("/turns", web::post().to(ingest))
                 .route("/entries", web::post().to(append_entries))
                 .route("/entries", web::get().to(entries))
                 .route("/entries/{id}", web::get().to(entry))
@@ -1241,7 +1244,6 @@ pub fn configure(cairn: Cairn) -> impl FnOnce(&mut web::ServiceConfig) {
                 .route("/subjects", web::post().to(add_subject))
                 .route("/subjects/{slug}/rename", web::post().to(rename_subject))
                 .route("/subjects/{slug}/merge", web::post().to(merge_subjects))
-                .route("/assemble", web::post().to(assemble))
                 .route("/briefing", web::get().to(briefing))
                 .route("/forget", web::post().to(forget))
                 .route("/tombstones", web::get().to(tombstones))
