@@ -44,7 +44,8 @@ const HOP_BY_HOP: &[&str] = &[
     "content-length",
 ];
 
-/// How long a forwarded request may take at its owner.
+/// How long each phase of a forwarded request may take: connecting to the
+/// owner, sending the request, waiting for its answer, reading it.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The workspace a path is about (`/v1/workspaces/{workspace}/...`), if it
