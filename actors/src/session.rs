@@ -1,11 +1,14 @@
 //! `SessionActor`: one per live session; writes its turns, in order.
 //!
 //! **Thread.** The actor lives on one arbiter (one thread, picked by hash of
-//! its key) shared with other actors. Its handler never blocks that thread:
-//! the durable write (apply + group-committed fsync) runs on the arbiter's
-//! blocking pool (`spawn_blocking`), and the actor waits for it with
-//! `ctx.wait`, which parks *this actor's* mailbox (so turns of one session
-//! are written in order) while the thread goes on serving other actors.
+//! its key) shared with other actors. Its handler never blocks that thread.
+//! On sled, the write is applied right there (sled buffers it in memory)
+//! and the group-committed fsync is awaited as a future the store's flusher
+//! thread completes; on PostgreSQL, or when a long operation holds the
+//! session's lock, the durable write runs on the arbiter's blocking pool
+//! (`spawn_blocking`). Either way the actor waits with `ctx.wait`, which
+//! parks *this actor's* mailbox (so turns of one session are written in
+//! order) while the thread goes on serving other actors.
 //!
 //! **Panics.** The request future runs under `catch_unwind`, and a panic on
 //! the blocking pool comes back as a join error; either way the reply is
@@ -24,7 +27,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use cairn_memory::{Ack, Role, Session, TurnInput, Workspace};
+use cairn_memory::{Ack, MemoryError, Role, Session, TurnInput, Workspace};
 use futures_util::FutureExt;
 
 use crate::context::{Hop, HopCount, Observe, ObservedTurn};
@@ -79,26 +82,16 @@ impl Handler<Ingest> for SessionActor {
         let stall = inner.faults.take(|f| {
             matches!(f, Fault::StallWrite { workspace, session: s, .. } if workspace == ws.id() && *s == session)
         });
-        // Everything runs on the blocking pool: the durable write, then the
-        // forward to the work context, then the reply. Forwarding *before*
-        // replying puts the turns in the context's mailbox ahead of anything
-        // the caller sends after its acknowledgement (a tick, a capture), so
-        // the context never judges triggers on stale state. Replying from
-        // the blocking thread wakes the caller without another arbiter hop.
-        let task = blocking(move || {
+        // The durable write, then the forward to the work context, then the
+        // reply. Forwarding *before* replying puts the turns in the
+        // context's mailbox ahead of anything the caller sends after its
+        // acknowledgement (a tick, a capture), so the context never judges
+        // triggers on stale state.
+        let task = async move {
             if let Some(Fault::StallWrite { millis, .. }) = stall {
-                std::thread::sleep(std::time::Duration::from_millis(millis));
+                actix_rt::time::sleep(std::time::Duration::from_millis(millis)).await;
             }
-            let outcome = (|| {
-                let acks = ws.append_turns(&turns)?;
-                let mut records: Vec<Session> = Vec::new();
-                for turn in &turns {
-                    if !records.iter().any(|r| r.id == turn.session) {
-                        records.push(ws.session(&turn.session)?);
-                    }
-                }
-                Ok((acks, records))
-            })();
+            let (turns, outcome) = write(&ws, turns).await?;
             let (acks, records) = match outcome {
                 Ok(v) => v,
                 Err(e) => {
@@ -141,29 +134,29 @@ impl Handler<Ingest> for SessionActor {
                     main: record.is_main(),
                     turns: observed,
                 };
-                forward(&addr, observe);
+                forward(&addr, observe).await;
             }
             let fresh: Vec<TopicTurn> = turns
-                .iter()
+                .into_iter()
                 .zip(&acks)
                 .filter(|(_, ack)| !ack.duplicate)
                 .map(|(turn, ack)| TopicTurn {
-                    session: turn.session.clone(),
+                    session: turn.session,
                     seq: ack.seq,
-                    content: turn.content.clone(),
+                    content: turn.content,
                 })
                 .collect();
             reply.send(Ok((acks, records)));
             // After the acknowledgement, still in this task (so this
             // actor's mailbox stays parked and a later settle waits for it):
             // tier 1, then each candidate topic's watcher gets the turn.
-            dispatch_topics(&inner, &ws, fresh);
-            Ok(())
-        });
+            dispatch_topics(&inner, &ws, fresh).await;
+            Ok::<(), ActorError>(())
+        };
         let guarded = AssertUnwindSafe(task).catch_unwind();
         ctx.wait(guarded.into_actor(self).map(|outcome, act, ctx| {
-            // A panic in the task (a join error) or in this future: stop, so
-            // the supervisor restarts the actor.
+            // A panic in the task (or on the blocking pool, a join error):
+            // stop, so the supervisor restarts the actor.
             if !matches!(outcome, Ok(Ok(()))) {
                 tracing::error!(actor = %act.name(), "panicked; stopping it so its supervisor restarts it");
                 ctx.stop();
@@ -172,9 +165,63 @@ impl Handler<Ingest> for SessionActor {
     }
 }
 
+/// What a write of `turns` produced: the acks and the session records
+/// after it.
+type Written = Result<(Vec<Ack>, Vec<Session>)>;
+
+/// Writes `turns` durably; hands them back with the outcome. The outer
+/// error is a failure of the blocking pool (a panic there).
+///
+/// A store that buffers writes in memory (sled) is written right here on
+/// the arbiter, and the fsync is awaited as a future its flusher thread
+/// completes: no thread is parked for the commit. A store whose writes
+/// wait on I/O (PostgreSQL), or a session whose lock is held by a long
+/// operation (a compaction, a forget), is written on the blocking pool,
+/// so the arbiter never waits.
+async fn write(ws: &Workspace, turns: Vec<TurnInput>) -> Result<(Vec<TurnInput>, Written)> {
+    if ws.buffered_writes() {
+        match ws.try_apply_turns(&turns) {
+            Ok(Some(acks)) => {
+                let synced = match ws.sync_later() {
+                    Some(durable) => durable.await.map_err(|e| MemoryError::from(e).into()),
+                    None => {
+                        let ws = ws.clone();
+                        blocking(move || Ok(ws.sync()?)).await
+                    }
+                };
+                let outcome = synced
+                    .and_then(|()| session_records(ws, &turns).map(|records| (acks, records)));
+                return Ok((turns, outcome));
+            }
+            Ok(None) => {}
+            Err(e) => return Ok((turns, Err(e.into()))),
+        }
+    }
+    let ws = ws.clone();
+    blocking(move || {
+        let outcome = ws
+            .append_turns(&turns)
+            .map_err(ActorError::from)
+            .and_then(|acks| session_records(&ws, &turns).map(|records| (acks, records)));
+        Ok((turns, outcome))
+    })
+    .await
+}
+
+/// The records of the sessions `turns` name, each once, in first-seen order.
+fn session_records(ws: &Workspace, turns: &[TurnInput]) -> Result<Vec<Session>> {
+    let mut records: Vec<Session> = Vec::new();
+    for turn in turns {
+        if !records.iter().any(|r| r.id == turn.session) {
+            records.push(ws.session(&turn.session)?);
+        }
+    }
+    Ok(records)
+}
+
 /// Tier 1 over acknowledged turns, then each candidate topic's watcher gets
 /// its turns. A failure is logged: the turns are durable either way.
-fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTurn>) {
+async fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTurn>) {
     if fresh.is_empty() {
         return;
     }
@@ -188,27 +235,28 @@ fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTurn>) {
     for (turn, topics) in fresh.into_iter().zip(candidates) {
         for topic in topics {
             let addr = inner.watcher_addr(ws, &topic);
-            forward(&addr, Judge { turn: turn.clone() });
+            forward(&addr, Judge { turn: turn.clone() }).await;
         }
     }
 }
 
-/// Puts `msg` in the actor's mailbox, waiting (on this blocking-pool
-/// thread) while it is full. The wait is what propagates backpressure: this
-/// session's mailbox fills meanwhile and the host is refused.
-fn forward<A, M>(addr: &Addr<A>, msg: M)
+/// Puts `msg` in the actor's mailbox, waiting (without blocking the
+/// arbiter) while it is full. The wait is what propagates backpressure:
+/// this session's mailbox stays parked, fills meanwhile, and the host is
+/// refused.
+async fn forward<A, M>(addr: &Addr<A>, msg: M)
 where
     A: Actor<Context = Context<A>> + Handler<M>,
     M: Message<Result = ()> + Send + 'static,
 {
-    let mut observe = msg;
+    let mut pending = msg;
     let mut pause = std::time::Duration::from_micros(50);
     loop {
-        match addr.try_send(observe) {
+        match addr.try_send(pending) {
             Ok(()) => return,
             Err(SendError::Full(back)) => {
-                observe = back;
-                std::thread::sleep(pause);
+                pending = back;
+                actix_rt::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_millis(5));
             }
             // Stopped (passivated or restarting): its next incarnation

@@ -818,6 +818,18 @@ impl Shared {
             .map(|i| self.stripes[i].lock())
             .collect()
     }
+
+    /// [`Shared::lock_stripes`] without waiting: `None` (nothing held) when
+    /// another caller holds one of them.
+    pub(crate) fn try_lock_stripes(
+        &self,
+        stripes: BTreeSet<usize>,
+    ) -> Option<Vec<MutexGuard<'_, ()>>> {
+        stripes
+            .into_iter()
+            .map(|i| self.stripes[i].try_lock())
+            .collect()
+    }
 }
 
 impl Memory {

@@ -647,11 +647,54 @@ impl Workspace {
         Ok(acks)
     }
 
+    /// True when a write to this workspace only touches memory until it is
+    /// synced ([`Store::buffered`](crate::store::Store::buffered)): an async
+    /// caller may run [`Workspace::apply_turns`] on its own thread, then
+    /// await [`Workspace::sync_later`] before acknowledging.
+    #[doc(hidden)]
+    pub fn buffered_writes(&self) -> bool {
+        self.shared.store.buffered()
+    }
+
+    /// [`Memory::sync`] from a workspace handle.
+    #[doc(hidden)]
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.shared.store.sync()?)
+    }
+
+    /// [`Memory::sync`] for async callers
+    /// ([`Store::sync_later`](crate::store::Store::sync_later)); `None` when
+    /// the store only syncs blocking.
+    #[doc(hidden)]
+    pub fn sync_later(&self) -> Option<crate::store::Durable> {
+        self.shared.store.sync_later()
+    }
+
     /// Like [`Workspace::append_turns`] but returns before the fsync: the
     /// caller must call [`Memory::sync`] before acknowledging anything.
     /// Used by callers that group several batches into one commit.
     #[doc(hidden)]
     pub fn apply_turns(&self, turns: &[TurnInput]) -> Result<Vec<Ack>> {
+        let stripes = self.check_turns(turns)?;
+        let guard = self.shared.lock_stripes(stripes);
+        self.write_turns(turns, guard)
+    }
+
+    /// Like [`Workspace::apply_turns`] but never waits for a lock: `None`
+    /// (nothing written) when another writer holds one of the sessions'
+    /// locks (a compaction or a forget may hold one for long). For a caller
+    /// on a thread that must not block.
+    #[doc(hidden)]
+    pub fn try_apply_turns(&self, turns: &[TurnInput]) -> Result<Option<Vec<Ack>>> {
+        let stripes = self.check_turns(turns)?;
+        match self.shared.try_lock_stripes(stripes) {
+            Some(guard) => self.write_turns(turns, guard).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Validates a batch; the lock stripes of its sessions.
+    fn check_turns(&self, turns: &[TurnInput]) -> Result<BTreeSet<usize>> {
         let limits = &self.shared.config.limits;
         if turns.len() > limits.max_batch {
             return Err(MemoryError::BatchTooLarge {
@@ -662,12 +705,18 @@ impl Workspace {
         for (index, turn) in turns.iter().enumerate() {
             in_batch(index, self.validate_turn(turn))?;
         }
-        let stripes: BTreeSet<usize> = turns
+        Ok(turns
             .iter()
             .map(|t| self.shared.stripe(&self.id, &t.session))
-            .collect();
-        let guard = self.shared.lock_stripes(stripes);
+            .collect())
+    }
 
+    /// Writes a validated batch under its sessions' locks (`guard`).
+    fn write_turns(
+        &self,
+        turns: &[TurnInput],
+        guard: Vec<parking_lot::MutexGuard<'_, ()>>,
+    ) -> Result<Vec<Ack>> {
         // Per session: its head, and whether this batch creates it.
         let mut sessions: HashMap<&str, (Session, bool)> = HashMap::new();
         // Per session: its idempotency keys, taken out of the cache for the

@@ -444,4 +444,67 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Blocks until every write applied before the call is durable on disk.
     /// Concurrent callers share one flush (group commit).
     fn sync(&self) -> Result<(), StoreError>;
+
+    /// True when applying a write only touches memory (durability comes
+    /// from [`Store::sync`] or [`Store::sync_later`]), so an async caller
+    /// may apply on its own thread; false when every write waits on I/O
+    /// (a network round trip), which belongs on a thread that may block.
+    fn buffered(&self) -> bool {
+        false
+    }
+
+    /// [`Store::sync`] for async callers: a future that resolves once every
+    /// write applied before the call is durable, without parking a thread
+    /// (the store's own flusher does the flush, shared with concurrent
+    /// syncs). `None`: this store only syncs blocking; call
+    /// [`Store::sync`] on a thread that may block.
+    fn sync_later(&self) -> Option<Durable> {
+        None
+    }
+}
+
+/// Resolves once the writes applied before it was made are durable
+/// ([`Store::sync_later`]); the error of the flush that covered them, if it
+/// failed.
+///
+/// ```
+/// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+/// let dir = tempfile::tempdir()?;
+/// let store = SledStore::open(dir.path())?;
+/// let mut batch = WriteBatch::default();
+/// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+/// store.workspace("acme")?.apply(batch)?;
+/// if let Some(durable) = store.sync_later() {
+///     tokio::runtime::Builder::new_current_thread().build()?.block_on(durable)?;
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+#[must_use = "the writes are durable only once this resolves"]
+pub struct Durable(tokio::sync::oneshot::Receiver<Result<(), String>>);
+
+impl Durable {
+    pub(crate) fn new(rx: tokio::sync::oneshot::Receiver<Result<(), String>>) -> Self {
+        Durable(rx)
+    }
+}
+
+impl std::future::Future for Durable {
+    type Output = Result<(), StoreError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|outcome| {
+            let reason = match outcome {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(reason)) => reason,
+                Err(_) => "the store closed before the write was flushed".to_owned(),
+            };
+            Err(StoreError::Sled(sled::Error::Io(std::io::Error::other(
+                reason,
+            ))))
+        })
+    }
 }

@@ -10,14 +10,18 @@
 //! Durability: sled buffers writes; [`SledStore::sync`] calls `Db::flush`, which
 //! fsyncs. Concurrent syncs are coalesced by [`GroupCommit`]: the first waiter
 //! flushes on behalf of everyone who applied a write before the flush started.
+//! [`SledStore::sync_later`] is the same commit for async callers: it parks
+//! no thread; the store's flusher thread (`cairn-flush`) flushes on their
+//! behalf, coalesced with the blocking syncs, and completes their futures.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
-use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
+use super::{Collection, Durable, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
 
 const WORKSPACE_TREE_PREFIX: &str = "ws:";
 const META_TREE: &str = "cairn:meta";
@@ -47,7 +51,18 @@ struct Inner {
     db: sled::Db,
     meta: sled::Tree,
     open: RwLock<HashMap<String, Arc<SledWorkspace>>>,
-    commit: GroupCommit,
+    commit: Arc<GroupCommit>,
+    /// The flusher thread of [`Store::sync_later`]; joined on drop.
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.commit.close();
+        if let Some(thread) = self.flusher.lock().take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl SledStore {
@@ -75,12 +90,24 @@ impl SledStore {
         let db = open_db(&config, dir, "")?;
         let meta = db.open_tree(META_TREE)?;
         private_files(dir)?;
+        let commit = Arc::new(GroupCommit::default());
+        let flusher = {
+            let (commit, db) = (commit.clone(), db.clone());
+            std::thread::Builder::new()
+                .name("cairn-flush".to_owned())
+                .spawn(move || commit.run_flusher(|| db.flush().map(|_| ())))
+                .map_err(|e| StoreError::Open {
+                    path: dir.display().to_string(),
+                    reason: format!("cannot start the flusher thread: {e}"),
+                })?
+        };
         Ok(SledStore {
             inner: Arc::new(Inner {
                 db,
                 meta,
                 open: RwLock::new(HashMap::new()),
-                commit: GroupCommit::default(),
+                commit,
+                flusher: Mutex::new(Some(flusher)),
             }),
         })
     }
@@ -348,6 +375,14 @@ impl Store for SledStore {
     fn sync(&self) -> Result<(), StoreError> {
         self.inner.commit.sync(|| self.inner.db.flush().map(|_| ()))
     }
+
+    fn buffered(&self) -> bool {
+        true
+    }
+
+    fn sync_later(&self) -> Option<Durable> {
+        Some(self.inner.commit.later())
+    }
 }
 
 #[derive(Debug)]
@@ -486,6 +521,9 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 /// after ticket `t` was issued covers every write with a ticket `≤ t`. The first
 /// caller who finds no flush running becomes the flusher for everyone waiting;
 /// the others sleep on the condition variable until `flushed ≥ their ticket`.
+/// An async caller ([`GroupCommit::later`]) leaves its ticket with a sender
+/// and wakes the flusher thread ([`GroupCommit::run_flusher`]), which leads
+/// the same way on its behalf; whichever flush covers a ticket completes it.
 ///
 /// Why a std-style blocking mutex: the critical sections are a few integer
 /// updates; the flush itself runs with the lock released.
@@ -493,6 +531,8 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 struct GroupCommit {
     state: Mutex<CommitState>,
     done: Condvar,
+    /// Wakes the flusher thread: an async ticket waits, or the store closes.
+    pending: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -502,6 +542,10 @@ struct CommitState {
     flushing: bool,
     /// The error of the last failed flush, handed to everyone it covered.
     failed_at: Option<(u64, String)>,
+    /// Async tickets not yet covered by a flush, in ticket order.
+    waiters: Vec<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
+    /// The store is closing: the flusher covers what waits, then exits.
+    closed: bool,
 }
 
 impl GroupCommit {
@@ -509,6 +553,27 @@ impl GroupCommit {
         let mut state = self.state.lock();
         state.issued += 1;
         let ticket = state.issued;
+        self.settle(&mut state, ticket, &flush)
+    }
+
+    /// A ticket for the writes applied so far, completed by a later flush.
+    fn later(&self) -> Durable {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut state = self.state.lock();
+        state.issued += 1;
+        let ticket = state.issued;
+        state.waiters.push((ticket, tx));
+        self.pending.notify_one();
+        Durable::new(rx)
+    }
+
+    /// Returns once a flush covered `ticket`, leading one if none runs.
+    fn settle(
+        &self,
+        state: &mut MutexGuard<'_, CommitState>,
+        ticket: u64,
+        flush: &impl Fn() -> sled::Result<()>,
+    ) -> Result<(), StoreError> {
         loop {
             if state.flushed >= ticket {
                 return match &state.failed_at {
@@ -521,24 +586,54 @@ impl GroupCommit {
             if !state.flushing {
                 state.flushing = true;
                 let target = state.issued;
-                drop(state);
-                let result = flush();
-                state = self.state.lock();
+                let result = MutexGuard::unlocked(state, flush);
                 state.flushing = false;
                 state.flushed = target;
-                match result {
+                let outcome = match result {
                     Ok(()) => {
                         if matches!(state.failed_at, Some((c, _)) if c <= target) {
                             state.failed_at = None;
                         }
+                        Ok(())
                     }
-                    Err(e) => state.failed_at = Some((target, e.to_string())),
+                    Err(e) => {
+                        let reason = e.to_string();
+                        state.failed_at = Some((target, reason.clone()));
+                        Err(reason)
+                    }
+                };
+                let covered = state.waiters.partition_point(|(t, _)| *t <= target);
+                for (_, waiter) in state.waiters.drain(..covered) {
+                    // A caller that stopped waiting is not an error.
+                    let _ = waiter.send(outcome.clone());
                 }
                 self.done.notify_all();
             } else {
-                self.done.wait(&mut state);
+                self.done.wait(state);
             }
         }
+    }
+
+    /// The flusher thread: covers every async ticket, until the store
+    /// closes and nothing waits.
+    fn run_flusher(&self, flush: impl Fn() -> sled::Result<()>) {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(&(ticket, _)) = state.waiters.last() {
+                // Its error went to the waiters it covered.
+                let _ = self.settle(&mut state, ticket, &flush);
+            } else if state.closed {
+                return;
+            } else {
+                self.pending.wait(&mut state);
+            }
+        }
+    }
+
+    /// Asks the flusher thread to exit once nothing waits.
+    fn close(&self) {
+        self.state.lock().closed = true;
+        self.pending.notify_all();
     }
 }
 
@@ -673,6 +768,81 @@ mod tests {
             Ok::<(), StoreError>(())
         })?;
         assert_eq!(ws.scan_prefix(Collection::State, &[])?.len(), 400);
+        Ok(())
+    }
+
+    #[test]
+    fn async_and_blocking_syncs_complete_and_survive_a_reopen() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        {
+            let store = SledStore::open(dir.path())?;
+            let ws = store.workspace("a")?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build()?;
+            std::thread::scope(|s| {
+                let blocking = s.spawn(|| -> Result<(), StoreError> {
+                    for i in 0..50u8 {
+                        let mut batch = WriteBatch::default();
+                        batch.put(Collection::State, vec![0, i], vec![i]);
+                        ws.apply(batch)?;
+                        store.sync()?;
+                    }
+                    Ok(())
+                });
+                let tasks: Vec<_> = (1..=4u8)
+                    .map(|t| {
+                        let (store, ws) = (store.clone(), ws.clone());
+                        runtime.spawn(async move {
+                            for i in 0..50u8 {
+                                let mut batch = WriteBatch::default();
+                                batch.put(Collection::State, vec![t, i], vec![i]);
+                                ws.apply(batch)?;
+                                match store.sync_later() {
+                                    Some(durable) => durable.await?,
+                                    None => store.sync()?,
+                                }
+                            }
+                            Ok::<(), StoreError>(())
+                        })
+                    })
+                    .collect();
+                runtime.block_on(async {
+                    for task in tasks {
+                        task.await??;
+                    }
+                    Ok::<(), anyhow::Error>(())
+                })?;
+                blocking.join().expect("writer thread panicked")?;
+                Ok::<(), anyhow::Error>(())
+            })?;
+        }
+        // Dropping the store stopped its flusher: the directory reopens,
+        // and every acknowledged write is there.
+        let store = SledStore::open(dir.path())?;
+        assert_eq!(
+            store
+                .workspace("a")?
+                .scan_prefix(Collection::State, &[])?
+                .len(),
+            250
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_flush_fails_every_ticket_it_covered_and_only_those() -> anyhow::Result<()> {
+        let commit = GroupCommit::default();
+        let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+        let early = commit.later();
+        let failing = || Err(sled::Error::Io(std::io::Error::other("disk full")));
+        let err = commit.sync(failing).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("disk full")));
+        let err = runtime.block_on(early).err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("disk full")));
+        let late = commit.later();
+        commit.sync(|| Ok(()))?;
+        runtime.block_on(late)?;
         Ok(())
     }
 
