@@ -1165,3 +1165,37 @@ fn recent_turns_are_the_last_n_even_with_a_gap() {
         .unwrap();
     assert_eq!(seqs(3), [6, 7, 9]);
 }
+
+#[test]
+fn try_apply_writes_nothing_while_a_session_lock_is_held() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let stripe = ws.shared.stripe(ws.id(), "s1");
+    let held = ws
+        .shared
+        .lock_stripes(std::collections::BTreeSet::from([stripe]));
+    assert_eq!(ws.try_apply_turns(&[user("s1", "hello")]).unwrap(), None);
+    drop(held);
+    // Nothing was written: not even the session.
+    assert!(matches!(
+        ws.transcript("s1", 0, None),
+        Err(MemoryError::SessionNotFound { .. })
+    ));
+    let acks = ws.try_apply_turns(&[user("s1", "hello")]).unwrap().unwrap();
+    assert_eq!(acks[0].seq, 0);
+    // The write is durable once the async sync resolves (a store that
+    // only syncs blocking has none, and a blocking sync does it).
+    match ws.sync_later() {
+        Some(durable) => {
+            assert!(ws.buffered_writes());
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(durable).unwrap();
+        }
+        None => ws.sync().unwrap(),
+    }
+    drop(ws);
+    let fx = reopen(fx);
+    assert_eq!(fx.ws().transcript("s1", 0, None).unwrap().len(), 1);
+}
