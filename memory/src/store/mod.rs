@@ -502,9 +502,7 @@ impl std::future::Future for Durable {
                 Ok(Err(reason)) => reason,
                 Err(_) => "the store closed before the write was flushed".to_owned(),
             };
-            Err(StoreError::Sled(sled::Error::Io(std::io::Error::other(
-                reason,
-            ))))
+            Err(sled_store::flush_failed(reason))
         })
     }
 }

@@ -95,7 +95,7 @@ impl SledStore {
             let (commit, db) = (commit.clone(), db.clone());
             std::thread::Builder::new()
                 .name("cairn-flush".to_owned())
-                .spawn(move || commit.run_flusher(|| db.flush().map(|_| ())))
+                .spawn(move || commit.run_flusher(|| flush(&db)))
                 .map_err(|e| StoreError::Open {
                     path: dir.display().to_string(),
                     reason: format!("cannot start the flusher thread: {e}"),
@@ -373,7 +373,7 @@ impl Store for SledStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.inner.commit.sync(|| self.inner.db.flush().map(|_| ()))
+        self.inner.commit.sync(|| flush(&self.inner.db))
     }
 
     fn buffered(&self) -> bool {
@@ -515,6 +515,17 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// Writes sled's buffers and fsyncs them: what a group commit's leader runs.
+fn flush(db: &sled::Db) -> sled::Result<()> {
+    db.flush().map(|_| ())
+}
+
+/// The error a ticket gets from the failed flush that covered it (`reason`:
+/// that flush's error, shared by every ticket it covered).
+pub(super) fn flush_failed(reason: String) -> StoreError {
+    StoreError::Sled(sled::Error::Io(std::io::Error::other(reason)))
+}
+
 /// Coalesces concurrent flushes.
 ///
 /// Each caller takes a ticket *after* its write was applied. A flush started
@@ -577,9 +588,9 @@ impl GroupCommit {
         loop {
             if state.flushed >= ticket {
                 return match &state.failed_at {
-                    Some((covered, reason)) if *covered >= ticket => Err(StoreError::Sled(
-                        sled::Error::Io(std::io::Error::other(reason.clone())),
-                    )),
+                    Some((covered, reason)) if *covered >= ticket => {
+                        Err(flush_failed(reason.clone()))
+                    }
                     _ => Ok(()),
                 };
             }
