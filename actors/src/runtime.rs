@@ -96,12 +96,34 @@ pub(crate) async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The pauses between tries of a sender whose message found a mailbox full:
+/// doubling from 50 µs to 5 ms, so a brief stall costs microseconds and a
+/// long one few wake-ups.
+pub(crate) struct Backoff {
+    pause: StdDuration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff {
+            pause: StdDuration::from_micros(50),
+        }
+    }
+
+    /// The pause before the next try.
+    pub(crate) fn next(&mut self) -> StdDuration {
+        let pause = self.pause;
+        self.pause = (pause * 2).min(StdDuration::from_millis(5));
+        pause
+    }
+}
+
 /// How a caller whose message found an actor's mailbox full waits before
-/// trying again: pauses doubling from 50 µs to 5 ms until `wait_millis` has
-/// passed ([`Backpressure::Wait`]), or not at all ([`Backpressure::Reject`]).
+/// trying again: [`Backoff`]'s pauses until `wait_millis` has passed
+/// ([`Backpressure::Wait`]), or not at all ([`Backpressure::Reject`]).
 struct Patience {
     deadline: Option<Instant>,
-    pause: StdDuration,
+    backoff: Backoff,
 }
 
 impl Patience {
@@ -113,18 +135,14 @@ impl Patience {
                     Some(Instant::now() + StdDuration::from_millis(config.wait_millis))
                 }
             },
-            pause: StdDuration::from_micros(50),
+            backoff: Backoff::new(),
         }
     }
 
     /// How long to wait before the next try; `None`: give up.
     fn next(&mut self) -> Option<StdDuration> {
         match self.deadline {
-            Some(deadline) if Instant::now() < deadline => {
-                let pause = self.pause;
-                self.pause = (pause * 2).min(StdDuration::from_millis(5));
-                Some(pause)
-            }
+            Some(deadline) if Instant::now() < deadline => Some(self.backoff.next()),
             _ => None,
         }
     }

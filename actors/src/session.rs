@@ -33,7 +33,7 @@ use futures_util::FutureExt;
 use crate::context::{Hop, HopCount, Observe, ObservedTurn};
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
-use crate::runtime::{Answer, Inner, Reply, blocking};
+use crate::runtime::{Answer, Backoff, Inner, Reply, blocking};
 use crate::topic::{Judge, TopicTurn};
 
 pub(crate) struct SessionActor {
@@ -250,14 +250,13 @@ where
     M: Message<Result = ()> + Send + 'static,
 {
     let mut pending = msg;
-    let mut pause = std::time::Duration::from_micros(50);
+    let mut backoff = Backoff::new();
     loop {
         match addr.try_send(pending) {
             Ok(()) => return,
             Err(SendError::Full(back)) => {
                 pending = back;
-                actix_rt::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_millis(5));
+                actix_rt::time::sleep(backoff.next()).await;
             }
             // Stopped (passivated or restarting): its next incarnation
             // rebuilds these turns from the store.

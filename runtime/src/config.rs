@@ -394,8 +394,7 @@ impl Default for SearchConfig {
         SearchConfig {
             rate_per_minute: 6,
             rate_per_day: 200,
-            refresh_ms: u64::try_from(cairn_memory::search::SearchService::REFRESH.as_millis())
-                .unwrap_or(1_000),
+            refresh_ms: cairn_memory::search::SearchService::REFRESH_MS,
         }
     }
 }

@@ -252,7 +252,10 @@ impl SearchService {
     /// a stream of writes the index is refreshed at most this often (the
     /// refresh interval of search engines; Elasticsearch's default is also
     /// one second).
-    pub const REFRESH: Duration = Duration::from_millis(1000);
+    pub const REFRESH: Duration = Duration::from_millis(Self::REFRESH_MS);
+
+    /// [`SearchService::REFRESH`] in milliseconds, as configuration counts it.
+    pub const REFRESH_MS: u64 = 1_000;
 
     /// How often a workspace gets a whole pass (every session and entry
     /// compared with the index) when writes keep naming what they changed:
@@ -276,7 +279,7 @@ impl SearchService {
                 indexes: RwLock::new(HashMap::new()),
                 counters: Mutex::new((0, 0)),
                 stop: AtomicBool::new(false),
-                refresh_ms: AtomicU64::new(millis(SearchService::REFRESH)),
+                refresh_ms: AtomicU64::new(SearchService::REFRESH_MS),
                 pass: Mutex::new(()),
                 wake: (Mutex::new(false), Condvar::new()),
                 #[cfg(test)]
