@@ -6,17 +6,29 @@
 //! speaker and image caption. Each question of
 //! categories 1–4 is then searched in every mode and scored against its
 //! evidence turns (`dia_id`s).
+//!
+//! With `--entries` the memory log takes part too: each conversation is
+//! ingested into a throwaway cairn (one cairn session per LoCoMo session,
+//! every turn `speaker: text`) and captured after each session, so the
+//! configured extraction (the heuristic extractor, and the model of
+//! `[extraction.model]` when it is enabled, behind the default significance
+//! gate or the one `--significance` names) writes entries with provenance.
+//! Those entries are indexed beside the turns, as the search service indexes
+//! them, and a hit on an entry counts as the turns it cites: it takes one
+//! place of the ranking for each of them, so an entry that cites a whole
+//! session cannot buy recall with one slot.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use cairn::search::{
-    DocAttrs, Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex, SearchMode,
-    SearchOptions,
+    DocAttrs, DocSource, Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex,
+    SearchMode, SearchOptions,
 };
+use cairn::{Cairn, CairnConfig, Role, StorageConfig, TurnInput, WorldKind};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -55,6 +67,14 @@ pub enum EvalError {
     /// Search failed.
     #[error(transparent)]
     Search(#[from] SearchError),
+    /// Deriving a conversation's memory-log entries (`--entries`) failed.
+    #[error("deriving the entries of {conversation}: {reason}")]
+    Entries {
+        /// The conversation (file stem).
+        conversation: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// One mode's numbers.
@@ -111,6 +131,25 @@ pub struct EvalReport {
     /// Leave-one-conversation-out, when asked for (`--loo`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loo: Option<LooReport>,
+    /// The memory-log entries indexed beside the turns (`--entries`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entries: Option<EntriesReport>,
+}
+
+/// What `--entries` derived and indexed, over every conversation.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EntriesReport {
+    /// Entries indexed (those whose provenance names LoCoMo turns).
+    pub indexed: usize,
+    /// Of those, per kind.
+    pub by_kind: BTreeMap<String, usize>,
+    /// Mean turns an indexed entry cites.
+    pub mean_cited_turns: f64,
+    /// The extractors the captures used (`heuristic`, `model <name>`).
+    pub extractors: Vec<String>,
+    /// Captures whose model pass failed (they kept the heuristic items),
+    /// with the reason.
+    pub extractor_errors: Vec<String>,
 }
 
 struct Question {
@@ -122,6 +161,174 @@ struct Question {
 struct Conversation {
     docs: Vec<SearchDoc>,
     questions: Vec<Question>,
+}
+
+/// A conversation's derived entries: their documents, and the turn ids
+/// (`dia_id`s) each cites, by document id.
+#[derive(Default)]
+struct Derived {
+    docs: Vec<SearchDoc>,
+    cites: HashMap<String, Vec<String>>,
+}
+
+/// How `--entries` derives a conversation's entries.
+#[derive(Debug, Clone)]
+pub struct EntrySource {
+    /// The configuration of the throwaway cairn (its extraction settings
+    /// and limits; its data directory and storage are replaced).
+    pub config: CairnConfig,
+    /// A significance gate to install in it instead of the default, as
+    /// (plugin name, component bytes).
+    pub significance: Option<(String, Vec<u8>)>,
+}
+
+/// The workspace and work context every LoCoMo session is ingested into
+/// (each conversation gets a cairn of its own).
+const EVAL_CONTEXT: &str = "locomo";
+
+/// Ingests `conv` into a throwaway cairn configured like `template` (its
+/// extraction and policies; storage always a fresh sled directory), captures
+/// after each session, and returns the entries the captures wrote whose
+/// provenance names turns of the conversation.
+fn derive_entries(
+    name: &str,
+    conv: &Conversation,
+    source: &EntrySource,
+    report: &mut EntriesReport,
+) -> Result<Derived, EvalError> {
+    let failed = |reason: String| EvalError::Entries {
+        conversation: name.to_owned(),
+        reason,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("cairn-eval-")
+        .tempdir()
+        .map_err(|e| failed(format!("temporary data dir: {e}")))?;
+    let mut config = source.config.clone();
+    config.data_dir = dir.path().to_owned();
+    config.storage = StorageConfig::default();
+    config.actors.tick_interval_secs = 0;
+    let cairn = Cairn::open(config).map_err(|e| failed(e.to_string()))?;
+    if let Some((plugin, wasm)) = &source.significance {
+        cairn
+            .policies()
+            .install(WorldKind::SignificanceGate, plugin, wasm)
+            .map_err(|e| failed(format!("installing the significance gate {plugin}: {e}")))?;
+    }
+    // (session, position) -> dia_id, and each session's turns in order.
+    let mut ids: HashMap<(&str, u64), &str> = HashMap::new();
+    let mut sessions: Vec<(&str, Vec<&SearchDoc>)> = Vec::new();
+    for doc in &conv.docs {
+        ids.insert((doc.session.as_str(), doc.pos), doc.id.as_str());
+        match sessions.last_mut() {
+            Some((s, turns)) if *s == doc.session => turns.push(doc),
+            _ => sessions.push((doc.session.as_str(), vec![doc])),
+        }
+    }
+    let mut derived = Derived::default();
+    let mut cited = 0usize;
+    for (session, turns) in &sessions {
+        let inputs: Vec<TurnInput> = turns
+            .iter()
+            .map(|d| {
+                let mut text = match &d.speaker {
+                    Some(speaker) => format!("{speaker}: {}", d.text),
+                    None => d.text.clone(),
+                };
+                if let Some(caption) = &d.caption {
+                    text.push_str(&format!(" [shared a photo: {caption}]"));
+                }
+                let turn = TurnInput::new(session, Role::User, &text).in_context(EVAL_CONTEXT);
+                match d.attrs.timestamp {
+                    Some(t) => turn.at(t),
+                    None => turn,
+                }
+            })
+            .collect();
+        for chunk in inputs.chunks(64) {
+            cairn
+                .ingest(EVAL_CONTEXT, chunk)
+                .map_err(|e| failed(format!("{session}: {e}")))?;
+        }
+        let captures = cairn
+            .capture(EVAL_CONTEXT, Some(EVAL_CONTEXT))
+            .map_err(|e| failed(format!("{session}: {e}")))?;
+        for capture in captures {
+            if !report.extractors.contains(&capture.extractor) {
+                report.extractors.push(capture.extractor.clone());
+            }
+            if let Some(error) = capture.extractor_error {
+                report.extractor_errors.push(format!("{name}: {error}"));
+            }
+            for entry in capture.entries {
+                let Some(p) = &entry.provenance else { continue };
+                let turns: Vec<String> = (p.from_seq..=p.to_seq)
+                    .filter_map(|seq| ids.get(&(p.session.as_str(), seq)))
+                    .map(|id| (*id).to_owned())
+                    .collect();
+                if turns.is_empty() {
+                    continue;
+                }
+                let id = format!("entry:{}", entry.id);
+                let timestamp = turns
+                    .first()
+                    .and_then(|t| conv.docs.iter().find(|d| &d.id == t))
+                    .and_then(|d| d.attrs.timestamp);
+                derived
+                    .docs
+                    .push(
+                        SearchDoc::new(&id, &id, 0, &entry.content).with_attrs(DocAttrs {
+                            source: DocSource::Entry,
+                            kind: Some(entry.kind),
+                            work_context: Some(entry.work_context.clone()),
+                            provenance: Some(p.clone()),
+                            timestamp,
+                            ..DocAttrs::default()
+                        }),
+                    );
+                *report
+                    .by_kind
+                    .entry(entry.kind.as_str().to_owned())
+                    .or_default() += 1;
+                cited += turns.len();
+                derived.cites.insert(id, turns);
+            }
+        }
+    }
+    let before = report.indexed as f64 * report.mean_cited_turns;
+    report.indexed += derived.docs.len();
+    if report.indexed > 0 {
+        report.mean_cited_turns = (before + cited as f64) / report.indexed as f64;
+    }
+    Ok(derived)
+}
+
+/// A ranking of turns and entries as turn ids: an entry stands for the
+/// turns it cites, in order, each taking a place; a turn already placed
+/// (cited by an earlier entry, or itself) is not placed again.
+fn as_turns(ranked: Vec<String>, cites: &HashMap<String, Vec<String>>) -> Vec<String> {
+    if cites.is_empty() {
+        return ranked;
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(ranked.len());
+    for id in ranked {
+        match cites.get(&id) {
+            Some(turns) => {
+                for t in turns {
+                    if seen.insert(t.clone()) {
+                        out.push(t.clone());
+                    }
+                }
+            }
+            None => {
+                if seen.insert(id.clone()) {
+                    out.push(id);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn format_err(path: &Path, reason: &str) -> EvalError {
@@ -411,6 +618,8 @@ pub struct ConversationReport {
     pub questions: usize,
     /// Turns indexed.
     pub turns: usize,
+    /// Entries indexed beside them (`--entries`).
+    pub entries: usize,
     /// Per mode, as in [`EvalReport::modes`].
     pub modes: BTreeMap<String, ModeReport>,
 }
@@ -534,6 +743,7 @@ pub fn run_locomo(
     loo: bool,
     tuning: &Tuning,
     ranks: Option<&Path>,
+    entries: Option<&EntrySource>,
 ) -> Result<EvalReport, EvalError> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| EvalError::Io {
@@ -580,17 +790,23 @@ pub fn run_locomo(
     // Per conversation, per grid point: each question's recall@10 and category.
     let mut scored: Vec<Scored> = Vec::new();
     let (mut turns, mut index_secs) = (0usize, 0f64);
+    let mut entries_report = entries.map(|_| EntriesReport::default());
     for file in &files {
         let name = file.file_stem().map_or_else(
             || file.display().to_string(),
             |s| s.to_string_lossy().into_owned(),
         );
         let conv = parse(file)?;
+        let derived = match (entries, entries_report.as_mut()) {
+            (Some(source), Some(report)) => derive_entries(&name, &conv, source, report)?,
+            _ => Derived::default(),
+        };
         let mut index = SearchIndex::new(embedder.clone())?;
         index.set_time_terms(tuning.time_terms);
         index.set_sentence_vectors(tuning.sentence_vectors);
         let t = Instant::now();
         index.add(&conv.docs)?;
+        index.add(&derived.docs)?;
         index_secs += t.elapsed().as_secs_f64();
         turns += conv.docs.len();
         let mut own: Vec<Acc> = modes.iter().map(|_| Acc::default()).collect();
@@ -603,7 +819,7 @@ pub fn run_locomo(
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
                 accs[i].fallback |= r.lexical_fallback;
                 own[i].fallback |= r.lexical_fallback;
-                let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
+                let ranked = as_turns(r.hits.into_iter().map(|h| h.id).collect(), &derived.cites);
                 if let (Some((path, out)), "hybrid") = (ranks_out.as_mut(), modes[i].0) {
                     write_ranks(out, &name, q, &ranked).map_err(|source| EvalError::Write {
                         path: path.to_path_buf(),
@@ -626,7 +842,7 @@ pub fn run_locomo(
                     .mode(SearchMode::Hybrid)
                     .fusion(Fusion::Recipe(point.recipe(tuning.recipe)));
                 let r = index.search_with_vector(&q.text, vector.as_deref(), &opts)?;
-                let ranked: Vec<String> = r.hits.into_iter().map(|h| h.id).collect();
+                let ranked = as_turns(r.hits.into_iter().map(|h| h.id).collect(), &derived.cites);
                 let mut one = Acc::default();
                 one.add(q, &ranked, k, 0.0);
                 out.push(Row {
@@ -642,6 +858,7 @@ pub fn run_locomo(
             ConversationReport {
                 questions: conv.questions.len(),
                 turns: conv.docs.len(),
+                entries: derived.docs.len(),
                 modes: modes
                     .iter()
                     .map(|m| m.0.to_owned())
@@ -674,6 +891,7 @@ pub fn run_locomo(
             .collect(),
         conversations,
         loo: loo.then(|| leave_one_out(&grid, &scored, Params::of(tuning.recipe))),
+        entries: entries_report,
     })
 }
 

@@ -487,6 +487,18 @@ enum EvalCommand {
         /// what a recipe misses).
         #[arg(long, value_name = "FILE")]
         ranks: Option<PathBuf>,
+        /// Also index the memory-log entries extraction derives from each
+        /// session (the heuristic extractor, and the model of
+        /// `[extraction.model]` when it is enabled): each conversation is
+        /// ingested into a throwaway cairn and captured after every session;
+        /// a hit on an entry counts as the turns it cites.
+        #[arg(long)]
+        entries: bool,
+        /// With `--entries`: a significance-gate component to install in the
+        /// throwaway cairn instead of the default gate (which decides what
+        /// capture reads; the default is tuned for work talk).
+        #[arg(long, value_name = "FILE.wasm", requires = "entries")]
+        significance: Option<PathBuf>,
     },
 }
 
@@ -664,31 +676,8 @@ fn run(cli: Cli) -> Result<()> {
         config.storage.cluster.advertise.clear();
     }
     let ws_id = config.workspace.clone();
-    if let Command::Eval {
-        bench:
-            EvalCommand::Locomo {
-                data,
-                k,
-                json,
-                loo,
-                set,
-                ranks,
-            },
-    } = &cli.command
-    {
-        let mut tuning = cairn_cli::eval::Tuning::default();
-        for s in set {
-            tuning.set(s).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
-        }
-        return eval_locomo(
-            &config.embedding,
-            data,
-            *k,
-            *json,
-            *loo,
-            &tuning,
-            ranks.as_deref(),
-        );
+    if let Command::Eval { bench } = &cli.command {
+        return eval_locomo(&config, bench);
     }
     if let Command::Loadgen(args) = &cli.command {
         return loadgen(config, cli.data_dir.clone(), args);
@@ -1877,19 +1866,50 @@ fn load_embedder(
     }
 }
 
-fn eval_locomo(
-    embedding: &cairn::EmbeddingConfig,
-    data: &Path,
-    k: usize,
-    json: bool,
-    loo: bool,
-    tuning: &cairn_cli::eval::Tuning,
-    ranks: Option<&Path>,
-) -> Result<()> {
-    let embedder = load_embedder(embedding);
-    let report = cairn_cli::eval::run_locomo(data, k, embedder, loo, tuning, ranks)?;
+fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
+    let EvalCommand::Locomo {
+        data,
+        k,
+        json,
+        loo,
+        set,
+        ranks,
+        entries,
+        significance,
+    } = command;
+    let mut tuning = cairn_cli::eval::Tuning::default();
+    for s in set {
+        tuning.set(s).map_err(|e| anyhow::anyhow!("--set: {e}"))?;
+    }
+    let k = *k;
+    let significance = match significance {
+        Some(path) => {
+            let wasm = std::fs::read(path)
+                .with_context(|| format!("reading the significance gate {}", path.display()))?;
+            let name = path.file_stem().map_or_else(
+                || "eval-gate".to_owned(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+            Some((name, wasm))
+        }
+        None => None,
+    };
+    let source = entries.then(|| cairn_cli::eval::EntrySource {
+        config: config.clone(),
+        significance,
+    });
+    let embedder = load_embedder(&config.embedding);
+    let report = cairn_cli::eval::run_locomo(
+        data,
+        k,
+        embedder,
+        *loo,
+        &tuning,
+        ranks.as_deref(),
+        source.as_ref(),
+    )?;
     let mut out = std::io::stdout().lock();
-    if json {
+    if *json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
         return Ok(());
@@ -1899,6 +1919,20 @@ fn eval_locomo(
         "{} questions, {} turns, indexing {:.0} turns/s",
         report.questions, report.turns, report.index_turns_per_sec
     )?;
+    if let Some(e) = &report.entries {
+        let kinds: Vec<String> = e.by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        writeln!(
+            out,
+            "entries: {} indexed beside the turns ({}), citing {:.1} turns each; extractors: {}",
+            e.indexed,
+            kinds.join(", "),
+            e.mean_cited_turns,
+            e.extractors.join(", ")
+        )?;
+        for error in &e.extractor_errors {
+            writeln!(out, "  model pass failed (heuristic items kept): {error}")?;
+        }
+    }
     writeln!(
         out,
         "{:<11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>28} {:>9} {:>9}",

@@ -265,3 +265,118 @@ fn bad_slow_or_refused_replies_fall_back_to_the_heuristic_extractor() -> Result<
     ensure!(items(&report) == expected);
     Ok(())
 }
+
+/// A LoCoMo-format conversation: one session, a question whose evidence
+/// turn shares only the speaker's name with it, and a turn that shares more.
+/// The evidence turn states a habit ("always"), which the default
+/// significance gate lets capture read; the chit-chat it only observes.
+const CONVERSATION: &str = r#"{
+  "conversation": {
+    "speaker_a": "Mel", "speaker_b": "Caroline",
+    "session_1_date_time": "1:56 pm on 8 May, 2023",
+    "session_1": [
+      {"speaker": "Caroline", "dia_id": "D1:1", "text": "How was your weekend?"},
+      {"speaker": "Mel", "dia_id": "D1:2", "text": "Quiet. Do you want to play a board game on Friday?"},
+      {"speaker": "Mel", "dia_id": "D1:3", "text": "I always practise the clarinet for an hour before work."},
+      {"speaker": "Caroline", "dia_id": "D1:4", "text": "Friday works for me."}
+    ]
+  },
+  "qa": [{"question": "Which instruments does Mel play?", "category": 1, "evidence": ["D1:3"]}]
+}"#;
+
+/// What the stub model extracts: a fact citing the clarinet turn (cairn's
+/// turn 2 of the session).
+const FACT: &str = r#"{"entries":[{"type":"fact","content":"Mel plays instruments: the clarinet","turns":[2,2]}]}"#;
+
+#[test]
+fn the_eval_counts_an_extracted_entry_as_the_turns_it_cites() -> Result<()> {
+    let data = tempfile::tempdir()?;
+    std::fs::write(data.path().join("1.json"), CONVERSATION)?;
+    let run = |config: Option<&CairnConfig>, significance: Option<(String, Vec<u8>)>| {
+        let source = config.map(|c| cairn_cli::eval::EntrySource {
+            config: c.clone(),
+            significance,
+        });
+        cairn_cli::eval::run_locomo(
+            data.path(),
+            10,
+            None,
+            false,
+            &cairn_cli::eval::Tuning::default(),
+            None,
+            source.as_ref(),
+        )
+    };
+    let recall_1 =
+        |report: &cairn_cli::eval::EvalReport| report.modes.get("hybrid").map(|m| m.recall_1);
+
+    // Turns alone: the board-game turn shares "Mel" and "play" with the
+    // question and ranks above the evidence.
+    let turns_only = run(None, None)?;
+    ensure!(turns_only.entries.is_none());
+    ensure!(recall_1(&turns_only) == Some(0.0), "{turns_only:?}");
+
+    // With the model's fact: the entry ranks first and stands for D1:3.
+    let (url, seen) = stub(200, FACT, Duration::ZERO)?;
+    let mut config = CairnConfig::default();
+    config.extraction.model = ModelConfig {
+        enabled: true,
+        url,
+        model: "stub".to_owned(),
+        api_key: None,
+        timeout_ms: 2_000,
+    };
+    let with_model = run(Some(&config), None)?;
+    let entries = with_model.entries.clone().context("an entries report")?;
+    ensure!(entries.extractors == ["model stub"], "{entries:?}");
+    ensure!(entries.extractor_errors.is_empty(), "{entries:?}");
+    ensure!(entries.by_kind.get("fact") == Some(&1), "{entries:?}");
+    ensure!(recall_1(&with_model) == Some(1.0), "{with_model:?}");
+    ensure!(
+        with_model.conversations.get("1").map(|c| c.entries) == Some(entries.indexed),
+        "{with_model:?}"
+    );
+    let prompts = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    ensure!(
+        prompts
+            .iter()
+            .any(|p| p.contains("Mel: I always practise the clarinet")),
+        "the transcript reached the model: {prompts:?}"
+    );
+    drop(prompts);
+
+    // A gate that observes everything: capture reads nothing, the model is
+    // not asked, no entry is indexed.
+    let (url, seen) = stub(200, FACT, Duration::ZERO)?;
+    config.extraction.model.url = url;
+    let quiet = (
+        "example_quiet".to_owned(),
+        cairn::worlds::defaults::EXAMPLE_QUIET.wasm.to_vec(),
+    );
+    let gated = run(Some(&config), Some(quiet))?;
+    let entries = gated.entries.clone().context("an entries report")?;
+    ensure!(entries.indexed == 0, "{entries:?}");
+    ensure!(recall_1(&gated) == Some(0.0), "{gated:?}");
+    ensure!(
+        seen.lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .is_empty(),
+        "the model was asked about turns the gate only observed"
+    );
+
+    // A model that fails keeps the heuristic items, and the report says so.
+    let (url, _) = stub(500, "overloaded", Duration::ZERO)?;
+    config.extraction.model.url = url;
+    let failing = run(Some(&config), None)?;
+    let entries = failing.entries.clone().context("an entries report")?;
+    ensure!(entries.extractors == ["heuristic"], "{entries:?}");
+    ensure!(
+        entries
+            .extractor_errors
+            .iter()
+            .any(|e| e.contains("HTTP status 500")),
+        "{entries:?}"
+    );
+    ensure!(recall_1(&failing) == Some(0.0), "{failing:?}");
+    Ok(())
+}
