@@ -13,8 +13,8 @@
 //! configured extraction (the heuristic extractor, and the model of
 //! `[extraction.model]` when it is enabled, behind the default significance
 //! gate or the one `--significance` names) writes entries with provenance.
-//! Those entries are indexed beside the turns, as the search service indexes
-//! them, and a hit on an entry counts as the turns it cites: it takes one
+//! The live entries are indexed beside the turns, as the search service
+//! indexes them, and a hit on an entry counts as the turns it cites: it takes one
 //! place of the ranking for each of them, so an entry that cites a whole
 //! session cannot buy recall with one slot.
 
@@ -26,9 +26,9 @@ use std::time::Instant;
 
 use cairn::search::{
     DocAttrs, DocSource, Embedder, Fusion, RecipeParams, SearchDoc, SearchError, SearchIndex,
-    SearchMode, SearchOptions,
+    SearchMode, SearchOptions, entry_text,
 };
-use cairn::{Cairn, CairnConfig, Role, StorageConfig, TurnInput, WorldKind};
+use cairn::{Cairn, CairnConfig, EntryFilter, Role, StorageConfig, TurnInput, WorldKind};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -186,10 +186,12 @@ pub struct EntrySource {
 /// (each conversation gets a cairn of its own).
 const EVAL_CONTEXT: &str = "locomo";
 
-/// Ingests `conv` into a throwaway cairn configured like `template` (its
-/// extraction and policies; storage always a fresh sled directory), captures
-/// after each session, and returns the entries the captures wrote whose
-/// provenance names turns of the conversation.
+/// Ingests `conv` into a throwaway cairn configured like `source` (its
+/// extraction settings and gate; storage always a fresh sled directory),
+/// captures after each session, and returns the live entries whose
+/// provenance names turns of the conversation, each searched by the text
+/// the search service gives it ([`entry_text`]) and dated like the first
+/// turn it cites.
 fn derive_entries(
     name: &str,
     conv: &Conversation,
@@ -215,18 +217,16 @@ fn derive_entries(
             .install(WorldKind::SignificanceGate, plugin, wasm)
             .map_err(|e| failed(format!("installing the significance gate {plugin}: {e}")))?;
     }
-    // (session, position) -> dia_id, and each session's turns in order.
-    let mut ids: HashMap<(&str, u64), &str> = HashMap::new();
+    // (session, position) -> its turn, and each session's turns in order.
+    let mut by_place: HashMap<(&str, u64), &SearchDoc> = HashMap::new();
     let mut sessions: Vec<(&str, Vec<&SearchDoc>)> = Vec::new();
     for doc in &conv.docs {
-        ids.insert((doc.session.as_str(), doc.pos), doc.id.as_str());
+        by_place.insert((doc.session.as_str(), doc.pos), doc);
         match sessions.last_mut() {
             Some((s, turns)) if *s == doc.session => turns.push(doc),
             _ => sessions.push((doc.session.as_str(), vec![doc])),
         }
     }
-    let mut derived = Derived::default();
-    let mut cited = 0usize;
     for (session, turns) in &sessions {
         let inputs: Vec<TurnInput> = turns
             .iter()
@@ -255,45 +255,53 @@ fn derive_entries(
             .map_err(|e| failed(format!("{session}: {e}")))?;
         for capture in captures {
             if !report.extractors.contains(&capture.extractor) {
-                report.extractors.push(capture.extractor.clone());
+                report.extractors.push(capture.extractor);
             }
             if let Some(error) = capture.extractor_error {
                 report.extractor_errors.push(format!("{name}: {error}"));
             }
-            for entry in capture.entries {
-                let Some(p) = &entry.provenance else { continue };
-                let turns: Vec<String> = (p.from_seq..=p.to_seq)
-                    .filter_map(|seq| ids.get(&(p.session.as_str(), seq)))
-                    .map(|id| (*id).to_owned())
-                    .collect();
-                if turns.is_empty() {
-                    continue;
-                }
-                let id = format!("entry:{}", entry.id);
-                let timestamp = turns
-                    .first()
-                    .and_then(|t| conv.docs.iter().find(|d| &d.id == t))
-                    .and_then(|d| d.attrs.timestamp);
-                derived
-                    .docs
-                    .push(
-                        SearchDoc::new(&id, &id, 0, &entry.content).with_attrs(DocAttrs {
-                            source: DocSource::Entry,
-                            kind: Some(entry.kind),
-                            work_context: Some(entry.work_context.clone()),
-                            provenance: Some(p.clone()),
-                            timestamp,
-                            ..DocAttrs::default()
-                        }),
-                    );
-                *report
-                    .by_kind
-                    .entry(entry.kind.as_str().to_owned())
-                    .or_default() += 1;
-                cited += turns.len();
-                derived.cites.insert(id, turns);
-            }
         }
+    }
+    let live = cairn
+        .entries(EVAL_CONTEXT, &EntryFilter::default(), None)
+        .map_err(|e| failed(format!("listing the entries: {e}")))?;
+    let mut derived = Derived::default();
+    let mut cited = 0usize;
+    for view in live {
+        let entry = &view.entry;
+        let Some(p) = &entry.provenance else { continue };
+        let turns: Vec<&SearchDoc> = (p.from_seq..=p.to_seq)
+            .filter_map(|seq| by_place.get(&(p.session.as_str(), seq)).copied())
+            .collect();
+        let Some(first) = turns.first() else { continue };
+        let id = format!("entry:{}", entry.id);
+        let mut doc = SearchDoc::new(
+            &id,
+            &id,
+            0,
+            &entry_text(&entry.content, entry.detail.as_deref()),
+        )
+        .with_attrs(DocAttrs {
+            source: DocSource::Entry,
+            kind: Some(entry.kind),
+            subject: entry.subject.as_deref().map(str::to_owned),
+            work_context: Some(entry.work_context.to_string()),
+            provenance: Some(p.clone()),
+            timestamp: first.attrs.timestamp,
+            ..DocAttrs::default()
+        });
+        if let Some(date) = &first.date {
+            doc = doc.with_date(date);
+        }
+        derived.docs.push(doc);
+        *report
+            .by_kind
+            .entry(entry.kind.as_str().to_owned())
+            .or_default() += 1;
+        cited += turns.len();
+        derived
+            .cites
+            .insert(id, turns.iter().map(|t| t.id.clone()).collect());
     }
     let before = report.indexed as f64 * report.mean_cited_turns;
     report.indexed += derived.docs.len();

@@ -118,7 +118,7 @@ pub mod search {
         DocAttrs, DocSource, EmbedConfig, Embedder, FastEmbedder, Fusion, Granularity, IndexStats,
         ItemRef, Period, RecipeParams, SearchDoc, SearchError, SearchFilters, SearchHit,
         SearchIndex, SearchMode, SearchOptions, SearchResult, ServiceError, TimeMention,
-        UnitCosine, asks_when, named_periods, resolve_times,
+        UnitCosine, asks_when, entry_text, named_periods, resolve_times,
     };
 }
 

@@ -218,14 +218,26 @@ fn turn_doc(t: &Turn, low_trust_session: bool) -> SearchDoc {
     })
 }
 
+/// The text an entry is searched by: its content, then its detail in
+/// parentheses.
+///
+/// ```
+/// use cairn_memory::search::entry_text;
+/// assert_eq!(entry_text("Ship on April 1", Some("sync needs two weeks")), "Ship on April 1 (sync needs two weeks)");
+/// assert_eq!(entry_text("Ship on April 1", None), "Ship on April 1");
+/// ```
+pub fn entry_text(content: &str, detail: Option<&str>) -> String {
+    match detail {
+        Some(d) if !d.is_empty() => format!("{content} ({d})"),
+        _ => content.to_owned(),
+    }
+}
+
 /// The document an entry becomes: id = the entry id, alone in its own
 /// pseudo-session `entry:<id>` (so turn-neighbour smoothing never mixes it
-/// with turns); its text is the content and the detail.
+/// with turns); its text is [`entry_text`].
 fn entry_doc(e: &Entry, decay: &DecayConfig, low_trust: bool) -> SearchDoc {
-    let text = match &e.detail {
-        Some(d) if !d.is_empty() => format!("{} ({d})", e.content),
-        _ => e.content.clone(),
-    };
+    let text = entry_text(&e.content, e.detail.as_deref());
     SearchDoc::new(&e.id, &format!("entry:{}", e.id), 0, &text)
         .with_date(&date_text(&e.timestamp))
         .with_attrs(DocAttrs {
