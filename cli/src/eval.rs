@@ -231,14 +231,8 @@ fn derive_entries(
         let inputs: Vec<TurnInput> = turns
             .iter()
             .map(|d| {
-                let mut text = match &d.speaker {
-                    Some(speaker) => format!("{speaker}: {}", d.text),
-                    None => d.text.clone(),
-                };
-                if let Some(caption) = &d.caption {
-                    text.push_str(&format!(" [shared a photo: {caption}]"));
-                }
-                let turn = TurnInput::new(session, Role::User, &text).in_context(EVAL_CONTEXT);
+                let turn =
+                    TurnInput::new(session, Role::User, &d.spoken_text()).in_context(EVAL_CONTEXT);
                 match d.attrs.timestamp {
                     Some(t) => turn.at(t),
                     None => turn,

@@ -96,11 +96,21 @@ impl SearchDoc {
 
     /// What BM25 indexes: `"[date] speaker: text [shared a photo: caption]"`.
     pub fn lexical_text(&self) -> String {
-        let mut s = String::new();
-        if let Some(d) = &self.date {
-            s.push_str(&format!("[{d}] "));
+        match &self.date {
+            Some(d) => format!("[{d}] {}", self.spoken_text()),
+            None => self.spoken_text(),
         }
-        s.push_str(&self.dense_text());
+    }
+
+    /// What was said, as a transcript line: `"speaker: text [shared a photo: caption]"`.
+    ///
+    /// ```
+    /// use cairn_memory::search::SearchDoc;
+    /// let doc = SearchDoc::new("D1:3", "s1", 2, "Look!").with_speaker("Mel").with_caption("a clarinet");
+    /// assert_eq!(doc.spoken_text(), "Mel: Look! [shared a photo: a clarinet]");
+    /// ```
+    pub fn spoken_text(&self) -> String {
+        let mut s = self.dense_text();
         if let Some(c) = &self.caption {
             s.push_str(&format!(" [shared a photo: {c}]"));
         }
