@@ -332,13 +332,19 @@ impl Cluster {
     }
 
     /// Where a request about `workspace` is served (see [`Cairn::route`]).
+    /// True when this node serves `workspace` by its own view (no leases,
+    /// or a lease it holds): known without a read of the lease store.
+    fn serves_here(&self, workspace: &str) -> bool {
+        self.leases().is_none() || self.inner.memory.serves(workspace)
+    }
+
     fn route(&self, workspace: &str, forwarded: bool) -> std::result::Result<Route, StoreError> {
+        if self.serves_here(workspace) {
+            return Ok(Route::Local);
+        }
         let Some(leases) = self.leases() else {
             return Ok(Route::Local);
         };
-        if self.inner.memory.serves(workspace) {
-            return Ok(Route::Local);
-        }
         let me = leases.node().to_owned();
         let not_owner = || StoreError::NotOwner {
             workspace: workspace.to_owned(),
@@ -469,6 +475,29 @@ impl Cairn {
                 .route(workspace, forwarded)
                 .map_err(cairn_memory::MemoryError::from)?),
             None => Ok(Route::Local),
+        }
+    }
+
+    /// [`Cairn::route`] when it is known without waiting on storage:
+    /// `Some(Route::Local)` outside a cluster or for a workspace this node
+    /// already serves; `None` when only [`Cairn::route`] can tell (it may
+    /// take a lease, a write to the cluster's store). A server asks this
+    /// first on its request thread and hands the rest to a thread that may
+    /// block.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, Route};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// assert_eq!(cairn.route_now("acme")?, Some(Route::Local));
+    /// assert!(cairn.route_now("not an id").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn route_now(&self, workspace: &str) -> Result<Option<Route>> {
+        cairn_memory::ids::validate_id("workspace id", workspace)?;
+        match &self.cluster {
+            Some(cluster) if !cluster.serves_here(workspace) => Ok(None),
+            _ => Ok(Some(Route::Local)),
         }
     }
 

@@ -97,20 +97,32 @@ pub(crate) async fn route_requests(
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     let forwarded = req.headers().contains_key(FORWARDED_BY);
-    let asker = cairn.clone();
-    let route = match web::block(move || asker.route(&workspace, forwarded)).await {
-        Ok(Ok(route)) => route,
-        // A bad id: the route itself says what is wrong with it.
-        Ok(Err(e)) if e.kind() == cairn::ErrorKind::Invalid => Route::Local,
-        Ok(Err(e)) => return Ok(req.error_response(ApiError::from(e))),
-        Err(e) => {
-            let e = ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                format!("worker failed: {e}"),
-            );
-            return Ok(req.error_response(e));
+    // Known here for a workspace this node serves (always, outside a
+    // cluster); only a route that may take a lease goes to a thread that
+    // may block.
+    let decided = match cairn.route_now(&workspace) {
+        Ok(Some(route)) => Ok(route),
+        Ok(None) => {
+            let asker = cairn.clone();
+            match web::block(move || asker.route(&workspace, forwarded)).await {
+                Ok(decided) => decided,
+                Err(e) => {
+                    let e = ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        format!("worker failed: {e}"),
+                    );
+                    return Ok(req.error_response(e));
+                }
+            }
         }
+        Err(e) => Err(e),
+    };
+    let route = match decided {
+        Ok(route) => route,
+        // A bad id: the route itself says what is wrong with it.
+        Err(e) if e.kind() == cairn::ErrorKind::Invalid => Route::Local,
+        Err(e) => return Ok(req.error_response(ApiError::from(e))),
     };
     match route {
         Route::Forward { node, url } => forward(req, &cairn, node, url).await,
