@@ -278,6 +278,16 @@ pub struct AssembleBody {
     /// Rules for this call; `[assemble.settings]` when absent.
     #[serde(default)]
     pub settings: Option<AssembleSettings>,
+    /// Whether the answer carries `trace` (every candidate, included or
+    /// not, and why). `false` answers it empty: a gateway on its hot path
+    /// reads the block, and every policy decision stays in the decision
+    /// log either way. Default `true`.
+    #[serde(default = "with_trace")]
+    pub trace: bool,
+}
+
+fn with_trace() -> bool {
+    true
 }
 
 /// Body of `POST .../forget`.
@@ -697,7 +707,11 @@ async fn assemble(
             retrieval: body.retrieval,
             settings: body.settings,
         };
-        Ok(cairn.assemble(&ws, &request)?)
+        let mut block = cairn.assemble(&ws, &request)?;
+        if !body.trace {
+            block.trace = Vec::new();
+        }
+        Ok(block)
     })
     .await
 }

@@ -94,6 +94,20 @@ fn happy_path_and_openapi() -> Result<()> {
             .unwrap_or_default()
             .contains("Launch on April 1")
     );
+    ensure!(
+        block["trace"].as_array().is_some_and(|t| !t.is_empty()),
+        "{block}"
+    );
+    // Without the trace: the same block, the candidates' account left out.
+    let (s, bare) = server.post(
+        "/v1/workspaces/acme/assemble",
+        &json!({"session": "s1", "budget_tokens": 200, "trace": false}),
+    )?;
+    ensure!(s == 200 && bare["text"] == block["text"], "{bare}");
+    ensure!(
+        bare["trace"] == json!([]) && bare["items"] == block["items"],
+        "{bare}"
+    );
     let (s, ended) = server.post("/v1/workspaces/acme/sessions/s1/end", &json!({}))?;
     ensure!(s == 200 && ended["state"] == "ended");
     let (s, report) = server.post("/v1/gateway_start", &json!({}))?;
