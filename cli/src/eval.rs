@@ -143,8 +143,9 @@ pub struct EntriesReport {
     pub indexed: usize,
     /// Of those, per kind.
     pub by_kind: BTreeMap<String, usize>,
-    /// Mean turns an indexed entry cites.
-    pub mean_cited_turns: f64,
+    /// Turns the indexed entries cite, in all (a turn cited by two
+    /// entries counts twice).
+    pub cited_turns: usize,
     /// The extractors the captures used (`heuristic`, `model <name>`).
     pub extractors: Vec<String>,
     /// Captures whose model pass failed (they kept the heuristic items),
@@ -297,12 +298,20 @@ fn derive_entries(
             .cites
             .insert(id, turns.iter().map(|t| t.id.clone()).collect());
     }
-    let before = report.indexed as f64 * report.mean_cited_turns;
     report.indexed += derived.docs.len();
-    if report.indexed > 0 {
-        report.mean_cited_turns = (before + cited as f64) / report.indexed as f64;
-    }
+    report.cited_turns += cited;
     Ok(derived)
+}
+
+impl EntriesReport {
+    /// Mean turns an indexed entry cites (0 when none was indexed).
+    pub fn mean_cited_turns(&self) -> f64 {
+        if self.indexed == 0 {
+            0.0
+        } else {
+            self.cited_turns as f64 / self.indexed as f64
+        }
+    }
 }
 
 /// A ranking of turns and entries as turn ids: an entry stands for the

@@ -1926,7 +1926,7 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
             "entries: {} indexed beside the turns ({}), citing {:.1} turns each; extractors: {}",
             e.indexed,
             kinds.join(", "),
-            e.mean_cited_turns,
+            e.mean_cited_turns(),
             e.extractors.join(", ")
         )?;
         for error in &e.extractor_errors {
