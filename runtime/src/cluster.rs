@@ -331,13 +331,13 @@ impl Cluster {
         self.inner.actors.forget_workspace(workspace);
     }
 
-    /// Where a request about `workspace` is served (see [`Cairn::route`]).
     /// True when this node serves `workspace` by its own view (no leases,
     /// or a lease it holds): known without a read of the lease store.
     fn serves_here(&self, workspace: &str) -> bool {
         self.leases().is_none() || self.inner.memory.serves(workspace)
     }
 
+    /// Where a request about `workspace` is served (see [`Cairn::route`]).
     fn route(&self, workspace: &str, forwarded: bool) -> std::result::Result<Route, StoreError> {
         if self.serves_here(workspace) {
             return Ok(Route::Local);
