@@ -138,6 +138,16 @@ impl ApiError {
             },
         }
     }
+
+    /// A blocking-pool task that never answered (it panicked or the pool
+    /// shut down).
+    fn worker_failed(e: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("worker failed: {e}"),
+        )
+    }
 }
 
 /// The HTTP status of each kind of error: one exhaustive match, so a new
@@ -185,11 +195,7 @@ where
     match web::block(f).await {
         Ok(Ok(value)) => Ok(web::Json(value)),
         Ok(Err(e)) => Err(e),
-        Err(e) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("worker failed: {e}"),
-        )),
+        Err(e) => Err(ApiError::worker_failed(e)),
     }
 }
 
@@ -1052,12 +1058,7 @@ async fn plugin_log(cairn: web::Data<Cairn>, q: web::Query<DecisionQuery>) -> Ht
     match web::block(move || cairn.decisions(&query)).await {
         Ok(Ok(records)) => HttpResponse::Ok().json(records),
         Ok(Err(e)) => ApiError::from(e).error_response(),
-        Err(e) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("worker failed: {e}"),
-        )
-        .error_response(),
+        Err(e) => ApiError::worker_failed(e).error_response(),
     }
 }
 

@@ -106,14 +106,7 @@ pub(crate) async fn route_requests(
             let asker = cairn.clone();
             match web::block(move || asker.route(&workspace, forwarded)).await {
                 Ok(decided) => decided,
-                Err(e) => {
-                    let e = ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal",
-                        format!("worker failed: {e}"),
-                    );
-                    return Ok(req.error_response(e));
-                }
+                Err(e) => return Ok(req.error_response(ApiError::worker_failed(e))),
             }
         }
         Err(e) => Err(e),
@@ -221,11 +214,7 @@ async fn forward(
             "owner_unreachable",
             format!("the workspace's owner, node {node} at {url}, did not answer ({e}); retry"),
         ))),
-        Err(e) => Ok(req.error_response(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("worker failed: {e}"),
-        ))),
+        Err(e) => Ok(req.error_response(ApiError::worker_failed(e))),
     }
 }
 
