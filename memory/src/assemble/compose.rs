@@ -50,6 +50,8 @@ use crate::topics::gate::Membership;
 /// One rendered candidate.
 struct Piece {
     line: String,
+    /// Where `line` may be cut for counting ([`Line::cuts`]).
+    cuts: [usize; 3],
     tokens: usize,
     item: BlockItem,
     keys: Vec<&'static str>,
@@ -340,7 +342,7 @@ impl<'a> Ctx<'a> {
             .unwrap_or_default();
         let line = line_of(&raw, warrant, verdict.fidelity, &freshness, scope);
         let tokens = line.tokens(self.counter);
-        let line = line.text;
+        let Line { text: line, cuts } = line;
         let mut keys = render::rule_keys(raw.section, warrant, verdict.fidelity);
         keys.push(section_key(raw.section));
         // The section's own cost (line, header) counts against `cap`; rule
@@ -376,6 +378,7 @@ impl<'a> Ctx<'a> {
         };
         self.sections.list(item.section).push(Piece {
             line,
+            cuts,
             tokens,
             item,
             keys,
@@ -459,6 +462,12 @@ fn line_of(
             line.push_str(&raw.prefix);
             if !fid.is_empty() || warrant == Warrant::LowTrust {
                 let _ = write!(line, "({}{fid}) ", warrant.as_str());
+            }
+            // The head (prefix, label) apart from the content: the variants
+            // a line is counted in (its floor, the verdict's rendering)
+            // share the content's count.
+            if line.ends_with(' ') {
+                cuts[0] = line.len() - 1;
             }
             line.push_str(&content);
             line.push('\n');
@@ -1900,7 +1909,10 @@ fn offer_projected(cx: &mut Ctx<'_>, raw: Raw<'_>) -> Result<()> {
     Ok(())
 }
 
-fn render_text(cx: &Ctx<'_>, open: &str) -> String {
+/// The block's text, with the byte offsets where its lines may be cut for
+/// counting (each line's [`Line::cuts`], ascending): the recount then reads
+/// a line whose head moved (an age) mostly from the memo, as its offer did.
+fn render_text(cx: &Ctx<'_>, open: &str) -> (String, Vec<usize>) {
     // Sized once (a section's tags are well under 256 bytes), not grown by
     // doubling with a copy per step.
     let sections: usize = cx
@@ -1927,21 +1939,25 @@ fn render_text(cx: &Ctx<'_>, open: &str) -> String {
         }
     }
     text.push_str(RULES_CLOSE);
+    let mut cuts = Vec::new();
     for (section, pieces) in &cx.sections.0 {
         if pieces.is_empty() {
             continue;
         }
         text.push_str(&render::section_open(*section, &cx.resume_attrs));
         for p in pieces {
+            let at = text.len();
+            cuts.extend(p.cuts.iter().filter(|&&c| c > 0).map(|c| at + c));
             text.push_str(&p.line);
         }
         text.push_str(render::section_close(*section));
     }
     text.push_str(CLOSE);
-    text
+    (text, cuts)
 }
 
-/// Step 8, the final recount: renders the block and counts it whole; while BPE
+/// Step 8, the final recount: renders the block and counts it whole (exact:
+/// cut only where no token crosses, [`TokenCounter::count_cut`]); while BPE
 /// merges across lines make it count over budget, trims in reverse
 /// precedence (never the invariants).
 fn finish(
@@ -1965,8 +1981,8 @@ fn finish(
         }
     }
     loop {
-        let text = render_text(&cx, &open);
-        let tokens = cx.count(&text);
+        let (text, cuts) = render_text(&cx, &open);
+        let tokens = cx.counter.count_cut(&text, &cuts);
         if tokens <= cx.budget {
             let items = cx
                 .sections
