@@ -16,6 +16,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::fmt::Write as _;
 
 use crate::extract::{self, Extracted};
 use crate::log::EntryKind;
@@ -407,25 +408,25 @@ pub fn sanitise(text: &str) -> String {
         let mut rest = line;
         while !rest.is_empty() {
             let sentence = first_sentence(rest);
-            let start = rest.find(sentence).unwrap_or(0);
+            // Where it starts: after the whitespace `first_sentence` trims.
+            let start = rest.len() - rest.trim_start().len();
             let end = (start + sentence.len()).max(1).min(rest.len());
             let lower = sentence.to_lowercase();
             if !sentence.is_empty() && !INSTRUCTION_MARKERS.iter().any(|m| lower.contains(m)) {
                 if !kept_line.is_empty() {
                     kept_line.push(' ');
                 }
-                let words: Vec<String> = sentence
-                    .split(' ')
-                    .map(|w| {
-                        let n = w.chars().count();
-                        if n > MAX_WORD_CHARS {
-                            format!("[payload {n} chars]")
-                        } else {
-                            w.to_owned()
-                        }
-                    })
-                    .collect();
-                kept_line.push_str(&words.join(" "));
+                for (i, word) in sentence.split(' ').enumerate() {
+                    if i > 0 {
+                        kept_line.push(' ');
+                    }
+                    let n = word.chars().count();
+                    if n > MAX_WORD_CHARS {
+                        let _ = write!(kept_line, "[payload {n} chars]");
+                    } else {
+                        kept_line.push_str(word);
+                    }
+                }
             }
             rest = rest.get(end..).unwrap_or("").trim_start();
         }

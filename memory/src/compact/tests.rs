@@ -580,3 +580,45 @@ fn assembly_of_a_compacted_session_uses_summaries_and_the_tail() {
         .expect("trace");
     assert!(traced.reason.contains("memory_expand"), "{}", traced.reason);
 }
+
+proptest! {
+    /// A clean text keeps every word in place: each line trimmed, its
+    /// sentences joined by one space, a word over the payload length
+    /// replaced by its marker. Fails when a sentence is cut at the wrong
+    /// offset (a word split or dropped).
+    #[test]
+    fn sanitise_keeps_a_clean_texts_words(
+        lines in proptest::collection::vec(
+            (
+                0usize..3,
+                proptest::collection::vec(
+                    prop_oneof![
+                        Just("alpha"), Just("beta,"), Just("gamma."), Just("delta?"),
+                        Just("done!"), Just("é"), Just("x.y"), Just("alpha."),
+                        Just("~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~"),
+                    ],
+                    1..12,
+                ),
+            ),
+            1..5,
+        )
+    ) {
+        let text = lines
+            .iter()
+            .map(|(indent, words)| format!("{}{}", " ".repeat(*indent), words.join(" ")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let expected = lines
+            .iter()
+            .map(|(_, words)| {
+                words
+                    .iter()
+                    .map(|w| if w.len() > 64 { format!("[payload {} chars]", w.len()) } else { (*w).to_owned() })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        prop_assert_eq!(sanitise(&text), expected);
+    }
+}
