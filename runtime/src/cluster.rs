@@ -331,18 +331,17 @@ impl Cluster {
         self.inner.actors.forget_workspace(workspace);
     }
 
-    /// True when this node serves `workspace` by its own view (no leases,
-    /// or a lease it holds): known without a read of the lease store.
-    fn serves_here(&self, workspace: &str) -> bool {
-        self.leases().is_none() || self.inner.memory.serves(workspace)
+    /// The leases to ask about `workspace`; `None` when this node serves it
+    /// by its own view (no leases, or a lease it holds), known without a
+    /// read of the lease store.
+    fn leases_to_ask(&self, workspace: &str) -> Option<&dyn Leases> {
+        self.leases()
+            .filter(|_| !self.inner.memory.serves(workspace))
     }
 
     /// Where a request about `workspace` is served (see [`Cairn::route`]).
     fn route(&self, workspace: &str, forwarded: bool) -> std::result::Result<Route, StoreError> {
-        if self.serves_here(workspace) {
-            return Ok(Route::Local);
-        }
-        let Some(leases) = self.leases() else {
+        let Some(leases) = self.leases_to_ask(workspace) else {
             return Ok(Route::Local);
         };
         let me = leases.node().to_owned();
@@ -496,7 +495,7 @@ impl Cairn {
     pub fn route_now(&self, workspace: &str) -> Result<Option<Route>> {
         cairn_memory::ids::validate_id("workspace id", workspace)?;
         match &self.cluster {
-            Some(cluster) if !cluster.serves_here(workspace) => Ok(None),
+            Some(cluster) if cluster.leases_to_ask(workspace).is_some() => Ok(None),
             _ => Ok(Some(Route::Local)),
         }
     }
