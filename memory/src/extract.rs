@@ -31,6 +31,7 @@
 //! assert_eq!(out.items[1].seq, 1);
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -331,32 +332,75 @@ pub fn extract_with(
 
 /// Known subjects (canonical slugs) that `text` mentions, by slug words or
 /// display name, case-insensitively and on word boundaries.
+///
+/// Every gate assessment and every extraction asks this of a text against
+/// all of a workspace's subjects, so a subject's names are matched where
+/// they lie, without a copy: a slug or an alias is split on its hyphens in
+/// place, and a display name is lowercased only when it has a letter to
+/// lower.
+///
+/// ```
+/// use cairn_memory::extract::mentions;
+/// use cairn_memory::{Subject, SubjectKind};
+/// let orion = Subject {
+///     slug: "orion-beta".to_owned(),
+///     display: "Orion Beta".to_owned(),
+///     kind: SubjectKind::Project,
+///     aliases: vec!["orion".to_owned()],
+///     created_at: chrono::Utc::now(),
+/// };
+/// let subjects = [orion];
+/// assert_eq!(mentions("Ship the ORION beta on Monday", &subjects), ["orion-beta"]);
+/// assert_eq!(mentions("Orionids are a meteor shower", &subjects), Vec::<String>::new());
+/// ```
 pub fn mentions(text: &str, subjects: &[Subject]) -> Vec<String> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let words: Vec<Cow<'_, str>> = name_words(text).map(lowered).collect();
     let mut found = Vec::new();
     for subject in subjects {
-        let names = std::iter::once(subject.slug.replace('-', " "))
-            .chain(std::iter::once(subject.display.to_lowercase()))
-            .chain(subject.aliases.iter().map(|a| a.replace('-', " ")));
-        let hit = names.into_iter().any(|name| {
-            let needle: Vec<&str> = name
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-                .collect();
-            !needle.is_empty()
-                && words
-                    .windows(needle.len())
-                    .any(|window| window.iter().zip(&needle).all(|(a, b)| a == b))
-        });
+        let display = lowered(&subject.display);
+        let hit = std::iter::once(subject.slug.as_str())
+            .chain(std::iter::once(display.as_ref()))
+            .chain(subject.aliases.iter().map(String::as_str))
+            .any(|name| says(&words, name));
         if hit && !found.contains(&subject.slug) {
             found.push(subject.slug.clone());
         }
     }
     found
+}
+
+/// The words of `text` as [`mentions`] matches them: runs of alphanumeric
+/// characters (a hyphen or a space between them is the same boundary).
+fn name_words(text: &str) -> impl Iterator<Item = &str> + Clone {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+}
+
+/// `text` lowercased, borrowed when lowering would not change it.
+fn lowered(text: &str) -> Cow<'_, str> {
+    if text
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+    {
+        Cow::Owned(text.to_lowercase())
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// True when the words of `name` appear in `words` one after another.
+fn says(words: &[Cow<'_, str>], name: &str) -> bool {
+    let mut needle = name_words(name);
+    let Some(first) = needle.next() else {
+        return false;
+    };
+    words.iter().enumerate().any(|(at, word)| {
+        word == first
+            && needle
+                .clone()
+                .enumerate()
+                .all(|(i, next)| words.get(at + 1 + i).is_some_and(|w| w == next))
+    })
 }
 
 fn find(lower: &str, markers: &[&'static str]) -> Option<&'static str> {
@@ -560,5 +604,65 @@ mod tests {
                 mentioned={} tools={} users=1 phase=None
             "#]],
         );
+    }
+
+    /// The matching as it was written first, copying every name: the
+    /// reference the borrowing [`mentions`] must agree with.
+    fn mentions_by_copies(text: &str, subjects: &[Subject]) -> Vec<String> {
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let mut found = Vec::new();
+        for subject in subjects {
+            let names = std::iter::once(subject.slug.replace('-', " "))
+                .chain(std::iter::once(subject.display.to_lowercase()))
+                .chain(subject.aliases.iter().map(|a| a.replace('-', " ")));
+            let hit = names.into_iter().any(|name| {
+                let needle: Vec<&str> = name
+                    .split(|c: char| !c.is_alphanumeric())
+                    .filter(|w| !w.is_empty())
+                    .collect();
+                !needle.is_empty()
+                    && words
+                        .windows(needle.len())
+                        .any(|window| window.iter().zip(&needle).all(|(a, b)| a == b))
+            });
+            if hit && !found.contains(&subject.slug) {
+                found.push(subject.slug.clone());
+            }
+        }
+        found
+    }
+
+    proptest::proptest! {
+        /// Texts and names drawn from a few words (so that they meet), in
+        /// any case, with hyphens, spaces, punctuation and non-ASCII letters
+        /// (`İ` lowers to two characters, `Σ` by its place in a word).
+        #[test]
+        fn mentions_agree_with_matching_by_copies(
+            text in "([aAbBİΣσé]{1,3}[ -.,]{0,2}){0,12}",
+            names in proptest::collection::vec(
+                ("[aAbBİΣσé]{0,3}([ -][aAbBİΣσé]{1,3}){0,2}", "[abé]{0,3}(-[ab]{1,3}){0,1}"),
+                0..5,
+            ),
+        ) {
+            let subjects: Vec<Subject> = names
+                .iter()
+                .enumerate()
+                .map(|(i, (display, alias))| Subject {
+                    slug: format!("{}-{i}", alias.to_lowercase()),
+                    display: display.clone(),
+                    kind: SubjectKind::Project,
+                    aliases: vec![alias.clone()],
+                    created_at: Utc::now(),
+                })
+                .collect();
+            proptest::prop_assert_eq!(
+                mentions(&text, &subjects),
+                mentions_by_copies(&text, &subjects)
+            );
+        }
     }
 }
