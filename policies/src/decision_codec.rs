@@ -5,12 +5,15 @@
 //! list share is written once: a table of *heads* (the world, the plugin
 //! and the generation that decided), a table of sessions and a table of
 //! distinct outputs (a batched memory-policy call answers the same
-//! decision for most candidates), then each decision as its id and digest
-//! (raw bytes), indexes into the three tables, its outcome, its duration in
-//! nanoseconds and its fuel. [`decode`] reads it back into the same
-//! records. A memory-policy decision takes about 60 bytes, a quarter of the
-//! earlier per-record form, which [`decode_unshared`] still reads (logs
-//! written before keep it).
+//! decision for most candidates), then each decision as its id (a varint:
+//! its step from the id before it, one byte within a batch, whose ids are
+//! consecutive) and digest (raw bytes), indexes into the three tables, its
+//! outcome, its duration in nanoseconds and its fuel. [`decode`] reads it
+//! back into the same records. A memory-policy decision takes about 45
+//! bytes, 32 of them its digest: three quarters of the same form with
+//! whole ids (16 bytes each), which [`decode_whole_ids`] still reads, and
+//! a fifth of the earlier per-record form, which [`decode_unshared`] still
+//! reads (logs written before keep them).
 //!
 //! The encoding has no version byte of its own: a log that stores it puts
 //! one in front (the runtime's decision log does). The vocabularies a
@@ -19,7 +22,7 @@
 //! anywhere in them leaves old records readable; only this module's own
 //! mirror enums (which output, which outcome) are stored by variant index
 //! and may gain variants only at their end. Tests pin the bytes of a known
-//! record in both forms, so any change to a layout fails them.
+//! record in every form, so any change to a layout fails them.
 //!
 //! ```
 //! use cairn_policies::decision_codec;
@@ -51,20 +54,20 @@ use crate::world::WorldKind;
 pub struct CodecError(String);
 
 /// A list of records on the way out: what its decisions share, once, then
-/// the decisions.
+/// the decisions, their ids in the form `I` ([`IdStep`] or [`WholeId`]).
 #[derive(Serialize)]
-struct SharedOut<'a> {
+struct SharedOut<'a, I> {
     heads: Vec<(WorldKind, &'a str, &'a str)>,
     sessions: Vec<&'a str>,
     outputs: Vec<OutputOut<'a>>,
-    records: Vec<Vec<SlimOut<'a>>>,
+    records: Vec<Vec<SlimOut<'a, I>>>,
 }
 
 /// One decision on the way out: its own fields and indexes into the
 /// tables of [`SharedOut`].
 #[derive(Serialize)]
-struct SlimOut<'a> {
-    id: [u8; 16],
+struct SlimOut<'a, I> {
+    id: I,
     head: u32,
     digest: [u8; 32],
     output: u32,
@@ -76,16 +79,16 @@ struct SlimOut<'a> {
 
 /// A list of records on the way in (field for field as [`SharedOut`]).
 #[derive(Deserialize)]
-struct SharedIn {
+struct SharedIn<I> {
     heads: Vec<(WorldKind, String, String)>,
     sessions: Vec<String>,
     outputs: Vec<OutputIn>,
-    records: Vec<Vec<SlimIn>>,
+    records: Vec<Vec<SlimIn<I>>>,
 }
 
 #[derive(Deserialize)]
-struct SlimIn {
-    id: [u8; 16],
+struct SlimIn<I> {
+    id: I,
     head: u32,
     digest: [u8; 32],
     output: u32,
@@ -93,6 +96,43 @@ struct SlimIn {
     nanos: u64,
     fuel: Option<u64>,
     session: Option<u32>,
+}
+
+/// How a decision's id is written in the shared form: given the id of the
+/// decision before it in the list (0 for the first), and back.
+trait IdForm: Sized {
+    fn write(previous: u128, id: u128) -> Self;
+    fn read(self, previous: u128) -> u128;
+}
+
+/// An id as its step from the id before it, a varint. The decisions of one
+/// batched call take consecutive ids ([`DecisionId::run`]), so each after
+/// the first costs one byte instead of sixteen; the first of a record costs
+/// about as many as the milliseconds since the record before it need.
+#[derive(Serialize, Deserialize)]
+struct IdStep(u128);
+
+impl IdForm for IdStep {
+    fn write(previous: u128, id: u128) -> Self {
+        IdStep(id.wrapping_sub(previous))
+    }
+    fn read(self, previous: u128) -> u128 {
+        previous.wrapping_add(self.0)
+    }
+}
+
+/// An id as its sixteen big-endian bytes: the shared form before
+/// [`IdStep`], read by [`decode_whole_ids`].
+#[derive(Serialize, Deserialize)]
+struct WholeId([u8; 16]);
+
+impl IdForm for WholeId {
+    fn write(_: u128, id: u128) -> Self {
+        WholeId(id.to_be_bytes())
+    }
+    fn read(self, _: u128) -> u128 {
+        u128::from_be_bytes(self.0)
+    }
 }
 
 /// A decision of the earlier form, every field its own (read by
@@ -203,6 +243,28 @@ fn index_of<T: PartialEq>(table: &mut Vec<T>, value: T) -> Result<u32, CodecErro
 /// [`CodecError`] if a value does not serialize (postcard refuses nothing
 /// these records hold; the error is the serializer's, passed on).
 pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, CodecError> {
+    encode_shared::<IdStep>(records, out)
+}
+
+/// `out` followed by `records` in the shared form written before
+/// [`encode`]'s (each id whole, sixteen bytes): kept so that a test or a
+/// tool can write such a log; read by [`decode_whole_ids`].
+///
+/// # Errors
+///
+/// [`CodecError`] as [`encode`].
+pub fn encode_whole_ids(
+    records: &[Vec<DecisionRecord>],
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    encode_shared::<WholeId>(records, out)
+}
+
+fn encode_shared<I: IdForm + Serialize>(
+    records: &[Vec<DecisionRecord>],
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    let mut previous = 0;
     let mut shared = SharedOut {
         heads: Vec::new(),
         sessions: Vec::new(),
@@ -215,8 +277,9 @@ pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, 
         let mut slim = Vec::with_capacity(decisions.len());
         for record in decisions {
             let head = (record.world, &*record.plugin, record.generation.as_str());
+            let id = record.decision_id.as_u128();
             slim.push(SlimOut {
-                id: record.decision_id.as_u128().to_be_bytes(),
+                id: I::write(previous, id),
                 head: index_of(&mut shared.heads, head)?,
                 digest: *record.inputs_digest.as_bytes(),
                 output: index_of(&mut outputs, &record.output)?,
@@ -228,6 +291,7 @@ pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, 
                     None => None,
                 },
             });
+            previous = id;
         }
         shared.records.push(slim);
     }
@@ -243,7 +307,24 @@ pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, 
 /// records (truncated, damaged, an index past its table, or trailing bytes
 /// after them).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    let shared: SharedIn = take_all(bytes)?;
+    decode_shared::<IdStep>(bytes)
+}
+
+/// Reads records written by [`encode_whole_ids`]: the shared form as logs
+/// written before [`encode`]'s stepped ids hold it.
+///
+/// # Errors
+///
+/// [`CodecError`] naming what did not decode, as [`decode`].
+pub fn decode_whole_ids(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
+    decode_shared::<WholeId>(bytes)
+}
+
+fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
+    bytes: &'de [u8],
+) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
+    let shared: SharedIn<I> = take_all(bytes)?;
+    let mut previous = 0;
     let heads: Vec<(WorldKind, Arc<str>, PolicyGenerationId)> = shared
         .heads
         .into_iter()
@@ -279,8 +360,10 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
                         }
                         None => None,
                     };
+                    let id = slim.id.read(previous);
+                    previous = id;
                     Ok(DecisionRecord {
-                        decision_id: DecisionId::from_u128(u128::from_be_bytes(slim.id)),
+                        decision_id: DecisionId::from_u128(id),
                         world: *world,
                         plugin: Arc::clone(plugin),
                         generation: generation.clone(),
@@ -491,8 +574,30 @@ mod tests {
     fn the_encoding_is_pinned() -> Result<(), CodecError> {
         let bytes = encode(&[vec![significance()]], Vec::new())?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, pinned_shared("aa80808080808080808080808080cbae9303"));
+        Ok(())
+    }
+
+    /// The shared form with whole ids, as logs written before stepped ids
+    /// hold it, is pinned too and still reads.
+    #[test]
+    fn the_whole_id_form_still_reads() -> Result<(), CodecError> {
+        let pinned = pinned_shared("01935d2c00000000000000000000002a");
+        let bytes = encode_whole_ids(&[vec![significance()]], Vec::new())?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, pinned);
+        assert_eq!(decode_whole_ids(&bytes)?, vec![vec![significance()]]);
+        assert!(decode_whole_ids(&bytes[..bytes.len() - 1]).is_err());
+        // The two shared forms are told apart by the log's version byte,
+        // not by their bytes: each misreads the other.
+        assert_ne!(decode(&bytes).ok(), Some(vec![vec![significance()]]));
+        Ok(())
+    }
+
+    /// [`significance`] in the shared form, its id written as `id` (hex).
+    fn pinned_shared(id: &str) -> String {
         // Each line: a field's bytes (a string's are its length, then it).
-        let pinned = [
+        [
             "01",                                                                 // one head:
             "117369676e69666963616e63652d67617465",                               // world, by name
             "117369676e69666963616e63652d636f7265",                               // plugin
@@ -506,7 +611,7 @@ mod tests {
             "020f61626f76652d7468726573686f6c6409757365722d7475726e", // two reason codes
             "010661206e6f7465", // the note
             "0101",             // one record of one decision:
-            "01935d2c00000000000000000000002a", // id, 16 bytes
+            id,                 // its id (a step from 0, or 16 bytes)
             "00",               // head 0
             "0707070707070707070707070707070707070707070707070707070707070707", // digest
             "00",               // output 0
@@ -515,9 +620,7 @@ mod tests {
             "01d209",           // fuel
             "0100",             // session 0
         ]
-        .concat();
-        assert_eq!(hex, pinned);
-        Ok(())
+        .concat()
     }
 
     /// The earlier form, as logs written before the shared one hold it,
@@ -552,15 +655,16 @@ mod tests {
     }
 
     /// A batched memory-policy record (50 candidates, most answered alike,
-    /// one session) costs its ids and digests and little more: under 70
-    /// bytes a decision, tables included, where every decision spelled out its plugin,
-    /// generation, session and output before (about 200).
+    /// one session, consecutive ids) costs its digests and little more:
+    /// under 50 bytes a decision, tables included, where every decision
+    /// spelled out its plugin, generation, session and output before (about
+    /// 200), and its id took 16 bytes (about 60).
     #[test]
     fn a_batch_shares_what_its_decisions_share() -> Result<(), CodecError> {
         let batch: Vec<DecisionRecord> = (0..50u128)
             .map(|n| {
                 let mut record = records()[2][n as usize % 2].clone();
-                record.decision_id = DecisionId::from_u128(n << 80 | n);
+                record.decision_id = DecisionId::from_u128((0x0193_5d2c << 96) + n);
                 record.inputs_digest = InputsDigest::from_bytes([n as u8; 32]);
                 record.outcome = Outcome::Plugin;
                 record.duration = Duration::from_micros(1);
@@ -568,7 +672,15 @@ mod tests {
             })
             .collect();
         let bytes = encode(std::slice::from_ref(&batch), Vec::new())?;
-        assert!(bytes.len() < 70 * 50, "{} bytes", bytes.len());
+        assert!(bytes.len() < 50 * 50, "{} bytes", bytes.len());
+        let whole = encode_whole_ids(std::slice::from_ref(&batch), Vec::new())?;
+        assert!(
+            bytes.len() + 14 * 50 < whole.len(),
+            "{} vs {}",
+            bytes.len(),
+            whole.len()
+        );
+        assert_eq!(decode_whole_ids(&whole)?, vec![batch.clone()]);
         let unshared = encode_unshared(std::slice::from_ref(&batch), Vec::new())?;
         assert!(
             bytes.len() * 3 < unshared.len(),
@@ -583,6 +695,25 @@ mod tests {
         Ok(())
     }
 
+    /// Ids in any order (the records of a chunk come from many threads)
+    /// step by wrapping and read back.
+    #[test]
+    fn ids_in_any_order_read_back() -> Result<(), CodecError> {
+        let ids = [u128::MAX, 0, 5, 3, u128::MAX - 1, 1 << 127, 7];
+        let record = |id| {
+            let mut record = significance();
+            record.decision_id = DecisionId::from_u128(id);
+            record
+        };
+        let records = vec![
+            ids[..3].iter().copied().map(record).collect::<Vec<_>>(),
+            vec![],
+            ids[3..].iter().copied().map(record).collect(),
+        ];
+        assert_eq!(decode(&encode(&records, Vec::new())?)?, records);
+        Ok(())
+    }
+
     /// An index past its table is an error naming the table, not a panic.
     #[test]
     fn an_index_past_its_table_is_an_error() -> Result<(), CodecError> {
@@ -592,7 +723,7 @@ mod tests {
             sessions: Vec::new(),
             outputs: vec![output_out(&record.output)],
             records: vec![vec![SlimOut {
-                id: [0; 16],
+                id: IdStep(0),
                 head: 0,
                 digest: [0; 32],
                 output: 0,

@@ -34,13 +34,15 @@
 //! one batch (an assembly's, [`DecisionSink::record_batch`]; queries list
 //! each decision of it). In collection `State` of the system namespace:
 //! `r` + big-endian first sequence number + big-endian `u32` count → a
-//! chunk of `count` consecutive records: [`CHUNK_V3`] then their binary
+//! chunk of `count` consecutive records: [`CHUNK_V4`] then their binary
 //! form ([`cairn_policies::decision_codec`], what the chunk's decisions
-//! share written once: about 60 bytes a batched decision), or (written
-//! before it, still read and scrubbed) [`CHUNK_V2`] then the earlier
-//! binary form (every decision with every field, about a third of the
-//! JSON's bytes) or [`CHUNK_V1`] then the JSON array of the records, each
-//! a JSON array of its decisions;
+//! share written once and each id as its step from the one before: about
+//! 45 bytes a batched decision, most of it the inputs digest), or (written
+//! before it, still read and scrubbed) [`CHUNK_V3`] then the same form
+//! with whole ids (about 60 bytes a decision), [`CHUNK_V2`] then the
+//! earlier binary form (every decision with every field, about a third of
+//! the JSON's bytes) or [`CHUNK_V1`] then the JSON array of the records,
+//! each a JSON array of its decisions;
 //! `r` + big-endian sequence number alone → one record as JSON, a decision
 //! object or an array of them (the layout before chunks, still read,
 //! scrubbed and retired); a scrubbed value is written back in the binary
@@ -84,8 +86,11 @@ const CHUNK_V1: u8 = 1;
 /// The first byte of a chunk value written before [`CHUNK_V3`]: the earlier
 /// binary form of its records follows ([`decision_codec::decode_unshared`]).
 const CHUNK_V2: u8 = 2;
-/// The first byte of a chunk value: the binary form of its records follows.
+/// The first byte of a chunk value written before [`CHUNK_V4`]: the shared
+/// binary form with whole ids follows ([`decision_codec::decode_whole_ids`]).
 const CHUNK_V3: u8 = 3;
+/// The first byte of a chunk value: the binary form of its records follows.
+const CHUNK_V4: u8 = 4;
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
 const CHUNK_DECISIONS: usize = 64;
@@ -576,7 +581,7 @@ impl Writer {
         let mut next = self.next;
         let mut spans = Vec::new();
         for chunk in chunks(stored) {
-            let value = decision_codec::encode(chunk, vec![CHUNK_V3]).map_err(|e| e.to_string())?;
+            let value = decision_codec::encode(chunk, vec![CHUNK_V4]).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             batch.put(Collection::State, chunk_key(next, count), value);
             spans.push((next, count));
@@ -769,7 +774,7 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
             if hits == 0 {
                 continue;
             }
-            let bytes = decision_codec::encode(&records, vec![CHUNK_V3])
+            let bytes = decision_codec::encode(&records, vec![CHUNK_V4])
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
@@ -880,8 +885,12 @@ fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
 /// The records a stored value holds, each as the list of its decisions.
 fn decode_records(key: &[u8], value: &[u8]) -> Result<Vec<Vec<DecisionRecord>>> {
     let json = match value.split_first() {
-        Some((&CHUNK_V3, records)) => {
+        Some((&CHUNK_V4, records)) => {
             return decision_codec::decode(records)
+                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+        }
+        Some((&CHUNK_V3, records)) => {
+            return decision_codec::decode_whole_ids(records)
                 .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
         }
         Some((&CHUNK_V2, records)) => {
@@ -956,7 +965,7 @@ mod tests {
     fn every_layout_reads_scrubs_and_retires_alike() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let mut r = decisions(made.path(), 12)?;
-        for i in [0, 2, 4, 5] {
+        for i in [0, 2, 3, 4, 5] {
             r[i].session = Some("s1".into());
         }
         let dir = tempfile::tempdir().map_err(io)?;
@@ -964,12 +973,16 @@ mod tests {
         let store = memory.system(DECISIONS_NAMESPACE)?;
         let mut batch = WriteBatch::default();
         // Records 0 and 1 as the layout before chunks stored them (a
-        // decision object, an array), 2 and 3 in a JSON chunk.
+        // decision object, an array), 2 in a JSON chunk.
         batch.put(Collection::State, record_key(0), json(&r[0])?);
         batch.put(Collection::State, record_key(1), json(&r[1..3])?);
         let mut v1 = vec![CHUNK_V1];
-        v1.extend(json(&[vec![r[3].clone()], vec![r[4].clone()]])?);
-        batch.put(Collection::State, chunk_key(2, 2), v1);
+        v1.extend(json(&[vec![r[3].clone()]])?);
+        batch.put(Collection::State, chunk_key(2, 1), v1);
+        // Record 3 in a chunk of the shared form with whole ids.
+        let v3 =
+            decision_codec::encode_whole_ids(&[vec![r[4].clone()]], vec![CHUNK_V3]).map_err(io)?;
+        batch.put(Collection::State, chunk_key(3, 1), v3);
         // Record 4 in a chunk of the earlier binary form.
         let v2 =
             decision_codec::encode_unshared(&[vec![r[5].clone()]], vec![CHUNK_V2]).map_err(io)?;
@@ -1005,21 +1018,22 @@ mod tests {
         // counted by the writer that stored them).
         assert_eq!(log.counts(r[6].generation.as_str())?.decisions, 2);
 
-        assert_eq!(log.scrub_session("s1")?, 4);
+        assert_eq!(log.scrub_session("s1")?, 5);
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
         for key in [
             record_key(0),
             record_key(1),
-            chunk_key(2, 2),
+            chunk_key(2, 1),
+            chunk_key(3, 1),
             chunk_key(4, 1),
         ] {
             let value = store.get(Collection::State, &key)?;
-            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V3));
+            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V4));
         }
 
-        // Four more records: the three old values fall out of the newest
+        // Four more records: the four old values fall out of the newest
         // six, whole.
         for record in &r[8..12] {
             log.record(record).map_err(io)?;
@@ -1031,7 +1045,8 @@ mod tests {
         assert_eq!(ids(&log.query(&all)?), ids(&kept));
         assert!(store.get(Collection::State, &record_key(0))?.is_none());
         assert!(store.get(Collection::State, &record_key(1))?.is_none());
-        assert!(store.get(Collection::State, &chunk_key(2, 2))?.is_none());
+        assert!(store.get(Collection::State, &chunk_key(2, 1))?.is_none());
+        assert!(store.get(Collection::State, &chunk_key(3, 1))?.is_none());
         // What is stored is the six kept records' values, nothing older:
         // the chunks this writer wrote are deleted, not only passed over.
         let spans = stored_spans(store.as_ref())?;
@@ -1045,7 +1060,7 @@ mod tests {
     fn a_damaged_chunk_is_an_error() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 2)?;
-        let value = decision_codec::encode(&[r], vec![CHUNK_V3]).map_err(io)?;
+        let value = decision_codec::encode(&[r], vec![CHUNK_V4]).map_err(io)?;
         let key = chunk_key(7, 1);
         assert_eq!(decode_stored(&key, &value)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
