@@ -48,12 +48,24 @@
 //! scrubbed and retired); a scrubbed value is written back in the binary
 //! form; `c` + generation id → that generation's
 //! decision and fault counts; `m:first` / `m:next` → the oldest kept and
-//! the next sequence number. Retention keeps the newest
+//! the next sequence number.
+//!
+//! On a store of its own (sled) a chunk's value is [`CHUNK_AT`] and a
+//! pointer into the log's segment files (`<data_dir>/decisions`, see
+//! [`crate::decision_files`]), whose frame holds the [`CHUNK_V4`] value:
+//! the records taken from the queue wait in the writer until the log
+//! syncs, then their bodies are appended and made durable, then the store
+//! gets the pointers (a pointer never names bytes a crash can lose). A
+//! scrub writes the scrubbed chunks anew and deletes every segment that
+//! held one, its other chunks moved first. On PostgreSQL the chunks stay
+//! in the database (every node of a cluster reads every node's log).
+//! Retention keeps the newest
 //! [`DecisionLogConfig::keep`] records; older ones are deleted, a whole
 //! chunk at a time, in the batch that pushes them out (so up to one chunk
-//! more than `keep` may stay).
+//! more than `keep` may stay); a segment file goes once every chunk in it
+//! is retired and the store has made that durable.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -65,6 +77,7 @@ use cairn_policies::{DecisionRecord, DecisionSink, SinkError, WorldKind, decisio
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::decision_files::{BodyRef, ChunkFiles};
 use crate::error::{CairnError, Result};
 
 /// The system namespace the log lives in.
@@ -91,6 +104,9 @@ const CHUNK_V2: u8 = 2;
 const CHUNK_V3: u8 = 3;
 /// The first byte of a chunk value: the binary form of its records follows.
 const CHUNK_V4: u8 = 4;
+/// A chunk whose body is in the log's segment files: [`CHUNK_AT`] then
+/// where ([`BodyRef`]); the body is a [`CHUNK_V4`] value.
+const CHUNK_AT: u8 = 5;
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
 const CHUNK_DECISIONS: usize = 64;
@@ -259,8 +275,13 @@ pub struct DecisionLog {
 struct LogInner {
     tx: Mutex<Option<SyncSender<Message>>>,
     store: Arc<dyn WorkspaceStore>,
+    /// On one node's own store (sled): the segment files holding the
+    /// chunks' bodies.
+    files: Option<Arc<ChunkFiles>>,
     /// In a cluster: the memory, to read the other nodes' logs.
     cluster: Option<Memory>,
+    /// The memory the log is in (to make a scrub's moves durable).
+    memory: Memory,
     dropped: AtomicU64,
     lost_writer_gone: AtomicU64,
     write_errors: Arc<AtomicU64>,
@@ -277,16 +298,52 @@ impl std::fmt::Debug for DecisionLog {
 
 impl DecisionLog {
     /// Opens the log in `memory`'s system namespace and starts its writer.
-    pub(crate) fn open(memory: &Memory, config: &DecisionLogConfig) -> Result<DecisionLog> {
+    /// On a store of its own (sled), the chunks' bodies go to segment files
+    /// in `data_dir/decisions` ([`crate::decision_files`]); a shared store
+    /// (PostgreSQL) holds them itself, where every node can read them.
+    pub(crate) fn open(
+        memory: &Memory,
+        data_dir: &std::path::Path,
+        config: &DecisionLogConfig,
+    ) -> Result<DecisionLog> {
+        Self::open_with(
+            memory,
+            data_dir,
+            config,
+            crate::decision_files::SEGMENT_BYTES,
+        )
+    }
+
+    fn open_with(
+        memory: &Memory,
+        data_dir: &std::path::Path,
+        config: &DecisionLogConfig,
+        segment_bytes: u64,
+    ) -> Result<DecisionLog> {
         config.validate().map_err(CairnError::Config)?;
         let node = memory.leases().map(|l| l.node().to_owned());
         let store = memory.system(&namespace_of(node.as_deref()))?;
+        let files = match memory.backend() {
+            cairn_memory::StorageBackend::Sled if node.is_none() => {
+                let dir = data_dir.join(crate::decision_files::DIR);
+                let files = ChunkFiles::open(&dir, segment_bytes).map_err(|e| {
+                    CairnError::decision_log_from(
+                        format!("cannot open the segment files in {}", dir.display()),
+                        e,
+                    )
+                })?;
+                Some(Arc::new(files))
+            }
+            _ => None,
+        };
         let first = read_u64(store.as_ref(), FIRST)?;
         let next = read_u64(store.as_ref(), NEXT)?;
         let (tx, rx) = mpsc::sync_channel(config.queue);
         let write_errors = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             store: store.clone(),
+            files: files.clone(),
+            pending: Vec::new(),
             memory: memory.clone(),
             config: config.clone(),
             first,
@@ -303,7 +360,9 @@ impl DecisionLog {
             inner: Arc::new(LogInner {
                 tx: Mutex::new(Some(tx)),
                 store,
+                files,
                 cluster: node.is_some().then(|| memory.clone()),
+                memory: memory.clone(),
                 dropped: AtomicU64::new(0),
                 lost_writer_gone: AtomicU64::new(0),
                 write_errors,
@@ -353,8 +412,9 @@ impl DecisionLog {
         self.barrier(false)?;
         let limit = query.limit.min(MAX_QUERY_LIMIT);
         let mut out = Vec::new();
+        let files = self.inner.files.as_deref();
         for log in self.logs()? {
-            out.extend(query_log(log.as_ref(), query, limit)?);
+            out.extend(query_log(log.as_ref(), files, query, limit)?);
         }
         // Decision ids are ULIDs: newest first across the nodes' logs.
         out.sort_by_cached_key(|r| std::cmp::Reverse(r.decision_id.to_string()));
@@ -372,8 +432,22 @@ impl DecisionLog {
     pub fn scrub_session(&self, session: &str) -> Result<u64> {
         self.barrier(true)?;
         let mut scrubbed = 0;
+        let files = self.inner.files.as_deref();
+        let mut rewritten = BTreeSet::new();
         for log in self.logs()? {
-            scrubbed += scrub_log(log.as_ref(), session)?;
+            scrubbed += scrub_log(log.as_ref(), files, session, &mut rewritten)?;
+        }
+        if let Some(files) = files
+            && !rewritten.is_empty()
+        {
+            // The segments that held the unscrubbed bodies go whole, their
+            // other chunks moved out first: no byte of the session stays.
+            evacuate(
+                self.inner.store.as_ref(),
+                &self.inner.memory,
+                files,
+                &rewritten,
+            )?;
         }
         Ok(scrubbed)
     }
@@ -496,6 +570,13 @@ impl DecisionLog {
 
 struct Writer {
     store: Arc<dyn WorkspaceStore>,
+    /// The chunks' segment files, on a store of its own.
+    files: Option<Arc<ChunkFiles>>,
+    /// With segment files: the records taken from the queue and not yet
+    /// written. They are written when the log syncs (every `flush_ms`, or
+    /// when someone waits), the files made durable before the store is
+    /// handed their pointers.
+    pending: Vec<Vec<DecisionRecord>>,
     memory: Memory,
     config: DecisionLogConfig,
     first: u64,
@@ -516,7 +597,7 @@ impl Writer {
         let mut unsynced = false;
         let mut last_sync = Instant::now();
         loop {
-            let first = if unsynced {
+            let first = if unsynced || !self.pending.is_empty() {
                 let wait = flush_every.saturating_sub(last_sync.elapsed());
                 match rx.recv_timeout(wait) {
                     Ok(message) => Some(message),
@@ -547,35 +628,74 @@ impl Writer {
                     }
                 }
             }
+            let taken = records.len();
             let mut result = Ok(());
-            if !records.is_empty() {
+            let mut lost = 0;
+            if self.files.is_some() {
+                // Written when the log syncs, or when someone waits.
+                self.pending.append(&mut records);
+                let due = !waiters.is_empty()
+                    || last_sync.elapsed() >= flush_every
+                    || self.pending.len() >= self.config.batch;
+                if due && !self.pending.is_empty() {
+                    let pending = std::mem::take(&mut self.pending);
+                    lost = pending.len();
+                    result = pending
+                        .chunks(self.config.batch)
+                        .try_for_each(|batch| self.write(batch));
+                    unsynced |= result.is_ok();
+                    want_sync |= result.is_ok();
+                }
+            } else if !records.is_empty() {
+                lost = records.len();
                 result = self.write(&records);
                 unsynced |= result.is_ok();
             }
             if result.is_ok() && unsynced && (want_sync || last_sync.elapsed() >= flush_every) {
-                result = self.memory.sync().map_err(|e| e.to_string());
+                result = self.sync();
                 unsynced = false;
                 last_sync = Instant::now();
             }
             if let Err(error) = &result {
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, lost = records.len(), "decision log write failed");
+                tracing::error!(%error, lost, "decision log write failed");
             }
             for done in waiters {
                 let _ = done.send(result.clone());
             }
             // Pause only when this batch emptied the queue: a writer that is
             // behind keeps writing full batches.
-            if !records.is_empty() && records.len() < self.config.batch {
+            if taken > 0 && taken < self.config.batch {
                 std::thread::sleep(gather);
             }
         }
-        if unsynced && let Err(error) = self.memory.sync() {
-            tracing::error!(%error, "decision log: final sync failed");
+        let pending = std::mem::take(&mut self.pending);
+        let mut result = pending
+            .chunks(self.config.batch)
+            .try_for_each(|batch| self.write(batch));
+        if result.is_ok() && (unsynced || !pending.is_empty()) {
+            result = self.sync();
+        }
+        if let Err(error) = result {
+            tracing::error!(%error, lost = pending.len(), "decision log: final write failed");
         }
     }
 
+    /// Makes what was written durable, then deletes the segment files
+    /// whose records are all retired (now durably).
+    fn sync(&self) -> std::result::Result<(), String> {
+        self.memory.sync().map_err(|e| e.to_string())?;
+        if let Some(files) = &self.files {
+            files
+                .retire(self.first)
+                .map_err(|e| format!("deleting retired segment files: {e}"))?;
+        }
+        Ok(())
+    }
+
     fn write(&mut self, stored: &[Vec<DecisionRecord>]) -> std::result::Result<(), String> {
+        let files = self.files.clone();
+        let _gate = files.as_deref().map(ChunkFiles::gate);
         let mut batch = WriteBatch::default();
         let mut touched: HashMap<String, GenerationCounts> = HashMap::new();
         let mut next = self.next;
@@ -583,9 +703,23 @@ impl Writer {
         for chunk in chunks(stored) {
             let value = decision_codec::encode(chunk, vec![CHUNK_V4]).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
+            let value = match &self.files {
+                Some(files) => {
+                    let at = files
+                        .append(next, count, &value)
+                        .map_err(|e| format!("appending to the segment files: {e}"))?;
+                    at_value(&at)
+                }
+                None => value,
+            };
             batch.put(Collection::State, chunk_key(next, count), value);
             spans.push((next, count));
             next += u64::from(count);
+        }
+        if let Some(files) = &self.files {
+            files
+                .sync()
+                .map_err(|e| format!("syncing the segment files: {e}"))?;
         }
         for record in stored.iter().flatten() {
             let generation = record.generation.as_str();
@@ -713,6 +847,7 @@ fn namespace_of(node: Option<&str>) -> String {
 /// The records of one log matching `query`, newest first, at most `limit`.
 fn query_log(
     store: &dyn WorkspaceStore,
+    files: Option<&ChunkFiles>,
     query: &DecisionQuery,
     limit: usize,
 ) -> Result<Vec<DecisionRecord>> {
@@ -728,7 +863,7 @@ fn query_log(
         prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
         for (key, value) in store.scan_prefix_rev(Collection::State, &prefix, 1 << PAGE_SHIFT)? {
             // Newest first: a batch's decisions in reverse order too.
-            for record in decode_stored(&key, &value)?.into_iter().rev() {
+            for record in decode_stored(&key, &value, files)?.into_iter().rev() {
                 if query.matches(&record) {
                     out.push(record);
                     if out.len() == limit {
@@ -749,7 +884,12 @@ fn query_log(
 /// scrub with an error naming it rather than being passed over (it might be
 /// about the session); the pages scrubbed before it stay scrubbed, and a
 /// retry scrubs nothing twice.
-fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
+fn scrub_log(
+    store: &dyn WorkspaceStore,
+    files: Option<&ChunkFiles>,
+    session: &str,
+    rewritten: &mut BTreeSet<u64>,
+) -> Result<u64> {
     let first = read_u64(store, FIRST)?;
     let next = read_u64(store, NEXT)?;
     let mut scrubbed = 0;
@@ -760,10 +900,11 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
         let mut prefix = vec![RECORD];
         prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
         let mut batch = WriteBatch::default();
+        let _gate = files.map(ChunkFiles::gate);
         for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
             // Scrubbed in any layout, written back in the binary one (the
             // key stays: it says which sequence numbers the value holds).
-            let mut records = decode_records(&key, &value)?;
+            let mut records = decode_records(&key, &value, files)?;
             let mut hits = 0;
             for record in records.iter_mut().flatten() {
                 if record.session.as_deref() == Some(session) {
@@ -774,16 +915,86 @@ fn scrub_log(store: &dyn WorkspaceStore, session: &str) -> Result<u64> {
             if hits == 0 {
                 continue;
             }
+            if let Some((&CHUNK_AT, at)) = value.split_first()
+                && let Some(at) = BodyRef::decode(at)
+            {
+                rewritten.insert(at.segment());
+            }
             let bytes = decision_codec::encode(&records, vec![CHUNK_V4])
                 .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
+            let bytes = match (files, span_of(&key)) {
+                (Some(files), Some((first, count))) => {
+                    let count = u32::try_from(count)
+                        .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+                    let at = files.append(first, count, &bytes).map_err(|e| {
+                        CairnError::decision_log_from("appending a scrubbed chunk", e)
+                    })?;
+                    at_value(&at)
+                }
+                _ => bytes,
+            };
             batch.put(Collection::State, key, bytes);
             scrubbed += hits;
         }
         if !batch.is_empty() {
+            if let Some(files) = files {
+                files
+                    .sync()
+                    .map_err(|e| CairnError::decision_log_from("syncing the segment files", e))?;
+            }
             store.apply(batch)?;
         }
     }
     Ok(scrubbed)
+}
+
+/// Moves every chunk whose body is in one of `segments` to the open
+/// segment, makes the moves durable, then deletes `segments`.
+fn evacuate(
+    store: &dyn WorkspaceStore,
+    memory: &Memory,
+    files: &ChunkFiles,
+    segments: &BTreeSet<u64>,
+) -> Result<()> {
+    let failed = |what: &str, e: std::io::Error| CairnError::decision_log_from(what.to_owned(), e);
+    let _gate = files.gate();
+    files
+        .seal(segments)
+        .map_err(|e| failed("sealing a segment to delete", e))?;
+    let mut batch = WriteBatch::default();
+    for (key, value) in store.scan_prefix(Collection::State, &[RECORD])? {
+        let Some((&CHUNK_AT, at)) = value.split_first() else {
+            continue;
+        };
+        let (Some(at), Some((first, count))) = (BodyRef::decode(at), span_of(&key)) else {
+            return Err(CairnError::decision_log(undecodable(&key)));
+        };
+        if !segments.contains(&at.segment()) {
+            continue;
+        }
+        let Some(body) = files
+            .read(&at, first, count)
+            .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?
+        else {
+            continue;
+        };
+        let count = u32::try_from(count)
+            .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+        let moved = files
+            .append(first, count, &body)
+            .map_err(|e| failed("moving a chunk out of a segment to delete", e))?;
+        batch.put(Collection::State, key, at_value(&moved));
+    }
+    files
+        .sync()
+        .map_err(|e| failed("syncing the segment files", e))?;
+    if !batch.is_empty() {
+        store.apply(batch)?;
+    }
+    memory.sync()?;
+    files
+        .delete(segments)
+        .map_err(|e| failed("deleting scrubbed segments", e))
 }
 
 fn record_key(seq: u64) -> Vec<u8> {
@@ -878,12 +1089,51 @@ fn decode_counts(bytes: &[u8]) -> GenerationCounts {
 /// What a stored value says of the decision log: a chunk of records, or
 /// (the layout before chunks) one record, a JSON object or array. Every
 /// decision of it, oldest first.
-fn decode_stored(key: &[u8], value: &[u8]) -> Result<Vec<DecisionRecord>> {
-    Ok(decode_records(key, value)?.into_iter().flatten().collect())
+fn decode_stored(
+    key: &[u8],
+    value: &[u8],
+    files: Option<&ChunkFiles>,
+) -> Result<Vec<DecisionRecord>> {
+    Ok(decode_records(key, value, files)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// The value stored for a chunk whose body is at `at`.
+fn at_value(at: &BodyRef) -> Vec<u8> {
+    let mut value = Vec::with_capacity(1 + BodyRef::BYTES);
+    value.push(CHUNK_AT);
+    at.encode(&mut value);
+    value
 }
 
 /// The records a stored value holds, each as the list of its decisions.
-fn decode_records(key: &[u8], value: &[u8]) -> Result<Vec<Vec<DecisionRecord>>> {
+/// A chunk in the segment files is read from them; one whose segment was
+/// deleted meanwhile (retired since its key was read) holds none.
+fn decode_records(
+    key: &[u8],
+    value: &[u8],
+    files: Option<&ChunkFiles>,
+) -> Result<Vec<Vec<DecisionRecord>>> {
+    if let Some((&CHUNK_AT, at)) = value.split_first() {
+        let (Some(at), Some((first, count))) = (BodyRef::decode(at), span_of(key)) else {
+            return Err(CairnError::decision_log(undecodable(key)));
+        };
+        let Some(files) = files else {
+            return Err(CairnError::decision_log(format!(
+                "record {first} is in segment files this log does not have"
+            )));
+        };
+        let body = files
+            .read(&at, first, count)
+            .map_err(|e| CairnError::decision_log_from(undecodable(key), e))?;
+        return match body {
+            Some(body) if body.first() == Some(&CHUNK_V4) => decode_records(key, &body, None),
+            Some(_) => Err(CairnError::decision_log(undecodable(key))),
+            None => Ok(Vec::new()),
+        };
+    }
     let json = match value.split_first() {
         Some((&CHUNK_V4, records)) => {
             return decision_codec::decode(records)
@@ -1002,7 +1252,7 @@ mod tests {
             keep: 6,
             ..DecisionLogConfig::default()
         };
-        let log = DecisionLog::open(&memory, &config)?;
+        let log = DecisionLog::open(&memory, dir.path(), &config)?;
         log.record_batch(&r[6..8]).map_err(io)?;
         log.flush()?;
         let stats = log.stats()?;
@@ -1022,6 +1272,11 @@ mod tests {
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
+        // On a store of its own, in the segment files.
+        let rewritten = match memory.backend() {
+            cairn_memory::StorageBackend::Sled => CHUNK_AT,
+            _ => CHUNK_V4,
+        };
         for key in [
             record_key(0),
             record_key(1),
@@ -1030,7 +1285,7 @@ mod tests {
             chunk_key(4, 1),
         ] {
             let value = store.get(Collection::State, &key)?;
-            assert_eq!(value.and_then(|v| v.first().copied()), Some(CHUNK_V4));
+            assert_eq!(value.and_then(|v| v.first().copied()), Some(rewritten));
         }
 
         // Four more records: the four old values fall out of the newest
@@ -1062,9 +1317,9 @@ mod tests {
         let r = decisions(made.path(), 2)?;
         let value = decision_codec::encode(&[r], vec![CHUNK_V4]).map_err(io)?;
         let key = chunk_key(7, 1);
-        assert_eq!(decode_stored(&key, &value)?.len(), 2);
+        assert_eq!(decode_stored(&key, &value, None)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
-            let err = decode_stored(&key, &value[..cut]).err();
+            let err = decode_stored(&key, &value[..cut], None).err();
             assert!(
                 err.is_some_and(|e| e.to_string().contains("record 7")),
                 "cut at {cut}"
@@ -1085,7 +1340,7 @@ mod tests {
             keep: 3,
             ..DecisionLogConfig::default()
         };
-        let log = DecisionLog::open(&memory, &config)?;
+        let log = DecisionLog::open(&memory, dir.path(), &config)?;
         for record in &r {
             log.record(record).map_err(io)?;
             log.flush()?;
@@ -1099,6 +1354,92 @@ mod tests {
         };
         let kept: Vec<_> = r[7..].iter().rev().cloned().collect();
         assert_eq!(ids(&log.query(&all)?), ids(&kept));
+        Ok(())
+    }
+
+    /// On a store of its own (sled), chunks go to segment files: the store
+    /// holds a pointer of a few bytes per chunk, retention deletes whole
+    /// segments, a scrub leaves no byte of the session in any file, the log
+    /// reads back after a reopen, and a pointer whose body is damaged is an
+    /// error naming its record.
+    #[test]
+    fn chunks_in_segment_files_are_retired_whole() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 12)?;
+        for i in [8, 9] {
+            r[i].session = Some("s-erase-me".into());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = fresh(dir.path())?;
+        if memory.backend() != cairn_memory::StorageBackend::Sled {
+            return Ok(());
+        }
+        let config = DecisionLogConfig {
+            keep: 3,
+            ..DecisionLogConfig::default()
+        };
+        let segments = dir.path().join(crate::decision_files::DIR);
+        let count_segments =
+            || -> Result<usize> { Ok(std::fs::read_dir(&segments).map_err(io)?.count()) };
+        let all = DecisionQuery {
+            limit: 100,
+            ..DecisionQuery::default()
+        };
+        {
+            // A segment holds one chunk of one record (about 200 bytes).
+            let log = DecisionLog::open_with(&memory, dir.path(), &config, 256)?;
+            for record in &r[..10] {
+                log.record(record).map_err(io)?;
+                log.flush()?;
+            }
+            // Three records kept, each in a segment; at most one segment
+            // more waits for the next sync to be deleted.
+            let files = count_segments()?;
+            assert!((3..=4).contains(&files), "{files} segment files");
+            let store = memory.system(DECISIONS_NAMESPACE)?;
+            for (key, value) in store.scan_prefix(Collection::State, &[RECORD])? {
+                assert_eq!(value.len(), 1 + BodyRef::BYTES, "{key:?}");
+                assert_eq!(value.first(), Some(&CHUNK_AT));
+            }
+            let kept: Vec<_> = r[7..10].iter().rev().cloned().collect();
+            assert_eq!(log.query(&all)?, kept);
+            let holding = |needle: &[u8]| -> Result<usize> {
+                let mut n = 0;
+                for item in std::fs::read_dir(&segments).map_err(io)? {
+                    let bytes = std::fs::read(item.map_err(io)?.path()).map_err(io)?;
+                    n += usize::from(bytes.windows(needle.len()).any(|w| w == needle));
+                }
+                Ok(n)
+            };
+            assert_eq!(holding(b"s-erase-me")?, 2);
+            assert_eq!(log.scrub_session("s-erase-me")?, 2);
+            // The check can fail: the kept records are still in the files.
+            assert_eq!(holding(b"s-erase-me")?, 0);
+            let after = log.query(&all)?;
+            assert_eq!(ids(&after), ids(&kept));
+            assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
+            log.close();
+        }
+        let log = DecisionLog::open_with(&memory, dir.path(), &config, 256)?;
+        log.record_batch(&r[10..12]).map_err(io)?;
+        log.flush()?;
+        let kept: Vec<_> = [&r[8..10], &r[10..12]].concat().into_iter().rev().collect();
+        assert_eq!(ids(&log.query(&all)?), ids(&kept));
+        // A body damaged on disk: the query fails naming the record.
+        let newest = std::fs::read_dir(&segments)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .max()
+            .ok_or_else(|| io("no segment"))?;
+        let mut bytes = std::fs::read(&newest).map_err(io)?;
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&newest, bytes).map_err(io)?;
+        let error = log.query(&all).err().map(|e| e.to_string());
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("record 10")),
+            "{error:?}"
+        );
         Ok(())
     }
 

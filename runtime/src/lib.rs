@@ -39,6 +39,7 @@ mod briefing;
 mod cluster;
 mod compaction;
 mod config;
+mod decision_files;
 mod decision_log;
 mod error;
 mod extraction;

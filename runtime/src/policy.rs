@@ -251,7 +251,7 @@ impl Policies {
         config: &PolicyConfig,
     ) -> Result<Policies> {
         config.validate().map_err(CairnError::Config)?;
-        let log = DecisionLog::open(memory, &config.decision_log)?;
+        let log = DecisionLog::open(memory, data_dir, &config.decision_log)?;
         let registry = memory.system(PLUGINS_NAMESPACE)?;
         let next = read_next_generation(registry.as_ref())?.max(1);
         let host = PolicyHost::new(
