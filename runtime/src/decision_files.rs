@@ -359,6 +359,15 @@ impl ChunkFiles {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        // A damaged pointer must not size an allocation past the file.
+        let size = file.metadata()?.len();
+        let frame_end = at.offset.saturating_add(HEADER as u64 + u64::from(at.len));
+        if frame_end > size {
+            return Err(damaged(format!(
+                "segment {} ends at {size}, before the frame at {} ends",
+                at.segment, at.offset
+            )));
+        }
         let mut frame = vec![0; HEADER + at.len as usize];
         file.read_exact_at(&mut frame, at.offset).map_err(|e| {
             damaged(format!(
@@ -469,8 +478,11 @@ mod tests {
         assert_eq!(c.segment, b.segment);
         assert!(c.offset > b.offset);
         assert_eq!(files.read(&c, 4, 2)?, Some(b"third".to_vec()));
-        // A pointer asked for the wrong records is an error, not their bytes.
+        // A pointer asked for the wrong records is an error, not their bytes,
+        // and so is one past the end of its segment.
         assert!(files.read(&c, 5, 2).is_err());
+        let past = BodyRef { len: u32::MAX, ..c };
+        assert!(files.read(&past, 4, 2).is_err());
         let mut bytes = Vec::new();
         c.encode(&mut bytes);
         assert_eq!(bytes.len(), BodyRef::BYTES);
