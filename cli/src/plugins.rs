@@ -110,11 +110,16 @@ pub(crate) fn run(config: CairnConfig, action: PluginsAction) -> Result<()> {
                 )?;
             }
             let log = report.decision_log;
-            writeln!(
+            write!(
                 out,
                 "decision log: {} written, {} kept, {} dropped",
                 log.written, log.kept, log.dropped
             )?;
+            if log.file_bytes > 0 {
+                // On sled: the segment files in `<data_dir>/decisions`.
+                write!(out, ", {:.1} MB in its files", log.file_bytes as f64 / 1e6)?;
+            }
+            writeln!(out)?;
             Ok(())
         }
         PluginsAction::Log(args) => {

@@ -349,6 +349,18 @@ impl ChunkFiles {
         Ok(stale.len())
     }
 
+    /// Bytes of the segment files.
+    pub(crate) fn bytes(&self) -> u64 {
+        let state = self.state.lock();
+        let sealed: u64 = state
+            .sealed
+            .keys()
+            .filter_map(|&id| std::fs::metadata(segment_path(&self.dir, id)).ok())
+            .map(|m| m.len())
+            .sum();
+        sealed + state.current.as_ref().map_or(0, |s| s.len)
+    }
+
     /// The body `at` names, checked against its CRC and against the chunk
     /// it should hold (`first`, `count`); `None` when its segment is gone
     /// (retired since the pointer was read).

@@ -237,6 +237,10 @@ pub struct DecisionLogStats {
     /// records are lost (see `lost_writer_gone`) until a restart.
     #[serde(default = "yes")]
     pub writer_running: bool,
+    /// Bytes of the log's segment files on disk (`<data_dir>/decisions`;
+    /// 0 on PostgreSQL, where the chunks are in the database).
+    #[serde(default)]
+    pub file_bytes: u64,
 }
 
 fn yes() -> bool {
@@ -484,6 +488,7 @@ impl DecisionLog {
             write_errors: self.inner.write_errors.load(Ordering::Relaxed),
             lost_writer_gone: self.inner.lost_writer_gone.load(Ordering::Relaxed),
             writer_running,
+            file_bytes: self.inner.files.as_ref().map_or(0, |files| files.bytes()),
         })
     }
 
@@ -1403,6 +1408,12 @@ mod tests {
             }
             let kept: Vec<_> = r[7..10].iter().rev().cloned().collect();
             assert_eq!(log.query(&all)?, kept);
+            let mut on_disk = 0;
+            for item in std::fs::read_dir(&segments).map_err(io)? {
+                on_disk += item.map_err(io)?.metadata().map_err(io)?.len();
+            }
+            assert!(on_disk > 0);
+            assert_eq!(log.stats()?.file_bytes, on_disk);
             let holding = |needle: &[u8]| -> Result<usize> {
                 let mut n = 0;
                 for item in std::fs::read_dir(&segments).map_err(io)? {
