@@ -111,6 +111,28 @@ struct Appender {
     created: bool,
 }
 
+impl Appender {
+    /// Seals the open segment, made durable now: nothing syncs it later.
+    fn seal_current(&mut self) -> io::Result<()> {
+        if let Some(old) = self.current.take() {
+            old.file.sync_data()?;
+            self.sealed.insert(old.id, old.end);
+        }
+        Ok(())
+    }
+
+    /// Deletes sealed segment `id`'s file (gone already is fine).
+    fn remove_sealed(&mut self, dir: &Path, id: u64) -> io::Result<()> {
+        match std::fs::remove_file(segment_path(dir, id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.sealed.remove(&id);
+        Ok(())
+    }
+}
+
 struct Segment {
     id: u64,
     file: File,
@@ -231,10 +253,8 @@ impl ChunkFiles {
             .current
             .as_ref()
             .is_some_and(|s| segments.contains(&s.id))
-            && let Some(old) = state.current.take()
         {
-            old.file.sync_data()?;
-            state.sealed.insert(old.id, old.end);
+            state.seal_current()?;
         }
         Ok(())
     }
@@ -247,12 +267,7 @@ impl ChunkFiles {
             if state.current.as_ref().is_some_and(|s| s.id == *id) {
                 continue;
             }
-            match std::fs::remove_file(segment_path(&self.dir, *id)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            state.sealed.remove(id);
+            state.remove_sealed(&self.dir, *id)?;
         }
         File::open(&self.dir)?.sync_all()
     }
@@ -268,10 +283,8 @@ impl ChunkFiles {
             .current
             .as_ref()
             .is_some_and(|s| s.len > 0 && s.len + frame > self.segment_bytes);
-        if full && let Some(old) = state.current.take() {
-            // Sealed: made durable now, as nothing will sync it later.
-            old.file.sync_data()?;
-            state.sealed.insert(old.id, old.end);
+        if full {
+            state.seal_current()?;
         }
         if state.current.is_none() {
             let id = state.next_id;
@@ -339,12 +352,7 @@ impl ChunkFiles {
             .map(|(&id, _)| id)
             .collect();
         for id in &stale {
-            match std::fs::remove_file(segment_path(&self.dir, *id)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            state.sealed.remove(id);
+            state.remove_sealed(&self.dir, *id)?;
         }
         Ok(stale.len())
     }
