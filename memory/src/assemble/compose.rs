@@ -263,6 +263,11 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Whether the policy's verdict on `text` about `source` is known.
+    fn judged(&self, source: &ItemSource, text: &str) -> bool {
+        self.verdicts.contains_key(&self.verdict_key(source, text))
+    }
+
     /// Asks the policy about every candidate in `raws` not judged yet, in
     /// one call ([`PolicyCheck::check_many`]); [`Ctx::offer`] then finds
     /// the verdicts. Judging a candidate that is not offered in the end
@@ -1249,6 +1254,13 @@ fn extend_tail(
         let last = held;
         let first = tail.call_of(last)?.unwrap_or(last);
         let tail_used = section_total(cx, Section::Tail);
+        prejudge_ahead(
+            cx,
+            &tail.held()[last..],
+            first - last,
+            wc,
+            tail_target.saturating_sub(tail_used),
+        )?;
         let before = cx.used;
         let mut added: Vec<usize> = Vec::new();
         let mut refused = None;
@@ -1294,6 +1306,45 @@ fn extend_tail(
         .collect())
 }
 
+/// Bytes per token the tail's read-ahead assumes: twice what prose takes
+/// (about four), so the turns judged ahead are usually more than fit; when
+/// they are not, the next turn without a verdict starts another read-ahead.
+const AHEAD_BYTES_PER_TOKEN: usize = 8;
+
+/// Before the tail's extension offers a turn step 0 did not judge (its
+/// estimate of what fits is rough), judges in one policy call that turn's
+/// unit (`turns[..=unit]`) and the held turns after it that could still
+/// fit in `free` tokens, rather than one call per turn offered.
+fn prejudge_ahead(
+    cx: &mut Ctx<'_>,
+    turns: &[Turn],
+    unit: usize,
+    work_context: &str,
+    free: usize,
+) -> Result<()> {
+    let Some(next) = turns.first() else {
+        return Ok(());
+    };
+    let source = ItemSource::Turn {
+        session: next.session.clone(),
+        seq: next.seq,
+    };
+    if cx.judged(&source, &next.content) {
+        return Ok(());
+    }
+    let mut bytes = 0usize;
+    let ahead = turns
+        .iter()
+        .enumerate()
+        .take_while(|(i, t)| {
+            bytes += t.content.len();
+            *i <= unit || bytes / AHEAD_BYTES_PER_TOKEN <= free
+        })
+        .map(|(_, t)| turn_raw(t, work_context, Section::Tail, None))
+        .collect::<Vec<_>>();
+    cx.prejudge(&ahead)
+}
+
 /// The tokens the recent tail may take.
 fn tail_target(inputs: &Inputs<'_>) -> usize {
     let settings = &inputs.settings;
@@ -1305,8 +1356,9 @@ fn tail_target(inputs: &Inputs<'_>) -> usize {
 /// Step 0, the policy's verdicts on every candidate known from the inputs
 /// alone (pinned entries, the tail the budget can hold, the three tiers,
 /// the summaries, the topics' collections, the handoff), in one call.
-/// What only later steps find (retrieved items, briefing lines, tail turns
-/// beyond the estimate) is judged when found.
+/// What only later steps find (retrieved items, briefing lines) is judged
+/// when found; tail turns beyond the estimate in batches
+/// ([`prejudge_ahead`]).
 fn prejudge_known(
     cx: &mut Ctx<'_>,
     inputs: &Inputs<'_>,

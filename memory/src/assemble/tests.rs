@@ -972,6 +972,97 @@ fn only_the_briefing_lines_that_could_fit_are_judged() {
     );
 }
 
+/// Counts the policy's calls: one per [`PolicyCheck::check`], one per
+/// batch, and the items each asked about.
+#[derive(Default)]
+struct CountCalls {
+    singles: std::cell::RefCell<Vec<(Section, String)>>,
+    batches: std::cell::RefCell<Vec<usize>>,
+}
+
+impl PolicyCheck for CountCalls {
+    fn check(
+        &self,
+        item: &PolicyItem<'_>,
+        context: &PolicyContext<'_>,
+    ) -> Result<PolicyVerdict, SeamError> {
+        self.singles
+            .borrow_mut()
+            .push((item.section, item.text.to_owned()));
+        TrustAll.check(item, context)
+    }
+
+    fn check_many(
+        &self,
+        items: &[PolicyItem<'_>],
+        context: &PolicyContext<'_>,
+    ) -> Result<Vec<PolicyVerdict>, SeamError> {
+        self.batches.borrow_mut().push(items.len());
+        items.iter().map(|i| TrustAll.check(i, context)).collect()
+    }
+}
+
+/// Turns that take far fewer tokens than four bytes each (long common
+/// words) fit the tail beyond step 0's estimate; the extension judges
+/// them in batches, not with one policy call per turn, and the block is
+/// the one a policy asked item by item gives.
+#[test]
+fn the_tail_beyond_the_estimate_is_judged_in_batches() {
+    let fx = Fx::new();
+    let ws = fx.ws();
+    let turns: Vec<TurnInput> = (0..60)
+        .map(|n| {
+            let role = if n % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            let text = format!("{n:02}{}", " information".repeat(10));
+            TurnInput::new("s1", role, &text).in_context("launch")
+        })
+        .collect();
+    ws.append_turns(&turns).unwrap();
+    let mut request = AssembleRequest::new("s1", 4000);
+    request.retrieval = RetrievalMode::Off;
+    request.settings = Some(AssembleSettings {
+        tail_budget_tokens: Some(400),
+        ..AssembleSettings::default()
+    });
+    let policy = CountCalls::default();
+    let block = ws.assemble(&request, &NoRetrieval, &policy).unwrap();
+    assert_block(&ws, &block);
+    let tail = block
+        .items
+        .iter()
+        .filter(|i| i.section == Section::Tail)
+        .count();
+    // Step 0's estimate (four bytes a token) holds 400 * 4 / 122 ≈ 13
+    // turns; more fit.
+    assert!(tail > 20, "{tail} tail turns: {}", block.text);
+    let singles = policy.singles.borrow();
+    assert!(
+        singles.iter().all(|(section, _)| *section != Section::Tail),
+        "tail turns judged one by one: {singles:?}"
+    );
+    let batches = policy.batches.borrow();
+    assert!(batches.len() <= 4, "{batches:?}");
+    let one_by_one = ws.assemble(&request, &NoRetrieval, &OneByOne).unwrap();
+    assert_eq!(block, one_by_one);
+}
+
+/// [`TrustAll`] without its batch: every item asked alone.
+struct OneByOne;
+
+impl PolicyCheck for OneByOne {
+    fn check(
+        &self,
+        item: &PolicyItem<'_>,
+        context: &PolicyContext<'_>,
+    ) -> Result<PolicyVerdict, SeamError> {
+        TrustAll.check(item, context)
+    }
+}
+
 /// One write of the index property: an entry of one of the kinds the
 /// index reads, in one of three contexts, maybe about a subject, maybe
 /// correcting an earlier one, captured some minutes from now (so additions
