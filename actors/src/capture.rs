@@ -16,7 +16,8 @@
 //!    sentence settles is closed by a `replaces` entry with provenance to
 //!    that sentence's turn (a `fact` answering a question, a `done` task);
 //! 5. add `cross_conversation_update` entries for other contexts that track
-//!    a subject this material mentions (docs/DESIGN.md, *Cross-conversation updates*);
+//!    a subject this material mentions and hold no recent update about it
+//!    (docs/DESIGN.md, *Cross-conversation updates*);
 //! 6. append the entries whose ids are not stored yet (one durable batch per
 //!    `max_batch`);
 //! 7. write the record with the new high-water marks (durable); unlock.
@@ -390,6 +391,9 @@ pub(crate) struct CaptureEnv<'a> {
     pub(crate) locks: &'a CaptureLocks,
     pub(crate) faults: &'a Faults,
     pub(crate) extract_all_sessions: bool,
+    /// How long a live cross-conversation update about a subject holds back
+    /// another in the same context (`None`: never).
+    pub(crate) cross_update_quiet: Option<chrono::Duration>,
     pub(crate) gate: GateView<'a>,
     /// The optional model extraction pass (`None`: heuristic only).
     pub(crate) extractor: Option<&'a dyn ModelExtractor>,
@@ -570,7 +574,7 @@ pub(crate) fn capture(
             work_context,
             (&span, span_at),
             &extraction,
-            &subjects,
+            (&subjects, env.cross_update_quiet),
             &mut updates,
         )?;
     }
@@ -1137,19 +1141,33 @@ fn session_handoff(
 }
 
 /// Cross-conversation updates: for each subject this span mentions, every *other* work
-/// context with live entries about it gets a `cross_conversation_update`.
+/// context with live entries about it gets a `cross_conversation_update`, unless it
+/// holds one about that subject from the last `quiet` (or this capture already wrote
+/// one there): a notice says "go and look", and one per period is enough.
 fn cross_updates(
     ws: &Workspace,
     work_context: &str,
     (span, span_at): (&Provenance, DateTime<Utc>),
     extraction: &Extraction,
-    subjects: &[Subject],
+    (subjects, quiet): (&[Subject], Option<chrono::Duration>),
     out: &mut Vec<EntryInput>,
 ) -> Result<()> {
     let range = format!("{}-{}", span.from_seq, span.to_seq);
+    let now = ws.clock().now();
     for slug in &extraction.mentioned {
         let mut others = ws.work_contexts_about(slug)?;
         others.remove(work_context);
+        if let Some(quiet) = quiet {
+            let recent = ws.latest_updates_about(slug)?;
+            others.retain(|other| {
+                let held = recent.get(other).is_some_and(|&at| now - at < quiet);
+                let written = out.iter().any(|u| {
+                    u.work_context.as_deref() == Some(other.as_str())
+                        && u.subject.as_deref() == Some(slug.as_str())
+                });
+                !held && !written
+            });
+        }
         let display = subjects
             .iter()
             .find(|s| &s.slug == slug)

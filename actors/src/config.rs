@@ -34,6 +34,12 @@ pub struct TriggerConfig {
     pub nightly_at_utc: Option<String>,
     /// Extract sub-agent and cron sessions too (main sessions only by default).
     pub extract_all_sessions: bool,
+    /// A capture writes no `cross_conversation_update` about a subject into
+    /// a work context that already holds a live one about it from the last
+    /// this many minutes: one notice per subject and context per period, not
+    /// one per span (docs/DESIGN.md, *Cross-conversation updates*). 0 writes
+    /// one for every span that mentions the subject.
+    pub cross_update_quiet_minutes: i64,
 }
 
 impl Default for TriggerConfig {
@@ -44,6 +50,7 @@ impl Default for TriggerConfig {
             defocus_debounce_minutes: 30,
             nightly_at_utc: Some("03:00".to_owned()),
             extract_all_sessions: false,
+            cross_update_quiet_minutes: 60,
         }
     }
 }
@@ -60,6 +67,10 @@ impl TriggerConfig {
         (h < 24 && m < 60).then_some((h, m))
     }
 }
+
+/// The longest `cross_update_quiet_minutes`: a cross-conversation update
+/// lives 7 days, so a longer quiet period would mean the same.
+pub(crate) const MAX_CROSS_UPDATE_QUIET_MINUTES: i64 = 7 * 24 * 60;
 
 /// The actor runtime's configuration.
 ///
@@ -127,6 +138,12 @@ impl ActorConfig {
                 "actors.triggers: min_dirty_user_turns, idle_minutes and defocus_debounce_minutes must be greater than zero"
                     .to_owned(),
             );
+        }
+        if !(0..=MAX_CROSS_UPDATE_QUIET_MINUTES).contains(&t.cross_update_quiet_minutes) {
+            return Err(format!(
+                "actors.triggers.cross_update_quiet_minutes must be between 0 and {MAX_CROSS_UPDATE_QUIET_MINUTES} (an update's 7-day life; got {})",
+                t.cross_update_quiet_minutes
+            ));
         }
         if t.nightly_at_utc.as_deref().is_some_and(|n| n != "off") && t.nightly().is_none() {
             return Err(format!(

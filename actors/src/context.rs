@@ -537,6 +537,9 @@ impl WorkContextActor {
                 locks: &inner.locks,
                 faults: &inner.faults,
                 extract_all_sessions: inner.config.triggers.extract_all_sessions,
+                cross_update_quiet: Some(inner.config.triggers.cross_update_quiet_minutes)
+                    .filter(|&m| m > 0)
+                    .map(chrono::Duration::minutes),
                 extractor: extractor.as_deref(),
                 gate: GateView {
                     gate: inner.gate.as_ref(),

@@ -1071,6 +1071,42 @@ impl Workspace {
         Ok(index.of(&canonical).map(str::to_owned).collect())
     }
 
+    /// Per work context, the time of its newest live
+    /// `cross_conversation_update` about `subject` (an alias resolves to its
+    /// subject), from the same index as [`Self::work_contexts_about`]. Capture
+    /// reads it to hold back a notice that would repeat a recent one
+    /// (docs/DESIGN.md, *Cross-conversation updates*). An update that left
+    /// the live list (replaced, erased) can hide an older one still live:
+    /// the answer may miss a context, never name one without a live update.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Fact, "The API is v2").about("api").in_context("web"))?;
+    /// ws.append_entry(
+    ///     &EntryInput::new(EntryKind::CrossConversationUpdate, "API changed elsewhere")
+    ///         .about("api")
+    ///         .in_context("ops"),
+    /// )?;
+    /// let updates = ws.latest_updates_about("api")?;
+    /// assert_eq!(updates.keys().collect::<Vec<_>>(), ["ops"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latest_updates_about(&self, subject: &str) -> Result<BTreeMap<String, DateTime<Utc>>> {
+        let canonical = self.canonical_subject(subject)?;
+        let (live, derived) = self.live_state()?;
+        let index = derived
+            .subject_contexts
+            .get_or_init(|| crate::memory::SubjectContexts::build(&live));
+        Ok(index
+            .updates_of(&canonical)
+            .map(|(wc, at)| (wc.to_owned(), at))
+            .collect())
+    }
+
     /// The subject `subject` names now (an old slug resolves to the one it
     /// was renamed or merged into).
     fn canonical_subject(&self, subject: &str) -> Result<String> {

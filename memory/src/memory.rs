@@ -549,11 +549,23 @@ impl LiveDerived {
     }
 }
 
-/// Per subject, how many live entries about it each work context has (an
-/// index kept in a [`LiveDerived`]). The per-subject counts are shared
-/// between lists, so a patch copies only those of the subjects it touched.
+/// Per subject, how many live entries about it each work context has, and
+/// the time of the newest live cross-conversation update about it there (an
+/// index kept in a [`LiveDerived`]). The per-subject maps are shared between
+/// lists, so a patch copies only those of the subjects it touched.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct SubjectContexts(HashMap<String, Arc<BTreeMap<String, usize>>>);
+pub(crate) struct SubjectContexts(HashMap<String, Arc<BTreeMap<String, About>>>);
+
+/// What one work context holds about one subject ([`SubjectContexts`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct About {
+    entries: usize,
+    /// The newest live `cross_conversation_update`'s time. When that update
+    /// leaves the list (replaced, erased), this is cleared rather than
+    /// looked for among the older ones: a reader then sees no recent update,
+    /// which costs at most one notice more (see `Workspace::latest_updates_about`).
+    newest_update: Option<DateTime<Utc>>,
+}
 
 impl SubjectContexts {
     /// One pass over `views`.
@@ -591,33 +603,51 @@ impl SubjectContexts {
         self.0
             .get(subject)
             .into_iter()
-            .flat_map(|counts| counts.keys().map(String::as_str))
+            .flat_map(|about| about.keys().map(String::as_str))
+    }
+
+    /// The work contexts with a live cross-conversation update about
+    /// `subject`, each with its newest one's time, in order.
+    pub(crate) fn updates_of(&self, subject: &str) -> impl Iterator<Item = (&str, DateTime<Utc>)> {
+        self.0.get(subject).into_iter().flat_map(|about| {
+            about
+                .iter()
+                .filter_map(|(wc, a)| Some((wc.as_str(), a.newest_update?)))
+        })
     }
 
     fn count(&mut self, v: &EntryView, add: bool) {
         let Some(subject) = v.subject.as_deref() else {
             return;
         };
-        let counts = match self.0.get_mut(subject) {
-            Some(counts) => Arc::make_mut(counts),
+        let contexts = match self.0.get_mut(subject) {
+            Some(contexts) => Arc::make_mut(contexts),
             None if add => Arc::make_mut(self.0.entry(subject.to_owned()).or_default()),
             None => return,
         };
         let wc = v.entry.work_context.as_str();
-        match counts.get_mut(wc) {
-            Some(n) if add => *n += 1,
-            Some(n) => {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(wc);
+        let update = (v.entry.kind == crate::log::EntryKind::CrossConversationUpdate)
+            .then_some(v.entry.timestamp);
+        if add {
+            if !contexts.contains_key(wc) {
+                contexts.insert(wc.to_owned(), About::default());
+            }
+            if let Some(about) = contexts.get_mut(wc) {
+                about.entries += 1;
+                if update > about.newest_update {
+                    about.newest_update = update;
                 }
             }
-            None if add => {
-                counts.insert(wc.to_owned(), 1);
+        } else if let Some(about) = contexts.get_mut(wc) {
+            about.entries = about.entries.saturating_sub(1);
+            if update.is_some() && update >= about.newest_update {
+                about.newest_update = None;
             }
-            None => {}
+            if about.entries == 0 {
+                contexts.remove(wc);
+            }
         }
-        if counts.is_empty() {
+        if contexts.is_empty() {
             self.0.remove(subject);
         }
     }

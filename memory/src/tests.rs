@@ -944,6 +944,61 @@ fn additions_patch_the_snapshot_instead_of_reading_the_log() {
     assert_eq!(rebuilds(), before + 1);
 }
 
+/// `latest_updates_about` names each context's newest live update about a
+/// subject as the list is patched; an update replaced away clears its
+/// context's time (never names an update that is not live), and a list made
+/// from the log again finds the older one.
+#[test]
+fn latest_updates_about_follow_the_live_list() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    let hour = |h: u32| Utc.with_ymd_and_hms(2026, 3, 2, h, 0, 0).unwrap();
+    let update = |wc: &str, d: u32| {
+        let mut input =
+            EntryInput::new(EntryKind::CrossConversationUpdate, "API changed elsewhere")
+                .about("api")
+                .in_context(wc);
+        input.timestamp = Some(hour(d));
+        ws.append_entry(&input).unwrap()
+    };
+    let latest = || {
+        ws.latest_updates_about("api")
+            .unwrap()
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    ws.append_entry(
+        &EntryInput::new(EntryKind::Fact, "The API is v2")
+            .about("api")
+            .in_context("web"),
+    )
+    .unwrap();
+    assert_eq!(latest(), []);
+    update("ops", 7);
+    let newest = update("ops", 8);
+    update("web", 6);
+    assert_eq!(
+        latest(),
+        [("ops".to_owned(), hour(8)), ("web".to_owned(), hour(6))]
+    );
+    // The newest replaced (by a fact, not an update): ops's time is cleared.
+    ws.append_entry(
+        &EntryInput::new(EntryKind::Fact, "The API change was reverted")
+            .about("api")
+            .in_context("ops")
+            .replacing(&newest.id),
+    )
+    .unwrap();
+    assert_eq!(latest(), [("web".to_owned(), hour(6))]);
+    // A write that is not an addition makes the list from the log again.
+    ws.add_subject("extra", SubjectKind::Project, None).unwrap();
+    ws.rename_subject("extra", "extra-2").unwrap();
+    assert_eq!(
+        latest(),
+        [("ops".to_owned(), hour(7)), ("web".to_owned(), hour(6))]
+    );
+}
+
 /// `live_entries_about` answers what the subject filter of `entries` does,
 /// aliases included, as the log changes.
 #[test]

@@ -237,6 +237,79 @@ fn henderson_johnson_two_captures_in_46_minutes() -> Result<()> {
     Ok(())
 }
 
+/// The updates a work context holds about `billing`, oldest first.
+fn billing_updates(cairn: &Cairn, wc: &str) -> Result<Vec<String>> {
+    let mut updates = cairn.entries(
+        "firm",
+        &EntryFilter {
+            kind: Some(EntryKind::CrossConversationUpdate),
+            work_context: Some(wc.to_owned()),
+            subject: Some("billing".to_owned()),
+            ..EntryFilter::default()
+        },
+        None,
+    )?;
+    updates.reverse();
+    Ok(updates
+        .into_iter()
+        .map(|v| v.entry.content.clone())
+        .collect())
+}
+
+/// Cross-conversation updates (docs/DESIGN.md): a context that already holds
+/// a live notice about a subject from the last quiet period (60 minutes by
+/// default) gets no second one from later spans, and gets one again once the
+/// period has passed; with the period at 0 every span writes one.
+#[test]
+fn a_recent_cross_conversation_update_holds_back_the_next() -> Result<()> {
+    for (quiet, expected) in [(60, 2), (0, 4)] {
+        let dir = tempfile::tempdir()?;
+        let mut actors = ActorConfig::default();
+        actors.triggers.cross_update_quiet_minutes = quiet;
+        let (cairn, clock) = open(dir.path(), actors)?;
+        cairn.add_subject("firm", "billing", SubjectKind::Project, None)?;
+        // The ops context tracks billing.
+        cairn.append_entry(
+            "firm",
+            &cairn::EntryInput::new(EntryKind::Fact, "Billing runs on the 1st")
+                .about("billing")
+                .in_context("ops"),
+        )?;
+        // Four spans in web mention billing: at 9:00, 9:20, 9:40 and 10:30,
+        // each captured on its own.
+        for (i, minute) in [0, 20, 40, 90].into_iter().enumerate() {
+            clock.set(at(9, 0) + Duration::minutes(minute));
+            let session = format!("w-{i}");
+            cairn.ingest(
+                "firm",
+                &[
+                    turn(
+                        &session,
+                        "web",
+                        Role::User,
+                        "Billing moves its export to Fridays; let's go with that.",
+                    ),
+                    turn(&session, "web", Role::Assistant, "Noted."),
+                ],
+            )?;
+            let reports = cairn.capture("firm", Some("web"))?;
+            ensure!(reports.iter().any(|r| !r.spans.is_empty()), "{reports:?}");
+        }
+        let updates = billing_updates(&cairn, "ops")?;
+        ensure!(
+            updates.len() == expected,
+            "quiet {quiet}: {expected} updates expected, got {updates:?}"
+        );
+        // The held-back spans were still captured: nothing is taken twice.
+        ensure!(billing_updates(&cairn, "web")?.is_empty());
+        if quiet > 0 {
+            ensure!(updates[0].contains("session w-0"), "{updates:?}");
+            ensure!(updates[1].contains("session w-3"), "{updates:?}");
+        }
+    }
+    Ok(())
+}
+
 /// Ingests one turn, retrying (same idempotency key) while the runtime says
 /// the call can be retried. Returns the acknowledged seq.
 fn ingest_until_acked(cairn: &Cairn, turn: &TurnInput, failures: &mut u32) -> Result<u64> {
