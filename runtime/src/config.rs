@@ -669,4 +669,25 @@ mod tests {
         sled.storage.cluster.node = "n1".to_owned();
         assert!(refusal(sled.validate()).contains("storage.backend is \"sled\""));
     }
+
+    /// The cross-conversation quiet period takes 0 (off) up to an update's
+    /// 7-day life; outside that the error names the setting.
+    #[test]
+    fn the_cross_update_quiet_period_is_bounded() {
+        let quiet = |minutes: i64| {
+            let mut config = CairnConfig::default();
+            config.actors.triggers.cross_update_quiet_minutes = minutes;
+            config.validate()
+        };
+        for ok in [0, 60, 7 * 24 * 60] {
+            assert!(quiet(ok).is_ok(), "{ok}");
+        }
+        for bad in [-1, 7 * 24 * 60 + 1, i64::MAX, i64::MIN] {
+            let message = refusal(quiet(bad));
+            assert!(
+                message.contains("actors.triggers.cross_update_quiet_minutes"),
+                "{message}"
+            );
+        }
+    }
 }
