@@ -19,6 +19,21 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The allocator's options, read by jemalloc before `main`: free pages go
+/// back to the system after one second instead of ten (the background
+/// thread purges them, off the request path). With 1,000 sessions this held
+/// 40–50 MB less at the same CPU per turn (docs/BENCHMARKS.md, fifty-first
+/// pass). `_RJEM_MALLOC_CONF` in the environment is read after this and
+/// overrides it.
+///
+/// jemalloc reads this symbol as a `const char *`: a thin pointer to a
+/// NUL-terminated string, which a reference to a byte array is. Overriding
+/// it is the one unsafe item of the workspace: jemalloc's own definition is
+/// a weak symbol meant to be replaced this way.
+#[allow(unsafe_code)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
+
 mod doctor;
 mod maintain;
 mod plugins;

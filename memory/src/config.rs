@@ -27,7 +27,11 @@ impl Default for Limits {
 }
 
 /// Default page cache of the embedded store, in MiB.
-pub const DEFAULT_CACHE_MB: u64 = 128;
+///
+/// sled counts its cache in bytes as stored; its pages take about 1.8× that
+/// in memory. 64 keeps 1,000 busy sessions as fast as 128 did while holding
+/// 80 MB less (docs/BENCHMARKS.md, fifty-first pass).
+pub const DEFAULT_CACHE_MB: u64 = 64;
 
 /// Configuration of [`crate::Memory`].
 ///
@@ -45,7 +49,8 @@ pub struct MemoryConfig {
     /// Token encoding used to count budgets (`o200k_base` or `cl100k_base`).
     pub tokenizer: String,
     /// Page cache of the embedded store, in MiB (sled's own default is
-    /// 1 GiB, which a busy process fills: this bounds resident memory).
+    /// 1 GiB, which a busy process fills: this bounds resident memory; sled's
+    /// pages take about 1.8× this in memory).
     pub cache_mb: u64,
     /// The briefing's time windows (`[memory.briefing]`).
     pub briefing: crate::brief::BriefSettings,

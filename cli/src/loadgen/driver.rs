@@ -36,7 +36,7 @@ use hdrhistogram::Histogram;
 
 use super::report::{Latencies, Report};
 use super::scenario::Scenario;
-use super::target::{ContentHash, StoredTurn, SwapOutcome, Target};
+use super::target::{ContentHash, StoredTurn, SwapOutcome, Target, content_hash};
 use super::workload::{SessionSim, topics};
 use super::{LoadgenError, Progress};
 
@@ -280,7 +280,7 @@ impl Shared {
                 }
             }
         }
-        let hash: ContentHash = *blake3::hash(turn.content.as_bytes()).as_bytes();
+        let hash = content_hash(&blake3::hash(turn.content.as_bytes()));
         let input = TurnInput {
             session: slot.sim.id.clone(),
             work_context: Some(slot.sim.work_context.clone()),
@@ -326,7 +326,9 @@ impl Shared {
             }
             self.counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
             let next = slot.sim.successor(s);
-            let ledger = std::mem::take(&mut slot.ledger);
+            let mut ledger = std::mem::take(&mut slot.ledger);
+            // Held until the run ends: without the doubling's slack.
+            ledger.shrink_to_fit();
             let old = std::mem::replace(&mut slot.sim, next);
             lock(&self.ledgers).push(Ledger {
                 workspace: old.workspace,
@@ -725,7 +727,7 @@ mod tests {
     /// The hash of a test content; "corrupt:…" stands for a stored turn
     /// whose hash disagrees with its content.
     fn hash(content: &str) -> Option<ContentHash> {
-        (!content.starts_with("corrupt:")).then(|| *blake3::hash(content.as_bytes()).as_bytes())
+        (!content.starts_with("corrupt:")).then(|| content_hash(&blake3::hash(content.as_bytes())))
     }
 
     fn stored(turns: &[(u64, &str)]) -> Vec<StoredTurn> {
