@@ -54,7 +54,7 @@ struct Schedule {
     leader: Option<ThreadId>,
 }
 
-/// One session's acknowledged turns: `(seq, blake3 of the content)`.
+/// One session's acknowledged turns: `(seq, ContentHash)`.
 #[derive(Debug)]
 struct Ledger {
     workspace: String,
