@@ -22,7 +22,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// The allocator's options, read by jemalloc before `main`: free pages go
 /// back to the system after one second instead of ten (the background
 /// thread purges them, off the request path). With 1,000 sessions this held
-/// 40–50 MB less at the same CPU per turn (docs/BENCHMARKS.md, fifty-first
+/// 28–49 MB less at the same CPU per turn (docs/BENCHMARKS.md, fifty-first
 /// pass). `_RJEM_MALLOC_CONF` in the environment is read after this and
 /// overrides it.
 ///
