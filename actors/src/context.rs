@@ -221,6 +221,7 @@ impl ContextState {
         for key in &dropped {
             self.forget(key);
         }
+        shrink_if_sparse(&mut self.verdicts);
         // The sessions found gone leave `seen` (the others stay: an
         // erasure through the runtime drops this actor anyway).
         for session in held.iter().filter(|s| gone(s.as_str())) {
@@ -440,6 +441,18 @@ pub(crate) struct WorkContextActor {
 pub(crate) fn load_backoff(failures: u32) -> std::time::Duration {
     let ms = 100u64.saturating_mul(1 << failures.min(9));
     std::time::Duration::from_millis(ms.min(30_000))
+}
+
+/// Gives back a verdict map's room once a capture has emptied most of it: a
+/// hash map keeps the capacity of its largest moment, and a busy context
+/// that captured thousands of turns once would hold their buckets for as
+/// long as it lives. Shrinking only when at most a quarter of the room is
+/// used keeps the rehashes rare (each follows at least as many removals).
+fn shrink_if_sparse(verdicts: &mut Verdicts) {
+    const KEEP: usize = 64;
+    if verdicts.capacity() > KEEP && verdicts.len() * 4 <= verdicts.capacity() {
+        verdicts.shrink_to((verdicts.len() * 2).max(KEEP));
+    }
 }
 
 impl WorkContextActor {
@@ -1001,5 +1014,24 @@ mod tests {
         );
         assert_eq!(after.seen.get("s3"), Some(&3));
         assert_eq!(after.seen.get("s1"), Some(&3));
+    }
+
+    #[test]
+    fn a_capture_gives_back_the_verdict_maps_room() {
+        let mut verdicts = Verdicts::new();
+        for seq in 0..10_000 {
+            verdicts.insert(("s".to_owned(), seq), Significance::default());
+        }
+        // Half removed: the room stays (it will be used again).
+        verdicts.retain(|(_, seq), _| *seq % 2 == 0);
+        let room = verdicts.capacity();
+        shrink_if_sparse(&mut verdicts);
+        assert_eq!(verdicts.capacity(), room);
+        // Nearly all removed: the room goes, the verdicts stay.
+        verdicts.retain(|(_, seq), _| *seq < 20);
+        shrink_if_sparse(&mut verdicts);
+        assert!(verdicts.capacity() < 200, "{}", verdicts.capacity());
+        assert_eq!(verdicts.len(), 10);
+        assert!(verdicts.contains_key(&("s".to_owned(), 18)));
     }
 }

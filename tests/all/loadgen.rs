@@ -116,6 +116,8 @@ fn loadgen_in_process_loses_nothing_and_swaps_the_policy() -> Result<()> {
     ensure!(report["decision_faults"] == 0, "{report}");
     ensure!(report["swaps"].as_u64() >= Some(1), "{report}");
     ensure!(report["embedding_model_loaded"] == false, "{report}");
+    // Some sessions ended: their turns were checked from the ledger's file.
+    ensure!(report["sessions_ended"].as_u64() > Some(0), "{report}");
     // --data-dir keeps the store: the sessions are there for the CLI too.
     let out = Command::new(cairn_bin())
         .envs(crate::support::backend_env(&data))

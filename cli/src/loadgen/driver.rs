@@ -34,6 +34,7 @@ use cairn::topics::{TopicSpec, Trigger};
 use cairn::{Role, SessionSpec, TurnInput, WorldKind};
 use hdrhistogram::Histogram;
 
+use super::ledger::{Ledger, Spill};
 use super::report::{Latencies, Report};
 use super::scenario::Scenario;
 use super::target::{ContentHash, StoredTurn, SwapOutcome, Target, content_hash};
@@ -52,14 +53,6 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 struct Schedule {
     due: BinaryHeap<Reverse<(Instant, usize)>>,
     leader: Option<ThreadId>,
-}
-
-/// One session's acknowledged turns: `(seq, ContentHash)`.
-#[derive(Debug)]
-struct Ledger {
-    workspace: String,
-    session: String,
-    acked: Vec<(u64, ContentHash)>,
 }
 
 struct Slot {
@@ -87,7 +80,8 @@ struct Shared {
     schedule: Mutex<Schedule>,
     wake: Condvar,
     slots: Vec<Mutex<Slot>>,
-    ledgers: Mutex<Vec<Ledger>>,
+    /// Ended sessions' ledgers (live ones are in their slots).
+    ledgers: Mutex<Spill>,
     stop: AtomicBool,
     counters: Counters,
     first_error: Mutex<Option<String>>,
@@ -326,14 +320,11 @@ impl Shared {
             }
             self.counters.sessions_ended.fetch_add(1, Ordering::Relaxed);
             let next = slot.sim.successor(s);
-            let mut ledger = std::mem::take(&mut slot.ledger);
-            // Held until the run ends: without the doubling's slack.
-            ledger.shrink_to_fit();
             let old = std::mem::replace(&mut slot.sim, next);
-            lock(&self.ledgers).push(Ledger {
+            lock(&self.ledgers).push(&Ledger {
                 workspace: old.workspace,
                 session: old.id,
-                acked: ledger,
+                acked: std::mem::take(&mut slot.ledger),
             });
         }
         let gap = slot.sim.gap(s);
@@ -401,7 +392,7 @@ pub(crate) fn run(
         }),
         wake: Condvar::new(),
         slots,
-        ledgers: Mutex::new(Vec::new()),
+        ledgers: Mutex::new(Spill::new()?),
         stop: AtomicBool::new(false),
         counters: Counters::default(),
         first_error: Mutex::new(None),
@@ -512,23 +503,25 @@ pub(crate) fn run(
     }
     progress.finish(shared.counters.acked.load(Ordering::Relaxed), elapsed);
 
-    // Loss accounting: every session this run played, live or ended.
-    let mut ledgers = std::mem::take(&mut *lock(&shared.ledgers));
+    // Loss accounting: every session this run played, ended or live.
+    let mut tally = Tally::default();
+    let mut check = |ledger: &Ledger| -> Result<(), LoadgenError> {
+        let stored = target.read_back(&ledger.workspace, &ledger.session)?;
+        tally.account(&ledger.acked, &stored);
+        Ok(())
+    };
+    for ledger in lock(&shared.ledgers).read_back()? {
+        check(&ledger?)?;
+    }
     for slot in &shared.slots {
         let mut slot = lock(slot);
         if slot.sim.bootstrapped || !slot.ledger.is_empty() {
-            let acked = std::mem::take(&mut slot.ledger);
-            ledgers.push(Ledger {
+            check(&Ledger {
                 workspace: slot.sim.workspace.clone(),
                 session: slot.sim.id.clone(),
-                acked,
-            });
+                acked: std::mem::take(&mut slot.ledger),
+            })?;
         }
-    }
-    let mut tally = Tally::default();
-    for ledger in &ledgers {
-        let stored = target.read_back(&ledger.workspace, &ledger.session)?;
-        tally.account(&ledger.acked, &stored);
     }
 
     let c = &shared.counters;

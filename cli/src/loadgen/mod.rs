@@ -30,6 +30,7 @@
 //! ```
 
 mod driver;
+mod ledger;
 mod report;
 mod scenario;
 mod target;

@@ -27,11 +27,9 @@ pub(crate) struct CallError {
 }
 
 /// How the loadgen's ledger names an acknowledged turn: the first 8 bytes of
-/// the blake3 of its content ([`content_hash`]). The ledger holds one per
-/// turn of the run, and its bytes count in the RSS the loadgen reports: 16
-/// bytes a turn with its seq (40 with the whole hash: 100 MB after ten
-/// minutes). Turns are only compared within one session, where two of a few
-/// hundred turns share 64 bits with odds below 10^-14.
+/// the blake3 of its content ([`content_hash`]), 16 bytes a turn with its
+/// seq (see [`super::ledger`]). Turns are only compared within one session,
+/// where two of a few hundred turns share 64 bits with odds below 10^-14.
 pub(crate) type ContentHash = u64;
 
 /// The [`ContentHash`] of a turn's content.
