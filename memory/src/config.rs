@@ -29,9 +29,10 @@ impl Default for Limits {
 /// Default page cache of the embedded store, in MiB.
 ///
 /// sled counts its cache in bytes as stored; its pages take about 1.8× that
-/// in memory. 64 keeps 1,000 busy sessions as fast as 128 did while holding
-/// 80 MB less (docs/BENCHMARKS.md, fifty-first pass).
-pub const DEFAULT_CACHE_MB: u64 = 64;
+/// in memory. 48 keeps 1,000 busy sessions within the noise of 64 and 128
+/// while holding ≈ 30 and 110 MB less; 32 was 3–8 % slower
+/// (docs/BENCHMARKS.md, fifty-first and fifty-second passes).
+pub const DEFAULT_CACHE_MB: u64 = 48;
 
 /// Configuration of [`crate::Memory`].
 ///
