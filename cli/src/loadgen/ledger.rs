@@ -90,18 +90,15 @@ fn write_ledger(out: &mut impl Write, ledger: &Ledger) -> io::Result<()> {
 
 /// The next ledger, or `None` at the end of the file (between records).
 fn read_ledger(input: &mut impl Read) -> io::Result<Option<Ledger>> {
-    let mut len = [0u8; 4];
     // The end of the file only between records: a cut length is an error.
-    let mut got = 0;
-    while got < len.len() {
-        match input.read(&mut len[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    let mut first = Vec::with_capacity(4);
+    input.take(4).read_to_end(&mut first)?;
+    if first.is_empty() {
+        return Ok(None);
     }
+    let mut len: [u8; 4] = first
+        .try_into()
+        .map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
     let workspace = read_name(input, u32::from_le_bytes(len))?;
     input.read_exact(&mut len)?;
     let session = read_name(input, u32::from_le_bytes(len))?;
