@@ -368,6 +368,12 @@ impl SessionHeads {
         }
     }
 
+    /// How many heads are held (for the tests).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.inner.lock().heads.len()
+    }
+
     /// Forgets every head and key set.
     pub(crate) fn clear(&self) {
         {
@@ -380,7 +386,14 @@ impl SessionHeads {
 }
 
 impl HeadsInner {
+    /// Keeps `session`'s head, unless it has ended: an ended session's
+    /// turns stop coming, so its head would be held for nothing until the
+    /// cache starts over (it is read from the store if asked for again).
     fn insert(&mut self, session: Session) {
+        if session.state == SessionState::Ended {
+            self.heads.remove(&session.id);
+            return;
+        }
         if self.heads.len() >= MAX_CACHED_HEADS && !self.heads.contains_key(&session.id) {
             self.heads.clear();
         }

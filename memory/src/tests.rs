@@ -154,6 +154,7 @@ fn an_ended_session_lets_go_of_its_keys() {
     assert_eq!(ws.heads.keys.held(), 4);
     ws.end_session("s1").unwrap();
     assert_eq!(ws.heads.keys.held(), 1, "the ended session's three keys go");
+    assert_eq!(ws.heads.held(), 1, "and its head: only s2's is held");
     assert_eq!(
         ws.append_turn(&keyed(1)).unwrap(),
         Ack {
@@ -162,6 +163,11 @@ fn an_ended_session_lets_go_of_its_keys() {
         }
     );
     assert_eq!(ws.session("s1").unwrap().next_seq, 3);
+    assert_eq!(ws.heads.held(), 1, "reading it again does not keep it");
+    // A turn appended after the end reads the head from the store and
+    // gets the next sequence number.
+    assert_eq!(ws.append_turn(&user("s1", "late")).unwrap().seq, 3);
+    assert_eq!(ws.session("s1").unwrap().next_seq, 4);
 }
 
 /// A turn's idempotency key is stored once, in its turn record: no entry
