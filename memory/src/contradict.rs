@@ -141,7 +141,8 @@ pub(crate) struct ContradictionIndex {
 struct GroupKey {
     rule: ContradictionRule,
     scope: OwnedScope,
-    key: Vec<String>,
+    /// The reading's key for the rule, shared with it.
+    key: Arc<str>,
 }
 
 /// What two entries must share to be compared: a subject, or (both without
@@ -263,9 +264,14 @@ fn keys_of(v: &EntryView, read: &Reading) -> impl Iterator<Item = GroupKey> {
 /// (oldest first) under `rule`.
 fn compare(rule: ContradictionRule, members: &[Member]) -> Vec<Contradiction> {
     let members: Vec<&Member> = members.iter().rev().take(MAX_GROUP).collect();
+    // Each member's tokens split once, for the value rule's comparisons.
+    let split: Vec<Vec<&str>> = match rule {
+        ContradictionRule::Negation => Vec::new(),
+        ContradictionRule::ValueChange => members.iter().map(|m| m.read.tokens()).collect(),
+    };
     let mut found = Vec::new();
     for (x, newer) in members.iter().enumerate() {
-        for older in &members[x + 1..] {
+        for (y, older) in members.iter().enumerate().skip(x + 1) {
             let detail = match rule {
                 ContradictionRule::Negation => {
                     let (nn, on) = (newer.read.negations, older.read.negations);
@@ -274,9 +280,7 @@ fn compare(rule: ContradictionRule, members: &[Member]) -> Vec<Contradiction> {
                         format!("the same statement, negated in the {which} entry only")
                     })
                 }
-                ContradictionRule::ValueChange => {
-                    one_slot_differs(&older.read.tokens, &newer.read.tokens)
-                }
+                ContradictionRule::ValueChange => one_slot_differs(&split[y], &split[x]),
             };
             if let Some(detail) = detail {
                 let (n, o) = (&newer.view, &older.view);
@@ -304,17 +308,21 @@ fn is_assertive(kind: EntryKind) -> bool {
 }
 
 /// A text read once for both rules: the live list is searched again on
-/// every change, and its texts are mostly the ones read last time.
+/// every change, and its texts are mostly the ones read last time. Held
+/// for every live decision and fact, so each token list is one string,
+/// its tokens joined by single spaces (a token never holds one: see
+/// [`tokens`]), not a string per token; the two keys are shared with the
+/// groups they name.
 #[derive(Debug)]
 struct Reading {
-    tokens: Vec<String>,
+    tokens: Box<str>,
     negations: usize,
     /// The tokens without negations (the negation rule's key), when at
     /// least two content words remain.
-    without_negation: Option<Vec<String>>,
+    without_negation: Option<Arc<str>>,
     /// The tokens with every value masked (the value rule's key), when
     /// there is a value and at least two content words.
-    masked: Option<Vec<String>>,
+    masked: Option<Arc<str>>,
 }
 
 impl Reading {
@@ -325,20 +333,24 @@ impl Reading {
             .map(String::as_str)
             .filter(|t| *t != NEG && !matches!(*t, "do" | "does" | "did"))
             .collect();
-        let without_negation = (content_words(&without) >= 2)
-            .then(|| without.iter().map(|t| (*t).to_owned()).collect());
+        let without_negation = (content_words(&without) >= 2).then(|| Arc::from(without.join(" ")));
         let masked: Vec<&str> = tokens
             .iter()
             .map(|t| if is_value(t) { "#" } else { t.as_str() })
             .collect();
         let masked = (masked.contains(&"#") && content_words(&masked) >= 2)
-            .then(|| masked.iter().map(|t| (*t).to_owned()).collect());
+            .then(|| Arc::from(masked.join(" ")));
         Reading {
             negations: negations(&tokens),
-            tokens,
+            tokens: tokens.join(" ").into_boxed_str(),
             without_negation,
             masked,
         }
+    }
+
+    /// The tokens, one by one.
+    fn tokens(&self) -> Vec<&str> {
+        self.tokens.split(' ').filter(|t| !t.is_empty()).collect()
     }
 
     /// [`Reading::new`], remembered by text (a bounded process-wide memo).
@@ -361,7 +373,7 @@ fn content_words(tokens: &[&str]) -> usize {
 
 /// With equal masks (same words, values in the same places): `Some` when
 /// the values differ, all inside one run of consecutive values.
-fn one_slot_differs(older: &[String], newer: &[String]) -> Option<String> {
+fn one_slot_differs(older: &[&str], newer: &[&str]) -> Option<String> {
     if older.len() != newer.len() {
         return None;
     }
