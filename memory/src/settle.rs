@@ -197,6 +197,69 @@ const LOOP_PATTERNS: &[&str] = &[
     "next step",
 ];
 
+/// A set of terms held compactly: sorted, distinct, joined by single
+/// spaces in one string (a term is a stem of a token and never holds a
+/// space). A [`Prepared`] reading is held for every live entry a capture
+/// compares with, so its terms are one allocation, not a tree node and a
+/// string per term.
+///
+/// ```
+/// use cairn_memory::settle::{Terms, loop_terms};
+/// let a = Terms::from(loop_terms("Send the signed contract to legal"));
+/// let b = Terms::from(loop_terms("Send the contract"));
+/// assert!(a.contains("contract") && !a.contains("the"));
+/// assert!(b.is_subset(&a) && !a.is_subset(&b));
+/// assert_eq!(a.iter().collect::<Vec<_>>(), ["contract", "legal", "send", "sign"]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Terms(Box<str>);
+
+impl Terms {
+    /// The terms, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.split(' ').filter(|t| !t.is_empty())
+    }
+
+    /// How many terms.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `term` is one of them.
+    pub fn contains(&self, term: &str) -> bool {
+        self.iter().any(|t| t == term)
+    }
+
+    /// Whether every term of these is one of `other`'s (both sorted: one
+    /// walk over each).
+    pub fn is_subset(&self, other: &Terms) -> bool {
+        let mut theirs = other.iter();
+        self.iter()
+            .all(|t| theirs.by_ref().find(|o| *o >= t).is_some_and(|o| o == t))
+    }
+
+    /// How many of these terms `other` holds.
+    pub fn shared_with(&self, other: &BTreeSet<String>) -> usize {
+        self.iter().filter(|t| other.contains(*t)).count()
+    }
+}
+
+impl From<BTreeSet<String>> for Terms {
+    fn from(terms: BTreeSet<String>) -> Terms {
+        let joined: Vec<&str> = terms
+            .iter()
+            .map(String::as_str)
+            .filter(|t| !t.is_empty())
+            .collect();
+        Terms(joined.join(" ").into_boxed_str())
+    }
+}
+
 /// The salient terms of an open loop's text, without the words of the
 /// pattern that made it one.
 pub fn loop_terms(text: &str) -> BTreeSet<String> {
@@ -239,7 +302,7 @@ fn supplies(text: &str) -> (bool, bool) {
 }
 
 /// Whether the statement says a task of these `terms` is done.
-fn says_done(statement: &str, task_terms: &BTreeSet<String>) -> bool {
+fn says_done(statement: &str, task_terms: &Terms) -> bool {
     let lower = statement.to_lowercase();
     if has(&lower, DONE_MARKERS) {
         return true;
@@ -261,7 +324,7 @@ pub struct Prepared {
     /// Its kind.
     pub kind: EntryKind,
     /// Its salient terms, without loop-pattern words ([`loop_terms`]).
-    pub terms: BTreeSet<String>,
+    pub terms: Terms,
     negations: usize,
     inquiry: bool,
     choice: bool,
@@ -299,7 +362,7 @@ impl Prepared {
         let words: BTreeSet<&str> = toks.iter().map(String::as_str).collect();
         Prepared {
             kind,
-            terms: loop_terms(text),
+            terms: Terms::from(loop_terms(text)),
             negations: negations(&toks),
             inquiry: INQUIRY_VERBS.iter().any(|v| stems.contains(&stem(v))),
             choice: CHOICE_VERBS.iter().any(|v| stems.contains(&stem(v))),
@@ -337,7 +400,7 @@ pub fn settles_prepared(
         return None;
     }
     let said = salient(&statement.text);
-    let shared = open.terms.intersection(&said).count();
+    let shared = open.terms.shared_with(&said);
     if shared == 0 && !(statement.decision && same_session_turns.is_some()) {
         return None; // the cheap common case
     }
@@ -745,6 +808,24 @@ mod tests {
                 }
                 Ok(())
             })?;
+        }
+    }
+
+    proptest::proptest! {
+        /// `Terms` answers what the `BTreeSet` it is made from would.
+        #[test]
+        fn terms_answer_as_their_set(
+            a in proptest::collection::btree_set("[a-c0-2]{1,3}", 0..8),
+            b in proptest::collection::btree_set("[a-c0-2]{1,3}", 0..8),
+            probe in "[a-c0-2]{1,3}",
+        ) {
+            let (ta, tb) = (Terms::from(a.clone()), Terms::from(b.clone()));
+            proptest::prop_assert_eq!(ta.is_subset(&tb), a.is_subset(&b));
+            proptest::prop_assert_eq!(ta.shared_with(&b), a.intersection(&b).count());
+            proptest::prop_assert_eq!(ta.len(), a.len());
+            proptest::prop_assert_eq!(ta.is_empty(), a.is_empty());
+            proptest::prop_assert_eq!(ta.contains(&probe), a.contains(&probe));
+            proptest::prop_assert!(ta.iter().eq(a.iter().map(String::as_str)));
         }
     }
 }
