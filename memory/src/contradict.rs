@@ -381,11 +381,11 @@ fn one_slot_differs(older: &[&str], newer: &[&str]) -> Option<String> {
     let (&first, &last) = (differing.first()?, differing.last()?);
     // The run of values around the differences.
     let mut start = first;
-    while start > 0 && is_value(&older[start - 1]) {
+    while start > 0 && is_value(older[start - 1]) {
         start -= 1;
     }
     let mut end = first;
-    while end + 1 < older.len() && is_value(&older[end + 1]) {
+    while end + 1 < older.len() && is_value(older[end + 1]) {
         end += 1;
     }
     if last > end {
