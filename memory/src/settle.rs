@@ -250,13 +250,22 @@ impl Terms {
 }
 
 impl From<BTreeSet<String>> for Terms {
+    /// The terms of `terms`. The terms [`loop_terms`] makes hold no space;
+    /// a term that does counts as the words between its spaces, so the
+    /// one string always splits back into the set it holds.
     fn from(terms: BTreeSet<String>) -> Terms {
-        let joined: Vec<&str> = terms
+        let words: BTreeSet<&str> = terms
             .iter()
-            .map(String::as_str)
-            .filter(|t| !t.is_empty())
+            .flat_map(|t| t.split(' '))
+            .filter(|w| !w.is_empty())
             .collect();
-        Terms(joined.join(" ").into_boxed_str())
+        Terms(
+            words
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .into_boxed_str(),
+        )
     }
 }
 
@@ -826,6 +835,24 @@ mod tests {
             proptest::prop_assert_eq!(ta.is_empty(), a.is_empty());
             proptest::prop_assert_eq!(ta.contains(&probe), a.contains(&probe));
             proptest::prop_assert!(ta.iter().eq(a.iter().map(String::as_str)));
+        }
+
+        /// A term given with spaces in it counts as its words: the string
+        /// still splits back into the set it holds.
+        #[test]
+        fn terms_given_with_spaces_are_their_words(
+            a in proptest::collection::btree_set("[ab ]{0,5}", 0..6),
+        ) {
+            let words: BTreeSet<String> = a
+                .iter()
+                .flat_map(|t| t.split(' '))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let terms = Terms::from(a);
+            proptest::prop_assert!(terms.iter().eq(words.iter().map(String::as_str)));
+            proptest::prop_assert_eq!(terms.len(), words.len());
+            proptest::prop_assert!(terms.is_subset(&Terms::from(words)));
         }
     }
 }
