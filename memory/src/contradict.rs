@@ -65,7 +65,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::live::Patched;
 use crate::log::{EntryKind, EntryView};
-use crate::text::{NEG, is_stopword, is_value, negations, tokens};
+use crate::text::{NEG, is_stopword, is_value, joined_words, negations, tokens};
 
 /// Which rule found a contradiction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -350,7 +350,7 @@ impl Reading {
 
     /// The tokens, one by one.
     fn tokens(&self) -> Vec<&str> {
-        self.tokens.split(' ').filter(|t| !t.is_empty()).collect()
+        joined_words(&self.tokens).collect()
     }
 
     /// [`Reading::new`], remembered by text (a bounded process-wide memo).

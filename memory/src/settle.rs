@@ -217,7 +217,7 @@ pub struct Terms(Box<str>);
 impl Terms {
     /// The terms, in order.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.split(' ').filter(|t| !t.is_empty())
+        crate::text::joined_words(&self.0)
     }
 
     /// How many terms.
@@ -256,8 +256,7 @@ impl From<BTreeSet<String>> for Terms {
     fn from(terms: BTreeSet<String>) -> Terms {
         let words: BTreeSet<&str> = terms
             .iter()
-            .flat_map(|t| t.split(' '))
-            .filter(|w| !w.is_empty())
+            .flat_map(|t| crate::text::joined_words(t))
             .collect();
         Terms(
             words

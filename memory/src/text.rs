@@ -62,6 +62,15 @@ const WEEKDAYS: &[&str] = &[
     "sunday",
 ];
 
+/// The words of a list held as one string, joined by single spaces: the
+/// form a token or term list takes where one is held per live entry (the
+/// contradiction index's readings, settle's terms). A token never holds a
+/// space ([`tokens`]), so the string splits back into the list it was
+/// joined from.
+pub(crate) fn joined_words(joined: &str) -> impl Iterator<Item = &str> {
+    joined.split(' ').filter(|w| !w.is_empty())
+}
+
 /// Lowercase tokens: runs of letters and digits (an apostrophe inside a
 /// word is kept, `’` read as `'`). A negated contraction becomes its base
 /// and [`NEG`] (`won't` → `will ¬`, `can't` → `can ¬`, `isn't` → `is ¬`);
