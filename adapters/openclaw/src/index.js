@@ -66,7 +66,9 @@ export function register(api) {
       if (written !== "unchanged") log.info?.(`cairn: briefing ${written} in ${path}`);
     } catch (err) {
       const key = `${dir}:${err?.name}`;
-      if (err instanceof MarkerError) {
+      if (err?.code === "workspace_not_found") {
+        // Nothing stored yet: no briefing to write.
+      } else if (err instanceof MarkerError) {
         if (!warned.has(key)) log.warn(`cairn: ${join(dir, "MEMORY.md")}: ${err.message}; the briefing is not written until the markers are fixed`);
         warned.add(key);
       } else if (!memory.down) {

@@ -37,7 +37,10 @@ export class CairnUnavailable extends Error {
   }
 }
 
-const memories = new Map();
+// OpenClaw may load this module more than once in one process (a registry
+// per run, discovery passes); the state must still be one per process, or
+// each copy would keep its own breaker and log the same outage again.
+const memories = (globalThis[Symbol.for("cairn.openclaw.memories")] ??= new Map());
 
 /**
  * The shared state for a configuration (one per distinct config in a

@@ -98,8 +98,9 @@ const fmt = (n) => (typeof n === "number" ? n.toFixed(3) : "–");
 export function renderSearch(query, response, { details = false } = {}) {
   const items = response.items ?? [];
   const lines = [];
-  if (items.length === 0) lines.push(`No memory matches "${query}".`);
-  else lines.push(`${items.length} result${items.length === 1 ? "" : "s"} for "${query}" (id: pass to memory_get):`);
+  // The query is not echoed back: the model knows what it asked.
+  if (items.length === 0) lines.push("No memory matches.");
+  else lines.push(`${items.length} result${items.length === 1 ? "" : "s"} (id: pass to memory_get):`);
   items.forEach((item, i) => {
     const c = compactItem(item);
     const meta = [c.kind, c.subject, c.from, c.at].filter(Boolean).join(" · ");

@@ -7,7 +7,7 @@
 
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -202,6 +202,7 @@ export async function startGateway(home, config) {
   let out = "";
   const onData = (d) => {
     out += plain(String(d));
+    appendFileSync(join(home, "gateway.out"), plain(String(d)));
   };
   proc.stdout.on("data", onData);
   proc.stderr.on("data", onData);
