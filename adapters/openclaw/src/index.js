@@ -141,7 +141,6 @@ export function register(api) {
   api.on("before_reset", async (event, ctx) => {
     const key = keyOf(event, ctx);
     if (!key) return;
-    memory.recentResets ??= new Map();
     memory.recentResets.set(key, Date.now());
     await enqueue("reset", { op: "reset", key });
   });
@@ -158,7 +157,7 @@ export function register(api) {
       case "idle":
       case "daily": {
         // The key lives on under a new sessionId: cairn records a reset.
-        const reset = memory.recentResets?.get(key) ?? 0;
+        const reset = memory.recentResets.get(key) ?? 0;
         if (Date.now() - reset > CAPTURE_DEDUP_MS) await enqueue("reset", { op: "reset", key });
         break;
       }

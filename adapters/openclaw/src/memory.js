@@ -80,7 +80,10 @@ export class CairnMemory {
     this.pending = undefined; // operations in the outbox, as far as this process knows
     this.draining = undefined;
     this.timer = undefined;
+    /** Session key → when its pre-compaction capture last ran (one per burst of hooks). */
     this.recentCaptures = new Map();
+    /** Session key → when before_reset last ran (session_end of the same reset is not a second one). */
+    this.recentResets = new Map();
     this.briefingAt = new Map();
   }
 

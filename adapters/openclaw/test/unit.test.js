@@ -262,6 +262,16 @@ describe("against cairn serve", () => {
     assert.match(item, /#0 user \(.*\): The kiln fires at 1240 degrees\./);
     const missing = (await get.execute("t", { id: "session:agent:main:tools:9-9" })).content[0].text;
     assert.ok(typeof missing === "string" && missing.length > 0);
+    // An entry (what a capture wrote) reads as its kind, text and provenance.
+    await engine.commitTurn({ advancementKey: "m2", sessionKey: "agent:main:tools", messages: [{ role: "user", content: "We decided to fire the kiln on Friday." }] });
+    await api("POST", `/v1/workspaces/ws/sessions/${encodeURIComponent("agent:main:tools")}/compact`);
+    const entries = await api("GET", `/v1/workspaces/ws/entries?session=${encodeURIComponent("agent:main:tools")}`);
+    const decision = entries.find((e) => /Friday/.test(e.content) && /decision/.test(e.kind));
+    assert.ok(decision, JSON.stringify(entries));
+    const entry = (await get.execute("t", { id: decision.id })).content[0].text;
+    assert.match(entry, new RegExp(`^\\[${decision.id}\\] ${decision.kind} · \\d{4}-`));
+    assert.match(entry, /We decided to fire the kiln on Friday\./);
+    assert.match(entry, /From: agent:main:tools #1/);
   });
 
   test("assemble puts cairn's block in the system prompt (or first, or nowhere)", async () => {
