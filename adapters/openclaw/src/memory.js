@@ -26,6 +26,8 @@ import { agentOf, kindOf, sessionIdOf } from "./messages.js";
 const MAX_BACKOFF_MS = 30_000;
 /** When a queued operation is tried again after a refusal that was not an outage (429, 500). */
 const RETRY_LATER_MS = 5_000;
+/** A new outage within this long of the last one's warning or recovery is the same outage (not warned again). */
+const FLAP_MS = 60_000;
 
 /** A call that was not made because cairn is known to be down. */
 export class CairnUnavailable extends Error {
@@ -77,6 +79,7 @@ export class CairnMemory {
     /** Child session key → parent session key, from sub-agent spawns. */
     this.parents = new Map();
     this.down = undefined; // { since, cause, retryAt, backoff }
+    this.outage = undefined; // { since, upAt }: the last outage warned about, and when it ended
     this.pending = undefined; // operations in the outbox, as far as this process knows
     this.draining = undefined;
     this.timer = undefined;
@@ -169,7 +172,14 @@ export class CairnMemory {
   markDown(err) {
     const cause = this.describe(err);
     if (!this.down) {
-      this.log.warn(`cairn: ${cause}; turns go on without cairn's memory and are kept in ${this.outbox.dir} until it is back`);
+      // One outage, one warning: a server that flaps while it shuts down or
+      // restarts (a kept-alive connection still answered, then refused)
+      // is the same outage if it comes back down within a minute.
+      const sameOutage = this.outage?.upAt !== undefined && Date.now() - this.outage.upAt < FLAP_MS;
+      if (!sameOutage) {
+        this.log.warn(`cairn: ${cause}; turns go on without cairn's memory and are kept in ${this.outbox.dir} until it is back`);
+        this.outage = { since: Date.now() };
+      }
       this.down = { since: Date.now(), cause, backoff: 1000, retryAt: Date.now() + 1000 };
     } else {
       this.down.cause = cause;
@@ -181,7 +191,9 @@ export class CairnMemory {
 
   markUp() {
     if (!this.down) return;
-    const seconds = Math.round((Date.now() - this.down.since) / 1000);
+    this.outage ??= { since: this.down.since };
+    const seconds = Math.round((Date.now() - this.outage.since) / 1000);
+    this.outage.upAt = Date.now();
     this.down = undefined;
     this.log.info(`cairn: reachable again at ${this.config.url} after ${seconds} s`);
     this.schedule(0);

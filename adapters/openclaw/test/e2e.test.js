@@ -77,6 +77,7 @@ let cairnPort;
 let gateway;
 let home;
 let outboxDir;
+let inspected;
 const api = cairnClient(() => cairn.url, ADMIN);
 const ws = (path) => `/v1/workspaces/${WS}${path}`;
 const enc = encodeURIComponent;
@@ -142,7 +143,11 @@ before(async () => {
       },
     },
   });
-  gateway = await startGateway(home, config);
+  const starting = startGateway(home, config);
+  // The documented check, run while the gateway starts (it reads the same config).
+  inspected = openclaw(home, ["plugins", "inspect", "cairn", "--runtime", "--json"]);
+  gateway = await starting;
+  await inspected;
   stub.answer(() => ({ text: "Noted." }));
 });
 
@@ -155,7 +160,7 @@ after(async () => {
 });
 
 test("the plugin loads into both memory slots (openclaw plugins inspect)", async () => {
-  const r = await openclaw(home, ["plugins", "inspect", "cairn", "--runtime", "--json"]);
+  const r = await inspected;
   assert.equal(r.code, 0, r.stderr);
   const p = r.json.plugin;
   assert.equal(p.status, "loaded", JSON.stringify(p.error ?? p));

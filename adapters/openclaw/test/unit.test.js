@@ -192,6 +192,11 @@ describe("against cairn serve", () => {
     });
     assert.equal(again.status, "duplicate");
     assert.equal((await api("GET", `/v1/workspaces/ws/sessions/${encodeURIComponent(key)}/transcript`)).length, 4);
+    // Down again within a minute (a server flapping as it restarts): the same outage, not a second warning.
+    memory.client.baseUrl = `http://127.0.0.1:${deadPort}`;
+    await engine.assemble({ sessionKey: key, messages: [], prompt: "hello" });
+    assert.ok(memory.down, "the breaker is open again");
+    assert.equal(logger.lines.filter((l) => l.startsWith("warn")).length, 1, logger.lines.join("\n"));
   });
 
   test("cairn slow: a hook waits at most timeoutMs, then the breaker answers at once", async () => {
