@@ -69,6 +69,19 @@ pub enum MemoryError {
         /// The configured limit.
         limit: usize,
     },
+    /// A workspace holds as many of something as its configured cap allows
+    /// (`[memory.limits]`); nothing was written.
+    #[error("workspace {workspace:?} already has {limit} {what}, the configured cap ([memory.limits] {setting})")]
+    CapReached {
+        /// The workspace.
+        workspace: String,
+        /// What is capped (`sessions`, `topics`, `scheduled topics`).
+        what: &'static str,
+        /// The setting that sets the cap.
+        setting: &'static str,
+        /// The cap.
+        limit: usize,
+    },
     /// A `tool` turn was sent without the tool-call id that pairs it with its call.
     #[error("turn with role `tool` in session {session:?} needs a tool_call_id")]
     MissingToolCallId {
@@ -315,6 +328,7 @@ impl MemoryError {
             MemoryError::Invalid { .. } => "invalid",
             MemoryError::InBatch { source, .. } => source.code(),
             MemoryError::BatchTooLarge { .. } => "batch_too_large",
+            MemoryError::CapReached { .. } => "cap_reached",
             MemoryError::MissingToolCallId { .. } => "missing_tool_call_id",
             MemoryError::SessionNotFound { .. } => "session_not_found",
             MemoryError::WorkspaceNotFound { .. } => "workspace_not_found",
@@ -382,6 +396,7 @@ impl MemoryError {
             | MemoryError::Empty { .. }
             | MemoryError::Invalid { .. }
             | MemoryError::MissingToolCallId { .. }
+            | MemoryError::CapReached { .. }
             | MemoryError::ParentNotFound { .. }
             | MemoryError::ReplacesMissing { .. }
             | MemoryError::ReplacesCycle { .. }

@@ -321,6 +321,12 @@ fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
             }
         },
     };
+    if let Some(since) = request.since {
+        cairn_memory::ids::validate_time("since", since)?;
+    }
+    if let Some(until) = request.until {
+        cairn_memory::ids::validate_time("until", until)?;
+    }
     if let (Some(since), Some(until)) = (request.since, request.until)
         && until <= since
     {
@@ -457,7 +463,7 @@ fn outside_lineage(asking: Option<&str>, entry: &str) -> CairnError {
 }
 
 impl Cairn {
-    fn allowed_sessions(
+    pub(crate) fn allowed_sessions(
         &self,
         ws: &Workspace,
         asking: Option<&str>,
