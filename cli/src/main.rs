@@ -1748,7 +1748,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         out,
         "\n== briefing (`cairn brief`; `cairn brief --write MEMORY.md` puts it between markers)"
     )?;
-    write!(out, "{}", cairn.briefing(&ws_id, None, on_screen(None))?.text)?;
+    write!(
+        out,
+        "{}",
+        cairn.briefing(&ws_id, None, on_screen(None))?.text
+    )?;
     Ok(())
 }
 

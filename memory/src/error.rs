@@ -71,7 +71,9 @@ pub enum MemoryError {
     },
     /// A workspace holds as many of something as its configured cap allows
     /// (`[memory.limits]`); nothing was written.
-    #[error("workspace {workspace:?} already has {limit} {what}, the configured cap ([memory.limits] {setting})")]
+    #[error(
+        "workspace {workspace:?} already has {limit} {what}, the configured cap ([memory.limits] {setting})"
+    )]
     CapReached {
         /// The workspace.
         workspace: String,

@@ -1265,8 +1265,12 @@ impl Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reader_hash(&self, text: &str) -> String {
-        let key = self.shared.derive_key("cairn 2026-12 reader content digest");
-        blake3::keyed_hash(&key, text.as_bytes()).to_hex().to_string()
+        let key = self
+            .shared
+            .derive_key("cairn 2026-12 reader content digest");
+        blake3::keyed_hash(&key, text.as_bytes())
+            .to_hex()
+            .to_string()
     }
 
     /// The token counter.

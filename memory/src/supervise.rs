@@ -241,7 +241,11 @@ mod tests {
         let h = &workers.health()[0];
         assert!(h.running);
         assert_eq!((h.passes, h.panics), (2, 1));
-        assert!(h.last_panic.as_deref().is_some_and(|m| m.ends_with("boom 1")));
+        assert!(
+            h.last_panic
+                .as_deref()
+                .is_some_and(|m| m.ends_with("boom 1"))
+        );
         assert!(h.quarantined.is_empty());
     }
 

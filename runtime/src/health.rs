@@ -67,7 +67,12 @@ impl Cairn {
             }
         }
         Health {
-            status: if problems.is_empty() { "ok" } else { "degraded" }.to_owned(),
+            status: if problems.is_empty() {
+                "ok"
+            } else {
+                "degraded"
+            }
+            .to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             problems,
             panics: workers.iter().map(|w| w.panics).sum(),

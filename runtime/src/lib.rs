@@ -71,8 +71,8 @@ pub use cairn_memory::compact::{
 pub use cairn_memory::config::ClusterConfig;
 pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::store::RewriteReport;
-pub use cairn_memory::supervise::WorkerHealth;
 pub use cairn_memory::store::{LeaseRow, NodeInfo};
+pub use cairn_memory::supervise::WorkerHealth;
 pub use cairn_memory::{
     AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
     EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,

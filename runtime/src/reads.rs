@@ -254,15 +254,20 @@ impl ReadJudge<'_> {
         self.lineage.as_ref().is_none_or(|l| l.contains(session))
     }
 
-    /// A turn as this reader may see it; `None` when withheld. Its
-    /// `content_hash` is the keyed digest of the stored text
-    /// ([`Workspace::reader_hash`]): a plain hash of the text would let a
-    /// reader confirm a guess at a masked secret offline.
+    /// A turn as this reader may see it; `None` when withheld. When the
+    /// text shown is not the stored text (a secret masked, the text
+    /// withheld by reference), its `content_hash` is the keyed digest of
+    /// the stored text ([`Workspace::reader_hash`]): the plain hash would
+    /// let the reader confirm a guess at what was masked. A text shown
+    /// whole keeps its plain hash, which a client can check.
     pub(crate) fn turn(&self, mut turn: Turn) -> Option<Turn> {
         let verdict = self.judge(&Object::turn(&turn));
         let reference = format!("turn {}:{}", turn.session, turn.seq);
-        turn.content_hash = self.ws.reader_hash(&turn.content);
-        turn.content = Self::shown(&turn.content, verdict.fidelity, &reference)?;
+        let shown = Self::shown(&turn.content, verdict.fidelity, &reference)?;
+        if shown != turn.content {
+            turn.content_hash = self.ws.reader_hash(&turn.content);
+            turn.content = shown;
+        }
         Some(turn)
     }
 

@@ -51,8 +51,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::host::Cairn;
-use crate::reads::{ReadAs, ReadJudge};
 use crate::policy::Policies;
+use crate::reads::{ReadAs, ReadJudge};
 
 /// How many members feed a topic's tier-2 profile.
 const PROFILE_MEMBERS: usize = 50;
@@ -654,7 +654,11 @@ impl Cairn {
     ) -> Result<Vec<GateRecord>> {
         let ws = self.memory().existing_workspace(workspace)?;
         let judge = self.judge_for(&ws, reader.into(), "topics")?;
-        Ok(shown_records(&ws, &judge, ws.gate_log(name, Some(turn), 100)?))
+        Ok(shown_records(
+            &ws,
+            &judge,
+            ws.gate_log(name, Some(turn), 100)?,
+        ))
     }
 
     /// Collects on request over the existing record (turns at or after
@@ -961,13 +965,21 @@ fn shown_turn(ws: &Workspace, judge: &ReadJudge<'_>, turn: &TurnRef) -> Option<T
 
 /// A membership as the reader may see it: its snippet made from the turn
 /// as shown (masked, at the policy's fidelity), never from the raw text.
-fn shown_membership(ws: &Workspace, judge: &ReadJudge<'_>, mut m: Membership) -> Option<Membership> {
+fn shown_membership(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    mut m: Membership,
+) -> Option<Membership> {
     let turn = shown_turn(ws, judge, &m.turn)?;
     m.snippet = gate::snippet(&turn.content);
     Some(m)
 }
 
-fn shown_memberships(ws: &Workspace, judge: &ReadJudge<'_>, all: Vec<Membership>) -> Vec<Membership> {
+fn shown_memberships(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    all: Vec<Membership>,
+) -> Vec<Membership> {
     all.into_iter()
         .filter_map(|m| shown_membership(ws, judge, m))
         .collect()
@@ -980,7 +992,11 @@ fn shown_proposal(ws: &Workspace, judge: &ReadJudge<'_>, mut p: Proposal) -> Opt
 
 /// Gate records as the reader may see them: only about turns it may see,
 /// the plugin's note masked, the digest keyed.
-fn shown_records(ws: &Workspace, judge: &ReadJudge<'_>, records: Vec<GateRecord>) -> Vec<GateRecord> {
+fn shown_records(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    records: Vec<GateRecord>,
+) -> Vec<GateRecord> {
     records
         .into_iter()
         .filter_map(|mut r| {

@@ -86,11 +86,9 @@ fn timestamps_past_the_calendar_are_refused_and_indexing_goes_on() -> Result<()>
     ensure!(s == 200 && health["panics"] == 0, "{health}");
     ensure!(health["status"] == "ok", "{health}");
     ensure!(
-        health["workers"]
-            .as_array()
-            .is_some_and(|w| w
-                .iter()
-                .any(|w| w["name"] == "search-indexer" && w["running"] == true)),
+        health["workers"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w["name"] == "search-indexer" && w["running"] == true)),
         "{health}"
     );
     Ok(())
@@ -134,7 +132,10 @@ fn topic_reads_follow_the_rules_of_every_read() -> Result<()> {
     let cairn = open(dir.path())?;
     let secret = "Tr0ub4dor-x9-staging";
     let said = format!("The staging password: {secret} opens the box");
-    for (name, activation) in [("creds", Activation::Auto), ("creds-review", Activation::Gated)] {
+    for (name, activation) in [
+        ("creds", Activation::Auto),
+        ("creds-review", Activation::Gated),
+    ] {
         cairn.create_topic(
             "acme",
             &TopicSpec::new(name, "Credentials mentioned in passing")
@@ -156,29 +157,69 @@ fn topic_reads_follow_the_rules_of_every_read() -> Result<()> {
 
     let details = cairn.topic("acme", "creds", 20, None)?;
     ensure!(details.members.len() == 1, "{details:?}");
+    // Masked, or withheld by reference (the default policy's answer for a
+    // credential sent to a model): never the secret.
     let snippet = &details.members[0].snippet;
-    ensure!(snippet.contains("staging password") && !snippet.contains(secret), "{snippet}");
+    ensure!(
+        !snippet.is_empty() && !snippet.contains(secret),
+        "{snippet}"
+    );
+    let shown = cairn.topic(
+        "acme",
+        "creds",
+        20,
+        cairn::ReadAs::user().to(cairn::Destination::UserVisibleUi),
+    )?;
+    ensure!(
+        shown.members[0].snippet.contains("staging password"),
+        "{shown:?}"
+    );
+    ensure!(!shown.members[0].snippet.contains(secret), "{shown:?}");
     let proposals = cairn.topic_proposals("acme", "creds-review", true, None)?;
     ensure!(proposals.len() == 1, "{proposals:?}");
-    ensure!(!proposals[0].membership.snippet.contains(secret), "{proposals:?}");
+    ensure!(
+        !proposals[0].membership.snippet.contains(secret),
+        "{proposals:?}"
+    );
     let pending = &cairn.topic("acme", "creds-review", 20, None)?.pending;
     ensure!(pending.len() == 1 && !pending[0].membership.snippet.contains(secret));
 
-    // The digest readers see is keyed: it is not BLAKE3 of the raw text, in
-    // the gate log, `why` and the transcript alike.
+    // The digest a reader sees of a masked turn is keyed: it is not BLAKE3
+    // of the raw text, in the gate log, `why` and the transcript alike.
     let plain = blake3::hash(said.as_bytes()).to_hex().to_string();
     let log = cairn.gate_log("acme", "creds", 50, None)?;
-    ensure!(!log.is_empty() && log.iter().all(|r| r.content_hash != plain), "{log:?}");
+    ensure!(
+        !log.is_empty() && log.iter().all(|r| r.content_hash != plain),
+        "{log:?}"
+    );
     let why = cairn.why("acme", "creds", &details.members[0].turn, None)?;
     ensure!(!why.is_empty() && why.iter().all(|r| r.content_hash != plain));
     let turns = cairn.transcript("acme", "main", 0, None, None)?;
     ensure!(turns[0].content_hash != plain && !turns[0].content.contains(secret));
 
     // A sub-agent outside the turn's lineage sees none of it.
-    ensure!(cairn.topic("acme", "creds", 20, Some("other"))?.members.is_empty());
-    ensure!(cairn.topic("acme", "creds-review", 20, Some("other"))?.pending.is_empty());
-    ensure!(cairn.topic_proposals("acme", "creds-review", true, Some("other"))?.is_empty());
-    ensure!(cairn.gate_log("acme", "creds", 50, Some("other"))?.is_empty());
+    ensure!(
+        cairn
+            .topic("acme", "creds", 20, Some("other"))?
+            .members
+            .is_empty()
+    );
+    ensure!(
+        cairn
+            .topic("acme", "creds-review", 20, Some("other"))?
+            .pending
+            .is_empty()
+    );
+    ensure!(
+        cairn
+            .topic_proposals("acme", "creds-review", true, Some("other"))?
+            .is_empty()
+    );
+    ensure!(
+        cairn
+            .gate_log("acme", "creds", 50, Some("other"))?
+            .is_empty()
+    );
     // An asking session that does not exist is refused, as for every read.
     ensure!(cairn.topic("acme", "creds", 20, Some("ghost")).is_err());
     Ok(())
@@ -209,13 +250,28 @@ fn caps_per_workspace_refuse_clearly() -> Result<()> {
             TurnInput::new("s2", Role::User, "two"),
         ],
     )?;
-    cairn.bootstrap("acme", &SessionSpec { id: "s3".into(), ..SessionSpec::default() })?;
+    cairn.bootstrap(
+        "acme",
+        &SessionSpec {
+            id: "s3".into(),
+            ..SessionSpec::default()
+        },
+    )?;
     let err = cairn
         .ingest("acme", &[TurnInput::new("s4", Role::User, "four")])
         .unwrap_err();
-    ensure!(err.code() == "cap_reached" && err.to_string().contains("max_sessions"), "{err}");
+    ensure!(
+        err.code() == "cap_reached" && err.to_string().contains("max_sessions"),
+        "{err}"
+    );
     let err = cairn
-        .bootstrap("acme", &SessionSpec { id: "s4".into(), ..SessionSpec::default() })
+        .bootstrap(
+            "acme",
+            &SessionSpec {
+                id: "s4".into(),
+                ..SessionSpec::default()
+            },
+        )
         .unwrap_err();
     ensure!(err.code() == "cap_reached", "{err}");
     // Existing sessions still take turns; forgetting one makes room.
@@ -227,12 +283,18 @@ fn caps_per_workspace_refuse_clearly() -> Result<()> {
         TopicSpec::new(name, "Daily digest").trigger(Trigger::Schedule("0 9 * * *".into()))
     };
     cairn.create_topic("acme", &scheduled("digest"))?;
-    let err = cairn.create_topic("acme", &scheduled("digest-2")).unwrap_err();
+    let err = cairn
+        .create_topic("acme", &scheduled("digest-2"))
+        .unwrap_err();
     ensure!(err.to_string().contains("max_scheduled_topics"), "{err}");
-    let keyword = |name: &str| TopicSpec::new(name, "Words").trigger(Trigger::Keyword("word".into()));
+    let keyword =
+        |name: &str| TopicSpec::new(name, "Words").trigger(Trigger::Keyword("word".into()));
     cairn.create_topic("acme", &keyword("words"))?;
     let err = cairn.create_topic("acme", &keyword("words-2")).unwrap_err();
-    ensure!(err.code() == "cap_reached" && err.to_string().contains("max_topics"), "{err}");
+    ensure!(
+        err.code() == "cap_reached" && err.to_string().contains("max_topics"),
+        "{err}"
+    );
     // Updating a topic is not adding one.
     cairn.update_topic("acme", "words", &keyword("words"))?;
     Ok(())

@@ -8,9 +8,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
-use cairn::{
-    Cairn, CairnConfig, EntryInput, EntryKind, Role, SessionKind, SessionSpec, TurnInput,
-};
+use cairn::{Cairn, CairnConfig, EntryInput, EntryKind, Role, SessionKind, SessionSpec, TurnInput};
 use serde_json::{Value, json};
 
 use crate::support::cairn_bin;

@@ -173,10 +173,10 @@ fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
     let t = say(&cairn, "s1", Role::User, "a third outage")?;
     ensure!(cairn.why("acme", "crit", &t, None)?.len() == 1);
     // The log is durable: a restart reads it back, and the gate recompiles.
-    let log_before = cairn.gate_log("acme", "medium", 100)?;
+    let log_before = cairn.gate_log("acme", "medium", 100, None)?;
     drop(cairn);
     let cairn = open(dir.path())?;
-    ensure!(cairn.gate_log("acme", "medium", 100)? == log_before);
+    ensure!(cairn.gate_log("acme", "medium", 100, None)? == log_before);
     let t = say(&cairn, "s3", Role::User, "yet another outage")?;
     ensure!(cairn.why("acme", "crit", &t, None)?.len() == 1);
     Ok(())
@@ -468,7 +468,7 @@ fn a_topics_collection_is_an_assembly_candidate_and_forget_takes_it() -> Result<
     // Forgetting the session takes its memberships and gate records too.
     cairn.forget("acme", &ForgetTarget::Session("old".into()), "test")?;
     ensure!(cairn.topic("acme", "billing", 10, None)?.members.is_empty());
-    ensure!(cairn.gate_log("acme", "billing", 10)?.is_empty());
+    ensure!(cairn.gate_log("acme", "billing", 10, None)?.is_empty());
     let after = cairn.assemble("acme", &request)?;
     ensure!(!after.text.contains("invoice for March"), "{}", after.text);
     Ok(())

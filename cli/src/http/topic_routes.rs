@@ -150,15 +150,7 @@ pub(crate) async fn topic(
     query: web::Query<ShowQuery>,
 ) -> ApiResult<TopicDetails> {
     let (ws, name) = path.into_inner();
-    blocking(move || {
-        Ok(cairn.topic(
-            &ws,
-            &name,
-            query.limit.unwrap_or(20),
-            query.reader(),
-        )?)
-    })
-    .await
+    blocking(move || Ok(cairn.topic(&ws, &name, query.limit.unwrap_or(20), query.reader())?)).await
 }
 
 #[utoipa::path(put, path = "/v1/workspaces/{workspace}/topics/{name}", request_body = TopicSpec,
@@ -210,8 +202,7 @@ pub(crate) async fn proposals(
     query: web::Query<ProposalsQuery>,
 ) -> ApiResult<Vec<Proposal>> {
     let (ws, name) = path.into_inner();
-    blocking(move || Ok(cairn.topic_proposals(&ws, &name, query.all, query.reader())?))
-        .await
+    blocking(move || Ok(cairn.topic_proposals(&ws, &name, query.all, query.reader())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/proposals/decide", request_body = DecideBody,
@@ -259,15 +250,8 @@ pub(crate) async fn gate_log(
     query: web::Query<LogQuery>,
 ) -> ApiResult<Vec<GateRecord>> {
     let (ws, name) = path.into_inner();
-    blocking(move || {
-        Ok(cairn.gate_log(
-            &ws,
-            &name,
-            query.limit.unwrap_or(50),
-            query.reader(),
-        )?)
-    })
-    .await
+    blocking(move || Ok(cairn.gate_log(&ws, &name, query.limit.unwrap_or(50), query.reader())?))
+        .await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/why/{turn}", params(TopicReader),

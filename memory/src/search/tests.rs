@@ -875,7 +875,13 @@ fn a_workspace_whose_indexing_panics_is_set_aside_and_the_others_go_on() {
     let indexer = health.iter().find(|w| w.name == INDEXER).unwrap();
     assert_eq!(indexer.panics, 1);
     assert_eq!(indexer.quarantined, vec!["poisoned-1".to_owned()]);
-    assert!(indexer.last_panic.as_deref().unwrap().contains("injected fault"));
+    assert!(
+        indexer
+            .last_panic
+            .as_deref()
+            .unwrap()
+            .contains("injected fault")
+    );
     // Quarantined: the next pass does not touch it, even with the fault gone.
     set_fault(None);
     search.catch_up().unwrap();
@@ -922,11 +928,18 @@ fn the_background_indexer_survives_a_panic() {
     memory
         .workspace("healthy-2")
         .unwrap()
-        .append_turns(&[TurnInput::new("s1", Role::User, "The offsite moves to Porto.")])
+        .append_turns(&[TurnInput::new(
+            "s1",
+            Role::User,
+            "The offsite moves to Porto.",
+        )])
         .unwrap();
     search.nudge();
     while !found(&search, "healthy-2", "offsite Porto") {
-        assert!(Instant::now() < deadline, "the worker stopped indexing after the panic");
+        assert!(
+            Instant::now() < deadline,
+            "the worker stopped indexing after the panic"
+        );
         std::thread::yield_now();
     }
     let health = memory.workers().health();

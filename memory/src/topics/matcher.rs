@@ -92,15 +92,11 @@ impl TopicMatcher {
     /// let specs: Vec<_> = (0..20).map(|_| huge.clone()).collect();
     /// assert!(TopicMatcher::try_new(specs.iter()).is_err());
     /// ```
-    pub fn try_new<'a>(
-        topics: impl IntoIterator<Item = &'a TopicSpec>,
-    ) -> Result<Self, String> {
+    pub fn try_new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, String> {
         Self::build(topics).map_err(|(_, error)| error)
     }
 
-    fn build<'a>(
-        topics: impl IntoIterator<Item = &'a TopicSpec>,
-    ) -> Result<Self, (Self, String)> {
+    fn build<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, (Self, String)> {
         let mut patterns = Vec::new();
         let mut literal_owner = Vec::new();
         let mut regexes = Vec::new();
