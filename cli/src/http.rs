@@ -428,7 +428,7 @@ async fn healthz(cairn: web::Data<Cairn>) -> web::Json<Health> {
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions", request_body = SessionSpec,
     responses((status = 200, body = Session), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context")))]
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context; `lineage_mismatch`: it exists as another kind or with another parent (a main session without a parent may become a sub-agent; a lineage never widens)")))]
 async fn bootstrap(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -790,14 +790,16 @@ async fn memory_search(
     body: web::Json<SearchRequest>,
 ) -> ApiResult<SearchResponse> {
     let mut request = body.into_inner();
-    // With tokens, the search rate limit counts the token, not the name the
-    // client puts in `caller`.
+    // With tokens, the search rate limit counts the token with the name the
+    // client puts in `caller` (each agent of a gateway its own budget); the
+    // token as a whole is bounded by `server.requests_per_minute`.
     if let Some(key) = req
         .extensions()
         .get::<Principal>()
         .and_then(Principal::rate_key)
     {
-        request.caller = Some(key);
+        let caller = request.caller.as_deref().unwrap_or("-");
+        request.caller = Some(format!("{key}/{caller}"));
     }
     blocking(move || Ok(cairn.memory_search(&ws, &request)?)).await
 }

@@ -114,6 +114,23 @@ pub enum MemoryError {
         /// The one given now.
         given: String,
     },
+    /// A session was bootstrapped again as a sub-agent or cron session with
+    /// another kind or parent than it has: a session's lineage may only
+    /// narrow (a main session without a parent may become a sub-agent),
+    /// never change or widen.
+    #[error("session {session:?} is a {existing} session{}; it cannot become a {given} session{}", parent_text(.existing_parent), parent_text(.given_parent))]
+    LineageMismatch {
+        /// The session.
+        session: String,
+        /// Its kind.
+        existing: &'static str,
+        /// Its parent.
+        existing_parent: Option<String>,
+        /// The kind asked for.
+        given: &'static str,
+        /// The parent asked for.
+        given_parent: Option<String>,
+    },
     /// The parent session named for a sub-agent or cron session does not exist.
     #[error("parent session {parent:?} of session {session:?} not found")]
     ParentNotFound {
@@ -335,6 +352,7 @@ impl MemoryError {
             MemoryError::SessionNotFound { .. } => "session_not_found",
             MemoryError::WorkspaceNotFound { .. } => "workspace_not_found",
             MemoryError::WorkContextMismatch { .. } => "work_context_mismatch",
+            MemoryError::LineageMismatch { .. } => "lineage_mismatch",
             MemoryError::ParentNotFound { .. } => "parent_not_found",
             MemoryError::EntryNotFound { .. } => "entry_not_found",
             MemoryError::DuplicateEntryId { .. } => "duplicate_entry_id",
@@ -392,6 +410,7 @@ impl MemoryError {
             | MemoryError::AlreadyReplaced { .. }
             | MemoryError::DuplicateEntryId { .. }
             | MemoryError::WorkContextMismatch { .. }
+            | MemoryError::LineageMismatch { .. }
             | MemoryError::UndoConflict { .. }
             | MemoryError::NotArchived { .. } => ErrorKind::Conflict,
             MemoryError::InvalidId { .. }
@@ -488,4 +507,12 @@ impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// ` (parent "p")`, or nothing, for an error message.
+fn parent_text(parent: &Option<String>) -> String {
+    parent
+        .as_ref()
+        .map(|p| format!(" (parent {p:?})"))
+        .unwrap_or_default()
 }

@@ -59,6 +59,21 @@ pub enum SessionKind {
     Cron,
 }
 
+impl SessionKind {
+    /// Its name as the API writes it (`main`, `subagent`, `cron`).
+    ///
+    /// ```
+    /// assert_eq!(cairn_memory::SessionKind::Subagent.as_str(), "subagent");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::Main => "main",
+            SessionKind::Subagent => "subagent",
+            SessionKind::Cron => "cron",
+        }
+    }
+}
+
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -484,7 +499,62 @@ impl Workspace {
                     given: work_context.to_owned(),
                 });
             }
-            return Ok(existing);
+            // A main bootstrap of any session is the host starting again:
+            // nothing to change. A sub-agent or cron bootstrap names the
+            // session's lineage, which may only narrow.
+            if spec.kind == SessionKind::Main
+                || (existing.kind == spec.kind && existing.parent == spec.parent)
+            {
+                return Ok(existing);
+            }
+            if existing.kind != SessionKind::Main || existing.parent.is_some() {
+                return Err(MemoryError::LineageMismatch {
+                    session: spec.id.clone(),
+                    existing: existing.kind.as_str(),
+                    existing_parent: existing.parent,
+                    given: spec.kind.as_str(),
+                    given_parent: spec.parent.clone(),
+                });
+            }
+            // A session its first turn made (a main one) becomes the
+            // sub-agent the host says it is: it sees less from now on.
+            // Its new parent must exist, and not descend from it.
+            let mut ancestor = spec.parent.clone();
+            let mut hops = 0;
+            while let Some(id) = ancestor {
+                let Some(found) = self.load_session(&id)? else {
+                    if hops == 0 {
+                        return Err(MemoryError::ParentNotFound {
+                            session: spec.id.clone(),
+                            parent: id,
+                        });
+                    }
+                    break; // an ancestor forgotten: the chain ends there
+                };
+                hops += 1;
+                if found.id == spec.id || hops > 1_000 {
+                    return Err(MemoryError::Invalid {
+                        what: "parent session",
+                        reason: format!(
+                            "session {:?} cannot become a descendant of itself",
+                            spec.id
+                        ),
+                    });
+                }
+                ancestor = found.parent;
+            }
+            let narrowed = Session {
+                kind: spec.kind,
+                parent: spec.parent.clone(),
+                ..existing
+            };
+            let mut batch = WriteBatch::default();
+            put_session(&mut batch, &narrowed)?;
+            self.apply(batch)?;
+            self.heads.publish(narrowed.clone());
+            drop(guard);
+            self.shared.store.sync()?;
+            return Ok(narrowed);
         }
         if let Some(parent) = &spec.parent
             && self.load_session(parent)?.is_none()

@@ -299,3 +299,68 @@ fn caps_per_workspace_refuse_clearly() -> Result<()> {
     cairn.update_topic("acme", "words", &keyword("words"))?;
     Ok(())
 }
+
+/// A session its first turn made is a main session; bootstrapped afterwards
+/// as the sub-agent it is, it used to stay main (and see everything). Now
+/// it becomes the sub-agent, and a lineage that would change or widen is
+/// refused with `lineage_mismatch`.
+#[test]
+fn a_session_narrows_to_the_sub_agent_it_is_bootstrapped_as() -> Result<()> {
+    use cairn::{Role, SessionKind, SessionSpec, TurnInput};
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.ingest(
+        "acme",
+        &[
+            TurnInput::new("main", Role::User, "The launch is on Friday."),
+            TurnInput::new("other", Role::User, "The rival's plan is secret."),
+            TurnInput::new("child", Role::User, "I am the spawned helper."),
+        ],
+    )?;
+    let spec = SessionSpec {
+        id: "child".into(),
+        kind: SessionKind::Subagent,
+        parent: Some("main".into()),
+        ..SessionSpec::default()
+    };
+    let child = cairn.bootstrap("acme", &spec)?;
+    ensure!(child.kind == SessionKind::Subagent && child.parent.as_deref() == Some("main"));
+    ensure!(child.next_seq == 1, "{child:?}");
+    // Its lineage applies at once, and the host's plain bootstrap changes nothing.
+    ensure!(
+        cairn
+            .transcript("acme", "other", 0, None, Some("child"))
+            .is_err()
+    );
+    let again = cairn.bootstrap(
+        "acme",
+        &SessionSpec {
+            id: "child".into(),
+            ..SessionSpec::default()
+        },
+    )?;
+    ensure!(again.kind == SessionKind::Subagent);
+    // Another parent, or a main session becoming its own descendant: refused.
+    let moved = SessionSpec {
+        parent: Some("other".into()),
+        ..spec.clone()
+    };
+    ensure!(cairn.bootstrap("acme", &moved).unwrap_err().code() == "lineage_mismatch");
+    let cycle = SessionSpec {
+        id: "main".into(),
+        kind: SessionKind::Subagent,
+        parent: Some("child".into()),
+        ..SessionSpec::default()
+    };
+    ensure!(cairn.bootstrap("acme", &cycle).is_err());
+    ensure!(cairn.session("acme", "main", None)?.kind == SessionKind::Main);
+    // Listing sessions derives each head (it used to show next_seq 0).
+    let listed = cairn.sessions("acme", None, None)?;
+    ensure!(
+        listed
+            .iter()
+            .all(|s| s.next_seq == 1 && s.last_turn_at.is_some()),
+        "{listed:?}"
+    );
+    Ok(())
+}

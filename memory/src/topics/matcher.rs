@@ -73,10 +73,11 @@ impl TopicMatcher {
     /// written before that check), the failure is logged and each regex is
     /// matched on its own: slower, but no regex trigger is switched off.
     pub fn new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Self {
-        Self::build(topics).unwrap_or_else(|(matcher, error)| {
+        let (matcher, failed) = Self::build(topics);
+        if let Some(error) = failed {
             tracing::error!(%error, "the topics' regex triggers do not build into one set; each is matched alone");
-            matcher
-        })
+        }
+        matcher
     }
 
     /// [`TopicMatcher::new`], refusing (with the reason) a set of regex
@@ -93,10 +94,13 @@ impl TopicMatcher {
     /// assert!(TopicMatcher::try_new(specs.iter()).is_err());
     /// ```
     pub fn try_new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, String> {
-        Self::build(topics).map_err(|(_, error)| error)
+        match Self::build(topics) {
+            (matcher, None) => Ok(matcher),
+            (_, Some(error)) => Err(error),
+        }
     }
 
-    fn build<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, (Self, String)> {
+    fn build<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> (Self, Option<String>) {
         let mut patterns = Vec::new();
         let mut literal_owner = Vec::new();
         let mut regexes = Vec::new();
@@ -165,10 +169,7 @@ impl TopicMatcher {
             alone,
             topics: count,
         };
-        match failed {
-            None => Ok(matcher),
-            Some(error) => Err((matcher, error)),
-        }
+        (matcher, failed)
     }
 
     /// The number of topics compiled in.
