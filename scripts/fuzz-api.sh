@@ -18,7 +18,11 @@
 #      (content_type_conformance), every JSON body matching its schema
 #      (response_schema_conformance), the token needed where it is declared
 #      (ignored_auth);
-#   5. checks the server is still alive (/healthz answers 200) and stops it.
+#   4b. fuzzes the MCP endpoint's tools with arguments drawn from their own
+#      input schemas and edge values (scripts/fuzz_mcp.py);
+#   5. checks the server is still alive (/healthz answers 200 with no panic
+#      caught in a worker) and still indexing (a turn written into another
+#      workspace after the run is found by search), and stops it.
 # Exits non-zero if any check failed, the run timed out or the server died.
 #
 # Knobs (environment): CAIRN_FUZZ_EXAMPLES (per operation, default 60),
@@ -185,7 +189,7 @@ cat >"$work/schemathesis.toml" <<TOML
 [dictionaries.workspaces]
 values = ["fuzz"]
 [dictionaries.sessions]
-values = ["s1", "s2"]
+values = ["s1", "s2", "s1/child", "agent:main/sub-1", "ünïcødé"]
 [dictionaries.ids]
 values = ["e-decision", "e-task", "$summary", "session:s1:0-5", "entry:e-decision"]
 [dictionaries.slugs]
@@ -249,15 +253,48 @@ if [[ $status -eq 0 ]]; then
     fuzz_as admin "$admin" "$examples"
 fi
 
-# 5. Still alive?
+# 4b. The MCP endpoint's tools, resources and methods, with arguments drawn
+# from each tool's own input schema and edge values (scripts/fuzz_mcp.py).
+if [[ $status -eq 0 ]]; then
+    log "fuzzing the MCP endpoint ($(((examples + 1) / 2)) calls per tool, seed $seed)"
+    timeout --kill-after=10 "$max_seconds" \
+        "$venv/bin/python" "$root/scripts/fuzz_mcp.py" "$base" "$admin" fuzz \
+        $(((examples + 1) / 2)) "$seed" || status=$?
+fi
+
+# 5. Still alive, with no panic caught in a worker, and still indexing: a
+# turn written now in another workspace is found by search.
 alive=0
 if ! kill -0 "$server_pid" 2>/dev/null; then
     echo "error: cairn serve died during the run" >&2
     alive=1
-elif ! code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$base/healthz")" \
-    || [[ "$code" != 200 ]]; then
-    echo "error: /healthz answered ${code:-nothing} after the run" >&2
+elif ! health="$(curl -sS --max-time 10 "$base/healthz")"; then
+    echo "error: /healthz did not answer after the run" >&2
     alive=1
+elif ! "$venv/bin/python" -c 'import json,sys; h=json.loads(sys.argv[1]); sys.exit(0 if h.get("panics")==0 else 1)' "$health"; then
+    echo "error: a worker panicked during the run: $health" >&2
+    alive=1
+else
+    canary="canary-$(secret)"
+    curl -sS --fail-with-body --max-time 60 -X POST -H "Authorization: Bearer $admin" \
+        -H 'content-type: application/json' \
+        --data-binary "{\"turns\":[{\"session\":\"c1\",\"role\":\"user\",\"content\":\"The $canary was seen after the fuzz run.\"}]}" \
+        "$base/v1/workspaces/canary/turns" >/dev/null || alive=1
+    found=0
+    for _ in $(seq 1 120); do
+        if curl -sS --max-time 30 -X POST -H "Authorization: Bearer $admin" \
+            -H 'content-type: application/json' \
+            --data-binary "{\"query\":\"$canary\",\"k\":3}" \
+            "$base/v1/workspaces/canary/search" | grep -qF "$canary"; then
+            found=1
+            break
+        fi
+        sleep 0.5
+    done
+    if [[ $found -ne 1 ]]; then
+        echo "error: a turn written after the run was never indexed" >&2
+        alive=1
+    fi
 fi
 if [[ $status -ne 0 || $alive -ne 0 ]]; then
     keep=1

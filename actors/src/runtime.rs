@@ -683,16 +683,21 @@ impl ActorRuntime {
                     ticker: Mutex::new(None),
                 }),
             };
+            let supervised = runtime.inner.memory.workers().worker("ticker");
             let handle = std::thread::Builder::new()
                 .name("cairn-ticker".to_owned())
                 .spawn(move || {
+                    supervised.set_running(true);
                     while let Err(RecvTimeoutError::Timeout) =
                         stop_rx.recv_timeout(StdDuration::from_secs(tick_every))
                     {
-                        if let Err(error) = ticker.tick() {
+                        // A panic in a tick is caught and counted; the next
+                        // tick runs.
+                        if let Some(Err(error)) = supervised.pass(|| ticker.tick()) {
                             tracing::warn!(%error, "trigger tick failed");
                         }
                     }
+                    supervised.set_running(false);
                 })
                 .map_err(|e| ActorError::Unavailable(format!("cannot start ticker: {e}")))?;
             *runtime.guard.ticker.lock() = Some((stop_tx, handle));

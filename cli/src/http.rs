@@ -18,7 +18,7 @@ use cairn::{
     Ack, AssembleRequest, AssembleSettings, AssembledContext, Briefing, Cairn, CairnError,
     CaptureReport, CompactReport, CompactionHookReport, CompactionView, DecisionQuery, Destination,
     Entry, EntryFilter, EntryInput, EntryKind, EntryView, ErrorKind, Expansion, ForgetTarget,
-    GatewayStartReport, GenerationCounts, InstallReport, MemoryItem, PluginsReport, ReadAs,
+    GatewayStartReport, GenerationCounts, Health, InstallReport, MemoryItem, PluginsReport, ReadAs,
     RetrievalMode, SearchRequest, SearchResponse, Session, SessionSpec, Subject, SubjectKind,
     Tombstone, Transcript, Turn, TurnInput, parse_world,
 };
@@ -421,42 +421,14 @@ impl EntriesQuery {
     }
 }
 
-/// Answer of `GET /healthz`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Health {
-    /// `ok`, or `degraded` when something needs the operator (see
-    /// `problems`); the server answers either way.
-    pub status: String,
-    /// cairn's version.
-    pub version: String,
-    /// What needs the operator: a policy world held closed because its
-    /// installed plugin cannot be served, and what to do about it.
-    pub problems: Vec<String>,
-}
-
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
 async fn healthz(cairn: web::Data<Cairn>) -> web::Json<Health> {
-    let problems: Vec<String> = cairn
-        .policies()
-        .held()
-        .into_iter()
-        .map(|(world, why)| format!("{world} is held closed (fail-safe decisions only): {why}"))
-        .collect();
-    web::Json(Health {
-        status: if problems.is_empty() {
-            "ok"
-        } else {
-            "degraded"
-        }
-        .to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        problems,
-    })
+    web::Json(cairn.health())
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/sessions", request_body = SessionSpec,
     responses((status = 200, body = Session), (status = 400, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context")))]
+        (status = 409, body = ErrorBody, description = "`work_context_mismatch`: the session exists in another work context; `lineage_mismatch`: it exists as another kind or with another parent (a main session without a parent may become a sub-agent; a lineage never widens)")))]
 async fn bootstrap(
     cairn: web::Data<Cairn>,
     ws: web::Path<String>,
@@ -728,6 +700,13 @@ async fn assemble(
 pub struct BriefingQuery {
     /// Only this work context (default: the whole workspace).
     pub work_context: Option<String>,
+    /// The asking session: a sub-agent or cron session sees only entries
+    /// from its lineage.
+    pub asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[param(value_type = Option<String>)]
+    pub destination: Option<Destination>,
 }
 
 /// The briefing of the workspace (or one work context) at the server's
@@ -741,7 +720,14 @@ async fn briefing(
     ws: web::Path<String>,
     q: web::Query<BriefingQuery>,
 ) -> ApiResult<Briefing> {
-    blocking(move || Ok(cairn.briefing(&ws, q.work_context.as_deref())?)).await
+    blocking(move || {
+        let reader = ReadAs {
+            asking: q.asking.as_deref(),
+            destination: q.destination,
+        };
+        Ok(cairn.briefing(&ws, q.work_context.as_deref(), reader)?)
+    })
+    .await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/forget", request_body = ForgetBody,
@@ -804,14 +790,16 @@ async fn memory_search(
     body: web::Json<SearchRequest>,
 ) -> ApiResult<SearchResponse> {
     let mut request = body.into_inner();
-    // With tokens, the search rate limit counts the token, not the name the
-    // client puts in `caller`.
+    // With tokens, the search rate limit counts the token with the name the
+    // client puts in `caller` (each agent of a gateway its own budget); the
+    // token as a whole is bounded by `server.requests_per_minute`.
     if let Some(key) = req
         .extensions()
         .get::<Principal>()
         .and_then(Principal::rate_key)
     {
-        request.caller = Some(key);
+        let caller = request.caller.as_deref().unwrap_or("-");
+        request.caller = Some(format!("{key}/{caller}"));
     }
     blocking(move || Ok(cairn.memory_search(&ws, &request)?)).await
 }

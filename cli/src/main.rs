@@ -1212,7 +1212,7 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
             write,
             json,
         } => {
-            let briefing = cairn.briefing(ws_id, work_context.as_deref())?;
+            let briefing = cairn.briefing(ws_id, work_context.as_deref(), on_screen(None))?;
             match write {
                 Some(path) => {
                     let done = cairn_cli::brief::write_briefing(&path, &briefing.text)?;
@@ -1748,7 +1748,11 @@ fn demo(mut config: CairnConfig, data_dir_given: bool, budget: usize) -> Result<
         out,
         "\n== briefing (`cairn brief`; `cairn brief --write MEMORY.md` puts it between markers)"
     )?;
-    write!(out, "{}", cairn.briefing(&ws_id, None)?.text)?;
+    write!(
+        out,
+        "{}",
+        cairn.briefing(&ws_id, None, on_screen(None))?.text
+    )?;
     Ok(())
 }
 
@@ -1783,7 +1787,7 @@ fn demo_define_topic(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result
 /// What the demo topic collected, and why one turn was collected.
 fn demo_topic_collection(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Result<()> {
     cairn.flush()?;
-    let details = cairn.topic(ws_id, DEMO_TOPIC, 20)?;
+    let details = cairn.topic(ws_id, DEMO_TOPIC, 20, on_screen(None))?;
     writeln!(
         out,
         "\n== topic {DEMO_TOPIC} collected {} turn(s) (`cairn topics show {DEMO_TOPIC}`)",
@@ -1803,7 +1807,7 @@ fn demo_topic_collection(out: &mut impl Write, cairn: &Cairn, ws_id: &str) -> Re
     }
     if let Some(m) = members.first() {
         writeln!(out, "\n== cairn topics why {DEMO_TOPIC} {}", m.turn)?;
-        for r in cairn.why(ws_id, DEMO_TOPIC, &m.turn)? {
+        for r in cairn.why(ws_id, DEMO_TOPIC, &m.turn, on_screen(None))? {
             writeln!(
                 out,
                 "  {:?} at tier {} (score {:.2}, threshold {:.2}); reasons: {}",

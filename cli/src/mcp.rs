@@ -509,9 +509,15 @@ impl CairnMcp {
     fn read(&self, id: &Identity, uri: &str) -> Result<String, McpError> {
         let ws = id.workspace.as_str();
         if uri == BRIEFING_URI {
+            // The asking session's lineage and the destination's policy,
+            // as for every tool.
+            let reader = ReadAs {
+                asking: id.asking.as_deref(),
+                destination: id.destination,
+            };
             let briefing = self
                 .cairn
-                .briefing(ws, None)
+                .briefing(ws, None, reader)
                 .map_err(|e| resource_error(uri, e))?;
             return Ok(briefing.text);
         }

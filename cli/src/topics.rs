@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use cairn::topics::{
     Activation, GateRecord, Priority, Scope, Subscription, TopicSpec, Trigger, TurnRef,
 };
-use cairn::{Cairn, CairnConfig};
+use cairn::{Cairn, CairnConfig, Destination, ReadAs};
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -333,7 +333,7 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
             }
         }
         TopicsAction::Show(args) => {
-            let details = cairn.topic(workspace, &args.name, args.limit)?;
+            let details = cairn.topic(workspace, &args.name, args.limit, on_screen())?;
             if args.json {
                 print_json(out, &details)?;
             } else {
@@ -371,7 +371,7 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
             writeln!(out, "deleted {}", t.spec.name)?;
         }
         TopicsAction::Proposals(args) => {
-            let proposals = cairn.topic_proposals(workspace, &args.name, args.all)?;
+            let proposals = cairn.topic_proposals(workspace, &args.name, args.all, on_screen())?;
             if args.json {
                 print_json(out, &proposals)?;
             } else {
@@ -447,7 +447,7 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
             }
         }
         TopicsAction::Why(args) => {
-            let records = cairn.why(workspace, &args.name, &turn(&args.turn)?)?;
+            let records = cairn.why(workspace, &args.name, &turn(&args.turn)?, on_screen())?;
             if args.json {
                 print_json(out, &records)?;
             } else if records.is_empty() {
@@ -463,7 +463,7 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
             }
         }
         TopicsAction::Log(args) => {
-            let records = cairn.gate_log(workspace, &args.name, args.limit)?;
+            let records = cairn.gate_log(workspace, &args.name, args.limit, on_screen())?;
             if args.json {
                 print_json(out, &records)?;
             } else {
@@ -475,4 +475,10 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
     }
     cairn.flush()?;
     Ok(())
+}
+
+/// Topic reads shown on the operator's terminal: the memory policy judges
+/// each collected turn for `user_visible_ui`.
+fn on_screen() -> ReadAs<'static> {
+    ReadAs::user().to(Destination::UserVisibleUi)
 }

@@ -759,6 +759,71 @@ impl crate::memory::Workspace {
         ))
     }
 
+    /// [`Self::briefing`] as one reader may see it: `shown` gives each live
+    /// entry in scope as that reader sees it — itself
+    /// ([`Cow::Borrowed`](std::borrow::Cow)), changed (its text redacted or
+    /// withheld by reference), or `None` when the reader may not see it at
+    /// all, in which case the briefing is rendered as if it did not exist.
+    /// When every entry is shown as it is, this is [`Self::briefing`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::borrow::Cow;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Task, "Book the maintenance window"))?;
+    /// ws.append_entry(&EntryInput::new(EntryKind::Task, "Rotate the vault keys"))?;
+    /// let b = ws.briefing_as(None, |v| (!v.entry.content.contains("vault")).then_some(Cow::Borrowed(v)))?;
+    /// assert!(b.text.contains("maintenance window"));
+    /// assert!(!b.text.contains("vault"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn briefing_as(
+        &self,
+        work_context: Option<&str>,
+        mut shown: impl for<'v> FnMut(&'v EntryView) -> Option<std::borrow::Cow<'v, EntryView>>,
+    ) -> crate::Result<Briefing> {
+        let settings = &self.config().briefing;
+        settings.validate()?;
+        if let Some(wc) = work_context {
+            crate::ids::validate_id("work context", wc)?;
+        }
+        let scope = BriefScope {
+            workspace: self.id().to_owned(),
+            work_context: work_context.map(str::to_owned),
+        };
+        let live = self.live_entries()?;
+        let mut same = true;
+        let mut seen = Vec::new();
+        for view in live.iter() {
+            if work_context.is_some_and(|wc| &*view.entry.work_context != wc) {
+                continue;
+            }
+            match shown(view) {
+                Some(std::borrow::Cow::Borrowed(v)) => seen.push(v.clone()),
+                Some(std::borrow::Cow::Owned(v)) => {
+                    same = false;
+                    seen.push(v);
+                }
+                None => same = false,
+            }
+        }
+        let now = self.clock().now();
+        if same {
+            let contradictions = self.live_contradictions()?;
+            return Ok(render_with(
+                seen.iter(),
+                &contradictions,
+                &scope,
+                now,
+                settings,
+            ));
+        }
+        Ok(render(seen.iter(), &scope, now, settings))
+    }
+
     /// The workspace briefing as assembly includes it: [`Self::briefing`]
     /// for the whole workspace, rendered once per version of the live log
     /// and minute of the clock (its windows are whole days, which a minute

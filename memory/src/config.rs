@@ -14,6 +14,15 @@ pub struct Limits {
     pub max_batch: usize,
     /// Longest forget reason, in bytes.
     pub max_reason_bytes: usize,
+    /// Most sessions one workspace holds (a new session past it is refused
+    /// with `cap_reached`; forgetting sessions makes room). Every lineage
+    /// check lists the workspace's sessions, so this bounds its cost.
+    pub max_sessions: usize,
+    /// Most topics one workspace holds.
+    pub max_topics: usize,
+    /// Most topics with a `schedule` trigger one workspace holds (each runs
+    /// a collection over the turns since its last run when due).
+    pub max_scheduled_topics: usize,
 }
 
 impl Default for Limits {
@@ -22,6 +31,9 @@ impl Default for Limits {
             max_content_bytes: 256 * 1024,
             max_batch: 10_000,
             max_reason_bytes: 2_048,
+            max_sessions: 1_000_000,
+            max_topics: 1_000,
+            max_scheduled_topics: 100,
         }
     }
 }

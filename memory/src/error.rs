@@ -69,6 +69,21 @@ pub enum MemoryError {
         /// The configured limit.
         limit: usize,
     },
+    /// A workspace holds as many of something as its configured cap allows
+    /// (`[memory.limits]`); nothing was written.
+    #[error(
+        "workspace {workspace:?} already has {limit} {what}, the configured cap ([memory.limits] {setting})"
+    )]
+    CapReached {
+        /// The workspace.
+        workspace: String,
+        /// What is capped (`sessions`, `topics`, `scheduled topics`).
+        what: &'static str,
+        /// The setting that sets the cap.
+        setting: &'static str,
+        /// The cap.
+        limit: usize,
+    },
     /// A `tool` turn was sent without the tool-call id that pairs it with its call.
     #[error("turn with role `tool` in session {session:?} needs a tool_call_id")]
     MissingToolCallId {
@@ -98,6 +113,23 @@ pub enum MemoryError {
         existing: String,
         /// The one given now.
         given: String,
+    },
+    /// A session was bootstrapped again as a sub-agent or cron session with
+    /// another kind or parent than it has: a session's lineage may only
+    /// narrow (a main session without a parent may become a sub-agent),
+    /// never change or widen.
+    #[error("session {session:?} is a {existing} session{}; it cannot become a {given} session{}", parent_text(.existing_parent), parent_text(.given_parent))]
+    LineageMismatch {
+        /// The session.
+        session: String,
+        /// Its kind.
+        existing: &'static str,
+        /// Its parent.
+        existing_parent: Option<String>,
+        /// The kind asked for.
+        given: &'static str,
+        /// The parent asked for.
+        given_parent: Option<String>,
     },
     /// The parent session named for a sub-agent or cron session does not exist.
     #[error("parent session {parent:?} of session {session:?} not found")]
@@ -315,10 +347,12 @@ impl MemoryError {
             MemoryError::Invalid { .. } => "invalid",
             MemoryError::InBatch { source, .. } => source.code(),
             MemoryError::BatchTooLarge { .. } => "batch_too_large",
+            MemoryError::CapReached { .. } => "cap_reached",
             MemoryError::MissingToolCallId { .. } => "missing_tool_call_id",
             MemoryError::SessionNotFound { .. } => "session_not_found",
             MemoryError::WorkspaceNotFound { .. } => "workspace_not_found",
             MemoryError::WorkContextMismatch { .. } => "work_context_mismatch",
+            MemoryError::LineageMismatch { .. } => "lineage_mismatch",
             MemoryError::ParentNotFound { .. } => "parent_not_found",
             MemoryError::EntryNotFound { .. } => "entry_not_found",
             MemoryError::DuplicateEntryId { .. } => "duplicate_entry_id",
@@ -376,12 +410,14 @@ impl MemoryError {
             | MemoryError::AlreadyReplaced { .. }
             | MemoryError::DuplicateEntryId { .. }
             | MemoryError::WorkContextMismatch { .. }
+            | MemoryError::LineageMismatch { .. }
             | MemoryError::UndoConflict { .. }
             | MemoryError::NotArchived { .. } => ErrorKind::Conflict,
             MemoryError::InvalidId { .. }
             | MemoryError::Empty { .. }
             | MemoryError::Invalid { .. }
             | MemoryError::MissingToolCallId { .. }
+            | MemoryError::CapReached { .. }
             | MemoryError::ParentNotFound { .. }
             | MemoryError::ReplacesMissing { .. }
             | MemoryError::ReplacesCycle { .. }
@@ -471,4 +507,12 @@ impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// ` (parent "p")`, or nothing, for an error message.
+fn parent_text(parent: &Option<String>) -> String {
+    parent
+        .as_ref()
+        .map(|p| format!(" (parent {p:?})"))
+        .unwrap_or_default()
 }

@@ -6,6 +6,8 @@
 //! 1 to 128 bytes of ASCII letters, digits and `. _ : @ / + = -`. In particular
 //! no NUL byte, which the storage layout uses as a separator.
 
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+
 use crate::error::{MemoryError, Result};
 
 /// Longest id accepted, in bytes.
@@ -81,6 +83,54 @@ pub fn validate_slug(slug: &str) -> Result<&str> {
         ));
     }
     Ok(slug)
+}
+
+/// The earliest time cairn accepts from outside: 0000-01-01T00:00:00Z.
+///
+/// Times from outside (a turn's or entry's timestamp, an assembly's `at`,
+/// a search's time range) must be writable in RFC 3339 (a four-digit year).
+/// Every window cairn adds to or takes from a time is at most a few
+/// centuries (settings are capped at 100 years), so arithmetic on an
+/// accepted time never leaves chrono's range (±262,143 years).
+pub const EARLIEST_TIME: DateTime<Utc> = match NaiveDate::from_ymd_opt(0, 1, 1) {
+    Some(day) => day.and_time(NaiveTime::MIN).and_utc(),
+    None => DateTime::<Utc>::MIN_UTC,
+};
+
+/// The latest time cairn accepts from outside: 9999-12-31T23:59:59.999999999Z
+/// (see [`EARLIEST_TIME`]).
+pub const LATEST_TIME: DateTime<Utc> = match NaiveDate::from_ymd_opt(9999, 12, 31) {
+    Some(day) => match day.and_hms_nano_opt(23, 59, 59, 999_999_999) {
+        Some(at) => at.and_utc(),
+        None => DateTime::<Utc>::MAX_UTC,
+    },
+    None => DateTime::<Utc>::MAX_UTC,
+};
+
+/// Checks a time that came from outside (see [`EARLIEST_TIME`]) and returns
+/// it unchanged; the error names `what`.
+///
+/// ```
+/// use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+/// use cairn_memory::ids::validate_time;
+/// let ok: DateTime<Utc> = "2026-03-01T09:00:00Z".parse()?;
+/// assert!(validate_time("turn timestamp", ok).is_ok());
+/// let far: DateTime<Utc> = "+262142-12-31T23:59:59Z".parse()?;
+/// let err = validate_time("turn timestamp", far).unwrap_err();
+/// assert!(err.to_string().contains("turn timestamp"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn validate_time(what: &'static str, at: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    if (EARLIEST_TIME..=LATEST_TIME).contains(&at) {
+        return Ok(at);
+    }
+    Err(MemoryError::Invalid {
+        what,
+        reason: format!(
+            "{} is outside the years 0000 to 9999 that cairn accepts",
+            at.to_rfc3339()
+        ),
+    })
 }
 
 /// Title Case display name for a slug (`auth-migration` → `Auth Migration`).

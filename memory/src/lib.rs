@@ -61,6 +61,7 @@ pub mod search;
 pub mod settle;
 pub mod store;
 pub mod subjects;
+pub mod supervise;
 #[doc(hidden)]
 pub mod testing;
 mod text;

@@ -553,7 +553,10 @@ impl DecayConfig {
         }
     }
 
-    /// When an entry of `kind` captured at `timestamp` decays.
+    /// When an entry of `kind` captured at `timestamp` decays; `None` for a
+    /// kind that does not decay, and for a time so late that its decay falls
+    /// outside the calendar (never, in effect: such times are refused at
+    /// the edge, but a store written before that may hold one).
     ///
     /// ```
     /// use cairn_memory::{DecayConfig, EntryKind};
@@ -565,7 +568,7 @@ impl DecayConfig {
     /// ```
     pub fn decay_at(&self, kind: EntryKind, timestamp: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let days = self.ttl_days(kind)?;
-        Some(timestamp + Duration::days(i64::from(days)))
+        timestamp.checked_add_signed(Duration::days(i64::from(days)))
     }
 }
 
@@ -824,6 +827,9 @@ impl Workspace {
         }
         if let Some(g) = &input.gate_generation {
             check_text("gate generation", g, 256)?;
+        }
+        if let Some(at) = input.timestamp {
+            crate::ids::validate_time("entry timestamp", at)?;
         }
         if input.status.is_some() && input.kind != EntryKind::Task {
             return Err(MemoryError::Invalid {

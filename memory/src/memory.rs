@@ -85,6 +85,9 @@ pub(crate) struct Shared {
     /// Who is told of every write (the search worker; see
     /// [`crate::changes`]).
     pub(crate) watchers: crate::changes::Watchers,
+    /// The long-lived workers over this memory and their health (see
+    /// [`crate::supervise`]).
+    workers: crate::supervise::Workers,
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -883,6 +886,7 @@ impl Memory {
                 install_key,
                 names: crate::name::Names::default(),
                 watchers: crate::changes::Watchers::default(),
+                workers: crate::supervise::Workers::default(),
             }),
         };
         memory.finish_interrupted_erasures()?;
@@ -934,6 +938,13 @@ impl Memory {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.shared.clock
+    }
+
+    /// The long-lived workers over this memory (the search indexer, the
+    /// decision writer, the ticker…) and their health: a panic in one of
+    /// their passes is caught and counted there ([`crate::supervise`]).
+    pub fn workers(&self) -> &crate::supervise::Workers {
+        &self.shared.workers
     }
 
     /// The token counter.
@@ -1107,12 +1118,24 @@ impl Workspace {
             StateFamily::CompactionView.prefix(),
         );
         let sessions = crate::record::sessions_touched(&batch);
+        let sessions_deleted = batch.ops().iter().any(|op| {
+            matches!(
+                op,
+                WriteOp::Delete {
+                    collection: Collection::Sessions,
+                    ..
+                }
+            )
+        });
         let watched = self.shared.watchers.changes_of(&batch, &sessions.heads);
         let applied = self.store.apply(batch);
         // Even a failed apply may have changed something underneath (a
         // backend error after the write): the heads are forgotten either way.
         if !sessions.is_empty() {
             self.heads.invalidate(&sessions);
+        }
+        if sessions_deleted {
+            self.heads.forget_count();
         }
         if let Some(changes) = watched {
             self.shared
@@ -1223,6 +1246,31 @@ impl Workspace {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.shared.clock
+    }
+
+    /// The digest of a text that readers are shown in place of its plain
+    /// BLAKE3 (a turn's `content_hash`, a gate record's): keyed with a key
+    /// derived from this install's secret, so it still tells two texts
+    /// apart but cannot confirm a guess at a masked secret offline.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// let shown = ws.reader_hash("password: hunter2");
+    /// assert_eq!(shown, ws.reader_hash("password: hunter2"));
+    /// assert_ne!(shown, cairn_memory::record::content_hash("password: hunter2"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reader_hash(&self, text: &str) -> String {
+        let key = self
+            .shared
+            .derive_key("cairn 2026-12 reader content digest");
+        blake3::keyed_hash(&key, text.as_bytes())
+            .to_hex()
+            .to_string()
     }
 
     /// The token counter.

@@ -59,6 +59,21 @@ pub enum SessionKind {
     Cron,
 }
 
+impl SessionKind {
+    /// Its name as the API writes it (`main`, `subagent`, `cron`).
+    ///
+    /// ```
+    /// assert_eq!(cairn_memory::SessionKind::Subagent.as_str(), "subagent");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::Main => "main",
+            SessionKind::Subagent => "subagent",
+            SessionKind::Cron => "cron",
+        }
+    }
+}
+
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -319,6 +334,11 @@ const MAX_CACHED_HEADS: usize = 65_536;
 #[derive(Debug, Default)]
 pub(crate) struct SessionHeads {
     inner: parking_lot::Mutex<HeadsInner>,
+    /// How many sessions the workspace stores, once counted (for the
+    /// `max_sessions` cap): counted from the store on first need, kept
+    /// current by the writes that create sessions, forgotten by any that
+    /// delete one (and by [`SessionHeads::clear`]).
+    stored: parking_lot::Mutex<Option<u64>>,
     /// The sessions' idempotency keys, forgotten with their heads (when a
     /// batch touches their turns, and on [`SessionHeads::clear`]).
     pub(crate) keys: SessionKeys,
@@ -382,6 +402,12 @@ impl SessionHeads {
             inner.heads.clear();
         }
         self.keys.clear();
+        self.forget_count();
+    }
+
+    /// Forgets the count of stored sessions (a write deleted some).
+    pub(crate) fn forget_count(&self) {
+        *self.stored.lock() = None;
     }
 }
 
@@ -473,7 +499,62 @@ impl Workspace {
                     given: work_context.to_owned(),
                 });
             }
-            return Ok(existing);
+            // A main bootstrap of any session is the host starting again:
+            // nothing to change. A sub-agent or cron bootstrap names the
+            // session's lineage, which may only narrow.
+            if spec.kind == SessionKind::Main
+                || (existing.kind == spec.kind && existing.parent == spec.parent)
+            {
+                return Ok(existing);
+            }
+            if existing.kind != SessionKind::Main || existing.parent.is_some() {
+                return Err(MemoryError::LineageMismatch {
+                    session: spec.id.clone(),
+                    existing: existing.kind.as_str(),
+                    existing_parent: existing.parent,
+                    given: spec.kind.as_str(),
+                    given_parent: spec.parent.clone(),
+                });
+            }
+            // A session its first turn made (a main one) becomes the
+            // sub-agent the host says it is: it sees less from now on.
+            // Its new parent must exist, and not descend from it.
+            let mut ancestor = spec.parent.clone();
+            let mut hops = 0;
+            while let Some(id) = ancestor {
+                let Some(found) = self.load_session(&id)? else {
+                    if hops == 0 {
+                        return Err(MemoryError::ParentNotFound {
+                            session: spec.id.clone(),
+                            parent: id,
+                        });
+                    }
+                    break; // an ancestor forgotten: the chain ends there
+                };
+                hops += 1;
+                if found.id == spec.id || hops > 1_000 {
+                    return Err(MemoryError::Invalid {
+                        what: "parent session",
+                        reason: format!(
+                            "session {:?} cannot become a descendant of itself",
+                            spec.id
+                        ),
+                    });
+                }
+                ancestor = found.parent;
+            }
+            let narrowed = Session {
+                kind: spec.kind,
+                parent: spec.parent.clone(),
+                ..existing
+            };
+            let mut batch = WriteBatch::default();
+            put_session(&mut batch, &narrowed)?;
+            self.apply(batch)?;
+            self.heads.publish(narrowed.clone());
+            drop(guard);
+            self.shared.store.sync()?;
+            return Ok(narrowed);
         }
         if let Some(parent) = &spec.parent
             && self.load_session(parent)?.is_none()
@@ -494,6 +575,7 @@ impl Workspace {
             state: SessionState::Open,
             resets: 0,
         };
+        self.admit_sessions(1)?;
         let mut batch = WriteBatch::default();
         put_session(&mut batch, &session)?;
         batch.put(
@@ -502,10 +584,46 @@ impl Workspace {
             Vec::new(),
         );
         self.apply(batch)?;
+        self.sessions_created(1);
         self.heads.publish(session.clone());
         drop(guard);
         self.shared.store.sync()?;
         Ok(session)
+    }
+
+    /// Refuses (`cap_reached`) a write that would create `new` sessions
+    /// past `max_sessions`. Writers of different sessions check at the same
+    /// time, so the cap may be passed by the sessions created at once.
+    fn admit_sessions(&self, new: usize) -> Result<()> {
+        if new == 0 {
+            return Ok(());
+        }
+        let limit = self.shared.config.limits.max_sessions;
+        let mut stored = self.heads.stored.lock();
+        let count = match *stored {
+            Some(n) => n,
+            None => {
+                let n = self.store.scan_prefix(Collection::Sessions, b"")?.len() as u64;
+                *stored = Some(n);
+                n
+            }
+        };
+        if count.saturating_add(new as u64) > limit as u64 {
+            return Err(MemoryError::CapReached {
+                workspace: self.id.clone(),
+                what: "sessions",
+                setting: "max_sessions",
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts `new` sessions a write has just created.
+    fn sessions_created(&self, new: usize) {
+        if let Some(n) = self.heads.stored.lock().as_mut() {
+            *n += new as u64;
+        }
     }
 
     /// A session's head: from [`SessionHeads`] when cached, else read from
@@ -851,6 +969,8 @@ impl Workspace {
                 duplicate: false,
             });
         }
+        let created = sessions.values().filter(|(_, created)| *created).count();
+        self.admit_sessions(created)?;
         for (session, created) in sessions.values() {
             if *created {
                 put_session(&mut batch, session)?;
@@ -864,6 +984,7 @@ impl Workspace {
         if !batch.is_empty() {
             // A failed apply drops the taken key sets: they are read again.
             self.apply(batch)?;
+            self.sessions_created(created);
             // The stripe locks are held: these heads are the store's now.
             for (sid, at) in last_appended {
                 if let Some((session, _)) = sessions.remove(sid) {
@@ -1065,6 +1186,9 @@ pub fn validate_turn(turn: &TurnInput, limits: &crate::config::Limits) -> Result
     }
     if let Some(id) = &turn.tool_call_id {
         validate_id("tool call id", id)?;
+    }
+    if let Some(at) = turn.timestamp {
+        crate::ids::validate_time("turn timestamp", at)?;
     }
     if turn.role == Role::Tool && turn.tool_call_id.is_none() {
         return Err(MemoryError::MissingToolCallId {

@@ -430,15 +430,23 @@ impl Cluster {
 /// The lease loop: a turn every `period` (or when nudged) until the node
 /// leaves or every handle on it is gone.
 fn run(weak: Weak<Inner>, period: Duration) {
+    let Some(supervised) = weak
+        .upgrade()
+        .map(|inner| inner.memory.workers().worker("cluster-leases"))
+    else {
+        return;
+    };
+    supervised.set_running(true);
     loop {
         let Some(inner) = weak.upgrade() else {
-            return;
+            break;
         };
         if inner.stop.load(Ordering::Acquire) {
-            return;
+            break;
         }
         let cluster = Cluster { inner };
-        if let Err(error) = cluster.tick() {
+        // A panic in a turn is caught and counted; the next turn runs.
+        if let Some(Err(error)) = supervised.pass(|| cluster.tick()) {
             tracing::warn!(%error, "cluster: lease loop turn failed; retried next turn");
         }
         let inner = cluster.inner;
@@ -449,6 +457,7 @@ fn run(weak: Weak<Inner>, period: Duration) {
         }
         *woken = false;
     }
+    supervised.set_running(false);
 }
 
 impl Cairn {

@@ -377,9 +377,12 @@ impl EmbeddingConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchConfig {
-    /// Searches per caller per minute.
+    /// Searches per caller per minute (0: no limit). Over HTTP with tokens
+    /// a caller is the token and the `caller` name together: each agent of
+    /// a gateway has its own budget, and `server.requests_per_minute`
+    /// bounds the token as a whole.
     pub rate_per_minute: u32,
-    /// Searches per caller per day.
+    /// Searches per caller per day (0: no limit).
     pub rate_per_day: u32,
     /// The search index's refresh interval: the least time between two
     /// indexing passes under a stream of writes, so about the longest a new

@@ -83,6 +83,10 @@ use crate::error::{CairnError, Result};
 /// The system namespace the log lives in.
 pub const DECISIONS_NAMESPACE: &str = "policy-decisions";
 
+/// The writer thread's name in the memory's workers
+/// ([`cairn_memory::supervise`]).
+const WRITER: &str = "decision-writer";
+
 const RECORD: u8 = b'r';
 const COUNTER: u8 = b'c';
 const FIRST: &[u8] = b"m:first";
@@ -356,9 +360,18 @@ impl DecisionLog {
             errors: write_errors.clone(),
             written: VecDeque::new(),
         };
+        let supervised = memory.workers().worker(WRITER);
         let handle = std::thread::Builder::new()
             .name("cairn-decisions".to_owned())
-            .spawn(move || writer.run(rx))
+            .spawn(move || {
+                // A panic in the loop (caught, logged, counted) loses the
+                // batch in hand (its waiters are told the writer stopped)
+                // and starts the loop again on the same queue.
+                let mut writer = writer;
+                supervised.set_running(true);
+                while supervised.pass(|| writer.run(&rx)).is_none() {}
+                supervised.set_running(false);
+            })
             .map_err(|e| CairnError::decision_log_from("cannot start the writer", e))?;
         Ok(DecisionLog {
             inner: Arc::new(LogInner {
@@ -596,7 +609,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, rx: Receiver<Message>) {
+    fn run(&mut self, rx: &Receiver<Message>) {
         let flush_every = Duration::from_millis(self.config.flush_ms);
         let gather = GATHER.min(flush_every);
         let mut unsynced = false;

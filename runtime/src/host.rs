@@ -458,7 +458,11 @@ impl Cairn {
         let workspaces = self.memory.workspaces()?;
         let mut open_sessions = Vec::new();
         for ws in &workspaces {
-            for session in self.memory.workspace(ws)?.sessions(None)? {
+            let handle = self.memory.existing_workspace(ws)?;
+            for listed in handle.sessions(None)? {
+                // The stored record's `next_seq` is not kept per turn: the
+                // head is derived.
+                let session = handle.session(&listed.id)?;
                 if session.state == SessionState::Open {
                     open_sessions.push(OpenSession {
                         workspace: ws.clone(),

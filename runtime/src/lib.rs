@@ -43,6 +43,7 @@ mod decision_files;
 mod decision_log;
 mod error;
 mod extraction;
+mod health;
 mod host;
 mod maintenance;
 mod manage;
@@ -71,6 +72,7 @@ pub use cairn_memory::config::ClusterConfig;
 pub use cairn_memory::contradict::{Contradiction, ContradictionRule, find_contradictions};
 pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::store::{LeaseRow, NodeInfo};
+pub use cairn_memory::supervise::WorkerHealth;
 pub use cairn_memory::{
     AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
     EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
@@ -91,6 +93,7 @@ pub use decision_log::{
 };
 pub use error::{BoxError, CairnError, Result};
 pub use extraction::{ExtractionConfig, OpenAiExtractor};
+pub use health::Health;
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use model::ModelConfig;
 pub use policy::{

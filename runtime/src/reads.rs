@@ -219,6 +219,8 @@ pub(crate) struct ReadJudge<'a> {
     pub(crate) asker: Asker,
     /// The sessions the reader may read in full (`None`: all).
     lineage: Option<HashSet<String>>,
+    /// The workspace read (for the keyed digests readers are shown).
+    ws: Workspace,
 }
 
 impl ReadJudge<'_> {
@@ -246,11 +248,26 @@ impl ReadJudge<'_> {
         }
     }
 
-    /// A turn as this reader may see it; `None` when withheld.
+    /// Whether this reader may see anything of `session`'s turns by the
+    /// lineage rule.
+    pub(crate) fn in_lineage(&self, session: &str) -> bool {
+        self.lineage.as_ref().is_none_or(|l| l.contains(session))
+    }
+
+    /// A turn as this reader may see it; `None` when withheld. When the
+    /// text shown is not the stored text (a secret masked, the text
+    /// withheld by reference), its `content_hash` is the keyed digest of
+    /// the stored text ([`Workspace::reader_hash`]): the plain hash would
+    /// let the reader confirm a guess at what was masked. A text shown
+    /// whole keeps its plain hash, which a client can check.
     pub(crate) fn turn(&self, mut turn: Turn) -> Option<Turn> {
         let verdict = self.judge(&Object::turn(&turn));
         let reference = format!("turn {}:{}", turn.session, turn.seq);
-        turn.content = Self::shown(&turn.content, verdict.fidelity, &reference)?;
+        let shown = Self::shown(&turn.content, verdict.fidelity, &reference)?;
+        if shown != turn.content {
+            turn.content_hash = self.ws.reader_hash(&turn.content);
+            turn.content = shown;
+        }
         Some(turn)
     }
 
@@ -352,6 +369,7 @@ impl Cairn {
                 work_context,
             },
             lineage,
+            ws: ws.clone(),
         })
     }
 }

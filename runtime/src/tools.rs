@@ -264,14 +264,14 @@ impl RateLimiter {
             .iter()
             .filter(|t| **t > now - Duration::minutes(1))
             .count();
-        if minute >= per_minute as usize {
+        if per_minute > 0 && minute >= per_minute as usize {
             return Err(CairnError::RateLimited {
                 caller: caller.to_owned(),
                 limit: per_minute,
                 window: "minute",
             });
         }
-        if q.len() >= per_day as usize {
+        if per_day > 0 && q.len() >= per_day as usize {
             return Err(CairnError::RateLimited {
                 caller: caller.to_owned(),
                 limit: per_day,
@@ -321,6 +321,12 @@ fn filters_of(request: &SearchRequest) -> Result<SearchFilters> {
             }
         },
     };
+    if let Some(since) = request.since {
+        cairn_memory::ids::validate_time("since", since)?;
+    }
+    if let Some(until) = request.until {
+        cairn_memory::ids::validate_time("until", until)?;
+    }
     if let (Some(since), Some(until)) = (request.since, request.until)
         && until <= since
     {
@@ -457,7 +463,7 @@ fn outside_lineage(asking: Option<&str>, entry: &str) -> CairnError {
 }
 
 impl Cairn {
-    fn allowed_sessions(
+    pub(crate) fn allowed_sessions(
         &self,
         ws: &Workspace,
         asking: Option<&str>,
@@ -841,11 +847,14 @@ impl Cairn {
     ) -> Result<Vec<Session>> {
         let ws = self.memory().existing_workspace(workspace)?;
         let allowed = self.allowed_sessions(&ws, asking, false)?;
-        Ok(ws
-            .sessions(work_context)?
+        // A stored session record is not rewritten per turn: each listed
+        // session's head (`next_seq`, `last_turn_at`) is derived, as
+        // `session` does.
+        ws.sessions(work_context)?
             .into_iter()
             .filter(|s| allowed.as_ref().is_none_or(|a| a.contains(&s.id)))
-            .collect())
+            .map(|s| Ok(ws.session(&s.id)?))
+            .collect()
     }
 
     /// One session's state; refused (`lineage_denied`) when an `asking`
@@ -1031,5 +1040,16 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// 0 means no limit (it used to refuse every call).
+    #[test]
+    fn a_zero_limit_is_no_limit() {
+        let limiter = RateLimiter::default();
+        let now = Utc::now();
+        for _ in 0..50 {
+            assert!(limiter.check("a", now, 0, 0).is_ok());
+        }
+        assert!(limiter.check("a", now, 0, 50).is_err());
     }
 }

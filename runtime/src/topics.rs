@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::host::Cairn;
 use crate::policy::Policies;
+use crate::reads::{ReadAs, ReadJudge};
 
 /// How many members feed a topic's tier-2 profile.
 const PROFILE_MEMBERS: usize = 50;
@@ -341,7 +342,7 @@ impl TopicGate {
             topic: spec.name.clone(),
             topic_generation: topic.generation,
             turn: turn_ref.clone(),
-            content_hash: turn.content_hash.clone(),
+            content_hash: ws.reader_hash(&turn.content),
             tier: Tier::Pattern,
             pattern_matched: true,
             score,
@@ -537,13 +538,35 @@ impl Cairn {
     }
 
     /// A topic with its recent members (newest first, at most `limit`) and
-    /// pending proposals.
-    pub fn topic(&self, workspace: &str, name: &str, limit: usize) -> Result<TopicDetails> {
+    /// pending proposals, as `reader` may see them: the rules of every read
+    /// apply to each collected turn (an `asking` sub-agent sees its
+    /// lineage only; the memory policy judges the turn for the reader's
+    /// destination; secrets are masked in the snippet, which is made from
+    /// the turn as the reader sees it).
+    pub fn topic<'a>(
+        &self,
+        workspace: &str,
+        name: &str,
+        limit: usize,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<TopicDetails> {
         let ws = self.memory().existing_workspace(workspace)?;
+        let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        let mut members = shown_memberships(&ws, &judge, ws.memberships(name, limit)?);
+        if members.len() < limit {
+            // Some were withheld: the limit counts what the reader sees.
+            members = shown_memberships(&ws, &judge, ws.memberships(name, usize::MAX)?);
+            members.truncate(limit);
+        }
+        let pending = ws
+            .proposals(name, false)?
+            .into_iter()
+            .filter_map(|p| shown_proposal(&ws, &judge, p))
+            .collect();
         Ok(TopicDetails {
             topic: ws.topic(name)?,
-            members: ws.memberships(name, limit)?,
-            pending: ws.proposals(name, false)?,
+            members,
+            pending,
         })
     }
 
@@ -568,12 +591,22 @@ impl Cairn {
         Ok(topic)
     }
 
-    /// A topic's proposals, oldest first; only pending ones unless `all`.
-    pub fn topic_proposals(&self, workspace: &str, name: &str, all: bool) -> Result<Vec<Proposal>> {
-        Ok(self
-            .memory()
-            .existing_workspace(workspace)?
-            .proposals(name, all)?)
+    /// A topic's proposals, oldest first; only pending ones unless `all`;
+    /// as `reader` may see them (see [`Cairn::topic`]).
+    pub fn topic_proposals<'a>(
+        &self,
+        workspace: &str,
+        name: &str,
+        all: bool,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<Vec<Proposal>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        Ok(ws
+            .proposals(name, all)?
+            .into_iter()
+            .filter_map(|p| shown_proposal(&ws, &judge, p))
+            .collect())
     }
 
     /// Approves (`true`) or rejects a pending proposal; approval makes the
@@ -591,22 +624,41 @@ impl Cairn {
             .decide_proposal(name, turn, approve)?)
     }
 
-    /// A topic's gate log, newest first.
-    pub fn gate_log(&self, workspace: &str, name: &str, limit: usize) -> Result<Vec<GateRecord>> {
-        Ok(self
-            .memory()
-            .existing_workspace(workspace)?
-            .gate_log(name, None, limit)?)
+    /// A topic's gate log, newest first, as `reader` may see it: records
+    /// about turns outside an `asking` sub-agent's lineage, or that the
+    /// memory policy withholds from the reader's destination, are left
+    /// out; the policy's notes are masked; the content digest is keyed
+    /// ([`GateRecord::content_hash`]).
+    pub fn gate_log<'a>(
+        &self,
+        workspace: &str,
+        name: &str,
+        limit: usize,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<Vec<GateRecord>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        Ok(shown_records(&ws, &judge, ws.gate_log(name, None, limit)?))
     }
 
     /// Why a topic did or did not collect a turn: its gate decisions about
     /// it, newest first (empty when the turn never reached the topic's gate,
-    /// i.e. no pattern matched).
-    pub fn why(&self, workspace: &str, name: &str, turn: &TurnRef) -> Result<Vec<GateRecord>> {
-        Ok(self
-            .memory()
-            .existing_workspace(workspace)?
-            .gate_log(name, Some(turn), 100)?)
+    /// i.e. no pattern matched), as `reader` may see them (see
+    /// [`Cairn::gate_log`]).
+    pub fn why<'a>(
+        &self,
+        workspace: &str,
+        name: &str,
+        turn: &TurnRef,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<Vec<GateRecord>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        Ok(shown_records(
+            &ws,
+            &judge,
+            ws.gate_log(name, Some(turn), 100)?,
+        ))
     }
 
     /// Collects on request over the existing record (turns at or after
@@ -619,6 +671,9 @@ impl Cairn {
         name: &str,
         since: Option<DateTime<Utc>>,
     ) -> Result<CollectReport> {
+        if let Some(since) = since {
+            cairn_memory::ids::validate_time("since", since)?;
+        }
         let ws = self.memory().existing_workspace(workspace)?;
         let report = self
             .topic_gate()
@@ -737,6 +792,16 @@ impl TopicGate {
         let mut report = CollectReport::default();
         for session in ws.sessions(None)? {
             if !topic.spec.listens_to(&session.id, &session.work_context) {
+                continue;
+            }
+            // A session with no turn since `since` is not read at all, so a
+            // frequent schedule costs the new turns, not the whole record.
+            if let Some(since) = since
+                && ws
+                    .session(&session.id)?
+                    .last_turn_at
+                    .is_none_or(|last| last < since)
+            {
                 continue;
             }
             for turn in ws.transcript(&session.id, 0, None)? {
@@ -879,4 +944,66 @@ impl TopicJudge for LiveTopics {
         }
         Ok(())
     }
+}
+
+/// The stored turn `turn` names, as `judge`'s reader may see it; `None`
+/// when withheld (outside the lineage, blocked by the memory policy, or
+/// erased).
+fn shown_turn(ws: &Workspace, judge: &ReadJudge<'_>, turn: &TurnRef) -> Option<Turn> {
+    if !judge.in_lineage(&turn.session) {
+        return None;
+    }
+    let stored = match ws.turn(&turn.session, turn.seq) {
+        Ok(found) => found?,
+        Err(error) => {
+            tracing::warn!(%error, session = %turn.session, seq = turn.seq, "topic read: the turn cannot be read; withheld");
+            return None;
+        }
+    };
+    judge.turn(stored)
+}
+
+/// A membership as the reader may see it: its snippet made from the turn
+/// as shown (masked, at the policy's fidelity), never from the raw text.
+fn shown_membership(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    mut m: Membership,
+) -> Option<Membership> {
+    let turn = shown_turn(ws, judge, &m.turn)?;
+    m.snippet = gate::snippet(&turn.content);
+    Some(m)
+}
+
+fn shown_memberships(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    all: Vec<Membership>,
+) -> Vec<Membership> {
+    all.into_iter()
+        .filter_map(|m| shown_membership(ws, judge, m))
+        .collect()
+}
+
+fn shown_proposal(ws: &Workspace, judge: &ReadJudge<'_>, mut p: Proposal) -> Option<Proposal> {
+    p.membership = shown_membership(ws, judge, p.membership)?;
+    Some(p)
+}
+
+/// Gate records as the reader may see them: only about turns it may see,
+/// the plugin's note masked, the digest keyed.
+fn shown_records(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    records: Vec<GateRecord>,
+) -> Vec<GateRecord> {
+    records
+        .into_iter()
+        .filter_map(|mut r| {
+            let turn = shown_turn(ws, judge, &r.turn)?;
+            r.content_hash = turn.content_hash;
+            r.note = r.note.as_deref().map(cairn_memory::redact::redact);
+            Some(r)
+        })
+        .collect()
 }

@@ -223,7 +223,7 @@ fn later_turns_settle_earlier_loops() -> Result<()> {
             block.text
         );
     }
-    let briefing = cairn.briefing("w", Some("launch"))?;
+    let briefing = cairn.briefing("w", Some("launch"), None)?;
     let pending = &briefing
         .sections
         .iter()

@@ -20,6 +20,7 @@ mod doctor;
 mod durability;
 mod erasure;
 mod extraction;
+mod hardening;
 mod http_api;
 mod loadgen;
 mod maintain;

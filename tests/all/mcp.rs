@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
-use cairn::{Cairn, CairnConfig, Role, SessionKind, SessionSpec, TurnInput};
+use cairn::{Cairn, CairnConfig, EntryInput, EntryKind, Role, SessionKind, SessionSpec, TurnInput};
 use serde_json::{Value, json};
 
 use crate::support::cairn_bin;
@@ -235,6 +235,48 @@ fn a_sub_agent_over_mcp_reads_and_notes_its_lineage_only() -> Result<()> {
     ensure!(
         uris.contains("sessions/main/context") && !uris.contains("sessions/other/context"),
         "{uris}"
+    );
+    Ok(())
+}
+
+/// The briefing resource is a read like any other: a sub-agent sees the
+/// entries of its lineage only (it used to see the whole workspace's).
+#[test]
+fn the_briefing_resource_keeps_the_asking_sessions_lineage() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    fixture(&data)?;
+    {
+        let cairn = Cairn::open(CairnConfig {
+            data_dir: data.clone(),
+            storage: crate::support::storage(&data),
+            ..CairnConfig::default()
+        })?;
+        cairn.append_entries(
+            "default",
+            &[
+                EntryInput::new(EntryKind::Task, "Rerun the payments tests nightly")
+                    .from_turns("helper", 0, 0),
+                EntryInput::new(EntryKind::Task, "Keep the rival pricing sheet hidden")
+                    .from_turns("other", 0, 0),
+            ],
+        )?;
+    }
+    let briefing = |args: &[&str]| -> Result<String> {
+        let mut mcp = Mcp::start(&data, args)?;
+        let r = mcp.request("resources/read", json!({"uri": "cairn://briefing"}))?;
+        Ok(r["result"]["contents"][0]["text"]
+            .as_str()
+            .with_context(|| format!("{r}"))?
+            .to_owned())
+    };
+    let helper = briefing(&["mcp", "--asking", "helper"])?;
+    ensure!(helper.contains("payments tests nightly"), "{helper}");
+    ensure!(!helper.contains("rival pricing"), "{helper}");
+    let user = briefing(&["mcp"])?;
+    ensure!(
+        user.contains("payments tests nightly") && user.contains("rival pricing"),
+        "{user}"
     );
     Ok(())
 }

@@ -63,7 +63,7 @@ fn topic_watcher_panic_is_contained_and_loses_nothing() -> Result<()> {
     ensure!(stats.restarts == before.restarts + 1, "{stats:?}");
     // The turn it panicked on was still judged, and so was the other topic's.
     for name in ["crit", "other"] {
-        let why = cairn.why("acme", name, &first)?;
+        let why = cairn.why("acme", name, &first, None)?;
         ensure!(
             why.len() == 1 && why[0].outcome == Outcome::Collected,
             "{name}: {why:?}"
@@ -73,13 +73,13 @@ fn topic_watcher_panic_is_contained_and_loses_nothing() -> Result<()> {
     let later: Vec<TurnRef> = (0..5)
         .map(|i| say(&cairn, "s1", Role::User, &format!("outage number {i}")))
         .collect::<Result<_>>()?;
-    let details = cairn.topic("acme", "crit", 100)?;
+    let details = cairn.topic("acme", "crit", 100, None)?;
     ensure!(details.members.len() == 6, "{:?}", details.members);
     for t in later.iter().chain([&first]) {
         ensure!(details.members.iter().any(|m| &m.turn == t), "{t:?} lost");
     }
     // The other topic judged its one turn, once.
-    ensure!(cairn.topic("acme", "other", 100)?.members.len() == 1);
+    ensure!(cairn.topic("acme", "other", 100, None)?.members.len() == 1);
     ensure!(cairn.actors().stats().watchers == 2);
     Ok(())
 }
@@ -101,19 +101,19 @@ fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
     }
     // Tier 1 alone: critical collects on the pattern.
     let t = say(&cairn, "s1", Role::User, "an outage")?;
-    let why = cairn.why("acme", "crit", &t)?;
+    let why = cairn.why("acme", "crit", &t, None)?;
     ensure!(why.len() == 1 && why[0].tier == Tier::Pattern, "{why:?}");
     ensure!(why[0].outcome == Outcome::Collected);
     // Tier 2 bypass: high with a strong score skips the policy.
     let t = say(&cairn, "s1", Role::User, "invoice problems everywhere")?;
-    let why = cairn.why("acme", "high", &t)?;
+    let why = cairn.why("acme", "high", &t, None)?;
     ensure!(
         why[0].tier == Tier::Lexical && why[0].outcome == Outcome::Collected,
         "{why:?}"
     );
     // Tier 3: medium with a passing score asks the real wasm plugin.
     let t = say(&cairn, "s1", Role::User, "the deploy problems are back")?;
-    let why = cairn.why("acme", "medium", &t)?;
+    let why = cairn.why("acme", "medium", &t, None)?;
     ensure!(why[0].tier == Tier::Policy, "{why:?}");
     ensure!(
         why[0]
@@ -128,7 +128,7 @@ fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
     );
     // The cache: the same text for the same topic is not asked twice.
     let again = say(&cairn, "s2", Role::User, "the deploy problems are back")?;
-    let why = cairn.why("acme", "medium", &again)?;
+    let why = cairn.why("acme", "medium", &again, None)?;
     ensure!(why[0].cached, "{why:?}");
     // Tier 2 drop: low with a weak score.
     let t = say(
@@ -137,7 +137,7 @@ fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
         Role::User,
         "lunch at noon with the whole team today after the quarterly planning review meeting downtown near the station",
     )?;
-    let why = cairn.why("acme", "low", &t)?;
+    let why = cairn.why("acme", "low", &t, None)?;
     ensure!(
         why[0].tier == Tier::Lexical && why[0].outcome == Outcome::Dropped,
         "{why:?}"
@@ -149,36 +149,36 @@ fn each_tier_and_bypass_decides_and_explains_itself() -> Result<()> {
         Role::User,
         "the contract problems need a lawyer",
     )?;
-    let why = cairn.why("acme", "gated", &t)?;
+    let why = cairn.why("acme", "gated", &t, None)?;
     ensure!(why[0].outcome == Outcome::Proposed, "{why:?}");
-    ensure!(cairn.topic("acme", "gated", 10)?.members.is_empty());
+    ensure!(cairn.topic("acme", "gated", 10, None)?.members.is_empty());
     cairn.decide_proposal("acme", "gated", &t, true)?;
-    ensure!(cairn.topic("acme", "gated", 10)?.members.len() == 1);
+    ensure!(cairn.topic("acme", "gated", 10, None)?.members.len() == 1);
     // Manual: nothing live; collect on request backfills.
     let t = say(&cairn, "s1", Role::User, "the roadmap for Q3")?;
-    ensure!(cairn.why("acme", "manual", &t)?.is_empty());
+    ensure!(cairn.why("acme", "manual", &t, None)?.is_empty());
     let report = cairn.collect_topic("acme", "manual", None)?;
     ensure!(report.collected == 1 && report.matched == 1, "{report:?}");
     ensure!(cairn.collect_topic("acme", "manual", None)?.already == 1);
     // Output scope: an assistant turn, not a user turn.
     let user = say(&cairn, "s1", Role::User, "print it")?;
     let bot = say(&cairn, "s1", Role::Assistant, "print 'hello'")?;
-    ensure!(cairn.why("acme", "steer", &user)?.is_empty());
-    ensure!(cairn.why("acme", "steer", &bot)?[0].outcome == Outcome::Collected);
+    ensure!(cairn.why("acme", "steer", &user, None)?.is_empty());
+    ensure!(cairn.why("acme", "steer", &bot, None)?[0].outcome == Outcome::Collected);
     // Paused topics watch nothing; resumed ones do again.
     cairn.pause_topic("acme", "crit", true)?;
     let t = say(&cairn, "s1", Role::User, "another outage")?;
-    ensure!(cairn.why("acme", "crit", &t)?.is_empty());
+    ensure!(cairn.why("acme", "crit", &t, None)?.is_empty());
     cairn.pause_topic("acme", "crit", false)?;
     let t = say(&cairn, "s1", Role::User, "a third outage")?;
-    ensure!(cairn.why("acme", "crit", &t)?.len() == 1);
+    ensure!(cairn.why("acme", "crit", &t, None)?.len() == 1);
     // The log is durable: a restart reads it back, and the gate recompiles.
-    let log_before = cairn.gate_log("acme", "medium", 100)?;
+    let log_before = cairn.gate_log("acme", "medium", 100, None)?;
     drop(cairn);
     let cairn = open(dir.path())?;
-    ensure!(cairn.gate_log("acme", "medium", 100)? == log_before);
+    ensure!(cairn.gate_log("acme", "medium", 100, None)? == log_before);
     let t = say(&cairn, "s3", Role::User, "yet another outage")?;
-    ensure!(cairn.why("acme", "crit", &t)?.len() == 1);
+    ensure!(cairn.why("acme", "crit", &t, None)?.len() == 1);
     Ok(())
 }
 
@@ -467,8 +467,8 @@ fn a_topics_collection_is_an_assembly_candidate_and_forget_takes_it() -> Result<
     ensure!(!without.items.iter().any(|i| i.section == Section::Topics));
     // Forgetting the session takes its memberships and gate records too.
     cairn.forget("acme", &ForgetTarget::Session("old".into()), "test")?;
-    ensure!(cairn.topic("acme", "billing", 10)?.members.is_empty());
-    ensure!(cairn.gate_log("acme", "billing", 10)?.is_empty());
+    ensure!(cairn.topic("acme", "billing", 10, None)?.members.is_empty());
+    ensure!(cairn.gate_log("acme", "billing", 10, None)?.is_empty());
     let after = cairn.assemble("acme", &request)?;
     ensure!(!after.text.contains("invoice for March"), "{}", after.text);
     Ok(())
@@ -499,15 +499,15 @@ fn a_schedule_collects_what_came_since_its_last_run_on_the_tick() -> Result<()> 
         .trigger(Trigger::Schedule("0 9 * * *".into()));
     cairn.create_topic("acme", &spec)?;
     let first = say(&cairn, "s1", Role::User, "the invoice was paid")?;
-    ensure!(cairn.topic("acme", "digest", 10)?.members.is_empty());
+    ensure!(cairn.topic("acme", "digest", 10, None)?.members.is_empty());
     // Before 09:00 nothing is due.
     clock.advance(chrono::Duration::minutes(30));
     cairn.tick()?;
-    ensure!(cairn.topic("acme", "digest", 10)?.members.is_empty());
+    ensure!(cairn.topic("acme", "digest", 10, None)?.members.is_empty());
     // Past 09:00 the tick runs it: the turn since creation is collected.
     clock.advance(chrono::Duration::minutes(45));
     cairn.tick()?;
-    let members = cairn.topic("acme", "digest", 10)?.members;
+    let members = cairn.topic("acme", "digest", 10, None)?.members;
     ensure!(
         members.len() == 1 && members[0].turn == first,
         "{members:?}"
@@ -519,7 +519,7 @@ fn a_schedule_collects_what_came_since_its_last_run_on_the_tick() -> Result<()> 
     clock.advance(chrono::Duration::hours(22));
     let runs = cairn.run_topic_schedules("acme")?;
     ensure!(runs.len() == 1 && runs[0].report.collected == 1, "{runs:?}");
-    let members = cairn.topic("acme", "digest", 10)?.members;
+    let members = cairn.topic("acme", "digest", 10, None)?.members;
     ensure!(members.iter().any(|m| m.turn == second), "{members:?}");
     Ok(())
 }
@@ -545,11 +545,11 @@ fn a_webhook_feeds_text_to_its_topic_only() -> Result<()> {
     let fed = cairn.feed_topic("acme", "alerts", "CPU on db-1 above 95% for 10 minutes")?;
     ensure!(fed.outcome == Some(Outcome::Collected), "{fed:?}");
     ensure!(fed.turn.session == "webhook-alerts");
-    let members = cairn.topic("acme", "alerts", 10)?.members;
+    let members = cairn.topic("acme", "alerts", 10, None)?.members;
     ensure!(members.len() == 1 && members[0].low_trust, "{members:?}");
     ensure!(members[0].via == cairn::topics::Via::Webhook);
     ensure!(members[0].work_context.as_deref() == Some("ops"));
-    let why = cairn.why("acme", "alerts", &fed.turn)?;
+    let why = cairn.why("acme", "alerts", &fed.turn, None)?;
     ensure!(why[0].reasons.contains(&"webhook".to_owned()), "{why:?}");
     // A topic without a webhook trigger refuses, naming the field.
     let refused = cairn.feed_topic("acme", "billing", "an invoice");

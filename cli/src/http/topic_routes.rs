@@ -3,10 +3,10 @@
 //! blocking pool.
 
 use actix_web::web;
-use cairn::Cairn;
 use cairn::topics::{
     CollectReport, FeedReport, GateRecord, Proposal, Topic, TopicDetails, TopicSpec, TurnRef,
 };
+use cairn::{Cairn, Destination, ReadAs};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -17,11 +17,50 @@ fn turn_ref(text: &str) -> Result<TurnRef, ApiError> {
     Ok(text.parse::<TurnRef>().map_err(cairn::CairnError::from)?)
 }
 
+/// Who reads a topic's collected turns, and where they go: the rules of
+/// every read (lineage, the memory policy, masking) apply to them.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(default)]
+pub(crate) struct TopicReader {
+    /// The asking session: a sub-agent or cron session sees only turns of
+    /// its lineage.
+    asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[param(value_type = Option<String>)]
+    destination: Option<Destination>,
+}
+
+/// The reader a topic query names.
+macro_rules! reader_of {
+    ($($query:ty),*) => {$(
+        impl $query {
+            fn reader(&self) -> ReadAs<'_> {
+                ReadAs {
+                    asking: self.asking.as_deref(),
+                    destination: self.destination,
+                }
+            }
+        }
+    )*};
+}
+
+reader_of!(TopicReader, ShowQuery, ProposalsQuery, LogQuery);
+
 /// Query of `GET .../topics/{name}`.
 #[derive(Debug, Deserialize, IntoParams)]
 pub(crate) struct ShowQuery {
     /// At most this many members (default 20).
     limit: Option<usize>,
+    /// The asking session: a sub-agent or cron session sees only turns of
+    /// its lineage.
+    #[serde(default)]
+    asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    destination: Option<Destination>,
 }
 
 /// Query of `GET .../topics/{name}/proposals`.
@@ -30,6 +69,15 @@ pub(crate) struct ProposalsQuery {
     /// Decided proposals too.
     #[serde(default)]
     all: bool,
+    /// The asking session: a sub-agent or cron session sees only turns of
+    /// its lineage.
+    #[serde(default)]
+    asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    destination: Option<Destination>,
 }
 
 /// Query of `GET .../topics/{name}/log`.
@@ -37,6 +85,15 @@ pub(crate) struct ProposalsQuery {
 pub(crate) struct LogQuery {
     /// At most this many records (default 50).
     limit: Option<usize>,
+    /// The asking session: a sub-agent or cron session sees only turns of
+    /// its lineage.
+    #[serde(default)]
+    asking: Option<String>,
+    /// Where the text goes (`local_model` by default, `user_visible_ui`,
+    /// `cloud_model`…): the memory policy decides per destination.
+    #[serde(default)]
+    #[param(value_type = Option<String>)]
+    destination: Option<Destination>,
 }
 
 /// Body of `POST .../topics/{name}/collect`.
@@ -93,7 +150,7 @@ pub(crate) async fn topic(
     query: web::Query<ShowQuery>,
 ) -> ApiResult<TopicDetails> {
     let (ws, name) = path.into_inner();
-    blocking(move || Ok(cairn.topic(&ws, &name, query.limit.unwrap_or(20))?)).await
+    blocking(move || Ok(cairn.topic(&ws, &name, query.limit.unwrap_or(20), query.reader())?)).await
 }
 
 #[utoipa::path(put, path = "/v1/workspaces/{workspace}/topics/{name}", request_body = TopicSpec,
@@ -145,7 +202,7 @@ pub(crate) async fn proposals(
     query: web::Query<ProposalsQuery>,
 ) -> ApiResult<Vec<Proposal>> {
     let (ws, name) = path.into_inner();
-    blocking(move || Ok(cairn.topic_proposals(&ws, &name, query.all)?)).await
+    blocking(move || Ok(cairn.topic_proposals(&ws, &name, query.all, query.reader())?)).await
 }
 
 #[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/proposals/decide", request_body = DecideBody,
@@ -193,19 +250,21 @@ pub(crate) async fn gate_log(
     query: web::Query<LogQuery>,
 ) -> ApiResult<Vec<GateRecord>> {
     let (ws, name) = path.into_inner();
-    blocking(move || Ok(cairn.gate_log(&ws, &name, query.limit.unwrap_or(50))?)).await
+    blocking(move || Ok(cairn.gate_log(&ws, &name, query.limit.unwrap_or(50), query.reader())?))
+        .await
 }
 
-#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/why/{turn}",
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/why/{turn}", params(TopicReader),
     responses((status = 200, body = Vec<GateRecord>), (status = 404, body = ErrorBody)))]
 pub(crate) async fn why(
     cairn: web::Data<Cairn>,
     path: web::Path<(String, String, String)>,
+    query: web::Query<TopicReader>,
 ) -> ApiResult<Vec<GateRecord>> {
     let (ws, name, turn) = path.into_inner();
     blocking(move || {
         let turn = turn_ref(&turn)?;
-        Ok(cairn.why(&ws, &name, &turn)?)
+        Ok(cairn.why(&ws, &name, &turn, query.reader())?)
     })
     .await
 }

@@ -48,7 +48,7 @@ pub use index::{
     SearchResult,
 };
 pub use retriever::{IndexRetriever, search_options};
-pub use service::{IndexStats, SearchService, ServiceError, entry_text};
+pub use service::{INDEXER, IndexStats, SearchService, ServiceError, entry_text};
 pub use vector::UnitCosine;
 pub use when::{Granularity, Period, TimeMention, asks_when, named_periods, resolve_times};
 

@@ -163,6 +163,13 @@ pub enum ServiceError {
 
 type Res<T> = std::result::Result<T, ServiceError>;
 
+/// A workspace whose indexing panics (tests of the supervision only).
+#[cfg(test)]
+pub(crate) static FAULT_IN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The search worker's name in [`cairn_memory::supervise`](crate::supervise).
+pub const INDEXER: &str = "search-indexer";
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -310,11 +317,16 @@ impl SearchService {
         }
         let inner = Arc::clone(&self.inner);
         *worker = Some(std::thread::spawn(move || {
+            // A panic in a pass is caught (and a workspace that panics is
+            // set aside for a backoff: `catch_up_locked`), so indexing never
+            // stops for every workspace.
+            let supervised = inner.memory.workers().worker(INDEXER);
+            supervised.set_running(true);
             while !inner.stop.load(Ordering::Acquire) {
                 let started = Instant::now();
-                match inner.catch_up() {
-                    Ok(()) | Err(ServiceError::Stopped) => {}
-                    Err(err) => {
+                match supervised.pass(|| inner.catch_up()) {
+                    Some(Ok(()) | Err(ServiceError::Stopped)) | None => {}
+                    Some(Err(err)) => {
                         tracing::warn!(error = %err, "search indexing pass failed; retrying")
                     }
                 }
@@ -330,6 +342,7 @@ impl SearchService {
                 }
                 *nudged = false;
             }
+            supervised.set_running(false);
         }));
     }
 
@@ -561,13 +574,30 @@ impl Inner {
         self.indexes.write().retain(|id, _| live.contains(id));
         let mut changes = self.changes.take();
         let mut failed = None;
+        let supervised = self.memory.workers().worker(INDEXER);
         for id in live {
             let changed = changes.remove(&id);
-            if let Err(error) = self.catch_up_workspace(&id, changed.as_ref()) {
-                // What the changes named may be half done: the next pass
-                // over this workspace is whole; the others go on.
+            if supervised.quarantined(&id) {
+                // It panicked lately: it waits out its backoff, whole.
                 self.changes.ask_whole(&id);
-                failed.get_or_insert(error);
+                continue;
+            }
+            match supervised.item(&id, || self.catch_up_workspace(&id, changed.as_ref())) {
+                Some(Ok(())) => {}
+                Some(Err(error)) => {
+                    // What the changes named may be half done: the next pass
+                    // over this workspace is whole; the others go on.
+                    self.changes.ask_whole(&id);
+                    failed.get_or_insert(error);
+                }
+                None => {
+                    // A panic (caught, counted, the workspace set aside):
+                    // its index may be half changed, so it is rebuilt from
+                    // the record when the backoff is over; the other
+                    // workspaces go on now.
+                    self.indexes.write().remove(&id);
+                    self.changes.ask_whole(&id);
+                }
             }
         }
         failed.map_or(Ok(()), Err)
@@ -575,6 +605,13 @@ impl Inner {
 
     /// One workspace's part of a pass (see `catch_up_locked`).
     fn catch_up_workspace(&self, id: &str, changed: Option<&WorkspaceChanges>) -> Res<()> {
+        #[cfg(test)]
+        if FAULT_IN
+            .lock()
+            .is_ok_and(|fault| fault.as_deref() == Some(id))
+        {
+            panic!("injected fault indexing workspace {id}");
+        }
         let ws = self.memory.existing_workspace(id)?;
         let index = self.index_of(id)?;
         let whole = {

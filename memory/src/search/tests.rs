@@ -832,6 +832,122 @@ mod service {
 
 mod entries;
 
+use crate::{Memory, MemoryConfig, Role, TurnInput};
+
+fn set_fault(workspace: Option<&str>) {
+    *super::service::FAULT_IN.lock().unwrap() = workspace.map(str::to_owned);
+}
+
+fn found(search: &SearchService, workspace: &str, query: &str) -> bool {
+    search
+        .search(workspace, query, &SearchOptions::new(5))
+        .is_ok_and(|r| !r.hits.is_empty())
+}
+
+/// A workspace whose indexing panics is set aside (counted, quarantined
+/// with a backoff) and every other workspace is indexed in the same pass;
+/// once the fault is gone and the backoff over, it is indexed whole.
+#[test]
+fn a_workspace_whose_indexing_panics_is_set_aside_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = crate::testing::memory(
+        dir.path(),
+        MemoryConfig::default(),
+        Arc::new(crate::SystemClock),
+    )
+    .unwrap();
+    for (ws, text) in [
+        ("poisoned-1", "The boiler in the basement is leaking."),
+        ("healthy-1", "Our quarterly offsite moves to Porto."),
+    ] {
+        memory
+            .workspace(ws)
+            .unwrap()
+            .append_turns(&[TurnInput::new("s1", Role::User, text)])
+            .unwrap();
+    }
+    let search = SearchService::new(memory.clone(), None);
+    set_fault(Some("poisoned-1"));
+    search.catch_up().unwrap();
+    assert!(found(&search, "healthy-1", "offsite Porto"));
+    assert!(!found(&search, "poisoned-1", "boiler leaking"));
+    let health = memory.workers().health();
+    let indexer = health.iter().find(|w| w.name == INDEXER).unwrap();
+    assert_eq!(indexer.panics, 1);
+    assert_eq!(indexer.quarantined, vec!["poisoned-1".to_owned()]);
+    assert!(
+        indexer
+            .last_panic
+            .as_deref()
+            .unwrap()
+            .contains("injected fault")
+    );
+    // Quarantined: the next pass does not touch it, even with the fault gone.
+    set_fault(None);
+    search.catch_up().unwrap();
+    assert!(!found(&search, "poisoned-1", "boiler leaking"));
+    // Its backoff over, it is indexed whole and leaves the quarantine.
+    memory.workers().worker(INDEXER).release("poisoned-1");
+    search.catch_up().unwrap();
+    assert!(found(&search, "poisoned-1", "boiler leaking"));
+    let health = memory.workers().health();
+    assert!(health.iter().all(|w| w.quarantined.is_empty()));
+}
+
+/// The background worker survives a panic: it is still running, and a turn
+/// written afterwards in another workspace is indexed by it.
+#[test]
+fn the_background_indexer_survives_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = crate::testing::memory(
+        dir.path(),
+        MemoryConfig::default(),
+        Arc::new(crate::SystemClock),
+    )
+    .unwrap();
+    memory
+        .workspace("poisoned-2")
+        .unwrap()
+        .append_turns(&[TurnInput::new("s1", Role::User, "A leaking boiler.")])
+        .unwrap();
+    set_fault(Some("poisoned-2"));
+    let search = SearchService::new(memory.clone(), None);
+    search.set_refresh(std::time::Duration::from_millis(10));
+    search.start();
+    let panicked = |m: &Memory| {
+        m.workers()
+            .health()
+            .iter()
+            .any(|w| w.name == INDEXER && w.panics > 0)
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while !panicked(&memory) {
+        assert!(Instant::now() < deadline, "the injected fault never ran");
+        std::thread::yield_now();
+    }
+    memory
+        .workspace("healthy-2")
+        .unwrap()
+        .append_turns(&[TurnInput::new(
+            "s1",
+            Role::User,
+            "The offsite moves to Porto.",
+        )])
+        .unwrap();
+    search.nudge();
+    while !found(&search, "healthy-2", "offsite Porto") {
+        assert!(
+            Instant::now() < deadline,
+            "the worker stopped indexing after the panic"
+        );
+        std::thread::yield_now();
+    }
+    let health = memory.workers().health();
+    assert!(health.iter().any(|w| w.name == INDEXER && w.running));
+    set_fault(None);
+    search.shutdown();
+}
+
 /// The concept vector (`RecipeParams::concept`) changes the scores of a
 /// question that asks for several things and leaves every other question's
 /// hits exactly as they were.

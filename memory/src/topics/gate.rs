@@ -199,7 +199,11 @@ pub struct GateRecord {
     pub topic_generation: u64,
     /// The turn.
     pub turn: TurnRef,
-    /// blake3 of the turn's content, hex.
+    /// A keyed digest of the turn's content, hex
+    /// ([`Workspace::reader_hash`](crate::Workspace::reader_hash)): it tells
+    /// turns apart without confirming a guess at their text (records
+    /// written before it was keyed hold a plain BLAKE3; reads show the
+    /// keyed one).
     pub content_hash: String,
     /// The last tier that ran.
     pub tier: Tier,

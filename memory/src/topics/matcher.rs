@@ -9,7 +9,7 @@
 //! benchmark compares it with: every topic's patterns tested in turn.
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
-use regex::{Regex, RegexSet, RegexSetBuilder};
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
 use super::{TopicSpec, Trigger};
 
@@ -59,14 +59,48 @@ pub struct TopicMatcher {
     literal_owner: Vec<usize>,
     regexes: Option<RegexSet>,
     regex_owner: Vec<usize>,
+    /// The regexes matched one by one, with their topics, when they do not
+    /// build into one set.
+    alone: Vec<(Regex, usize)>,
     topics: usize,
 }
 
 impl TopicMatcher {
     /// Compiles the pattern triggers of `topics` (indexed in iteration
     /// order). A regex that does not compile is skipped: definitions are
-    /// validated before they are stored.
+    /// validated before they are stored ([`TopicMatcher::try_new`] is the
+    /// check). Should the set of every regex still fail to build (a store
+    /// written before that check), the failure is logged and each regex is
+    /// matched on its own: slower, but no regex trigger is switched off.
     pub fn new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Self {
+        let (matcher, failed) = Self::build(topics);
+        if let Some(error) = failed {
+            tracing::error!(%error, "the topics' regex triggers do not build into one set; each is matched alone");
+        }
+        matcher
+    }
+
+    /// [`TopicMatcher::new`], refusing (with the reason) a set of regex
+    /// triggers that does not build into one set — too large together for
+    /// the matcher's size limit (64 MiB) — instead of matching each alone.
+    ///
+    /// ```
+    /// use cairn_memory::topics::{TopicSpec, Trigger};
+    /// use cairn_memory::topics::matcher::TopicMatcher;
+    /// let ok = TopicSpec::new("billing", "Invoices").trigger(Trigger::Regex(r"inv-\d+".into()));
+    /// assert!(TopicMatcher::try_new([&ok]).is_ok());
+    /// let huge = TopicSpec::new("huge", "Too much").trigger(Trigger::Regex(r"\w{500}\W{500}\w{500}".into()));
+    /// let specs: Vec<_> = (0..20).map(|_| huge.clone()).collect();
+    /// assert!(TopicMatcher::try_new(specs.iter()).is_err());
+    /// ```
+    pub fn try_new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, String> {
+        match Self::build(topics) {
+            (matcher, None) => Ok(matcher),
+            (_, Some(error)) => Err(error),
+        }
+    }
+
+    fn build<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> (Self, Option<String>) {
         let mut patterns = Vec::new();
         let mut literal_owner = Vec::new();
         let mut regexes = Vec::new();
@@ -98,20 +132,44 @@ impl TopicMatcher {
         // and falls back to the NFA, 150x slower per turn (measured: 2.4 ms
         // against 15 µs for 1,000 patterns; docs/BENCHMARKS.md). It grows
         // only as far as the turns need.
-        let regex_set = RegexSetBuilder::new(&regexes)
+        let built = RegexSetBuilder::new(&regexes)
             .case_insensitive(true)
             .size_limit(64 << 20)
             .dfa_size_limit(64 << 20)
-            .build()
-            .ok()
-            .filter(|_| !regexes.is_empty());
-        TopicMatcher {
+            .build();
+        let (regex_set, alone, failed) = match built {
+            Ok(set) => (Some(set).filter(|_| !regexes.is_empty()), Vec::new(), None),
+            Err(error) => {
+                let alone = regexes
+                    .iter()
+                    .zip(&regex_owner)
+                    .filter_map(|(r, owner)| {
+                        RegexBuilder::new(r)
+                            .case_insensitive(true)
+                            .build()
+                            .ok()
+                            .map(|re| (re, *owner))
+                    })
+                    .collect();
+                (
+                    None,
+                    alone,
+                    Some(format!(
+                        "the workspace's {} regex triggers do not build into one set: {error}",
+                        regexes.len()
+                    )),
+                )
+            }
+        };
+        let matcher = TopicMatcher {
             literals,
             literal_owner,
             regexes: regex_set,
             regex_owner,
+            alone,
             topics: count,
-        }
+        };
+        (matcher, failed)
     }
 
     /// The number of topics compiled in.
@@ -146,6 +204,12 @@ impl TopicMatcher {
                 }
             }
         }
+        out.extend(
+            self.alone
+                .iter()
+                .filter(|(re, _)| re.is_match(text))
+                .map(|(_, owner)| *owner),
+        );
         out.sort_unstable();
         out.dedup();
         out

@@ -433,6 +433,50 @@ impl Workspace {
         Ok(())
     }
 
+    /// Checks `spec` (new, or replacing the topic of its name) against the
+    /// workspace's other topics: the caps on topics and on scheduled
+    /// topics (`[memory.limits]`), and that every regex trigger of the
+    /// workspace still compiles into the one set tier 1 scans a turn with
+    /// (a set too large to build would switch every regex trigger off).
+    /// The caller holds the entries lock.
+    fn check_with_others(&self, spec: &TopicSpec) -> Result<()> {
+        let limits = &self.shared.config.limits;
+        let others: Vec<TopicSpec> = self
+            .topics()?
+            .into_iter()
+            .filter(|t| t.spec.name != spec.name)
+            .map(|t| t.spec)
+            .collect();
+        let cap = |what, setting, limit| MemoryError::CapReached {
+            workspace: self.id.clone(),
+            what,
+            setting,
+            limit,
+        };
+        if others.len() >= limits.max_topics {
+            return Err(cap("topics", "max_topics", limits.max_topics));
+        }
+        let scheduled = |t: &TopicSpec| {
+            t.triggers
+                .iter()
+                .any(|tr| matches!(tr, Trigger::Schedule(_)))
+        };
+        if scheduled(spec)
+            && others.iter().filter(|t| scheduled(t)).count() >= limits.max_scheduled_topics
+        {
+            return Err(cap(
+                "scheduled topics",
+                "max_scheduled_topics",
+                limits.max_scheduled_topics,
+            ));
+        }
+        if spec.triggers.iter().any(|t| matches!(t, Trigger::Regex(_))) {
+            crate::topics::matcher::TopicMatcher::try_new(others.iter().chain([spec]))
+                .map_err(|reason| refuse("triggers", reason))?;
+        }
+        Ok(())
+    }
+
     fn load_topic(&self, name: &str) -> Result<Option<Topic>> {
         let key = TopicKey::Definition {
             topic: name.to_owned(),
@@ -468,6 +512,7 @@ impl Workspace {
                 name: spec.name.clone(),
             });
         }
+        self.check_with_others(spec)?;
         let now = self.now();
         let topic = Topic {
             spec: spec.clone(),
@@ -487,6 +532,7 @@ impl Workspace {
         self.check_topic(spec)?;
         let _guard = self.lock_entries();
         let old = self.topic(name)?;
+        self.check_with_others(spec)?;
         let topic = Topic {
             spec: spec.clone(),
             generation: old.generation + 1,
