@@ -573,7 +573,15 @@ fn hostile_worst_cases(runs: usize, fuel_only: Option<Limits>) {
             .slot(&looping.clone().with_limits(limits))
             .expect("slot");
         println!("-- {label}: {limits:?}");
-        for mode in ["LOOP", "GROW", "GROW-DENIED", "FILL", "COPY", "CHASE", "LIST"] {
+        for mode in [
+            "LOOP",
+            "GROW",
+            "GROW-DENIED",
+            "FILL",
+            "COPY",
+            "CHASE",
+            "LIST",
+        ] {
             // The baseline: a plain loop (hostile-infinite-loop), ordinary
             // code whose time is proportional to its fuel.
             let slot = if mode == "LOOP" { &plain } else { &slot };
