@@ -56,9 +56,9 @@ pub struct Limits {
     /// inputs, as it gets their fuel.
     ///
     /// Default 100 ms: ordinary decisions take microseconds and the whole
-    /// default fuel of ordinary code a few milliseconds, while the slowest
-    /// guests found spend 100 to 300 ms of their default fuel (see
-    /// `wit/README.md`). It is wall-clock time, so it includes time the
+    /// default fuel of ordinary code about one, while the slowest guests
+    /// found spend tens to a few hundred milliseconds of their default fuel
+    /// (`docs/SECURITY.md`, "Hostile plugins"). It is wall-clock time, so it includes time the
     /// thread waits for a CPU: on a host that is often overloaded, raise it
     /// rather than let a starved call fault (five in a row trip the
     /// breaker).

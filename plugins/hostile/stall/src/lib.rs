@@ -14,10 +14,11 @@
 //!   loop (one unit per byte copied).
 //! - `CHASE`: dependent loads at pseudo-random cache lines of that buffer,
 //!   each a cache and TLB miss, for a few units of fuel each.
-//! - `LIST`: returns a reason-code list of 4 Mi elements made without
-//!   touching it (fresh memory is zero, the first code); the bindings'
-//!   conversion of it into the canonical form costs fuel per element, so
-//!   what the host copies out is bounded by fuel too.
+//! - `LIST`: returns a reason-code list of 4 Mi elements it never writes
+//!   (whatever the memory holds): the host copies and checks every element
+//!   out of the guest's memory, work outside the guest that the deadline
+//!   does not interrupt, bounded by the memory limit (the bindings'
+//!   conversion also costs the guest fuel per element).
 
 include!("../../guest.rs");
 
@@ -130,10 +131,10 @@ fn stall(mode: Mode) -> ! {
 fn huge_codes() -> Vec<ReasonCode> {
     const CODES: usize = 4 << 20;
     let mut codes: Vec<ReasonCode> = Vec::with_capacity(CODES);
-    // SAFETY: the allocation is fresh linear memory, which wasm zeroes
-    // when it grows, and zero is the first reason code, a valid value.
-    // (A guest relying on this is exactly the kind of thing the host must
-    // survive; a real plugin must not.)
+    // SAFETY: not sound: the elements are whatever the memory holds, which
+    // may not be valid reason codes. Handing the host garbage is the point
+    // of this guest (the host checks every element it copies); a real
+    // plugin must never do this.
     unsafe { codes.set_len(CODES) };
     codes
 }
