@@ -32,6 +32,7 @@ const PLUGINS: &[&str] = &[
     "hostile-stack-overflow",
     "hostile-invalid-output",
     "hostile-oversized-output",
+    "hostile-stall",
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -15,6 +15,10 @@
 //!    swaps; it counts failed and lost decisions and compares p99.
 //! 4. Install costs: compiling a component, loading it from the disk cache,
 //!    swapping a generation in.
+//! 5. Hostile worst cases: how long one call of the `hostile-stall` guest
+//!    takes in each of its behaviours (work whose time is not proportional
+//!    to its fuel) against a plain loop, under the default limits and under
+//!    fuel alone (a deadline of an hour), with the fault that stopped it.
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) every part runs
 //! once, briefly, as a smoke test.
@@ -540,6 +544,69 @@ fn install_costs() {
     );
 }
 
+/// One call of the `hostile-stall` guest per behaviour, `runs` times each,
+/// under the default limits and under `fuel_only` limits too when given.
+fn hostile_worst_cases(runs: usize, fuel_only: Option<Limits>) {
+    let host = PolicyHost::new(
+        HostConfig::default()
+            .prewarm_instances(1)
+            .breaker_trip_after(u32::MAX),
+        Arc::new(CountingSink::default()),
+    )
+    .expect("host");
+    let wasm = std::fs::read(env!("CAIRN_PLUGIN_HOSTILE_STALL")).expect("hostile-stall guest");
+    let plugin = host
+        .prepare::<SignificanceGate>("hostile-stall", &wasm)
+        .expect("prepare");
+    let looping = std::fs::read(env!("CAIRN_PLUGIN_HOSTILE_INFINITE_LOOP")).expect("guest");
+    let looping = host
+        .prepare::<SignificanceGate>("hostile-infinite-loop", &looping)
+        .expect("prepare");
+    let mut rows = vec![("defaults", Limits::default())];
+    rows.extend(fuel_only.map(|l| ("fuel only", l)));
+    println!("\n== hostile worst cases (hostile-stall, one call; median and max of {runs}) ==");
+    for (label, limits) in rows {
+        let slot = host
+            .slot(&plugin.clone().with_limits(limits))
+            .expect("slot");
+        let plain = host
+            .slot(&looping.clone().with_limits(limits))
+            .expect("slot");
+        println!("-- {label}: {limits:?}");
+        for mode in [
+            "LOOP",
+            "GROW",
+            "GROW-DENIED",
+            "FILL",
+            "COPY",
+            "CHASE",
+            "LIST",
+        ] {
+            // The baseline: a plain loop (hostile-infinite-loop), ordinary
+            // code whose time is proportional to its fuel.
+            let slot = if mode == "LOOP" { &plain } else { &slot };
+            let input = significance_input(&format!("HOSTILE-{mode}"));
+            let mut times = Vec::with_capacity(runs);
+            let mut fault = String::new();
+            for _ in 0..runs {
+                let t = Instant::now();
+                let d = slot.decide(&input).expect("decide");
+                times.push(t.elapsed());
+                fault = d
+                    .outcome
+                    .fault()
+                    .map_or_else(|| "none".to_owned(), |f| f.kind.to_string());
+            }
+            times.sort();
+            println!(
+                "{mode:<12} median {:>9.2?}  max {:>9.2?}  fault {fault}",
+                times[times.len() / 2],
+                times[times.len() - 1]
+            );
+        }
+    }
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     // `--list` (nextest, `cargo bench -- --list`) must only list.
@@ -556,10 +623,15 @@ fn main() {
         drop(f);
         hot_swap(100, Duration::from_secs(2));
         install_costs();
+        hostile_worst_cases(
+            5,
+            Some(Limits::default().deadline(Duration::from_secs(3600))),
+        );
     } else {
         percentiles(&f, 100);
         drop(f);
         hot_swap(4, Duration::from_millis(40));
         install_costs();
+        hostile_worst_cases(1, None);
     }
 }

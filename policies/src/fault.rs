@@ -19,6 +19,11 @@ named_enum! {
         Trap = "trap",
         /// The guest used up its fuel (an endless or too-long computation).
         OutOfFuel = "out-of-fuel",
+        /// The guest ran past its wall-clock deadline
+        /// ([`Limits::deadline`](crate::Limits::deadline)) before its fuel ran
+        /// out: work whose time is not proportional to its fuel, or a call
+        /// that could not get the CPU.
+        TimeLimit = "time-limit",
         /// The guest tried to grow its linear memory past the limit.
         MemoryLimit = "memory-limit",
         /// The guest overflowed the wasm call stack.
@@ -56,16 +61,17 @@ impl Fault {
     /// Classifies the error a guest call returned. `memory_denied` says
     /// whether the store's limiter refused a memory growth during the call:
     /// a guest whose allocation fails aborts with a trap, and that trap is
-    /// reported as what caused it.
+    /// reported as what caused it. A limit the host enforces by trapping
+    /// itself (fuel, deadline, stack) is reported as that limit even after
+    /// a refused growth: a guest that ignores the refusal and goes on is
+    /// stopped by the other limit.
     pub(crate) fn from_call_error(err: &wasmtime::Error, memory_denied: bool) -> Fault {
-        let kind = if memory_denied {
-            FaultKind::MemoryLimit
-        } else {
-            match err.downcast_ref::<wasmtime::Trap>() {
-                Some(wasmtime::Trap::OutOfFuel) => FaultKind::OutOfFuel,
-                Some(wasmtime::Trap::StackOverflow) => FaultKind::StackOverflow,
-                _ => FaultKind::Trap,
-            }
+        let kind = match err.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::OutOfFuel) => FaultKind::OutOfFuel,
+            Some(wasmtime::Trap::Interrupt) => FaultKind::TimeLimit,
+            Some(wasmtime::Trap::StackOverflow) => FaultKind::StackOverflow,
+            _ if memory_denied => FaultKind::MemoryLimit,
+            _ => FaultKind::Trap,
         };
         // The root cause is the trap (or the refused import); outer layers
         // only add context about where wasmtime was.

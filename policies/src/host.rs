@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
@@ -19,6 +20,7 @@ use crate::decisions::DecisionSink;
 use crate::error::{PolicyError, Result, message};
 use crate::slot::PolicySlot;
 use crate::store::StoreState;
+use crate::ticker::{Ticker, TickerStatus};
 use crate::world::World;
 
 /// The limits one plugin call runs under. Every limit has a hostile test
@@ -27,7 +29,12 @@ use crate::world::World;
 /// ```
 /// use cairn_policies::Limits;
 ///
-/// let tight = Limits::default().fuel(1_000_000).memory_bytes(8 << 20);
+/// use std::time::Duration;
+///
+/// let tight = Limits::default()
+///     .fuel(1_000_000)
+///     .memory_bytes(8 << 20)
+///     .deadline(Duration::from_millis(20));
 /// assert_eq!(tight.max_output_bytes, Limits::default().max_output_bytes);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +44,25 @@ pub struct Limits {
     /// `out-of-fuel` fault. Default 10,000,000 (a few milliseconds); the
     /// default significance gate needs about 0.5 % of that on a 1 KB turn.
     pub fuel: u64,
+    /// The wall-clock time one call may take, and, separately, one
+    /// instantiation (which may run the guest's initialisers). Past it the
+    /// guest is interrupted: a `time-limit` fault. Fuel bounds the work a
+    /// call does; this bounds the work whose time is not proportional to
+    /// its fuel (a call out to the runtime, a cache miss) and a thread that
+    /// is descheduled. Checked at the guest's function entries and loop
+    /// back-edges, at the resolution of [`HostConfig::epoch_tick`]; the
+    /// host's own work on a call (copying its answer out) is not
+    /// interrupted. A batched call gets as many deadlines as it has
+    /// inputs, as it gets their fuel.
+    ///
+    /// Default 100 ms: ordinary decisions take microseconds and the whole
+    /// default fuel of ordinary code about one, while the slowest guests
+    /// found spend tens to a few hundred milliseconds of their default fuel
+    /// (`docs/SECURITY.md`, "Hostile plugins"). It is wall-clock time, so it includes time the
+    /// thread waits for a CPU: on a host that is often overloaded, raise it
+    /// rather than let a starved call fault (five in a row trip the
+    /// breaker).
+    pub deadline: Duration,
     /// The most linear memory an instance may grow to, in bytes. A refused
     /// growth that kills the call is a `memory-limit` fault. Default 16 MiB.
     pub memory_bytes: usize,
@@ -59,6 +85,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             fuel: 10_000_000,
+            deadline: Duration::from_millis(100),
             memory_bytes: 16 << 20,
             max_output_bytes: 1024,
             table_elements: 10_000,
@@ -72,6 +99,12 @@ impl Limits {
     /// With this much fuel per call.
     pub fn fuel(mut self, fuel: u64) -> Self {
         self.fuel = fuel;
+        self
+    }
+
+    /// With this wall-clock deadline per call (see [`Limits::deadline`]).
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -125,6 +158,10 @@ pub struct HostConfig {
     pub max_stack_bytes: usize,
     /// The limits of plugins prepared without their own.
     pub limits: Limits,
+    /// How often the host's ticker thread advances the engine's epoch: the
+    /// resolution of every [`Limits::deadline`] (a call is stopped at most
+    /// one tick after its deadline). Default 1 ms.
+    pub epoch_tick: Duration,
     /// How many faults in a row trip a plugin's circuit breaker. Default 5.
     pub breaker_trip_after: u32,
     /// The number of the first generation this host makes (so a runtime
@@ -146,6 +183,7 @@ impl Default for HostConfig {
             cache_dir: None,
             max_stack_bytes: 512 << 10,
             limits: Limits::default(),
+            epoch_tick: Duration::from_millis(1),
             breaker_trip_after: 5,
             first_generation: 1,
             max_idle_instances: 2 * cpus,
@@ -171,6 +209,13 @@ impl HostConfig {
     /// With this wasm stack limit.
     pub fn max_stack_bytes(mut self, bytes: usize) -> Self {
         self.max_stack_bytes = bytes;
+        self
+    }
+
+    /// With the epoch advanced this often (at least 100 µs, at most 1 s;
+    /// see [`HostConfig::epoch_tick`]).
+    pub fn epoch_tick(mut self, tick: Duration) -> Self {
+        self.epoch_tick = tick.clamp(MIN_EPOCH_TICK, MAX_EPOCH_TICK);
         self
     }
 
@@ -200,8 +245,14 @@ impl HostConfig {
     }
 }
 
-/// The policy host: one wasmtime engine shared by every plugin, a compile
-/// cache, and the decision sink. Cheap to clone; `Send + Sync`.
+/// The shortest [`HostConfig::epoch_tick`].
+const MIN_EPOCH_TICK: Duration = Duration::from_micros(100);
+/// The longest [`HostConfig::epoch_tick`].
+const MAX_EPOCH_TICK: Duration = Duration::from_secs(1);
+
+/// The policy host: one wasmtime engine shared by every plugin, its epoch
+/// ticker (the thread that makes deadlines work), a compile cache, and the
+/// decision sink. Cheap to clone; `Send + Sync`.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -226,11 +277,25 @@ pub(crate) struct HostInner {
     pub(crate) sink: Arc<dyn DecisionSink>,
     cache: ComponentCache,
     next_generation: AtomicU64,
+    /// Stopped and joined when the host is dropped.
+    ticker: Ticker,
 }
 
 impl HostInner {
     pub(crate) fn next_generation(&self) -> u64 {
         self.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `deadline` as an epoch delta for `Store::set_epoch_deadline`: whole
+    /// ticks rounded up, plus one, because the next tick may come at once.
+    /// `times` deadlines for a batched call. At least 2 ticks.
+    pub(crate) fn deadline_ticks(&self, deadline: Duration, times: u64) -> u64 {
+        let tick = self.config.epoch_tick.as_nanos().max(1);
+        let ticks = deadline.as_nanos().div_ceil(tick).max(1);
+        u64::try_from(ticks)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(times.max(1))
+            .saturating_add(1)
     }
 }
 
@@ -243,14 +308,16 @@ impl std::fmt::Debug for PolicyHost {
 }
 
 impl PolicyHost {
-    /// Creates the engine (fuel metering on, the configured stack limit,
-    /// no async) and opens the compile cache.
+    /// Creates the engine (fuel metering and epoch interruption on, the
+    /// configured stack limit, no async), starts its epoch ticker thread
+    /// and opens the compile cache.
     pub fn new(config: HostConfig, sink: Arc<dyn DecisionSink>) -> Result<PolicyHost> {
         let mut wasm = Config::new();
         // No wasm backtraces: guests are stripped, so a backtrace names only
         // function indices, and capturing one (thousands of frames after a
         // stack overflow) would slow fault containment for nothing.
         wasm.consume_fuel(true)
+            .epoch_interruption(true)
             .max_wasm_stack(config.max_stack_bytes)
             .wasm_backtrace_max_frames(None)
             .wasm_component_model(true);
@@ -264,15 +331,34 @@ impl PolicyHost {
                 .as_ref()
                 .map(|(dir, key)| (dir.as_path(), *key)),
         )?;
+        let ticking = engine.clone();
+        let tick = config.epoch_tick.clamp(MIN_EPOCH_TICK, MAX_EPOCH_TICK);
+        let ticker = Ticker::spawn("cairn-policy-epoch", tick, move || {
+            ticking.increment_epoch();
+        })
+        .map_err(|err| PolicyError::Engine {
+            message: format!("could not start the plugin deadline ticker thread: {err}"),
+        })?;
         Ok(PolicyHost {
             inner: Arc::new(HostInner {
                 engine,
                 next_generation: AtomicU64::new(config.first_generation),
-                config,
+                config: HostConfig {
+                    epoch_tick: tick,
+                    ..config
+                },
                 sink,
                 cache,
+                ticker,
             }),
         })
+    }
+
+    /// The state of the thread that makes deadlines work (see
+    /// [`HostConfig::epoch_tick`]): whether it runs, how many ticks it
+    /// made, how many of them panicked (caught; it carries on).
+    pub fn ticker_status(&self) -> TickerStatus {
+        self.inner.ticker.status()
     }
 
     /// The host's configuration.

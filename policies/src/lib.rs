@@ -10,15 +10,15 @@
 //!   for one [`World`] ([`SignificanceGate`], [`TopicDirective`],
 //!   [`MemoryPolicy`]): the slow work, done off the hot path.
 //! - [`PolicySlot`]: serves decisions from the current generation of a
-//!   plugin under per-call [`Limits`] (fuel, memory, output size; the stack
-//!   limit is engine-wide), contains faults, trips a circuit breaker, and
+//!   plugin under per-call [`Limits`] (fuel, a wall-clock deadline, memory,
+//!   output size; the stack limit is engine-wide), contains faults, trips a circuit breaker, and
 //!   swaps generations atomically.
 //! - [`Decided`]: the decision, stamped with its [`DecisionId`] and
 //!   [`PolicyGenerationId`], and its [`Outcome`]: the plugin's checked
 //!   answer, or the world's fail-safe after a [`Fault`].
 //!
-//! A plugin that traps, loops, exhausts its memory, overflows its stack or
-//! returns an invalid or oversized answer never takes the host down and
+//! A plugin that traps, loops, runs past its deadline, exhausts its memory,
+//! overflows its stack or returns an invalid or oversized answer never takes the host down and
 //! never gets "allow everything": the store is dropped, the fault is logged
 //! with its reason code, and the world's documented fail-safe applies
 //! (significance: observe only; topic: do not collect; memory: deny).
@@ -132,6 +132,7 @@ mod memory_policy;
 mod significance;
 mod slot;
 mod store;
+mod ticker;
 mod topic;
 mod vocab;
 mod world;
@@ -156,6 +157,7 @@ pub use significance::{
     SignificanceDecision, SignificanceInput,
 };
 pub use slot::{Decided, PolicySlot, SlotStatus};
+pub use ticker::TickerStatus;
 pub use topic::{
     Activation, CollectionMode, EntryView, GateSignals, MatchCriterion, OutputTarget, SourceClass,
     SourceScope, TopicDefinition, TopicDirectiveDecision, TopicInput, TopicSubject,

@@ -11,7 +11,9 @@
 //!    the plugin.
 //! 3. Take a warm instance from the generation's idle pool, or instantiate
 //!    one from the pre-instantiated component. Each instance owns its store.
-//! 4. Refill the store's fuel, re-arm its memory limiter, call the export.
+//! 4. Refill the store's fuel, set its epoch deadline (the call's
+//!    wall-clock limit, see `ticker.rs`), re-arm its memory limiter, call
+//!    the export.
 //! 5. Check the output: size cap first, then the world's rules.
 //! 6. Success: the instance goes back to the pool (unless it has served
 //!    `max_calls_per_instance` calls).
@@ -493,7 +495,7 @@ impl<W: World> Generation<W> {
                         message: fault.to_string(),
                     })?;
             generation
-                .call(&mut instance, &canary)
+                .call(host, &mut instance, &canary)
                 .map_err(|fault| PolicyError::Canary {
                     plugin: plugin.name.to_string(),
                     fault,
@@ -527,7 +529,7 @@ impl<W: World> Generation<W> {
             },
         };
 
-        let (checked, used) = self.call_metered(&mut warm, input);
+        let (checked, used) = self.call_metered(host, &mut warm, input);
         match checked {
             Ok(decision) => {
                 warm.calls += 1;
@@ -574,9 +576,11 @@ impl<W: World> Generation<W> {
                 Err(fault) => return self.all_faulted(inputs, fault, None),
             },
         };
-        // The batch gets the fuel of as many single calls.
+        // The batch gets the fuel and the time of as many single calls.
         let n = u64::try_from(inputs.len()).unwrap_or(u64::MAX);
         let fuel = self.limits.fuel.saturating_mul(n);
+        warm.store
+            .set_epoch_deadline(host.deadline_ticks(self.limits.deadline, n));
         warm.store.data_mut().rearm();
         if let Err(err) = warm.store.set_fuel(fuel) {
             self.discard(warm);
@@ -638,14 +642,17 @@ impl<W: World> Generation<W> {
         (answers, fuel)
     }
 
-    /// One call with a full tank and a re-armed limiter, its output checked;
-    /// also returns the fuel used.
+    /// One call with a full tank, a fresh deadline and a re-armed limiter,
+    /// its output checked; also returns the fuel used.
     fn call_metered(
         &self,
+        host: &HostInner,
         warm: &mut Warm<W>,
         input: &W::Input,
     ) -> (Result<W::Decision, Fault>, Option<u64>) {
         let fuel = self.limits.fuel;
+        warm.store
+            .set_epoch_deadline(host.deadline_ticks(self.limits.deadline, 1));
         warm.store.data_mut().rearm();
         if let Err(err) = warm.store.set_fuel(fuel) {
             return (Err(Fault::new(FaultKind::Trap, err.to_string())), None);
@@ -663,8 +670,13 @@ impl<W: World> Generation<W> {
     }
 
     /// The canary call made by each new instance at install time.
-    fn call(&self, warm: &mut Warm<W>, input: &W::Input) -> Result<W::Decision, Fault> {
-        self.call_metered(warm, input).0
+    fn call(
+        &self,
+        host: &HostInner,
+        warm: &mut Warm<W>,
+        input: &W::Input,
+    ) -> Result<W::Decision, Fault> {
+        self.call_metered(host, warm, input).0
     }
 
     fn faulted(
@@ -699,7 +711,11 @@ impl<W: World> Generation<W> {
     fn instantiate(&self, host: &HostInner) -> Result<Warm<W>, Fault> {
         let mut store = Store::new(&host.engine, StoreState::new(&self.limits));
         store.limiter(|state| state.limiter());
-        // Instantiation may run guest code (initialisers): it gets fuel too.
+        // Instantiation may run guest code (initialisers): it gets fuel and
+        // a deadline too. (A store's deadline starts at epoch 0, already
+        // past: it must be set before any guest code runs.)
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(host.deadline_ticks(self.limits.deadline, 1));
         store
             .set_fuel(self.limits.fuel)
             .map_err(|err| Fault::new(FaultKind::InstantiationFailed, err.to_string()))?;

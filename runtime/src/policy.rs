@@ -42,10 +42,10 @@ use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
 use cairn_memory::{Memory, Role, Turn};
 use cairn_policies::{
     ActivityType, BuiltinPlugin, CollectionDecision, Decided, ExtractionDepth, GateContext,
-    HostConfig, MemoryPolicy, MemoryPolicyDecision, PolicyGenerationId, PolicyHost, PolicyRequest,
-    PolicySlot, PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput, SlotStatus,
-    TopicDirective, TopicDirectiveDecision, TopicInput, TurnRole, TurnView, WorkPhase, World,
-    WorldKind, defaults,
+    HostConfig, Limits, MemoryPolicy, MemoryPolicyDecision, PolicyGenerationId, PolicyHost,
+    PolicyRequest, PolicySlot, PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput,
+    SlotStatus, TopicDirective, TopicDirectiveDecision, TopicInput, TurnRole, TurnView, WorkPhase,
+    World, WorldKind, defaults,
 };
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
@@ -68,6 +68,12 @@ pub struct PolicyConfig {
     pub max_plugin_bytes: usize,
     /// How many faults in a row trip a plugin's circuit breaker. Default 5.
     pub breaker_trip_after: u32,
+    /// The wall-clock time one plugin call (and, separately, one
+    /// instantiation) may take, in milliseconds, on top of its fuel: past
+    /// it the call is interrupted, a `time-limit` fault answered with the
+    /// world's fail-safe. It counts time the thread waits for a CPU: raise
+    /// it on a host that is often overloaded. 1 to 60,000. Default 100.
+    pub call_deadline_ms: u64,
     /// The durable decision log.
     pub decision_log: DecisionLogConfig,
 }
@@ -77,6 +83,8 @@ impl Default for PolicyConfig {
         PolicyConfig {
             max_plugin_bytes: 8 << 20,
             breaker_trip_after: 5,
+            call_deadline_ms: u64::try_from(Limits::default().deadline.as_millis())
+                .unwrap_or(u64::MAX),
             decision_log: DecisionLogConfig::default(),
         }
     }
@@ -89,6 +97,12 @@ impl PolicyConfig {
                 "policies.max_plugin_bytes and policies.breaker_trip_after must be greater than zero"
                     .to_owned(),
             );
+        }
+        if !(1..=60_000).contains(&self.call_deadline_ms) {
+            return Err(format!(
+                "policies.call_deadline_ms must be between 1 and 60000, not {}",
+                self.call_deadline_ms
+            ));
         }
         self.decision_log.validate()
     }
@@ -261,7 +275,11 @@ impl Policies {
                     memory.derive_key("cairn policy compile cache v1"),
                 )
                 .first_generation(next)
-                .breaker_trip_after(config.breaker_trip_after),
+                .breaker_trip_after(config.breaker_trip_after)
+                .limits(
+                    Limits::default()
+                        .deadline(std::time::Duration::from_millis(config.call_deadline_ms)),
+                ),
             Arc::new(log.clone()),
         )?;
         let now = memory.clock().now();
@@ -1215,6 +1233,36 @@ pub(crate) mod tests {
             cairn_memory::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))?;
         let policies = Policies::open(&memory, dir, &PolicyConfig::default())?;
         Ok((memory, policies))
+    }
+
+    /// `policies.call_deadline_ms` reaches every slot's limits, and a value
+    /// out of range is refused naming the key.
+    #[test]
+    fn the_call_deadline_is_configured_and_checked() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| CairnError::decision_log(e.to_string()))?;
+        let memory = cairn_memory::testing::memory(
+            dir.path(),
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+        )?;
+        let config = PolicyConfig {
+            call_deadline_ms: 7,
+            ..PolicyConfig::default()
+        };
+        let policies = Policies::open(&memory, dir.path(), &config)?;
+        let deadline = std::time::Duration::from_millis(7);
+        assert_eq!(policies.significance().status().limits.deadline, deadline);
+        assert_eq!(policies.topic().status().limits.deadline, deadline);
+        assert_eq!(policies.memory_policy().status().limits.deadline, deadline);
+        for bad in [0, 60_001] {
+            let config = PolicyConfig {
+                call_deadline_ms: bad,
+                ..PolicyConfig::default()
+            };
+            let err = config.validate().expect_err("out of range");
+            assert!(err.contains("policies.call_deadline_ms"), "{err}");
+        }
+        Ok(())
     }
 
     /// A writer that stopped (a panic) is counted and reported; decisions

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
+use std::time::Duration;
 
 use cairn_policies::*;
 
@@ -15,10 +16,14 @@ use crate::support::{HOSTILE, host, policy_request, topic_input, turn, wasm};
 fn config() -> HostConfig {
     // One warm instance, so "a fresh instance" is observable through the
     // guests' per-instance call counter; a breaker that never trips here.
+    // A deadline no call reaches, even on a starved test machine: the good
+    // plugin must never fault, and the guests here are stopped by their
+    // other limits (the deadline is tried in `deadline.rs`).
     HostConfig::default()
         .prewarm_instances(1)
         .max_idle_instances(1)
         .breaker_trip_after(1_000)
+        .limits(Limits::default().deadline(Duration::from_secs(600)))
 }
 
 /// The fail-safe reason codes every contained fault carries.

@@ -9,6 +9,7 @@ mod batch;
 mod breaker;
 mod cache;
 mod containment;
+mod deadline;
 mod defaults;
 mod install;
 mod support;

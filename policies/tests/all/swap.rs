@@ -87,14 +87,19 @@ fn swaps_under_concurrent_calls_lose_and_fail_nothing() {
 #[test]
 fn a_call_in_flight_finishes_on_the_old_generation() {
     let (host, sink) = host(HostConfig::default().prewarm_instances(1));
-    // A long call: the infinite-loop guest burning a large fuel budget.
+    // A long call: the infinite-loop guest burning a large fuel budget
+    // (with a deadline that does not stop it first).
     let slow = host
         .prepare::<SignificanceGate>(
             "hostile-infinite-loop",
             &wasm(env!("CAIRN_PLUGIN_HOSTILE_INFINITE_LOOP")),
         )
         .unwrap()
-        .with_limits(Limits::default().fuel(3_000_000_000));
+        .with_limits(
+            Limits::default()
+                .fuel(3_000_000_000)
+                .deadline(Duration::from_secs(600)),
+        );
     let slot = host.slot(&slow).unwrap();
     let old = slot.generation();
 
