@@ -85,6 +85,9 @@ pub(crate) struct Shared {
     /// Who is told of every write (the search worker; see
     /// [`crate::changes`]).
     pub(crate) watchers: crate::changes::Watchers,
+    /// The access tokens requests are checked against (see
+    /// [`crate::access`]).
+    pub(crate) access: crate::access::TokenCache,
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -883,6 +886,7 @@ impl Memory {
                 install_key,
                 names: crate::name::Names::default(),
                 watchers: crate::changes::Watchers::default(),
+                access: crate::access::TokenCache::default(),
             }),
         };
         memory.finish_interrupted_erasures()?;

@@ -374,3 +374,34 @@ fn failed_authentications_are_limited_per_peer() -> Result<()> {
     ensure!(s == 200);
     Ok(())
 }
+
+/// The description tells clients about the cross-site checks: every
+/// state-changing operation declares `x-cairn-client` and names the
+/// refusals (`origin_not_allowed`, `json_required`) in its 403.
+#[test]
+fn the_description_names_the_cross_site_refusals() -> Result<()> {
+    let api = serde_json::to_value(cairn_cli::http::api_doc())?;
+    let mut checked = 0;
+    for (path, item) in api["paths"].as_object().context("paths")? {
+        for (method, op) in item.as_object().context("item")? {
+            if method == "get" {
+                continue;
+            }
+            let forbidden = op["responses"]["403"]["description"]
+                .as_str()
+                .unwrap_or_default();
+            for code in ["origin_not_allowed", "json_required"] {
+                ensure!(forbidden.contains(code), "{method} {path}: 403 without {code}");
+            }
+            let declared = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["name"] == "x-cairn-client" && p["in"] == "header");
+            ensure!(declared, "{method} {path} does not declare x-cairn-client");
+            checked += 1;
+        }
+    }
+    ensure!(checked > 20, "only {checked} state-changing operations");
+    Ok(())
+}
