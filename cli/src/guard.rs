@@ -294,10 +294,7 @@ fn host_and_port(header: &str) -> (String, Option<u16>) {
             None => (header, None),
         }
     };
-    (
-        name.to_ascii_lowercase(),
-        port.and_then(|p| p.parse().ok()),
-    )
+    (name.to_ascii_lowercase(), port.and_then(|p| p.parse().ok()))
 }
 
 /// The names a loopback server answers to.
@@ -436,8 +433,8 @@ impl Guard {
         }
         match (asked.origin, asked.fetch_site) {
             (Some(origin), _) => {
-                let allowed = WebOrigin::parse(origin)
-                    .is_ok_and(|o| self.origin_allowed(&o, asked.host));
+                let allowed =
+                    WebOrigin::parse(origin).is_ok_and(|o| self.origin_allowed(&o, asked.host));
                 if !allowed {
                     return Err(Refusal::Origin(format!("origin {origin:?}")));
                 }
@@ -786,7 +783,11 @@ mod tests {
             );
             assert_eq!(with(None, None, content_type, true), Ok(Principal::Open));
         }
-        for content_type in ["application/json", "application/problem+json", "application/wasm"] {
+        for content_type in [
+            "application/json",
+            "application/problem+json",
+            "application/wasm",
+        ] {
             assert!(is_api_content_type(content_type), "{content_type}");
         }
         // Reads are not concerned.

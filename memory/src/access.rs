@@ -408,7 +408,10 @@ impl Memory {
             store.meta_delete(record)?;
         }
         if !revoked.is_empty() {
-            tracing::info!(tokens = revoked.len(), "access tokens revoked with their workspace");
+            tracing::info!(
+                tokens = revoked.len(),
+                "access tokens revoked with their workspace"
+            );
         }
         Ok(revoked.len())
     }
@@ -427,8 +430,8 @@ impl Memory {
             return Ok(None);
         };
         let digest = self.token_digest(secret);
-        let current =
-            tokens.incarnation(&self.incarnation_key(&stored.token.workspace)) == stored.incarnation;
+        let current = tokens.incarnation(&self.incarnation_key(&stored.token.workspace))
+            == stored.incarnation;
         Ok((same_digest(&digest, &stored.digest) && current).then(|| stored.token.clone()))
     }
 
@@ -516,7 +519,9 @@ mod tests {
     fn tokens_are_checked_from_memory_and_read_again_on_demand() {
         let dir = tempfile::tempdir().unwrap();
         let memory = open(dir.path());
-        let (made, secret) = memory.create_token("acme", TokenScope::Write, None).unwrap();
+        let (made, secret) = memory
+            .create_token("acme", TokenScope::Write, None)
+            .unwrap();
         assert!(memory.has_tokens().unwrap());
         assert_eq!(memory.verify_token(&secret).unwrap(), Some(made.clone()));
         // Behind the cache's back, as another process sharing the store.
@@ -544,8 +549,12 @@ mod tests {
     fn tokens_are_bound_to_their_workspace_s_incarnation() {
         let dir = tempfile::tempdir().unwrap();
         let memory = open(dir.path());
-        let (_, acme) = memory.create_token("acme", TokenScope::Write, None).unwrap();
-        let (globex_made, globex) = memory.create_token("globex", TokenScope::Read, None).unwrap();
+        let (_, acme) = memory
+            .create_token("acme", TokenScope::Write, None)
+            .unwrap();
+        let (globex_made, globex) = memory
+            .create_token("globex", TokenScope::Read, None)
+            .unwrap();
         let (stale_made, stale) = memory.create_token("acme", TokenScope::Read, None).unwrap();
         let stale_record = memory
             .shared
@@ -573,7 +582,10 @@ mod tests {
         memory.reload_tokens().unwrap();
         assert_eq!(memory.verify_token(&stale).unwrap(), None);
         let (fresh_made, fresh) = memory.create_token("acme", TokenScope::Read, None).unwrap();
-        assert_eq!(memory.verify_token(&fresh).unwrap(), Some(fresh_made.clone()));
+        assert_eq!(
+            memory.verify_token(&fresh).unwrap(),
+            Some(fresh_made.clone())
+        );
         memory.shared.store.sync().unwrap();
         drop(memory);
         let memory = open(dir.path());

@@ -685,9 +685,20 @@ mod tests {
 
     #[test]
     fn unspecified_addresses_are_told_apart() {
-        assert_eq!(unspecified_host("http://0.0.0.0:7878").as_deref(), Some("0.0.0.0"));
-        assert_eq!(unspecified_host("https://[::]:7878/").as_deref(), Some("::"));
-        for reachable in ["http://10.0.0.5:7878", "http://[::1]:1", "http://node-1:7878", ""] {
+        assert_eq!(
+            unspecified_host("http://0.0.0.0:7878").as_deref(),
+            Some("0.0.0.0")
+        );
+        assert_eq!(
+            unspecified_host("https://[::]:7878/").as_deref(),
+            Some("::")
+        );
+        for reachable in [
+            "http://10.0.0.5:7878",
+            "http://[::1]:1",
+            "http://node-1:7878",
+            "",
+        ] {
             assert_eq!(unspecified_host(reachable), None, "{reachable}");
         }
     }

@@ -842,12 +842,19 @@ mod tests {
             f(&mut config.server);
             config.validate()
         };
-        assert!(
-            server(&|s| s.allowed_origins = vec!["https://dash.example".to_owned()]).is_ok()
-        );
-        for bad in ["*", "null", "dash.example", "https://dash.example/app", "ftp://x"] {
+        assert!(server(&|s| s.allowed_origins = vec!["https://dash.example".to_owned()]).is_ok());
+        for bad in [
+            "*",
+            "null",
+            "dash.example",
+            "https://dash.example/app",
+            "ftp://x",
+        ] {
             let message = refusal(server(&|s| s.allowed_origins = vec![bad.to_owned()]));
-            assert!(message.contains("server.allowed_origins[0]"), "{bad}: {message}");
+            assert!(
+                message.contains("server.allowed_origins[0]"),
+                "{bad}: {message}"
+            );
         }
         assert!(refusal(server(&|s| s.token_refresh_ms = 5)).contains("server.token_refresh_ms"));
         assert!(

@@ -294,7 +294,10 @@ fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> 
         new,
         "",
     )?;
-    ensure!(s == 200 && body[0]["content"] == "Second tenant's secret plan.", "{s} {body}");
+    ensure!(
+        s == 200 && body[0]["content"] == "Second tenant's secret plan.",
+        "{s} {body}"
+    );
     // After a restart too: the binding is stored, not only cached.
     drop(server);
     let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
@@ -308,7 +311,10 @@ fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> 
         ],
         "",
     )?;
-    ensure!(s == 401, "the erased tenant's token after a restart: {s} {answer}");
+    ensure!(
+        s == 401,
+        "the erased tenant's token after a restart: {s} {answer}"
+    );
     Ok(())
 }
 

@@ -352,19 +352,37 @@ fn a_client_cannot_pose_as_a_node() -> Result<()> {
         }
     }
     let leases = cluster(&nodes[0])?["leases"].to_string();
-    ensure!(!leases.contains("posed-"), "a posed request took a lease: {leases}");
+    ensure!(
+        !leases.contains("posed-"),
+        "a posed request took a lease: {leases}"
+    );
     // A real forward: n1 passes n2's workspace on, n2 serves it.
     let workspace = a_workspace_of(&nodes[0], "n2", "real-", "Forwarded for real.")?;
     let resp = nodes[0]
         .agent
-        .get(format!("{}/v1/workspaces/{workspace}/sessions/s/transcript", nodes[0].base))
+        .get(format!(
+            "{}/v1/workspaces/{workspace}/sessions/s/transcript",
+            nodes[0].base
+        ))
         .call()?;
     ensure!(resp.status() == 200, "{}", resp.status());
     ensure!(
-        resp.headers().get("x-cairn-node").and_then(|v| v.to_str().ok()) == Some("n2"),
+        resp.headers()
+            .get("x-cairn-node")
+            .and_then(|v| v.to_str().ok())
+            == Some("n2"),
         "served by {:?}",
         resp.headers().get("x-cairn-node")
     );
+    // A state-changing request from n1's own origin passes n1's cross-site
+    // check, and n2 does not judge the origin again against its address.
+    let (s, body) = nodes[0].raw(
+        "POST",
+        &format!("/v1/workspaces/{workspace}/turns"),
+        &[("host", n1.as_str()), ("origin", nodes[0].base.as_str())],
+        r#"{"turns":[{"session":"s","role":"user","content":"From n1's own page."}]}"#,
+    )?;
+    ensure!(s == 200, "same-origin through n1 to n2: {s} {body}");
     Ok(())
 }
 
@@ -381,7 +399,10 @@ fn forwarded_answers_are_bounded() -> Result<()> {
         &url,
         dir.path(),
         2,
-        &[("CAIRN_SERVER__MAX_FORWARDED_ANSWER_BYTES", "4096".to_owned())],
+        &[(
+            "CAIRN_SERVER__MAX_FORWARDED_ANSWER_BYTES",
+            "4096".to_owned(),
+        )],
     )?;
     let big = "a long line of the launch plan ".repeat(300);
     let workspace = a_workspace_of(&nodes[0], "n2", "big-", &big)?;
@@ -434,7 +455,10 @@ fn leases_of_workspaces_that_do_not_exist_are_released() -> Result<()> {
     let ghosts_held = || -> Result<usize> {
         let mut n = 0;
         for node in &nodes {
-            n += held(node)?.iter().filter(|w| w.starts_with("ghost-")).count();
+            n += held(node)?
+                .iter()
+                .filter(|w| w.starts_with("ghost-"))
+                .count();
         }
         Ok(n)
     };

@@ -270,7 +270,12 @@ fn cross_site_requests_are_refused() -> Result<()> {
     )?;
     // A browser that sends no Origin but says the request is cross-site.
     refused(
-        post_exactly(&server, end, &format!("sec-fetch-site: cross-site\r\n{json}"), "{}")?,
+        post_exactly(
+            &server,
+            end,
+            &format!("sec-fetch-site: cross-site\r\n{json}"),
+            "{}",
+        )?,
         "origin_not_allowed",
         "Sec-Fetch-Site: cross-site",
     )?;
@@ -305,11 +310,22 @@ fn cross_site_requests_are_refused() -> Result<()> {
     let (s, body) = exactly(&server, &get)?;
     ensure!(s == 200, "a read with a foreign Origin: {s} {body}");
     // The server's own origin, and a client naming itself, get through.
-    let own = format!("origin: {}\r\nsec-fetch-site: same-origin\r\n{json}", server.base);
-    let (s, body) = post_exactly(&server, "/v1/workspaces/acme/sessions/main/after_turn", &own, "")?;
+    let own = format!(
+        "origin: {}\r\nsec-fetch-site: same-origin\r\n{json}",
+        server.base
+    );
+    let (s, body) = post_exactly(
+        &server,
+        "/v1/workspaces/acme/sessions/main/after_turn",
+        &own,
+        "",
+    )?;
     ensure!(s == 200, "same origin: {s} {body}");
     let (s, body) = post_exactly(&server, end, "x-cairn-client: test\r\n", "")?;
-    ensure!(s == 200 && body["state"] == "ended", "x-cairn-client: {s} {body}");
+    ensure!(
+        s == 200 && body["state"] == "ended",
+        "x-cairn-client: {s} {body}"
+    );
 
     // An allow-list admits the origins it names, and those only.
     let dir = tempfile::tempdir()?;
@@ -336,8 +352,8 @@ fn cross_site_requests_are_refused() -> Result<()> {
 #[test]
 fn failed_authentications_are_limited_per_peer() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let toml = admin_and_acme(ADMIN, ACME)
-        .replace("[server]\n", "[server]\nfailed_auth_per_minute = 5\n");
+    let toml =
+        admin_and_acme(ADMIN, ACME).replace("[server]\n", "[server]\nfailed_auth_per_minute = 5\n");
     let server = Server::start_configured(dir.path(), &toml)?;
     let host = server.base.trim_start_matches("http://").to_owned();
     let get = |token: &str| {
@@ -391,7 +407,10 @@ fn the_description_names_the_cross_site_refusals() -> Result<()> {
                 .as_str()
                 .unwrap_or_default();
             for code in ["origin_not_allowed", "json_required"] {
-                ensure!(forbidden.contains(code), "{method} {path}: 403 without {code}");
+                ensure!(
+                    forbidden.contains(code),
+                    "{method} {path}: 403 without {code}"
+                );
             }
             let declared = op["parameters"]
                 .as_array()

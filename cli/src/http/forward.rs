@@ -48,6 +48,11 @@ const HOP_BY_HOP: &[&str] = &[
     "content-length",
 ];
 
+/// Request headers the forwarding node has already judged and does not
+/// pass on: the owner would compare the `Origin` with its own address, not
+/// the one the client called (the forwarding stamp vouches for the check).
+const CHECKED_HERE: &[&str] = &["origin", "sec-fetch-site"];
+
 /// How long each phase of a forwarded request may take: connecting to the
 /// owner, sending the request, waiting for its answer, reading it.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -191,7 +196,10 @@ async fn forward(
         .method(req.method().as_str())
         .uri(&target);
     for (name, value) in req.headers() {
-        if !HOP_BY_HOP.contains(&name.as_str()) && name.as_str() != FORWARDED_BY {
+        if !HOP_BY_HOP.contains(&name.as_str())
+            && !CHECKED_HERE.contains(&name.as_str())
+            && name.as_str() != FORWARDED_BY
+        {
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
