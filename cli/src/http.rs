@@ -1365,7 +1365,7 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
     if matches!(listen_at, Listen::Unix(_)) && server_config.allowed_hosts.is_empty() {
         guard = guard.without_host_check();
     }
-    if !guard.auth_enabled().unwrap_or(true)
+    if !guard.auth_enabled().unwrap_or(false)
         && matches!(&listen_at, Listen::Tcp(addr) if !is_loopback(addr))
     {
         return Err(std::io::Error::new(

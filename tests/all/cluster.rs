@@ -524,3 +524,39 @@ fn a_node_will_not_advertise_an_unspecified_address() -> Result<()> {
     ensure!(err.contains("storage.cluster.advertise"), "{err}");
     Ok(())
 }
+
+/// Tokens are checked from each node's memory; a token made on one node
+/// counts on the others within `server.token_refresh_ms`, and turns
+/// authentication on there too.
+#[test]
+fn a_token_made_on_one_node_counts_on_the_others() -> Result<()> {
+    let Some(url) = postgres_only("a_token_made_on_one_node_counts_on_the_others") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster_with(
+        &url,
+        dir.path(),
+        2,
+        &[("CAIRN_SERVER__TOKEN_REFRESH_MS", "200".to_owned())],
+    )?;
+    let (s, made) = nodes[0].post(
+        "/v1/tokens",
+        &serde_json::json!({"workspace": "acme", "scope": "write"}),
+    )?;
+    ensure!(s == 200, "{s} {made}");
+    let token = made["token"].as_str().context("token")?.to_owned();
+    let n2 = host(&nodes[1]);
+    let auth = format!("Bearer {token}");
+    wait_for(Duration::from_secs(10), "n2 to require a token", || {
+        Ok(nodes[1].get("/v1/workspaces/acme/sessions")?.0 == 401)
+    })?;
+    let (s, body) = nodes[1].raw(
+        "POST",
+        "/v1/workspaces/acme/turns",
+        &[("host", n2.as_str()), ("authorization", auth.as_str())],
+        r#"{"turns":[{"session":"s","role":"user","content":"Made on n1, used on n2."}]}"#,
+    )?;
+    ensure!(s == 200, "the token on n2: {s} {body}");
+    Ok(())
+}
