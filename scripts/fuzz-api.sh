@@ -8,10 +8,12 @@
 #      that version is reused, no network);
 #   2. builds the `cairn` binary (or uses $CAIRN_BIN);
 #   3. starts `cairn serve` on a temporary data dir, on a free loopback port,
-#      with an admin token and a workspace token configured (the limiter off,
-#      so the run measures the API and not the rate limit);
+#      with an admin token and a workspace token configured (the limiters of
+#      requests and of failed authentications off, so the run measures the
+#      API and not the limits);
 #   4. runs schemathesis against /openapi.json, as the workspace token then as
-#      the admin, bounded in examples per operation and in time, with a fixed
+#      the admin (sending `x-cairn-client`, so bodiless state-changing routes
+#      pass the cross-site guard and reach their handlers), bounded in examples per operation and in time, with a fixed
 #      seed, checking:
 #      no 5xx (not_a_server_error), every status documented
 #      (status_code_conformance), every content type documented
@@ -114,6 +116,7 @@ cat >"$work/cairn.toml" <<EOF
 [server]
 admin_token = "$admin"
 requests_per_minute = 0
+failed_auth_per_minute = 0
 
 [[server.tokens]]
 token = "$ws_token"
@@ -234,6 +237,7 @@ fuzz_as() {
         timeout --kill-after=10 "$max_seconds" \
         "$venv/bin/st" --no-color --config-file "$work/schemathesis.toml" run "$base/openapi.json" \
         --header "Authorization: Bearer $token" \
+        --header "X-Cairn-Client: fuzz" \
         --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,ignored_auth \
         --phases examples,coverage,fuzzing \
         --max-examples "$count" \

@@ -49,6 +49,8 @@ pub struct ErrorBody {
 struct ApiError {
     status: StatusCode,
     body: ErrorBody,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 impl std::fmt::Display for ApiError {
@@ -67,6 +69,9 @@ impl ResponseError for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
         }
+        if let Some(seconds) = self.retry_after {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, seconds.to_string()));
+        }
         response.json(&self.body)
     }
 }
@@ -82,6 +87,24 @@ impl From<Refusal> for ApiError {
                      answers only to localhost, 127.0.0.1 and ::1)"
                 ),
             ),
+            Refusal::Origin(what) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                format!(
+                    "{what} may not change anything here: only the server's own origin and \
+                     server.allowed_origins may (a web page must not act for the operator)"
+                ),
+            ),
+            Refusal::NotJson(what) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "json_required",
+                format!(
+                    "{what}: a request that changes state must send a JSON body \
+                     (Content-Type: application/json) or name its client with the \
+                     `{}` header, so a plain HTML form cannot send it",
+                    crate::guard::CLIENT_HEADER
+                ),
+            ),
             Refusal::Unauthorized(why) => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", why)
             }
@@ -91,6 +114,20 @@ impl From<Refusal> for ApiError {
                 "rate_limited",
                 format!("over {per_minute} requests a minute (server.requests_per_minute)"),
             ),
+            Refusal::HeldOff {
+                per_minute,
+                retry_after,
+            } => ApiError {
+                retry_after: Some(retry_after),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_failed_authentications",
+                    format!(
+                        "this address failed to authenticate more than {per_minute} times a \
+                         minute (server.failed_auth_per_minute); try again in {retry_after} s"
+                    ),
+                )
+            },
             Refusal::Unavailable(why) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why)
             }
@@ -105,13 +142,19 @@ async fn guard_requests(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Some(guard) = req.app_data::<web::Data<Guard>>() {
-        let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-        let decided = guard.check(
-            header(actix_web::http::header::HOST),
-            header(actix_web::http::header::AUTHORIZATION),
-            req.method().as_str(),
-            req.path(),
-        );
+        use actix_web::http::header;
+        let value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let decided = guard.check(&crate::guard::Asked {
+            host: value(header::HOST),
+            authorization: value(header::AUTHORIZATION),
+            origin: value(header::ORIGIN),
+            fetch_site: value(header::HeaderName::from_static("sec-fetch-site")),
+            content_type: value(header::CONTENT_TYPE),
+            names_client: req.headers().contains_key(crate::guard::CLIENT_HEADER),
+            method: req.method().as_str(),
+            path: req.path(),
+            peer: req.peer_addr().map(|a| a.ip()),
+        });
         // Counted under its token; a server without tokens is a local one
         // (it refuses a public address) and is not limited.
         let admitted = decided.and_then(|principal| match principal.rate_key() {
@@ -136,6 +179,7 @@ impl ApiError {
                 code: code.to_owned(),
                 message: message.into(),
             },
+            retry_after: None,
         }
     }
 
@@ -1293,10 +1337,12 @@ impl Listen {
 /// `on_bound` is called with where it listens: `http://ADDR` (useful with
 /// port 0) or `unix:PATH`.
 ///
-/// Every request passes a guard first: the `Host` allow-list, then, when
-/// tokens are configured or stored, a bearer token that opens the route
-/// (see [`cairn::ServerConfig`] and `cairn tokens`). Without tokens only a
-/// loopback address or a Unix socket is served.
+/// Every request passes a guard first: the `Host` allow-list, the
+/// cross-site checks of a state-changing request (`Origin` /
+/// `Sec-Fetch-Site` and a JSON body or `x-cairn-client`), then, when tokens
+/// are configured or stored (or made while it runs), a bearer token that
+/// opens the route (see [`cairn::ServerConfig`] and `cairn tokens`). Without
+/// tokens only a loopback address or a Unix socket is served.
 pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> std::io::Result<()> {
     let server_config = &cairn.config().server;
     let listen_at = Listen::parse(listen);
@@ -1307,7 +1353,9 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
     if matches!(listen_at, Listen::Unix(_)) && server_config.allowed_hosts.is_empty() {
         guard = guard.without_host_check();
     }
-    if !guard.auth_enabled() && matches!(&listen_at, Listen::Tcp(addr) if !is_loopback(addr)) {
+    if !guard.auth_enabled().unwrap_or(false)
+        && matches!(&listen_at, Listen::Tcp(addr) if !is_loopback(addr))
+    {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
@@ -1317,6 +1365,13 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
                  address or a Unix socket"
             ),
         ));
+    }
+    if cairn.config().storage.backend != cairn::StorageBackend::Sled {
+        // Other processes may make and revoke tokens in a shared store.
+        crate::guard::keep_tokens_current(
+            cairn.clone(),
+            std::time::Duration::from_millis(server_config.token_refresh_ms),
+        );
     }
     let guard = web::Data::new(guard);
     // Start search now (model load, then the worker catches the indexes up
@@ -1343,11 +1398,12 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
                 .first()
                 .copied()
                 .ok_or_else(|| std::io::Error::other("the server bound no address"))?;
+            if node.config().storage.cluster.advertise.is_empty() {
+                node.advertise(&format!("{scheme}://{bound}"))
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            }
             on_bound(&format!("{scheme}://{bound}"));
             tracing::info!(addr = %bound, "cairn serving");
-            if node.config().storage.cluster.advertise.is_empty() {
-                node.advertise(&format!("{scheme}://{bound}"));
-            }
             let served = server.run().await;
             // A graceful stop hands this node's workspaces over at once.
             if let Err(error) = node.leave_cluster() {

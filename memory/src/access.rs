@@ -8,6 +8,24 @@
 //! store therefore yields no usable token, and [`Memory::verify_token`]
 //! compares digests in constant time.
 //!
+//! **Checked from memory.** Every record is read once, into a cache shared
+//! by every handle on this [`Memory`]; [`Memory::verify_token`] then answers
+//! from the cache alone, without a store read, so a stream of made-up tokens
+//! costs a hash each and never a database round trip. This process's own
+//! changes (make, revoke, erase a workspace) update the cache as they are
+//! written; changes another process made to a shared store (the CLI, another
+//! node of a cluster) are read by [`Memory::reload_tokens`], which the
+//! server calls periodically.
+//!
+//! **Bound to a workspace's incarnation.** A workspace name can be erased
+//! and used again; a token made for the first tenant must not open the
+//! second. Each name has an incarnation number (how many times a workspace
+//! of that name was erased, kept under a keyed hash of the name, like a
+//! tombstone's target), and a token records the one it was made in. The
+//! erasure of a workspace revokes its tokens and moves the incarnation on
+//! ([`Memory::revoke_workspace_tokens`]); a token of an earlier incarnation
+//! opens nothing, whatever record survives.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use cairn_memory::{Memory, MemoryConfig, SystemClock, access::TokenScope};
@@ -21,7 +39,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
@@ -81,15 +103,25 @@ pub struct AccessToken {
     pub created_at: DateTime<Utc>,
 }
 
-/// The stored record: the listing plus the secret's keyed hash.
-#[derive(Serialize, Deserialize)]
+/// The stored record: the listing, the secret's keyed hash, and the
+/// incarnation of the workspace it was made in.
+#[derive(Clone, Serialize, Deserialize)]
 struct Stored {
     token: AccessToken,
     digest: String,
+    /// The workspace's incarnation when the token was made (records made
+    /// before incarnations existed read 0, the first one's).
+    #[serde(default)]
+    incarnation: u64,
 }
 
 /// Where token records live in the store-wide space.
 const PREFIX: &str = "access-token/";
+/// Where each workspace name's incarnation lives in the store-wide space,
+/// under a keyed hash of the name.
+const INCARNATION_PREFIX: &str = "workspace-incarnation/";
+/// The key-derivation context of the incarnation records' keys.
+const INCARNATION_KEY_CONTEXT: &str = "cairn workspace incarnation v1";
 /// Longest label accepted.
 const MAX_LABEL: usize = 200;
 
@@ -115,6 +147,18 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Stored> {
     })
 }
 
+/// An incarnation record (a decimal number), or `Corrupt` naming its key.
+fn decode_incarnation(key: &[u8], bytes: &[u8]) -> Result<u64> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| MemoryError::Corrupt {
+            what: "workspace incarnation",
+            key: String::from_utf8_lossy(key).into_owned(),
+            reason: "not a decimal number".to_owned(),
+        })
+}
+
 /// Splits `cairn_<id>_<secret>`; `None` for anything else.
 fn parse(token: &str) -> Option<(&str, &str)> {
     let rest = token.strip_prefix("cairn_")?;
@@ -123,10 +167,81 @@ fn parse(token: &str) -> Option<(&str, &str)> {
     (hexy(id, 12) && hexy(secret, 64)).then_some((id, secret))
 }
 
+/// Compares two digests in time that depends on their lengths only.
+fn same_digest(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// Every token record and incarnation, as read from the store.
+#[derive(Clone, Default)]
+struct Tokens {
+    /// Records by id.
+    by_id: HashMap<String, Stored>,
+    /// Incarnations by the key of their record (names never erased: 0,
+    /// absent).
+    incarnations: HashMap<String, u64>,
+}
+
+impl Tokens {
+    fn incarnation(&self, key: &str) -> u64 {
+        self.incarnations.get(key).copied().unwrap_or(0)
+    }
+}
+
+/// The tokens this process checks requests against (see the module
+/// documentation): `None` until first read. One per [`Memory`], shared by
+/// its handles.
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    tokens: RwLock<Option<Arc<Tokens>>>,
+    /// Held by every change of the token records (its store write and its
+    /// cache update) and by every read of them into the cache, so a read
+    /// that raced a revocation is never installed over it: a revoked token
+    /// must not come back. Checks take only `tokens`' read lock.
+    writing: Mutex<()>,
+}
+
+impl std::fmt::Debug for TokenCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCache")
+            .field("loaded", &self.tokens.read().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenCache {
+    /// Applies `change` to the cached tokens, if they were read.
+    fn update(&self, change: impl FnOnce(&mut Tokens)) {
+        if let Some(tokens) = self.tokens.write().as_mut() {
+            change(Arc::make_mut(tokens));
+        }
+    }
+}
+
 impl Memory {
     fn token_digest(&self, secret: &str) -> String {
         let key = self.derive_key("cairn access token v1");
         hex(blake3::keyed_hash(&key, secret.as_bytes()).as_bytes())
+    }
+
+    /// The key of `workspace`'s incarnation record: a keyed hash of the
+    /// name, so the store-wide space does not list erased names.
+    fn incarnation_key(&self, workspace: &str) -> String {
+        let key = self.derive_key(INCARNATION_KEY_CONTEXT);
+        let digest = blake3::keyed_hash(&key, workspace.as_bytes());
+        format!("{INCARNATION_PREFIX}{}", &digest.to_hex()[..32])
+    }
+
+    /// `workspace`'s incarnation as the store holds it.
+    fn stored_incarnation(&self, key: &str) -> Result<u64> {
+        match self.shared.store.meta_get(key.as_bytes())? {
+            Some(bytes) => decode_incarnation(key.as_bytes(), &bytes),
+            None => Ok(0),
+        }
     }
 
     fn stored_token(&self, id: &str) -> Result<Option<Stored>> {
@@ -137,8 +252,53 @@ impl Memory {
         decode(key.as_bytes(), &bytes).map(Some)
     }
 
+    /// Every token record and incarnation, read from the store.
+    fn read_tokens(&self) -> Result<Tokens> {
+        let store = &self.shared.store;
+        let mut tokens = Tokens::default();
+        for (key, value) in store.meta_scan_prefix(PREFIX.as_bytes())? {
+            let stored = decode(&key, &value)?;
+            tokens.by_id.insert(stored.token.id.clone(), stored);
+        }
+        for (key, value) in store.meta_scan_prefix(INCARNATION_PREFIX.as_bytes())? {
+            let incarnation = decode_incarnation(&key, &value)?;
+            tokens
+                .incarnations
+                .insert(String::from_utf8_lossy(&key).into_owned(), incarnation);
+        }
+        Ok(tokens)
+    }
+
+    /// The cached tokens, read from the store first if they never were.
+    fn cached_tokens(&self) -> Result<Arc<Tokens>> {
+        if let Some(tokens) = self.shared.access.tokens.read().as_ref() {
+            return Ok(tokens.clone());
+        }
+        let _writing = self.shared.access.writing.lock();
+        let mut slot = self.shared.access.tokens.write();
+        if let Some(tokens) = slot.as_ref() {
+            return Ok(tokens.clone());
+        }
+        let tokens = Arc::new(self.read_tokens()?);
+        *slot = Some(tokens.clone());
+        Ok(tokens)
+    }
+
+    /// Reads every token record again (blocking: one store scan) and keeps
+    /// it for [`Memory::verify_token`]: what another process changed in a
+    /// shared store (the CLI, another node) counts from then on. On an
+    /// error the tokens read before stay in force.
+    pub fn reload_tokens(&self) -> Result<()> {
+        let _writing = self.shared.access.writing.lock();
+        let tokens = self.read_tokens()?;
+        *self.shared.access.tokens.write() = Some(Arc::new(tokens));
+        Ok(())
+    }
+
     /// Makes a token opening `workspace` with `scope`; returns its listing
     /// and the token itself, which is shown this once and never stored.
+    /// The token is bound to the workspace's current incarnation: erasing
+    /// the workspace revokes it for good.
     pub fn create_token(
         &self,
         workspace: &str,
@@ -166,9 +326,11 @@ impl Memory {
             label: label.map(str::to_owned),
             created_at: self.shared.clock.now(),
         };
+        let _writing = self.shared.access.writing.lock();
         let stored = Stored {
             token: token.clone(),
             digest: self.token_digest(&secret),
+            incarnation: self.stored_incarnation(&self.incarnation_key(workspace))?,
         };
         let bytes = serde_json::to_vec(&stored).map_err(|e| MemoryError::Invalid {
             what: "access token",
@@ -178,6 +340,9 @@ impl Memory {
             .store
             .meta_put(format!("{PREFIX}{id}").as_bytes(), &bytes)?;
         self.shared.store.sync()?;
+        self.shared.access.update(|tokens| {
+            tokens.by_id.insert(id.clone(), stored);
+        });
         Ok((token, format!("cairn_{id}_{secret}")))
     }
 
@@ -193,9 +358,15 @@ impl Memory {
 
     /// Revokes token `id`: from now on it opens nothing.
     pub fn revoke_token(&self, id: &str) -> Result<AccessToken> {
+        let _writing = self.shared.access.writing.lock();
         let stored = self
             .stored_token(id)?
             .ok_or_else(|| MemoryError::TokenNotFound { id: id.to_owned() })?;
+        // Out of the cache first: until the delete is durable the token is
+        // refused here already (failing closed).
+        self.shared.access.update(|tokens| {
+            tokens.by_id.remove(id);
+        });
         self.shared
             .store
             .meta_delete(format!("{PREFIX}{id}").as_bytes())?;
@@ -203,33 +374,71 @@ impl Memory {
         Ok(stored.token)
     }
 
-    /// The token `presented` is, if it is a live one. Anything malformed,
-    /// unknown or revoked is `None`; the secret is compared by keyed hash,
-    /// in constant time.
+    /// Revokes every token of `workspace` and moves the name's incarnation
+    /// on, so no token made before — one whose record survives somewhere,
+    /// or one another process was making meanwhile — opens the workspace
+    /// that takes the name next. For the erasure of a workspace
+    /// ([`Memory::forget_workspace`]): the writes go to the store-wide space
+    /// unsynced, to be made durable by the caller's sync with the rest of
+    /// its erasure (the cache refuses the tokens at once). Idempotent in
+    /// effect: calling it again (recovery of an interrupted erasure) moves
+    /// the incarnation again and revokes nothing more. Answers how many
+    /// tokens it revoked.
+    pub fn revoke_workspace_tokens(&self, workspace: &str) -> Result<usize> {
+        validate_id("workspace id", workspace)?;
+        let _writing = self.shared.access.writing.lock();
+        let store = &self.shared.store;
+        let key = self.incarnation_key(workspace);
+        let next = self.stored_incarnation(&key)?.saturating_add(1);
+        let mut revoked = Vec::new();
+        for (record, value) in store.meta_scan_prefix(PREFIX.as_bytes())? {
+            let stored = decode(&record, &value)?;
+            if stored.token.workspace == workspace {
+                revoked.push((record, stored.token.id));
+            }
+        }
+        self.shared.access.update(|tokens| {
+            tokens.incarnations.insert(key.clone(), next);
+            for (_, id) in &revoked {
+                tokens.by_id.remove(id);
+            }
+        });
+        store.meta_put(key.as_bytes(), next.to_string().as_bytes())?;
+        for (record, _) in &revoked {
+            store.meta_delete(record)?;
+        }
+        if !revoked.is_empty() {
+            tracing::info!(
+                tokens = revoked.len(),
+                "access tokens revoked with their workspace"
+            );
+        }
+        Ok(revoked.len())
+    }
+
+    /// The token `presented` is, if it is a live one: known, its secret's
+    /// keyed hash equal (compared in constant time), and made in its
+    /// workspace's current incarnation. Anything malformed, unknown, revoked
+    /// or of an erased workspace is `None`. Answered from the cache: the
+    /// store is read only the first time (see [`Memory::reload_tokens`]).
     pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
         let Some((id, secret)) = parse(presented) else {
             return Ok(None);
         };
-        let Some(stored) = self.stored_token(id)? else {
+        let tokens = self.cached_tokens()?;
+        let Some(stored) = tokens.by_id.get(id) else {
             return Ok(None);
         };
         let digest = self.token_digest(secret);
-        let same = digest.len() == stored.digest.len()
-            && digest
-                .bytes()
-                .zip(stored.digest.bytes())
-                .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-                == 0;
-        Ok(same.then_some(stored.token))
+        let current = tokens.incarnation(&self.incarnation_key(&stored.token.workspace))
+            == stored.incarnation;
+        Ok((same_digest(&digest, &stored.digest) && current).then(|| stored.token.clone()))
     }
 
-    /// Whether any token is stored.
+    /// Whether any token is stored (from the cache, read first if it never
+    /// was).
     pub fn has_tokens(&self) -> Result<bool> {
-        Ok(!self
-            .shared
-            .store
-            .meta_scan_prefix(PREFIX.as_bytes())?
-            .is_empty())
+        Ok(!self.cached_tokens()?.by_id.is_empty())
     }
 }
 
@@ -301,5 +510,95 @@ mod tests {
         assert!(!memory.has_tokens().unwrap());
         assert!("admin".parse::<TokenScope>().is_err());
         assert_eq!("read".parse::<TokenScope>().unwrap(), TokenScope::Read);
+    }
+
+    /// Issue 78: checks are answered from memory. Once read, a record the
+    /// store loses (another process revoked it) still counts until the
+    /// tokens are read again; this process's own changes count at once.
+    #[test]
+    fn tokens_are_checked_from_memory_and_read_again_on_demand() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let (made, secret) = memory
+            .create_token("acme", TokenScope::Write, None)
+            .unwrap();
+        assert!(memory.has_tokens().unwrap());
+        assert_eq!(memory.verify_token(&secret).unwrap(), Some(made.clone()));
+        // Behind the cache's back, as another process sharing the store.
+        memory
+            .shared
+            .store
+            .meta_delete(format!("{PREFIX}{}", made.id).as_bytes())
+            .unwrap();
+        assert_eq!(memory.verify_token(&secret).unwrap(), Some(made.clone()));
+        memory.reload_tokens().unwrap();
+        assert_eq!(memory.verify_token(&secret).unwrap(), None);
+        assert!(!memory.has_tokens().unwrap());
+        // Made here: counted without a reload, by every handle.
+        let (_, again) = memory.create_token("acme", TokenScope::Read, None).unwrap();
+        let other = memory.clone();
+        assert!(other.verify_token(&again).unwrap().is_some());
+    }
+
+    /// Issue 78: a token is bound to its workspace's incarnation. Erasing
+    /// the workspace revokes its tokens and moves the incarnation on; a
+    /// token of the earlier incarnation whose record survives (made by
+    /// another process meanwhile) opens nothing; other workspaces' tokens
+    /// and tokens made afterwards are untouched.
+    #[test]
+    fn tokens_are_bound_to_their_workspace_s_incarnation() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = open(dir.path());
+        let (_, acme) = memory
+            .create_token("acme", TokenScope::Write, None)
+            .unwrap();
+        let (globex_made, globex) = memory
+            .create_token("globex", TokenScope::Read, None)
+            .unwrap();
+        let (stale_made, stale) = memory.create_token("acme", TokenScope::Read, None).unwrap();
+        let stale_record = memory
+            .shared
+            .store
+            .meta_get(format!("{PREFIX}{}", stale_made.id).as_bytes())
+            .unwrap()
+            .unwrap();
+        assert_eq!(memory.revoke_workspace_tokens("acme").unwrap(), 2);
+        memory.shared.store.sync().unwrap();
+        assert_eq!(memory.verify_token(&acme).unwrap(), None);
+        assert_eq!(memory.verify_token(&stale).unwrap(), None);
+        assert_eq!(memory.verify_token(&globex).unwrap(), Some(globex_made));
+        assert_eq!(memory.access_tokens().unwrap().len(), 1);
+        // A record of the old incarnation written back (a process that was
+        // making it during the erasure): refused, by this process and after
+        // a reopen.
+        memory
+            .shared
+            .store
+            .meta_put(
+                format!("{PREFIX}{}", stale_made.id).as_bytes(),
+                &stale_record,
+            )
+            .unwrap();
+        memory.reload_tokens().unwrap();
+        assert_eq!(memory.verify_token(&stale).unwrap(), None);
+        let (fresh_made, fresh) = memory.create_token("acme", TokenScope::Read, None).unwrap();
+        assert_eq!(
+            memory.verify_token(&fresh).unwrap(),
+            Some(fresh_made.clone())
+        );
+        memory.shared.store.sync().unwrap();
+        drop(memory);
+        let memory = open(dir.path());
+        assert_eq!(memory.verify_token(&stale).unwrap(), None);
+        assert_eq!(memory.verify_token(&fresh).unwrap(), Some(fresh_made));
+        // The incarnation record does not name the workspace.
+        let records = memory
+            .shared
+            .store
+            .meta_scan_prefix(INCARNATION_PREFIX.as_bytes())
+            .unwrap();
+        assert_eq!(records.len(), 1);
+        assert!(!String::from_utf8_lossy(&records[0].0).contains("acme"));
+        assert!(memory.revoke_workspace_tokens("a b").is_err());
     }
 }

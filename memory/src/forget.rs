@@ -400,6 +400,7 @@ impl Memory {
         let erasing = [ERASING_PREFIX, tombstone.id.as_bytes()].concat();
         store.meta_put(&erasing, id.as_bytes())?;
         store.meta_put(&key, &encode(&tombstone)?)?;
+        self.revoke_workspace_tokens(id)?;
         store.sync()?;
         store.drop_workspace(id)?;
         self.shared.workspace_dropped(id);
@@ -436,6 +437,7 @@ impl Memory {
                 reason: "its workspace id is not UTF-8".to_owned(),
             })?;
             tracing::warn!(tombstone = %String::from_utf8_lossy(tombstone_id), "finishing an interrupted workspace erasure");
+            self.revoke_workspace_tokens(&workspace)?;
             store.drop_workspace(&workspace)?;
             self.shared.workspace_dropped(&workspace);
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone_id].concat();

@@ -88,6 +88,9 @@ pub(crate) struct Shared {
     /// The long-lived workers over this memory and their health (see
     /// [`crate::supervise`]).
     workers: crate::supervise::Workers,
+    /// The access tokens requests are checked against (see
+    /// [`crate::access`]).
+    pub(crate) access: crate::access::TokenCache,
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -887,6 +890,7 @@ impl Memory {
                 names: crate::name::Names::default(),
                 watchers: crate::changes::Watchers::default(),
                 workers: crate::supervise::Workers::default(),
+                access: crate::access::TokenCache::default(),
             }),
         };
         memory.finish_interrupted_erasures()?;

@@ -22,7 +22,11 @@
 //! 3. take the workspaces it should own that are free: never leased, or
 //!    whose owner's lease expired (a node died). Taking one drops whatever
 //!    this node had cached about it, so its actors rebuild their state
-//!    from the store, as after a restart.
+//!    from the store, as after a restart;
+//! 4. give up the leases of workspaces that do not exist (erased, or a name
+//!    a request was routed by that nothing was written to) once they were
+//!    taken at least a lease time ago: a lease is not renewed forever for
+//!    any name a client sends.
 //!
 //! Every turn also serves the plugins another node installed (the registry
 //! is shared; see `Policies::follow_registry`).
@@ -31,11 +35,20 @@
 //! workspace is served: here, or at its owner (the HTTP server forwards
 //! it there). A request for a free workspace this node should own takes
 //! the lease at once rather than waiting for the loop.
+//!
+//! **Forwarding between nodes.** A forwarded request carries a stamp
+//! ([`Cairn::forward_stamp`]): the sending node, the time, and a BLAKE3
+//! MAC of both and of the request's method and target under a key derived
+//! from the install secret, which the nodes share through the database and
+//! clients never see. A node serves a request as forwarded (here or
+//! refused, never sent on, taking a free lease even when another node
+//! should own it) only when [`Cairn::forwarded_by`] accepts its stamp, so
+//! a client cannot pose as a node to move leases about.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_actors::ActorRuntime;
 use cairn_memory::Memory;
@@ -49,6 +62,13 @@ use crate::host::Cairn;
 
 /// Take-overs kept for [`ClusterStatus::takeovers`].
 const KEPT_TAKEOVERS: usize = 256;
+
+/// The key-derivation context of the forwarding stamps' MAC key.
+const FORWARD_KEY_CONTEXT: &str = "cairn cluster forwarding v1";
+
+/// How far a forwarding stamp's time may be from the receiver's clock, in
+/// ms (nodes' clocks differ a little; a captured stamp is not good for long).
+const FORWARD_STAMP_SKEW_MS: i64 = 120_000;
 
 /// Where a request about a workspace is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +147,12 @@ struct Inner {
     /// Acquisitions one at a time: two at once would bump the token twice
     /// and fence off the first one's writes.
     acquiring: Mutex<()>,
+    /// When this node last took each lease it holds: a lease of a
+    /// workspace that does not exist is kept one lease time after it was
+    /// taken (the request that took it may be creating it), then released.
+    taken_at: Mutex<HashMap<String, Instant>>,
+    /// A lease time.
+    lease: Duration,
     stop: AtomicBool,
     wake: (Mutex<bool>, Condvar),
 }
@@ -188,6 +214,8 @@ impl Cluster {
                 view: RwLock::new(View::default()),
                 takeovers: Mutex::new(VecDeque::new()),
                 acquiring: Mutex::new(()),
+                taken_at: Mutex::new(HashMap::new()),
+                lease: Duration::from_millis(leases.lease_ms()),
                 stop: AtomicBool::new(false),
                 wake: (Mutex::new(false), Condvar::new()),
             }),
@@ -252,6 +280,7 @@ impl Cluster {
             cairn_memory::MemoryError::Store(e) => e,
             other => StoreError::Config(other.to_string()),
         })?;
+        self.release_absent(leases, &workspaces)?;
         for workspace in workspaces {
             let (should, row) = {
                 let view = self.inner.view.read();
@@ -281,6 +310,36 @@ impl Cluster {
         Ok(())
     }
 
+    /// Gives up the leases this node holds of workspaces that are not in
+    /// `existing` (sorted), once taken at least a lease time ago: erased
+    /// workspaces, and names requests were routed by that nothing was
+    /// written to.
+    fn release_absent(
+        &self,
+        leases: &dyn Leases,
+        existing: &[String],
+    ) -> std::result::Result<(), StoreError> {
+        for (workspace, _) in leases.held() {
+            if existing.binary_search(&workspace).is_ok() {
+                continue;
+            }
+            let recent = self
+                .inner
+                .taken_at
+                .lock()
+                .get(&workspace)
+                .is_some_and(|at| at.elapsed() < self.inner.lease);
+            if recent {
+                continue;
+            }
+            leases.release(&workspace)?;
+            self.inner.taken_at.lock().remove(&workspace);
+            self.dropped(&workspace);
+            tracing::debug!(%workspace, "cluster: lease of a workspace that does not exist released");
+        }
+        Ok(())
+    }
+
     fn is_live(&self, node: &str) -> bool {
         self.inner.view.read().url_of(node).is_some()
     }
@@ -304,6 +363,16 @@ impl Cluster {
         let Some(token) = leases.acquire(workspace)? else {
             return Ok(false);
         };
+        {
+            let mut taken_at = self.inner.taken_at.lock();
+            // Only the leases held now are worth remembering.
+            if taken_at.len() > 4 * leases.held().len() + 64 {
+                let held: std::collections::HashSet<String> =
+                    leases.held().into_iter().map(|(w, _)| w).collect();
+                taken_at.retain(|w, _| held.contains(w));
+            }
+            taken_at.insert(workspace.to_owned(), Instant::now());
+        }
         if let Some(before) = before.filter(|b| b.owner != leases.node()) {
             tracing::info!(
                 %workspace, from = %before.owner, token,
@@ -460,6 +529,20 @@ fn run(weak: Weak<Inner>, period: Duration) {
     supervised.set_running(false);
 }
 
+/// The host of `url` when it is an unspecified address (`0.0.0.0`, `::`).
+pub(crate) fn unspecified_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host.parse::<std::net::IpAddr>()
+        .ok()
+        .filter(std::net::IpAddr::is_unspecified)
+        .map(|ip| ip.to_string())
+}
+
 impl Cairn {
     /// Where a request about `workspace` is served: [`Route::Local`] when
     /// this process is not in a cluster or owns the workspace, else the
@@ -519,11 +602,79 @@ impl Cairn {
 
     /// Tells the cluster where this node is reached (`cairn serve` calls it
     /// with its listening address when `storage.cluster.advertise` is
-    /// empty). Until then the node takes no workspace.
-    pub fn advertise(&self, url: &str) {
-        if let Some(cluster) = &self.cluster {
-            cluster.advertise(url);
+    /// empty). Until then the node takes no workspace. An unspecified
+    /// address (`0.0.0.0`, `::`), which no other node can reach, is refused
+    /// with a configuration error naming `storage.cluster.advertise`.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// cairn.advertise("http://0.0.0.0:7878")?; // not in a cluster: nothing to tell
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn advertise(&self, url: &str) -> Result<()> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if let Some(host) = unspecified_host(url) {
+            return Err(crate::error::CairnError::Config(format!(
+                "this node would advertise {url}, but {host} is an unspecified address that no \
+                 other node can reach: set storage.cluster.advertise \
+                 (CAIRN_STORAGE__CLUSTER__ADVERTISE) to the URL the other nodes reach this one \
+                 at, or listen on a specific address"
+            )));
         }
+        cluster.advertise(url);
+        Ok(())
+    }
+
+    /// The stamp a request this node forwards to another carries (the value
+    /// of `x-cairn-forwarded-by`): this node's id, the time, and a MAC of
+    /// both, `method` and `target` (the path and query) under the cluster's
+    /// forwarding key. `None` outside a cluster.
+    pub fn forward_stamp(&self, method: &str, target: &str) -> Option<String> {
+        let leases = self.cluster.as_ref()?.leases()?;
+        let node = leases.node();
+        let at = Utc::now().timestamp_millis();
+        let mac = self.forward_mac(node, at, method, target);
+        Some(format!("{node} {at} {mac}"))
+    }
+
+    /// The node that forwarded a request, when `stamp` (its
+    /// `x-cairn-forwarded-by`) was made by a node of this cluster for this
+    /// `method` and `target` within the last two minutes; `None` for
+    /// anything else (a client posing as a node, a stamp of another request,
+    /// an old one), and always outside a cluster.
+    pub fn forwarded_by(&self, stamp: &str, method: &str, target: &str) -> Option<String> {
+        self.cluster.as_ref()?.leases()?;
+        let mut parts = stamp.split(' ');
+        let (node, at, mac) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || node.is_empty() || node.len() > 48 {
+            return None;
+        }
+        let at: i64 = at.parse().ok()?;
+        if (Utc::now().timestamp_millis() - at).abs() > FORWARD_STAMP_SKEW_MS {
+            return None;
+        }
+        let expected = self.forward_mac(node, at, method, target);
+        let same = expected.len() == mac.len()
+            && expected
+                .bytes()
+                .zip(mac.bytes())
+                .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                == 0;
+        same.then(|| node.to_owned())
+    }
+
+    fn forward_mac(&self, node: &str, at: i64, method: &str, target: &str) -> String {
+        let key = self.memory().derive_key(FORWARD_KEY_CONTEXT);
+        let mut mac = blake3::Hasher::new_keyed(&key);
+        for part in [node, &at.to_string(), method, target] {
+            mac.update(&(part.len() as u64).to_le_bytes());
+            mac.update(part.as_bytes());
+        }
+        mac.finalize().to_hex().to_string()
     }
 
     /// Leaves the cluster (a graceful stop): releases every lease now, so
@@ -539,7 +690,27 @@ impl Cairn {
 
 #[cfg(test)]
 mod tests {
-    use super::placement;
+    use super::{placement, unspecified_host};
+
+    #[test]
+    fn unspecified_addresses_are_told_apart() {
+        assert_eq!(
+            unspecified_host("http://0.0.0.0:7878").as_deref(),
+            Some("0.0.0.0")
+        );
+        assert_eq!(
+            unspecified_host("https://[::]:7878/").as_deref(),
+            Some("::")
+        );
+        for reachable in [
+            "http://10.0.0.5:7878",
+            "http://[::1]:1",
+            "http://node-1:7878",
+            "",
+        ] {
+            assert_eq!(unspecified_host(reachable), None, "{reachable}");
+        }
+    }
 
     #[test]
     fn placement_moves_only_the_share_of_a_node_that_leaves() {

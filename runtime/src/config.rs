@@ -48,6 +48,30 @@ pub struct ServerConfig {
     /// Serve HTTPS with this certificate and key (`[server.tls]`); absent:
     /// plain HTTP (keep it on loopback, a Unix socket, or behind a proxy).
     pub tls: Option<TlsConfig>,
+    /// Web origins (`https://dash.example`, `http://localhost:3000`: a
+    /// scheme, a host and an optional port) that may send state-changing
+    /// requests (anything but `GET`/`HEAD`) besides the server's own. A
+    /// request whose `Origin` is another, or whose `Sec-Fetch-Site` says it
+    /// is cross-site, is refused (403 `origin_not_allowed`): a web page the
+    /// operator opens cannot end sessions or start sweeps. Clients that are
+    /// not browsers send no `Origin` and are not concerned.
+    pub allowed_origins: Vec<String>,
+    /// Failed authentications (an unknown, revoked or malformed token) one
+    /// peer address may make per minute, bursts up to that many; past it,
+    /// its requests that carry a token are refused (429
+    /// `too_many_failed_authentications`) before any check until the budget
+    /// refills. 0 turns the limit off. Behind a reverse proxy every client
+    /// shares the proxy's address.
+    pub failed_auth_per_minute: u32,
+    /// How often, in ms, a server on a shared store (PostgreSQL) reads the
+    /// access tokens again, so a token made or revoked by another node or by
+    /// the CLI counts here (100 to 3,600,000; default 2,000). This process's
+    /// own changes count at once.
+    pub token_refresh_ms: u64,
+    /// Largest answer a cluster node reads from the owner of a workspace
+    /// when it forwards a request there, in bytes; a larger one is answered
+    /// 502 `answer_too_large`.
+    pub max_forwarded_answer_bytes: u64,
 }
 
 /// A PEM certificate chain and its private key for `cairn serve`.
@@ -92,6 +116,13 @@ impl std::fmt::Debug for ServerConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("requests_per_minute", &self.requests_per_minute)
             .field("tls", &self.tls)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("failed_auth_per_minute", &self.failed_auth_per_minute)
+            .field("token_refresh_ms", &self.token_refresh_ms)
+            .field(
+                "max_forwarded_answer_bytes",
+                &self.max_forwarded_answer_bytes,
+            )
             .finish()
     }
 }
@@ -121,7 +152,94 @@ impl ServerConfig {
                 )));
             }
         }
+        for (i, origin) in self.allowed_origins.iter().enumerate() {
+            if let Err(why) = WebOrigin::parse(origin) {
+                return Err(CairnError::Config(format!(
+                    "server.allowed_origins[{i}] {}: {why}; write it as a browser sends \
+                     it in `Origin`, e.g. \"https://dash.example\" or \"http://localhost:3000\"",
+                    shown(origin)
+                )));
+            }
+        }
+        if !(100..=3_600_000).contains(&self.token_refresh_ms) {
+            return Err(CairnError::Config(format!(
+                "server.token_refresh_ms {} is out of range; use 100 to 3600000",
+                self.token_refresh_ms
+            )));
+        }
+        if self.max_forwarded_answer_bytes == 0 {
+            return Err(CairnError::Config(
+                "server.max_forwarded_answer_bytes must be greater than zero".to_owned(),
+            ));
+        }
         Ok(())
+    }
+}
+
+/// A web origin as a browser sends it in `Origin`: a scheme (`http` or
+/// `https`), a host and a port (the scheme's default when not written).
+///
+/// ```
+/// use cairn::WebOrigin;
+/// let o = WebOrigin::parse("HTTPS://Dash.Example")?;
+/// assert_eq!((o.scheme.as_str(), o.host.as_str(), o.port), ("https", "dash.example", 443));
+/// assert_eq!(WebOrigin::parse("http://[::1]:7878")?.host, "::1");
+/// assert!(WebOrigin::parse("null").is_err());
+/// assert!(WebOrigin::parse("https://dash.example/app").is_err());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebOrigin {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// The host, lowercased, without brackets around an IPv6 address.
+    pub host: String,
+    /// The port, the scheme's default when the origin names none.
+    pub port: u16,
+}
+
+impl WebOrigin {
+    /// Reads an origin; the error says what is wrong with it.
+    pub fn parse(origin: &str) -> std::result::Result<WebOrigin, String> {
+        let origin = origin.trim().to_ascii_lowercase();
+        let (scheme, rest) = origin
+            .split_once("://")
+            .ok_or_else(|| "not scheme://host[:port]".to_owned())?;
+        let default_port = match scheme {
+            "http" => 80,
+            "https" => 443,
+            other => return Err(format!("scheme {other:?} is neither http nor https")),
+        };
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
+            return Err("an origin is a scheme, a host and a port: no path, query or user".into());
+        }
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| "an IPv6 host without its closing `]`".to_owned())?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match rest.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (rest, None),
+            }
+        };
+        if host.is_empty() {
+            return Err("no host".to_owned());
+        }
+        let port = match port {
+            Some(port) => port
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("port {port:?} is not a port number"))?,
+            None => default_port,
+        };
+        Ok(WebOrigin {
+            scheme: scheme.to_owned(),
+            host: host.to_owned(),
+            port,
+        })
     }
 }
 
@@ -135,6 +253,10 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             requests_per_minute: 6_000,
             tls: None,
+            allowed_origins: Vec::new(),
+            failed_auth_per_minute: 60,
+            token_refresh_ms: 2_000,
+            max_forwarded_answer_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -547,6 +669,16 @@ impl CairnConfig {
             )));
         }
         self.server.validate()?;
+        for (section, model) in [
+            ("compaction.model", &self.compaction.model),
+            ("extraction.model", &self.extraction.model),
+        ] {
+            if model.enabled
+                && let Err(why) = model.check_url()
+            {
+                return Err(CairnError::Config(format!("{section}: {why}")));
+            }
+        }
         if !(10..=60_000).contains(&self.search.refresh_ms) {
             return Err(CairnError::Config(format!(
                 "search.refresh_ms {} is out of range; use 10 to 60000",
@@ -608,6 +740,13 @@ impl CairnConfig {
                     shown(&cluster.advertise)
                 )));
             }
+            if let Some(host) = crate::cluster::unspecified_host(&cluster.advertise) {
+                return Err(CairnError::Config(format!(
+                    "storage.cluster.advertise {}: {host} is an unspecified address that no \
+                     other node can reach; name this node's reachable address",
+                    shown(&cluster.advertise)
+                )));
+            }
             if cluster.lease_ms < 300 {
                 return Err(CairnError::Config(format!(
                     "storage.cluster.lease_ms {} is too short: at least 300",
@@ -666,11 +805,66 @@ mod tests {
         assert!(message.contains("storage.cluster.node"), "{message}");
         assert!(message.len() < 300, "{} bytes", message.len());
         assert!(refusal(cluster("n1", "ftp://x", 3_000)).contains("storage.cluster.advertise"));
+        assert!(
+            refusal(cluster("n1", "http://0.0.0.0:7878", 3_000))
+                .contains("storage.cluster.advertise")
+        );
         assert!(refusal(cluster("n1", "", 5)).contains("too short"));
         assert!(refusal(cluster("n1", "", u64::MAX)).contains("too long"));
         let mut sled = CairnConfig::default();
         sled.storage.cluster.node = "n1".to_owned();
         assert!(refusal(sled.validate()).contains("storage.backend is \"sled\""));
+    }
+
+    /// Issue 78: an enabled model endpoint over plain HTTP to another
+    /// machine is a configuration error naming the section and the key
+    /// that allows it.
+    #[test]
+    fn a_remote_plain_http_model_needs_allow_insecure_http() {
+        let mut config = CairnConfig::default();
+        config.extraction.model.url = "http://api.example.com/v1".to_owned();
+        assert!(config.validate().is_ok(), "a disabled model is not checked");
+        config.extraction.model.enabled = true;
+        let message = refusal(config.validate());
+        assert!(message.contains("extraction.model"), "{message}");
+        assert!(message.contains("allow_insecure_http"), "{message}");
+        config.extraction.model.allow_insecure_http = true;
+        assert!(config.validate().is_ok());
+        config.compaction.model.enabled = true;
+        config.compaction.model.url = "http://10.1.2.3:8080/v1".to_owned();
+        assert!(refusal(config.validate()).contains("compaction.model"));
+        config.compaction.model.url = "http://127.0.0.1:8080/v1".to_owned();
+        assert!(config.validate().is_ok());
+    }
+
+    /// The server's new settings are checked and named.
+    #[test]
+    fn server_origin_and_limit_settings_are_checked() {
+        let server = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut config = CairnConfig::default();
+            f(&mut config.server);
+            config.validate()
+        };
+        assert!(server(&|s| s.allowed_origins = vec!["https://dash.example".to_owned()]).is_ok());
+        for bad in [
+            "*",
+            "null",
+            "dash.example",
+            "https://dash.example/app",
+            "ftp://x",
+        ] {
+            let message = refusal(server(&|s| s.allowed_origins = vec![bad.to_owned()]));
+            assert!(
+                message.contains("server.allowed_origins[0]"),
+                "{bad}: {message}"
+            );
+        }
+        assert!(refusal(server(&|s| s.token_refresh_ms = 5)).contains("server.token_refresh_ms"));
+        assert!(
+            refusal(server(&|s| s.max_forwarded_answer_bytes = 0))
+                .contains("server.max_forwarded_answer_bytes")
+        );
+        assert!(server(&|s| s.failed_auth_per_minute = 0).is_ok());
     }
 
     /// The cross-conversation quiet period takes 0 (off) up to an update's

@@ -84,7 +84,7 @@ pub use cluster::{ClusterStatus, Route, Takeover};
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
 pub use config::{
     AssembleConfig, CairnConfig, EmbeddingConfig, EmbeddingOrigin, LogConfig, MODEL_FILES,
-    MODEL_NAME, PathOrigin, SearchConfig, ServerConfig, TlsConfig, WorkspaceToken,
+    MODEL_NAME, PathOrigin, SearchConfig, ServerConfig, TlsConfig, WebOrigin, WorkspaceToken,
     default_data_dir, embedding_cache_dir, find_model_dir, find_ort_dylib,
 };
 pub use decision_log::{

@@ -259,16 +259,25 @@ impl Cairn {
         Ok(revoked)
     }
 
-    /// The live access token `presented` is, or `None` (malformed, unknown
-    /// or revoked).
+    /// The live access token `presented` is, or `None` (malformed, unknown,
+    /// revoked, or made for an erased workspace of the same name). Answered
+    /// from memory: the tokens are read from the store once, kept current
+    /// by this process's changes, and read again by
+    /// [`Cairn::reload_tokens`].
     pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
         Ok(self.memory().verify_token(presented)?)
     }
 
     /// Whether any access token is stored (a server with one requires
-    /// authentication).
+    /// authentication); from memory, like [`Cairn::verify_token`].
     pub fn has_tokens(&self) -> Result<bool> {
         Ok(self.memory().has_tokens()?)
+    }
+
+    /// Reads the access tokens from the store again (blocking), so tokens
+    /// another process made or revoked in a shared store count here.
+    pub fn reload_tokens(&self) -> Result<()> {
+        Ok(self.memory().reload_tokens()?)
     }
 
     /// Each world's plugin: generation, hash, breaker, decisions and faults,

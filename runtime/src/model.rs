@@ -5,6 +5,10 @@
 //!
 //! [`ChatClient`] is std-only HTTP/1.1 over `TcpStream` (`http://` URLs, one
 //! request per connection), so the library pulls in no HTTP client crate.
+//! Plain HTTP carries the API key and the transcripts in clear, so a URL
+//! that is not on this machine (a loopback address or `localhost`) is
+//! refused unless the configuration says `allow_insecure_http = true` (an
+//! endpoint on a trusted network, or TLS added by a local proxy).
 //! Every call is bounded by the configured timeout (connect, write and
 //! read), and every failure is a [`ModelError`] that says what went wrong:
 //! a refused or unreachable endpoint, a timeout, an HTTP error status, or an
@@ -32,6 +36,10 @@ pub struct ModelConfig {
     pub api_key: Option<String>,
     /// Connect, write and read timeout, in milliseconds.
     pub timeout_ms: u64,
+    /// Allow an `http://` URL that is not on this machine: the key and
+    /// every prompt (transcript text) then cross the network in clear.
+    /// Off by default: only a loopback address or `localhost` is used.
+    pub allow_insecure_http: bool,
 }
 
 impl std::fmt::Debug for ModelConfig {
@@ -43,8 +51,49 @@ impl std::fmt::Debug for ModelConfig {
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
             .field("timeout_ms", &self.timeout_ms)
+            .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()
     }
+}
+
+impl ModelConfig {
+    /// Checks `url`: an `http://` URL with a host, on this machine unless
+    /// `allow_insecure_http` is set. The error names what to change.
+    pub(crate) fn check_url(&self) -> Result<(), String> {
+        let rest = self.url.strip_prefix("http://").ok_or_else(|| {
+            format!(
+                "url {:?}: only http:// endpoints are supported (a local proxy can add TLS)",
+                self.url
+            )
+        })?;
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority.is_empty() {
+            return Err(format!("url {:?} has no host", self.url));
+        }
+        if !self.allow_insecure_http && !is_local(authority) {
+            return Err(format!(
+                "url {:?} is plain http:// to another machine: the API key and the transcripts \
+                 would cross the network in clear. Use an endpoint on this machine (a loopback \
+                 address or localhost, e.g. a TLS-terminating proxy), or set \
+                 allow_insecure_http = true in this section if the network is trusted",
+                self.url
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// True when `authority` (`host[:port]`) names this machine: `localhost`
+/// or a loopback address, written as such (no name is resolved).
+fn is_local(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Default for ModelConfig {
@@ -55,6 +104,7 @@ impl Default for ModelConfig {
             model: "local".to_owned(),
             api_key: None,
             timeout_ms: 10_000,
+            allow_insecure_http: false,
         }
     }
 }
@@ -133,12 +183,14 @@ impl std::fmt::Debug for ChatClient {
 }
 
 impl ChatClient {
-    /// A client for `config.url`; only `http://` URLs are supported.
+    /// A client for `config.url`; only `http://` URLs are supported, and
+    /// only on this machine unless `allow_insecure_http` is set.
     pub(crate) fn new(config: &ModelConfig) -> Result<Self, ModelError> {
         let refuse = |reason: &str| ModelError::Config {
             url: config.url.clone(),
             reason: reason.to_owned(),
         };
+        config.check_url().map_err(|why| refuse(&why))?;
         let rest = config
             .url
             .strip_prefix("http://")
@@ -278,5 +330,47 @@ impl ChatClient {
             out.extend_from_slice(chunk);
             rest = rest.get(size + 2..).unwrap_or_default();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(url: &str, allow_insecure_http: bool) -> Result<ChatClient, ModelError> {
+        ChatClient::new(&ModelConfig {
+            url: url.to_owned(),
+            allow_insecure_http,
+            ..ModelConfig::default()
+        })
+    }
+
+    /// Issue 78: the key and the transcripts went in clear to any hosted
+    /// endpoint. Plain HTTP to another machine is refused unless allowed,
+    /// and the refusal names the key that allows it.
+    #[test]
+    fn plain_http_to_another_machine_needs_allow_insecure_http() {
+        for local in [
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:11434/v1",
+            "http://LOCALHOST/v1",
+            "http://[::1]:8080/v1",
+            "http://127.0.0.2:9/v1",
+        ] {
+            assert!(client(local, false).is_ok(), "{local}");
+        }
+        for remote in [
+            "http://api.example.com/v1",
+            "http://10.0.0.5:8080/v1",
+            "http://[2001:db8::1]:80/v1",
+            "http://localhost.example.com/v1",
+            "http://127.0.0.1.nip.io/v1",
+        ] {
+            let error = client(remote, false).expect_err(remote).to_string();
+            assert!(error.contains("allow_insecure_http"), "{remote}: {error}");
+            assert!(client(remote, true).is_ok(), "{remote} allowed");
+        }
+        assert!(client("https://api.example.com/v1", true).is_err());
+        assert!(client("http:///v1", true).is_err());
     }
 }

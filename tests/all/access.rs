@@ -179,6 +179,145 @@ fn stored_tokens_open_one_workspace_for_their_scope_until_revoked() -> Result<()
     Ok(())
 }
 
+/// Issue 78: a token made through `POST /v1/tokens` on a server started
+/// without tokens did not switch authentication on until a restart: the
+/// server stayed open to anyone. It is on from the next request.
+#[test]
+fn a_token_made_at_runtime_switches_authentication_on() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(&dir.path().join("data"))?;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let call = |method: &str, path: &str, token: Option<&str>, body: &str| {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![("host", host.as_str())];
+        if let Some(auth) = &auth {
+            headers.push(("authorization", auth.as_str()));
+        }
+        server.raw(method, path, &headers, body)
+    };
+    let turn = r#"{"turns":[{"session":"s1","role":"user","content":"Open for now."}]}"#;
+    let (s, body) = call("POST", "/v1/workspaces/acme/turns", None, turn)?;
+    ensure!(s == 200, "a tokenless server is open: {s} {body}");
+    let (s, made) = call(
+        "POST",
+        "/v1/tokens",
+        None,
+        r#"{"workspace":"acme","scope":"write"}"#,
+    )?;
+    ensure!(s == 200, "{s} {made}");
+    let token = made["token"].as_str().context("token")?.to_owned();
+    for (method, path, body) in [
+        ("POST", "/v1/workspaces/acme/turns", turn),
+        ("GET", "/v1/workspaces/acme/sessions/s1/transcript", ""),
+        ("GET", "/v1/tokens", ""),
+    ] {
+        let (s, answer) = call(method, path, None, body)?;
+        ensure!(
+            s == 401 && answer["code"] == "unauthorized",
+            "{method} {path} without a token after one was made: {s} {answer}"
+        );
+    }
+    let (s, body) = call("POST", "/v1/workspaces/acme/turns", Some(&token), turn)?;
+    ensure!(s == 200, "the new token: {s} {body}");
+    Ok(())
+}
+
+/// Issue 78: a write token for `acme`, then the admin's erasure of
+/// workspace `acme`, then new turns in a re-created `acme`: the old token
+/// read the new tenant's transcript. Erasing a workspace revokes its tokens
+/// (and moves the name's incarnation on, so no earlier token opens it).
+#[test]
+fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(&config, format!("[server]\nadmin_token = \"{ADMIN}\"\n"))?;
+    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let call = |method: &str, path: &str, token: &str, body: &str| {
+        let auth = format!("Bearer {token}");
+        server.raw(
+            method,
+            path,
+            &[("host", host.as_str()), ("authorization", auth.as_str())],
+            body,
+        )
+    };
+    let (s, made) = call(
+        "POST",
+        "/v1/tokens",
+        ADMIN,
+        r#"{"workspace":"acme","scope":"write"}"#,
+    )?;
+    ensure!(s == 200, "{s} {made}");
+    let old = made["token"].as_str().context("token")?.to_owned();
+    let first = r#"{"turns":[{"session":"main","role":"user","content":"First tenant."}]}"#;
+    let (s, body) = call("POST", "/v1/workspaces/acme/turns", &old, first)?;
+    ensure!(s == 200, "{s} {body}");
+    let (s, body) = call(
+        "POST",
+        "/v1/workspaces/acme/forget",
+        ADMIN,
+        r#"{"target":"workspace","id":"acme","reason":"tenant left"}"#,
+    )?;
+    ensure!(s == 200, "{s} {body}");
+    let second =
+        r#"{"turns":[{"session":"main","role":"user","content":"Second tenant's secret plan."}]}"#;
+    let (s, body) = call("POST", "/v1/workspaces/acme/turns", ADMIN, second)?;
+    ensure!(s == 200, "{s} {body}");
+    for (method, path, body) in [
+        ("GET", "/v1/workspaces/acme/sessions/main/transcript", ""),
+        ("GET", "/v1/workspaces/acme/sessions", ""),
+        ("POST", "/v1/workspaces/acme/turns", first),
+    ] {
+        let (s, answer) = call(method, path, &old, body)?;
+        ensure!(
+            s == 401,
+            "{method} {path} with the erased tenant's token: {s} {answer}"
+        );
+        ensure!(!answer.to_string().contains("Second tenant"), "{answer}");
+    }
+    let (s, listed) = call("GET", "/v1/tokens", ADMIN, "")?;
+    ensure!(s == 200 && listed == serde_json::json!([]), "{s} {listed}");
+    // A token made for the new tenant opens it.
+    let (s, made) = call(
+        "POST",
+        "/v1/tokens",
+        ADMIN,
+        r#"{"workspace":"acme","scope":"read"}"#,
+    )?;
+    ensure!(s == 200, "{s} {made}");
+    let new = made["token"].as_str().context("token")?;
+    let (s, body) = call(
+        "GET",
+        "/v1/workspaces/acme/sessions/main/transcript",
+        new,
+        "",
+    )?;
+    ensure!(
+        s == 200 && body[0]["content"] == "Second tenant's secret plan.",
+        "{s} {body}"
+    );
+    // After a restart too: the binding is stored, not only cached.
+    drop(server);
+    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
+    let auth = format!("Bearer {old}");
+    let (s, answer) = server.raw(
+        "GET",
+        "/v1/workspaces/acme/sessions/main/transcript",
+        &[
+            ("host", server.base.trim_start_matches("http://")),
+            ("authorization", auth.as_str()),
+        ],
+        "",
+    )?;
+    ensure!(
+        s == 401,
+        "the erased tenant's token after a restart: {s} {answer}"
+    );
+    Ok(())
+}
+
 #[cfg(unix)]
 #[test]
 fn data_files_are_private() -> Result<()> {

@@ -40,14 +40,22 @@ fn node_env(url: &str, node: &str) -> Vec<(&'static str, String)> {
 /// Starts nodes `n1`, `n2`… on the database at `url`, and waits until each
 /// sees all of them live.
 fn start_cluster(url: &str, dir: &std::path::Path, n: usize) -> Result<Vec<Server>> {
+    start_cluster_with(url, dir, n, &[])
+}
+
+/// [`start_cluster`] with more environment for every node.
+fn start_cluster_with(
+    url: &str,
+    dir: &std::path::Path,
+    n: usize,
+    extra: &[(&'static str, String)],
+) -> Result<Vec<Server>> {
     let mut nodes = Vec::new();
     for i in 1..=n {
         let data = dir.join(format!("n{i}"));
-        nodes.push(Server::start_env(
-            &data,
-            &[],
-            &node_env(url, &format!("n{i}")),
-        )?);
+        let mut env = node_env(url, &format!("n{i}"));
+        env.extend(extra.iter().cloned());
+        nodes.push(Server::start_env(&data, &[], &env)?);
     }
     wait_for(
         Duration::from_secs(20),
@@ -290,5 +298,265 @@ fn a_plugin_installed_on_one_node_is_served_by_all() -> Result<()> {
             },
         )?;
     }
+    Ok(())
+}
+
+/// The `Host` header of a node.
+fn host(node: &Server) -> String {
+    node.base.trim_start_matches("http://").to_owned()
+}
+
+/// Writes one turn in workspaces `{prefix}0`, `{prefix}1`… through `via`
+/// until one of them is owned by `owner`; answers its name.
+fn a_workspace_of(via: &Server, owner: &str, prefix: &str, content: &str) -> Result<String> {
+    for i in 0..40 {
+        let workspace = format!("{prefix}{i}");
+        let (s, body) = via.post(
+            &format!("/v1/workspaces/{workspace}/turns"),
+            &serde_json::json!({"turns": [{"session": "s", "role": "user", "content": content}]}),
+        )?;
+        ensure!(s == 200, "{s} {body}");
+        if owned_by(via, owner)?.contains(&workspace) {
+            return Ok(workspace);
+        }
+    }
+    anyhow::bail!("{owner} owns none of 40 workspaces")
+}
+
+/// Issue 78: a client could send `x-cairn-forwarded-by` itself, and the
+/// node then took the lease of a workspace another node should own (and
+/// served it, bypassing placement). Only a node of the cluster can forward:
+/// the header carries a MAC under a key the nodes share; anything else is
+/// refused. Forwarding between the nodes still works.
+#[test]
+fn a_client_cannot_pose_as_a_node() -> Result<()> {
+    let Some(url) = postgres_only("a_client_cannot_pose_as_a_node") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster(&url, dir.path(), 2)?;
+    let n1 = host(&nodes[0]);
+    for i in 0..8 {
+        for claim in ["n2", "n1", "n2;0;00"] {
+            let path = format!("/v1/workspaces/posed-{i}/sessions");
+            let (s, body) = nodes[0].raw(
+                "GET",
+                &path,
+                &[("host", n1.as_str()), ("x-cairn-forwarded-by", claim)],
+                "",
+            )?;
+            ensure!(
+                s == 403 && body["code"] == "forward_not_authenticated",
+                "{path} claiming {claim:?}: {s} {body}"
+            );
+        }
+    }
+    let leases = cluster(&nodes[0])?["leases"].to_string();
+    ensure!(
+        !leases.contains("posed-"),
+        "a posed request took a lease: {leases}"
+    );
+    // A real forward: n1 passes n2's workspace on, n2 serves it.
+    let workspace = a_workspace_of(&nodes[0], "n2", "real-", "Forwarded for real.")?;
+    let resp = nodes[0]
+        .agent
+        .get(format!(
+            "{}/v1/workspaces/{workspace}/sessions/s/transcript",
+            nodes[0].base
+        ))
+        .call()?;
+    ensure!(resp.status() == 200, "{}", resp.status());
+    ensure!(
+        resp.headers()
+            .get("x-cairn-node")
+            .and_then(|v| v.to_str().ok())
+            == Some("n2"),
+        "served by {:?}",
+        resp.headers().get("x-cairn-node")
+    );
+    // A state-changing request from n1's own origin passes n1's cross-site
+    // check, and n2 does not judge the origin again against its address.
+    let (s, body) = nodes[0].raw(
+        "POST",
+        &format!("/v1/workspaces/{workspace}/turns"),
+        &[("host", n1.as_str()), ("origin", nodes[0].base.as_str())],
+        r#"{"turns":[{"session":"s","role":"user","content":"From n1's own page."}]}"#,
+    )?;
+    ensure!(s == 200, "same-origin through n1 to n2: {s} {body}");
+    Ok(())
+}
+
+/// Issue 78: a forwarded answer was read whole into memory, whatever its
+/// size. It is bounded by `server.max_forwarded_answer_bytes`; a larger one
+/// is a 502 that names the setting.
+#[test]
+fn forwarded_answers_are_bounded() -> Result<()> {
+    let Some(url) = postgres_only("forwarded_answers_are_bounded") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster_with(
+        &url,
+        dir.path(),
+        2,
+        &[(
+            "CAIRN_SERVER__MAX_FORWARDED_ANSWER_BYTES",
+            "4096".to_owned(),
+        )],
+    )?;
+    let big = "a long line of the launch plan ".repeat(300);
+    let workspace = a_workspace_of(&nodes[0], "n2", "big-", &big)?;
+    let path = format!("/v1/workspaces/{workspace}/sessions/s/transcript");
+    let (s, body) = nodes[1].get(&path)?;
+    ensure!(s == 200, "from its owner: {s}");
+    let (s, body_via) = nodes[0].get(&path)?;
+    ensure!(
+        s == 502 && body_via["code"] == "answer_too_large",
+        "through n1: {s} {body_via}"
+    );
+    ensure!(
+        body_via["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server.max_forwarded_answer_bytes")),
+        "{body_via}"
+    );
+    ensure!(body.to_string().len() > 4096);
+    Ok(())
+}
+
+/// Issue 78: a lease was taken and renewed forever for any name a request
+/// was routed by, a workspace that does not exist or was erased included.
+/// Such a lease is released once it has been idle for a lease time; a real
+/// workspace keeps its owner.
+#[test]
+fn leases_of_workspaces_that_do_not_exist_are_released() -> Result<()> {
+    let Some(url) = postgres_only("leases_of_workspaces_that_do_not_exist_are_released") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster(&url, dir.path(), 2)?;
+    for i in 0..6 {
+        let (s, body) = nodes[0].get(&format!("/v1/workspaces/ghost-{i}/sessions"))?;
+        ensure!(s == 404, "{s} {body}");
+    }
+    let (s, body) = nodes[0].post(
+        "/v1/workspaces/real/turns",
+        &serde_json::json!({"turns": [{"session": "s", "role": "user", "content": "Here to stay."}]}),
+    )?;
+    ensure!(s == 200, "{s} {body}");
+    let held = |node: &Server| -> Result<Vec<String>> {
+        Ok(cluster(node)?["held"]
+            .as_array()
+            .context("held")?
+            .iter()
+            .filter_map(|h| h[0].as_str().map(str::to_owned))
+            .collect())
+    };
+    let ghosts_held = || -> Result<usize> {
+        let mut n = 0;
+        for node in &nodes {
+            n += held(node)?
+                .iter()
+                .filter(|w| w.starts_with("ghost-"))
+                .count();
+        }
+        Ok(n)
+    };
+    ensure!(ghosts_held()? > 0, "the requests took no lease");
+    wait_for(
+        Duration::from_millis(10 * LEASE_MS),
+        "the leases of the workspaces that do not exist to be released",
+        || Ok(ghosts_held()? == 0),
+    )?;
+    // Erased: its lease goes too.
+    let (s, body) = nodes[0].post(
+        "/v1/workspaces/real/forget",
+        &serde_json::json!({"target": "workspace", "id": "real", "reason": "test"}),
+    )?;
+    ensure!(s == 200, "{s} {body}");
+    wait_for(
+        Duration::from_millis(10 * LEASE_MS),
+        "the erased workspace's lease to be released",
+        || {
+            let mut n = 0;
+            for node in &nodes {
+                n += held(node)?.iter().filter(|w| *w == "real").count();
+            }
+            Ok(n == 0)
+        },
+    )?;
+    Ok(())
+}
+
+/// Issue 78: with no `storage.cluster.advertise`, a node listening on
+/// `0.0.0.0` advertised `http://0.0.0.0:PORT`, which other nodes cannot
+/// reach. It refuses to start, naming the setting.
+#[test]
+fn a_node_will_not_advertise_an_unspecified_address() -> Result<()> {
+    let Some(url) = postgres_only("a_node_will_not_advertise_an_unspecified_address") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let mut child = Command::new(cairn_bin())
+        .envs(node_env(&url, "n1"))
+        .env("CAIRN_SERVER__ADMIN_TOKEN", "admin-token-0123456789abcdef")
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path().join("n1"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("a node listening on 0.0.0.0 without advertise kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().context("stderr")?, &mut err)?;
+    ensure!(!status.success(), "{err}");
+    ensure!(err.contains("storage.cluster.advertise"), "{err}");
+    Ok(())
+}
+
+/// Tokens are checked from each node's memory; a token made on one node
+/// counts on the others within `server.token_refresh_ms`, and turns
+/// authentication on there too.
+#[test]
+fn a_token_made_on_one_node_counts_on_the_others() -> Result<()> {
+    let Some(url) = postgres_only("a_token_made_on_one_node_counts_on_the_others") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let nodes = start_cluster_with(
+        &url,
+        dir.path(),
+        2,
+        &[("CAIRN_SERVER__TOKEN_REFRESH_MS", "200".to_owned())],
+    )?;
+    let (s, made) = nodes[0].post(
+        "/v1/tokens",
+        &serde_json::json!({"workspace": "acme", "scope": "write"}),
+    )?;
+    ensure!(s == 200, "{s} {made}");
+    let token = made["token"].as_str().context("token")?.to_owned();
+    let n2 = host(&nodes[1]);
+    let auth = format!("Bearer {token}");
+    wait_for(Duration::from_secs(10), "n2 to require a token", || {
+        Ok(nodes[1].get("/v1/workspaces/acme/sessions")?.0 == 401)
+    })?;
+    let (s, body) = nodes[1].raw(
+        "POST",
+        "/v1/workspaces/acme/turns",
+        &[("host", n2.as_str()), ("authorization", auth.as_str())],
+        r#"{"turns":[{"session":"s","role":"user","content":"Made on n1, used on n2."}]}"#,
+    )?;
+    ensure!(s == 200, "the token on n2: {s} {body}");
     Ok(())
 }

@@ -326,6 +326,7 @@ fn methods_with(url: String) -> Result<Vec<SummaryMethod>> {
         model: "stub".to_owned(),
         api_key: Some("k".to_owned()),
         timeout_ms: 300,
+        ..ModelConfig::default()
     };
     let cairn = Cairn::open(config)?;
     let input: Vec<TurnInput> = (0..60)

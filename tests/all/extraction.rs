@@ -94,6 +94,7 @@ fn capture_with(url: Option<String>) -> Result<(CaptureReport, Cairn, tempfile::
             model: "stub".to_owned(),
             api_key: Some("k".to_owned()),
             timeout_ms: 300,
+            ..ModelConfig::default()
         };
     }
     let cairn = Cairn::open(config)?;
@@ -325,6 +326,7 @@ fn the_eval_counts_an_extracted_entry_as_the_turns_it_cites() -> Result<()> {
         model: "stub".to_owned(),
         api_key: None,
         timeout_ms: 2_000,
+        ..ModelConfig::default()
     };
     let with_model = run(Some(&config), None)?;
     let entries = with_model.entries.clone().context("an entries report")?;

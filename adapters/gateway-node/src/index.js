@@ -88,7 +88,10 @@ export class CairnContextEngine {
    */
   async request(method, path, body) {
     const url = `${this.baseUrl}${path}`;
-    const headers = { accept: "application/json" };
+    // `x-cairn-client` lets the bodiless hooks (end, reset, compact,
+    // after_turn) through cairn's cross-site guard, which refuses a
+    // state-changing request with neither a JSON body nor this header.
+    const headers = { accept: "application/json", "x-cairn-client": "gateway-node" };
     if (body !== undefined) headers["content-type"] = "application/json";
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const payload = body === undefined ? undefined : JSON.stringify(body);

@@ -28,30 +28,59 @@ pub(super) fn complete(doc: &mut OpenApi) {
         .get_or_insert_with(Default::default)
         .add_security_scheme("bearer", SecurityScheme::Http(bearer()));
     for (path, item) in doc.paths.paths.iter_mut() {
-        for op in operations(item) {
+        for (method, op) in operations(item) {
             declare_path_parameters(path, op);
             if path != OPEN {
                 op.security = Some(vec![SecurityRequirement::new(
                     "bearer",
                     Vec::<String>::new(),
                 )]);
+                if crate::guard::changes_state(method) {
+                    declare_client_header(op);
+                }
             }
-            document_refusals(path, op);
+            document_refusals(path, method, op);
         }
     }
 }
 
-/// Every operation of a path item.
-fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+/// Every operation of a path item, with its method.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
     [
-        &mut item.get,
-        &mut item.put,
-        &mut item.post,
-        &mut item.delete,
-        &mut item.patch,
+        ("GET", &mut item.get),
+        ("PUT", &mut item.put),
+        ("POST", &mut item.post),
+        ("DELETE", &mut item.delete),
+        ("PATCH", &mut item.patch),
     ]
     .into_iter()
-    .flatten()
+    .filter_map(|(method, op)| Some((method, op.as_mut()?)))
+}
+
+/// Declares the optional `x-cairn-client` header of a state-changing
+/// operation (what lets a client that is not a browser send it without a
+/// JSON body).
+fn declare_client_header(op: &mut Operation) {
+    let parameters = op.parameters.get_or_insert_with(Vec::new);
+    if parameters
+        .iter()
+        .any(|p| p.name == crate::guard::CLIENT_HEADER && p.parameter_in == ParameterIn::Header)
+    {
+        return;
+    }
+    parameters.push(
+        ParameterBuilder::new()
+            .name(crate::guard::CLIENT_HEADER)
+            .parameter_in(ParameterIn::Header)
+            .required(Required::False)
+            .description(Some(
+                "Any value: names a client that is not a browser. A state-changing request \
+                 needs it or a JSON body (`Content-Type: application/json`), so that a plain \
+                 HTML form on another site cannot send it",
+            ))
+            .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+            .build(),
+    );
 }
 
 /// The bearer token scheme (`Authorization: Bearer …`).
@@ -108,23 +137,38 @@ fn declare_path_parameters(path: &str, op: &mut Operation) {
 }
 
 /// Adds the answers that come from the layers around the handler: the
-/// guard's (403 for a `Host` not allowed, and where a token is needed 401,
-/// 403, 429), the extractors' (400 for a path, query or body that does not
-/// parse, 413 for a body over `server.max_body_bytes`), and an unknown
-/// workspace's 404. A status the annotation gives keeps its description.
-fn document_refusals(path: &str, op: &mut Operation) {
+/// guard's (403 for a `Host` not allowed, for a state-changing request from
+/// another web origin or without a JSON body or `x-cairn-client`, and where
+/// a token is needed 401, 403, 429), the extractors' (400 for a path, query
+/// or body that does not parse, 413 for a body over
+/// `server.max_body_bytes`), the forwarding layer's (403 for a posed
+/// forwarding header, 502 for an owner's answer over the bound) and an
+/// unknown workspace's 404. A status the annotation gives keeps its
+/// description, with the guard's added.
+fn document_refusals(path: &str, method: &str, op: &mut Operation) {
     let body = op.request_body.is_some();
-    let input = body || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
-    let mut refusals = vec![(
-        "403",
+    let input = body
+        || op
+            .parameters
+            .as_ref()
+            .is_some_and(|p| p.iter().any(|p| p.parameter_in != ParameterIn::Header));
+    let forbidden = if crate::guard::changes_state(method) {
+        "`host_not_allowed`: the `Host` header is not in the allow-list; \
+         `origin_not_allowed`: the `Origin` (or `Sec-Fetch-Site`) is another site's, not the \
+         server's own nor in `server.allowed_origins`; `json_required`: neither a JSON body \
+         nor `x-cairn-client`; or `forbidden`: the token does not open this route"
+    } else {
         "`host_not_allowed`: the `Host` header is not in the allow-list; or \
-         `forbidden`: the token does not open this route",
-    )];
+         `forbidden`: the token does not open this route"
+    };
+    let mut refusals = vec![("403", forbidden)];
     if path != OPEN {
         refusals.push(("401", "`unauthorized`: no token, or an unknown one"));
         refusals.push((
             "429",
-            "`rate_limited`: over `server.requests_per_minute` for this token",
+            "`rate_limited`: over `server.requests_per_minute` for this token; or \
+             `too_many_failed_authentications`: this address failed to authenticate more than \
+             `server.failed_auth_per_minute` times a minute",
         ));
     }
     if input {
@@ -144,12 +188,30 @@ fn document_refusals(path: &str, op: &mut Operation) {
             "404",
             "The workspace, or what the path names, does not exist",
         ));
+        refusals.push((
+            "403",
+            "`forward_not_authenticated`: an `x-cairn-forwarded-by` header no node of the \
+             cluster made",
+        ));
+        refusals.push((
+            "502",
+            "`answer_too_large`: in a cluster, the answer of the workspace's owner is over \
+             `server.max_forwarded_answer_bytes`",
+        ));
     }
     for (status, description) in refusals {
-        op.responses
-            .responses
-            .entry(status.to_owned())
-            .or_insert_with(|| error(description));
+        match op.responses.responses.entry(status.to_owned()) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(error(description));
+            }
+            std::collections::btree_map::Entry::Occupied(mut given) => {
+                if let RefOr::T(response) = given.get_mut()
+                    && !response.description.contains(description)
+                {
+                    response.description = format!("{} {description}", response.description);
+                }
+            }
+        }
     }
 }
 

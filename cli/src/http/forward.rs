@@ -4,11 +4,15 @@
 //! forwarded there as it came (method, path, query, headers, body) and its
 //! answer passed back. A client may therefore talk to any node.
 //!
-//! A forwarded request carries [`FORWARDED_BY`]; the node it reaches
+//! A forwarded request carries [`FORWARDED_BY`]: a stamp only a node of
+//! the cluster can make ([`Cairn::forward_stamp`]); the node it reaches
 //! serves it or refuses it (503, retryable), never sends it on, so views
 //! of the cluster that differ for a moment cannot make a request go round
-//! in circles. An owner that does not answer is a 503 too: the client
-//! retries, by which time its workspaces have been taken over.
+//! in circles. A request whose stamp does not check out (a client posing
+//! as a node) is refused, 403 `forward_not_authenticated`. An owner that
+//! does not answer is a 503 too: the client retries, by which time its
+//! workspaces have been taken over. The owner's answer is read up to
+//! `server.max_forwarded_answer_bytes` (502 `answer_too_large` past it).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -43,6 +47,11 @@ const HOP_BY_HOP: &[&str] = &[
     "host",
     "content-length",
 ];
+
+/// Request headers the forwarding node has already judged and does not
+/// pass on: the owner would compare the `Origin` with its own address, not
+/// the one the client called (the forwarding stamp vouches for the check).
+const CHECKED_HERE: &[&str] = &["origin", "sec-fetch-site"];
 
 /// How long each phase of a forwarded request may take: connecting to the
 /// owner, sending the request, waiting for its answer, reading it.
@@ -96,7 +105,28 @@ pub(crate) async fn route_requests(
     let (Some(cairn), Some(workspace)) = (cairn, workspace_of(req.path())) else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
-    let forwarded = req.headers().contains_key(FORWARDED_BY);
+    let forwarded = match req.headers().get(FORWARDED_BY) {
+        None => false,
+        Some(stamp) => {
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let by = stamp
+                .to_str()
+                .ok()
+                .and_then(|stamp| cairn.forwarded_by(stamp, req.method().as_str(), target));
+            if by.is_none() {
+                let e = ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forward_not_authenticated",
+                    format!(
+                        "{FORWARDED_BY} is for the nodes of a cluster, and this one was not \
+                         made by one: send the request without it"
+                    ),
+                );
+                return Ok(req.error_response(e));
+            }
+            true
+        }
+    };
     // Known here for a workspace this node serves (always, outside a
     // cluster); only a route that may take a lease goes to a thread that
     // may block.
@@ -157,20 +187,23 @@ async fn forward(
         }
         body.extend_from_slice(&chunk);
     }
-    let target = format!(
-        "{}{}",
-        url.trim_end_matches('/'),
-        req.uri().path_and_query().map_or("/", |p| p.as_str())
-    );
+    let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let target = format!("{}{path_and_query}", url.trim_end_matches('/'));
+    let stamp = cairn
+        .forward_stamp(req.method().as_str(), path_and_query)
+        .unwrap_or_default();
     let mut request = ureq::http::Request::builder()
         .method(req.method().as_str())
         .uri(&target);
     for (name, value) in req.headers() {
-        if !HOP_BY_HOP.contains(&name.as_str()) && name.as_str() != FORWARDED_BY {
+        if !HOP_BY_HOP.contains(&name.as_str())
+            && !CHECKED_HERE.contains(&name.as_str())
+            && name.as_str() != FORWARDED_BY
+        {
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
-    request = request.header(FORWARDED_BY, cairn.config().storage.cluster.node.as_str());
+    request = request.header(FORWARDED_BY, stamp.as_str());
     let request = match request.body(body.freeze().to_vec()) {
         Ok(request) => request,
         Err(e) => {
@@ -183,8 +216,9 @@ async fn forward(
         }
     };
     type Answer = (u16, Vec<(String, Vec<u8>)>, Vec<u8>);
-    let answer = web::block(move || -> Result<Answer, String> {
-        let mut resp = agent().run(request).map_err(|e| e.to_string())?;
+    let max_answer = cairn.config().server.max_forwarded_answer_bytes;
+    let answer = web::block(move || -> Result<Answer, ureq::Error> {
+        let mut resp = agent().run(request)?;
         let headers = resp
             .headers()
             .iter()
@@ -194,9 +228,8 @@ async fn forward(
         let bytes = resp
             .body_mut()
             .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(|e| e.to_string())?;
+            .limit(max_answer)
+            .read_to_vec()?;
         Ok((resp.status().as_u16(), headers, bytes))
     })
     .await;
@@ -209,6 +242,15 @@ async fn forward(
             }
             Ok(req.into_response(out.body(bytes)))
         }
+        Ok(Err(ureq::Error::BodyExceedsLimit(_))) => Ok(req.error_response(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "answer_too_large",
+            format!(
+                "the answer of the workspace's owner, node {node}, is larger than \
+                 server.max_forwarded_answer_bytes ({max_answer}); ask node {node} at {url} \
+                 directly, or ask for less (a `limit`)"
+            ),
+        ))),
         Ok(Err(e)) => Ok(req.error_response(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "owner_unreachable",
