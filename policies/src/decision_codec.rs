@@ -55,18 +55,23 @@ pub struct CodecError(String);
 
 /// A list of records on the way out: what its decisions share, once, then
 /// the decisions, their ids in the form `I` ([`IdStep`] or [`WholeId`]).
+/// `T` is the workspaces table and `W` a decision's index into it: a
+/// `Vec` and an `Option<u32>` in the form [`encode`] writes, `()` (no
+/// bytes at all) in the forms written before records named their
+/// workspace.
 #[derive(Serialize)]
-struct SharedOut<'a, I> {
+struct SharedOut<'a, I, T, W> {
     heads: Vec<(WorldKind, &'a str, &'a str)>,
     sessions: Vec<&'a str>,
     outputs: Vec<OutputOut<'a>>,
-    records: Vec<Vec<SlimOut<'a, I>>>,
+    records: Vec<Vec<SlimOut<'a, I, W>>>,
+    workspaces: T,
 }
 
 /// One decision on the way out: its own fields and indexes into the
 /// tables of [`SharedOut`].
 #[derive(Serialize)]
-struct SlimOut<'a, I> {
+struct SlimOut<'a, I, W> {
     id: I,
     head: u32,
     digest: [u8; 32],
@@ -75,19 +80,21 @@ struct SlimOut<'a, I> {
     nanos: u64,
     fuel: Option<u64>,
     session: Option<u32>,
+    workspace: W,
 }
 
 /// A list of records on the way in (field for field as [`SharedOut`]).
 #[derive(Deserialize)]
-struct SharedIn<I> {
+struct SharedIn<I, T, W> {
     heads: Vec<(WorldKind, String, String)>,
     sessions: Vec<String>,
     outputs: Vec<OutputIn>,
-    records: Vec<Vec<SlimIn<I>>>,
+    records: Vec<Vec<SlimIn<I, W>>>,
+    workspaces: T,
 }
 
 #[derive(Deserialize)]
-struct SlimIn<I> {
+struct SlimIn<I, W> {
     id: I,
     head: u32,
     digest: [u8; 32],
@@ -96,6 +103,60 @@ struct SlimIn<I> {
     nanos: u64,
     fuel: Option<u64>,
     session: Option<u32>,
+    workspace: W,
+}
+
+/// How the workspaces of a shared form are written: a table and an index
+/// per decision ([`Named`]), or nothing ([`Unnamed`], the forms before).
+trait WorkspaceForm {
+    type Table<'a>: Serialize;
+    type Index: Serialize;
+    type TableIn: for<'de> Deserialize<'de>;
+    type IndexIn: for<'de> Deserialize<'de>;
+    fn table(names: Vec<&str>) -> Self::Table<'_>;
+    fn index(at: Option<u32>) -> Self::Index;
+    fn names(table: Self::TableIn) -> Vec<String>;
+    fn at(index: Self::IndexIn) -> Option<u32>;
+}
+
+/// The form [`encode`] writes: every decision's workspace, by index.
+struct Named;
+
+impl WorkspaceForm for Named {
+    type Table<'a> = Vec<&'a str>;
+    type Index = Option<u32>;
+    type TableIn = Vec<String>;
+    type IndexIn = Option<u32>;
+    fn table(names: Vec<&str>) -> Vec<&str> {
+        names
+    }
+    fn index(at: Option<u32>) -> Option<u32> {
+        at
+    }
+    fn names(table: Vec<String>) -> Vec<String> {
+        table
+    }
+    fn at(index: Option<u32>) -> Option<u32> {
+        index
+    }
+}
+
+/// The forms written before records named their workspace: nothing.
+struct Unnamed;
+
+impl WorkspaceForm for Unnamed {
+    type Table<'a> = ();
+    type Index = ();
+    type TableIn = ();
+    type IndexIn = ();
+    fn table(_: Vec<&str>) {}
+    fn index(_: Option<u32>) {}
+    fn names((): ()) -> Vec<String> {
+        Vec::new()
+    }
+    fn at((): ()) -> Option<u32> {
+        None
+    }
 }
 
 /// How a decision's id is written in the shared form: given the id of the
@@ -243,7 +304,22 @@ fn index_of<T: PartialEq>(table: &mut Vec<T>, value: T) -> Result<u32, CodecErro
 /// [`CodecError`] if a value does not serialize (postcard refuses nothing
 /// these records hold; the error is the serializer's, passed on).
 pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, CodecError> {
-    encode_shared::<IdStep>(records, out)
+    encode_shared::<IdStep, Named>(records, out)
+}
+
+/// `out` followed by `records` in the form [`encode`] wrote before records
+/// named their workspace (their workspaces are not written): kept so that
+/// a test or a tool can write such a log; read by
+/// [`decode_without_workspaces`].
+///
+/// # Errors
+///
+/// [`CodecError`] as [`encode`].
+pub fn encode_without_workspaces(
+    records: &[Vec<DecisionRecord>],
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    encode_shared::<IdStep, Unnamed>(records, out)
 }
 
 /// `out` followed by `records` in the shared form written before
@@ -257,10 +333,10 @@ pub fn encode_whole_ids(
     records: &[Vec<DecisionRecord>],
     out: Vec<u8>,
 ) -> Result<Vec<u8>, CodecError> {
-    encode_shared::<WholeId>(records, out)
+    encode_shared::<WholeId, Unnamed>(records, out)
 }
 
-fn encode_shared<I: IdForm + Serialize>(
+fn encode_shared<I: IdForm + Serialize, F: WorkspaceForm>(
     records: &[Vec<DecisionRecord>],
     out: Vec<u8>,
 ) -> Result<Vec<u8>, CodecError> {
@@ -270,7 +346,9 @@ fn encode_shared<I: IdForm + Serialize>(
         sessions: Vec::new(),
         outputs: Vec::new(),
         records: Vec::with_capacity(records.len()),
+        workspaces: F::table(Vec::new()),
     };
+    let mut workspaces: Vec<&str> = Vec::new();
     // Outputs are compared as the records hold them, then lowered.
     let mut outputs: Vec<&DecisionOutput> = Vec::new();
     for decisions in records {
@@ -290,12 +368,17 @@ fn encode_shared<I: IdForm + Serialize>(
                     Some(session) => Some(index_of(&mut shared.sessions, session)?),
                     None => None,
                 },
+                workspace: F::index(match record.workspace.as_deref() {
+                    Some(workspace) => Some(index_of(&mut workspaces, workspace)?),
+                    None => None,
+                }),
             });
             previous = id;
         }
         shared.records.push(slim);
     }
     shared.outputs = outputs.into_iter().map(output_out).collect();
+    shared.workspaces = F::table(workspaces);
     postcard::to_extend(&shared, out).map_err(|e| CodecError(e.to_string()))
 }
 
@@ -307,7 +390,18 @@ fn encode_shared<I: IdForm + Serialize>(
 /// records (truncated, damaged, an index past its table, or trailing bytes
 /// after them).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    decode_shared::<IdStep>(bytes)
+    decode_shared::<IdStep, Named>(bytes)
+}
+
+/// Reads records written by [`encode_without_workspaces`]: the form logs
+/// written before records named their workspace hold (every record's
+/// workspace reads as `None`).
+///
+/// # Errors
+///
+/// [`CodecError`] naming what did not decode, as [`decode`].
+pub fn decode_without_workspaces(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
+    decode_shared::<IdStep, Unnamed>(bytes)
 }
 
 /// Reads records written by [`encode_whole_ids`]: the shared form as logs
@@ -317,13 +411,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
 ///
 /// [`CodecError`] naming what did not decode, as [`decode`].
 pub fn decode_whole_ids(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    decode_shared::<WholeId>(bytes)
+    decode_shared::<WholeId, Unnamed>(bytes)
 }
 
-fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
+fn decode_shared<'de, I: IdForm + Deserialize<'de>, F: WorkspaceForm>(
     bytes: &'de [u8],
 ) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    let shared: SharedIn<I> = take_all(bytes)?;
+    let shared: SharedIn<I, F::TableIn, F::IndexIn> = take_all(bytes)?;
+    let workspaces: Vec<Arc<str>> = F::names(shared.workspaces)
+        .into_iter()
+        .map(Arc::from)
+        .collect();
     let mut previous = 0;
     let heads: Vec<(WorldKind, Arc<str>, PolicyGenerationId)> = shared
         .heads
@@ -360,6 +458,12 @@ fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
                         }
                         None => None,
                     };
+                    let workspace = match F::at(slim.workspace) {
+                        Some(at) => Some(Arc::clone(
+                            &workspaces[entry("workspace", workspaces.len(), at)?],
+                        )),
+                        None => None,
+                    };
                     let id = slim.id.read(previous);
                     previous = id;
                     Ok(DecisionRecord {
@@ -373,6 +477,7 @@ fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
                         duration: Duration::from_nanos(slim.nanos),
                         fuel_consumed: slim.fuel,
                         session,
+                        workspace,
                     })
                 })
                 .collect()
@@ -456,6 +561,7 @@ pub fn decode_unshared(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecEr
                     duration: Duration::from_nanos(stored.nanos),
                     fuel_consumed: stored.fuel,
                     session: stored.session.map(Arc::from),
+                    workspace: None,
                 })
                 .collect()
         })

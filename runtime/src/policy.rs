@@ -54,6 +54,12 @@ use serde::{Deserialize, Serialize};
 use crate::decision_log::{DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery};
 use crate::error::{CairnError, Result};
 
+
+/// The key-derivation context of the decision log's inputs digests (keyed
+/// with the install secret, as tombstones are: the log cannot confirm a
+/// guessed input without the store).
+const DIGEST_KEY_CONTEXT: &str = "cairn decision inputs digest v1";
+
 /// The system namespace of the plugin registry.
 pub const PLUGINS_NAMESPACE: &str = "policy-plugins";
 
@@ -261,7 +267,8 @@ impl Policies {
                     memory.derive_key("cairn policy compile cache v1"),
                 )
                 .first_generation(next)
-                .breaker_trip_after(config.breaker_trip_after),
+                .breaker_trip_after(config.breaker_trip_after)
+                .digest_key(memory.derive_key(DIGEST_KEY_CONTEXT)),
             Arc::new(log.clone()),
         )?;
         let now = memory.clock().now();
@@ -352,6 +359,16 @@ impl Policies {
     /// Asks the installed topic directive about one input.
     pub fn topic_directive(&self, input: &TopicInput) -> Result<Decided<TopicDirectiveDecision>> {
         Ok(self.inner.topic.slot.decide(input)?)
+    }
+
+    /// [`Policies::topic_directive`] about a turn of `workspace`: its
+    /// decision record names the workspace (a `forget` scrubs by it).
+    pub(crate) fn topic_directive_in(
+        &self,
+        workspace: &str,
+        input: &TopicInput,
+    ) -> Result<Decided<TopicDirectiveDecision>> {
+        Ok(self.inner.topic.slot.decide_in(Some(workspace), input)?)
     }
 
     /// The significance gate as the actor runtime's gate.
@@ -1030,7 +1047,7 @@ impl cairn_actors::CaptureGate for WasmGate {
         let structural = HeuristicGate.assess(input);
         let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
             self.slot
-                .decide(&WasmGate::input(input, &structural.mentions))
+                .decide_in(Some(input.workspace), &WasmGate::input(input, &structural.mentions))
         }));
         let (decision, generation) = match asked {
             Ok(Ok(decided)) => (
@@ -1087,7 +1104,12 @@ impl cairn_actors::CaptureGate for WasmGate {
     /// a block keeps it out of the capture. A decision that cannot be had
     /// keeps it out too (fail closed; the next capture asks again only for
     /// newer turns, so the record keeps it and an operator can backfill).
-    fn capture_view(&self, session: &cairn_memory::Session, mut turn: Turn) -> Option<Turn> {
+    fn capture_view(
+        &self,
+        workspace: &str,
+        session: &cairn_memory::Session,
+        mut turn: Turn,
+    ) -> Option<Turn> {
         let asker = crate::reads::Asker {
             action: cairn_policies::Action::Capture,
             destination: None,
@@ -1103,6 +1125,7 @@ impl cairn_actors::CaptureGate for WasmGate {
         };
         let verdict = match crate::reads::decide(
             &self.memory_policy,
+            Some(workspace),
             &asker,
             None,
             &crate::reads::Object::turn(&turn),
@@ -1264,6 +1287,7 @@ pub(crate) mod tests {
     #[test]
     fn the_gate_hears_the_activity_and_the_phase() {
         let input = |content: &'static str, phase: Option<&'static str>| GateInput {
+            workspace: "acme",
             session: "s1",
             session_kind: cairn_memory::SessionKind::Main,
             work_context: "launch",

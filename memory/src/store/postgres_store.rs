@@ -155,6 +155,8 @@ struct Inner {
     /// database on every open. A space dropped here is removed; one dropped
     /// by another node makes writes through it fail (foreign key).
     known: RwLock<HashSet<(i16, String)>>,
+    /// [`Store::compact`] runs `VACUUM FULL` rather than `VACUUM`.
+    vacuum_full: bool,
     /// This node, when the database is shared by a cluster (`None`: this
     /// process has it to itself).
     cluster: Option<ClusterConfig>,
@@ -257,6 +259,7 @@ impl PostgresStore {
                 pg,
                 writer: parking_lot::Mutex::new(None),
                 known: RwLock::new(HashSet::new()),
+                vacuum_full: config.vacuum_full,
                 cluster: cluster.enabled().then(|| cluster.clone()),
                 fences: RwLock::new(HashMap::new()),
             }),
@@ -434,8 +437,9 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// A handle on a space; the space is created by the first write
+    /// through it ([`PostgresSpace::apply`]), so a read creates nothing.
     fn handle(&self, kind: i16, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
-        self.ensure_space(kind, name)?;
         Ok(Arc::new(PostgresSpace {
             store: self.clone(),
             kind,
@@ -658,6 +662,27 @@ impl Store for PostgresStore {
     fn sync(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// `VACUUM` of cairn's tables (their TOAST tables with them): the dead
+    /// row versions a delete left are removed from the pages and the
+    /// indexes, and no query, snapshot or replica slot can reach them
+    /// again. With `storage.postgres.vacuum_full`, `VACUUM FULL`:
+    /// each table rewritten into a new file, the old one released (every
+    /// request waits while it runs). See docs/DURABILITY.md.
+    fn compact(&self) -> Result<Option<super::RewriteReport>, StoreError> {
+        let statement = match self.inner.vacuum_full {
+            true => "VACUUM FULL cairn_kv, cairn_meta",
+            false => "VACUUM cairn_kv, cairn_meta",
+        };
+        self.run("vacuum", move |pool| async move {
+            let client = pool.get().await.map_err(|e| pool_error("vacuum", e))?;
+            client
+                .batch_execute(statement)
+                .await
+                .map_err(|e| classify("vacuum", e))
+        })?;
+        Ok(None)
+    }
 }
 
 /// A handle on one workspace or system namespace.
@@ -828,6 +853,13 @@ impl WorkspaceStore for PostgresSpace {
             return Ok(());
         }
         self.store.hold_writer_lock()?;
+        let creates = batch
+            .ops()
+            .iter()
+            .any(|op| matches!(op, super::WriteOp::Put { .. }));
+        if creates {
+            self.store.ensure_space(self.kind, &self.space)?;
+        }
         let fence = self.store.fence(self.kind, &self.space)?;
         let mut last: BTreeMap<(i16, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for op in batch.into_ops() {
