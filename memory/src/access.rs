@@ -223,6 +223,21 @@ impl Memory {
         Ok(same.then_some(stored.token))
     }
 
+    /// Deletes every token that opens `workspace` (not yet durable: the
+    /// caller syncs), for the erasure of that workspace: a token of the
+    /// erased tenant must not open a new workspace of the same name.
+    /// Returns how many were revoked.
+    pub(crate) fn revoke_workspace_tokens(&self, workspace: &str) -> Result<usize> {
+        let mut revoked = 0;
+        for (key, value) in self.shared.store.meta_scan_prefix(PREFIX.as_bytes())? {
+            if decode(&key, &value)?.token.workspace == workspace {
+                self.shared.store.meta_delete(&key)?;
+                revoked += 1;
+            }
+        }
+        Ok(revoked)
+    }
+
     /// Whether any token is stored.
     pub fn has_tokens(&self) -> Result<bool> {
         Ok(!self

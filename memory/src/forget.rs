@@ -557,8 +557,14 @@ impl Memory {
         let erasing = [ERASING_PREFIX, tombstone.id.as_bytes()].concat();
         store.meta_put(&erasing, id.as_bytes())?;
         store.meta_put(&key, &encode(&tombstone)?)?;
+        // Its tokens go in the same durable step: none opens the next
+        // workspace of the same name.
+        let revoked = self.revoke_workspace_tokens(id)?;
         self.shared.mark_erasure()?;
         store.sync()?;
+        if revoked > 0 {
+            tracing::info!(revoked, "access tokens of an erased workspace revoked");
+        }
         store.drop_workspace(id)?;
         self.shared.workspace_dropped(id);
         tombstone.complete = true;
@@ -624,6 +630,7 @@ impl Memory {
                 reason: "its workspace id is not UTF-8".to_owned(),
             })?;
             tracing::warn!(tombstone = %String::from_utf8_lossy(tombstone_id), "finishing an interrupted workspace erasure");
+            self.revoke_workspace_tokens(&workspace)?;
             store.drop_workspace(&workspace)?;
             self.shared.workspace_dropped(&workspace);
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone_id].concat();
@@ -761,7 +768,8 @@ mod tests {
             from("s1", "by-hand", "By Hand was mentioned"),
         ])?;
         let topic = |name: &str, subscriptions: Vec<Subscription>| {
-            let mut spec = TopicSpec::new(name, "launch planning");
+            let mut spec = TopicSpec::new(name, "launch planning")
+                .trigger(crate::topics::Trigger::Keyword("launch".into()));
             spec.subscriptions = subscriptions;
             spec
         };
@@ -815,7 +823,7 @@ mod tests {
         assert_eq!(t.removed.subjects, 1);
         let runs = ws.maintenance_runs()?;
         assert_eq!(runs[0].changes.len(), 1);
-        assert!(!serde_json::to_string(&runs)?.contains("\"s1\""));
+        assert!(!String::from_utf8_lossy(&encode(&runs)?).contains("\"s1\""));
         let marks = ws.store.scan_prefix(Collection::Maintenance, MaintFamily::ArchivedSession.prefix())?;
         assert!(marks.is_empty(), "{marks:?}");
         let only = ws.topic("only-s1")?;

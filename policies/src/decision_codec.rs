@@ -8,8 +8,10 @@
 //! decision for most candidates), then each decision as its id (a varint:
 //! its step from the id before it, one byte within a batch, whose ids are
 //! consecutive) and digest (raw bytes), indexes into the three tables, its
-//! outcome, its duration in nanoseconds and its fuel. [`decode`] reads it
-//! back into the same records. A memory-policy decision takes about 45
+//! outcome, its duration in nanoseconds, its fuel and its workspace (an
+//! index into a table of workspaces written last). [`decode`] reads it
+//! back into the same records; [`decode_without_workspaces`] reads the same
+//! form as written before records named their workspace. A memory-policy decision takes about 47
 //! bytes, 32 of them its digest: three quarters of the same form with
 //! whole ids (16 bytes each), which [`decode_whole_ids`] still reads, and
 //! a fifth of the earlier per-record form, which [`decode_unshared`] still
@@ -611,6 +613,7 @@ mod tests {
             duration: Duration::from_micros(42),
             fuel_consumed: Some(1_234),
             session: Some("s1".into()),
+            workspace: None,
         }
     }
 
@@ -650,8 +653,10 @@ mod tests {
             record
         };
         let fault = Fault::new(FaultKind::OutOfFuel, "fuel ran out after 1000 units");
+        let mut elsewhere = significance();
+        elsewhere.workspace = Some("globex".into());
         vec![
-            vec![significance()],
+            vec![significance(), elsewhere],
             vec![topic],
             vec![
                 memory(ContentFidelity::Full, Outcome::Plugin),
@@ -678,9 +683,35 @@ mod tests {
     /// vocabulary's names fails here, not in a user's old log.
     #[test]
     fn the_encoding_is_pinned() -> Result<(), CodecError> {
-        let bytes = encode(&[vec![significance()]], Vec::new())?;
+        let mut record = significance();
+        record.workspace = Some("acme".into());
+        let bytes = encode(&[vec![record.clone()]], Vec::new())?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, pinned_shared("aa80808080808080808080808080cbae9303"));
+        let pinned = [
+            &pinned_shared("aa80808080808080808080808080cbae9303")[..],
+            "0100",         // the decision's workspace: 0
+            "010461636d65", // one workspace: acme
+        ]
+        .concat();
+        assert_eq!(hex, pinned);
+        assert_eq!(decode(&bytes)?, vec![vec![record]]);
+        Ok(())
+    }
+
+    /// The form written before records named their workspace is pinned
+    /// too and still reads (every workspace `None`); a record's workspace
+    /// is not written in it.
+    #[test]
+    fn the_form_without_workspaces_still_reads() -> Result<(), CodecError> {
+        let pinned = pinned_shared("aa80808080808080808080808080cbae9303");
+        let mut record = significance();
+        record.workspace = Some("acme".into());
+        let bytes = encode_without_workspaces(&[vec![record]], Vec::new())?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, pinned);
+        assert_eq!(decode_without_workspaces(&bytes)?, vec![vec![significance()]]);
+        // Told apart by the log's version byte, not by their bytes.
+        assert!(decode(&bytes).is_err());
         Ok(())
     }
 
@@ -761,8 +792,8 @@ mod tests {
     }
 
     /// A batched memory-policy record (50 candidates, most answered alike,
-    /// one session, consecutive ids) costs its digests and little more:
-    /// under 50 bytes a decision, tables included, where every decision
+    /// one session and workspace, consecutive ids) costs its digests and
+    /// little more: under 52 bytes a decision, tables included, where every decision
     /// spelled out its plugin, generation, session and output before (about
     /// 200), and its id took 16 bytes (about 60).
     #[test]
@@ -774,19 +805,31 @@ mod tests {
                 record.inputs_digest = InputsDigest::from_bytes([n as u8; 32]);
                 record.outcome = Outcome::Plugin;
                 record.duration = Duration::from_micros(1);
+                record.workspace = Some("acme".into());
                 record
             })
             .collect();
         let bytes = encode(std::slice::from_ref(&batch), Vec::new())?;
-        assert!(bytes.len() < 50 * 50, "{} bytes", bytes.len());
+        assert!(bytes.len() < 50 * 52, "{} bytes", bytes.len());
+        // The forms before named no workspace.
+        let unnamed: Vec<DecisionRecord> = batch
+            .iter()
+            .cloned()
+            .map(|mut record| {
+                record.workspace = None;
+                record
+            })
+            .collect();
+        let stepped = encode_without_workspaces(std::slice::from_ref(&batch), Vec::new())?;
+        assert!(bytes.len() <= stepped.len() + 2 * 50 + 8);
         let whole = encode_whole_ids(std::slice::from_ref(&batch), Vec::new())?;
         assert!(
-            bytes.len() + 14 * 50 < whole.len(),
+            stepped.len() + 14 * 50 < whole.len(),
             "{} vs {}",
-            bytes.len(),
+            stepped.len(),
             whole.len()
         );
-        assert_eq!(decode_whole_ids(&whole)?, vec![batch.clone()]);
+        assert_eq!(decode_whole_ids(&whole)?, vec![unnamed]);
         let unshared = encode_unshared(std::slice::from_ref(&batch), Vec::new())?;
         assert!(
             bytes.len() * 3 < unshared.len(),
@@ -837,7 +880,9 @@ mod tests {
                 nanos: 0,
                 fuel: None,
                 session: Some(3),
+                workspace: None::<u32>,
             }]],
+            workspaces: Vec::<&str>::new(),
         };
         let bytes =
             postcard::to_extend(&shared, Vec::new()).map_err(|e| CodecError(e.to_string()))?;

@@ -37,7 +37,7 @@
 //! chunk of `count` consecutive records: [`CHUNK_V6`] then their binary
 //! form ([`cairn_policies::decision_codec`], what the chunk's decisions
 //! share written once and each id as its step from the one before: about
-//! 45 bytes a batched decision, most of it the inputs digest), or (written
+//! 47 bytes a batched decision, most of it the inputs digest), or (written
 //! before it, still read and scrubbed) [`CHUNK_V3`] then the same form
 //! with whole ids (about 60 bytes a decision), [`CHUNK_V2`] then the
 //! earlier binary form (every decision with every field, about a third of
@@ -1547,7 +1547,7 @@ mod tests {
         // counted by the writer that stored them).
         assert_eq!(log.counts(r[6].generation.as_str())?.decisions, 2);
 
-        assert_eq!(log.scrub_session("s1")?, 5);
+        assert_eq!(log.scrub_session("acme", "s1")?, 5);
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
@@ -1594,7 +1594,7 @@ mod tests {
     fn a_damaged_chunk_is_an_error() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 2)?;
-        let value = decision_codec::encode(&[r], vec![CHUNK_V4]).map_err(io)?;
+        let value = decision_codec::encode(&[r], vec![CHUNK_V6]).map_err(io)?;
         let key = chunk_key(7, 1);
         assert_eq!(decode_stored(&key, &value, None)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
@@ -1697,7 +1697,7 @@ mod tests {
                 Ok(n)
             };
             assert_eq!(holding(b"s-erase-me")?, 2);
-            assert_eq!(log.scrub_session("s-erase-me")?, 2);
+            assert_eq!(log.scrub_session("acme", "s-erase-me")?, 2);
             // The check can fail: the kept records are still in the files.
             assert_eq!(holding(b"s-erase-me")?, 0);
             let after = log.query(&all)?;
@@ -1725,6 +1725,144 @@ mod tests {
             error.as_deref().is_some_and(|e| e.contains("record 10")),
             "{error:?}"
         );
+        Ok(())
+    }
+
+    /// Issue 78: records name their workspace, and a scrub reads through
+    /// the (workspace, session) index only the chunks that hold the session:
+    /// forgetting `main` of `a1` leaves `main` of `b1` (its records and the
+    /// segment files that hold them) untouched; retention deletes the index
+    /// keys with their chunks.
+    #[test]
+    fn a_scrub_reads_only_its_sessions_chunks() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 6)?;
+        for (i, ws) in ["b1", "a1", "a1", "b1", "a1", "b1"].iter().enumerate() {
+            r[i].workspace = Some((*ws).into());
+            r[i].session = Some("main".into());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = fresh(dir.path())?;
+        let config = DecisionLogConfig {
+            keep: 100,
+            ..DecisionLogConfig::default()
+        };
+        // A segment holds one chunk of one record.
+        let log = DecisionLog::open_with(&memory, dir.path(), &config, 256)?;
+        let segments = dir.path().join(crate::decision_files::DIR);
+        let names = || -> Result<BTreeSet<String>> {
+            let mut out = BTreeSet::new();
+            if segments.exists() {
+                for item in std::fs::read_dir(&segments).map_err(io)? {
+                    out.insert(item.map_err(io)?.file_name().to_string_lossy().into_owned());
+                }
+            }
+            Ok(out)
+        };
+        let mut of_b1 = BTreeSet::new();
+        for record in &r {
+            let before = names()?;
+            log.record(record).map_err(io)?;
+            log.flush()?;
+            if record.workspace.as_deref() == Some("b1") {
+                of_b1.extend(names()?.difference(&before).cloned());
+            }
+        }
+        let all = DecisionQuery {
+            limit: 100,
+            ..DecisionQuery::default()
+        };
+        let about = |ws: &str| -> Result<usize> {
+            Ok(log
+                .query(&all)?
+                .iter()
+                .filter(|d| d.workspace.as_deref() == Some(ws) && d.session.as_deref() == Some("main"))
+                .count())
+        };
+        assert_eq!((about("a1")?, about("b1")?), (3, 3));
+        assert_eq!(log.scrub_session("a1", "main")?, 3);
+        assert_eq!((about("a1")?, about("b1")?), (0, 3));
+        // The scrubbed records keep their workspace, now under no session.
+        let scrubbed = log.query(&all)?;
+        assert_eq!(
+            scrubbed.iter().filter(|d| d.workspace.as_deref() == Some("a1")).count(),
+            3
+        );
+        if memory.backend() == cairn_memory::StorageBackend::Sled {
+            let after = names()?;
+            assert!(of_b1.is_subset(&after), "b1's segments {of_b1:?} were rewritten: {after:?}");
+        }
+        // A second scrub finds nothing to read: the index no longer names
+        // (a1, main).
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        assert!(store.scan_prefix(Collection::State, &index_prefix("a1", Some("main")))?.is_empty());
+        assert_eq!(log.scrub_session("a1", "main")?, 0);
+        // Erasing b1 scrubs its records and its name.
+        assert_eq!(log.scrub_workspace("b1", &[])?, 3);
+        assert!(log.query(&all)?.iter().all(|d| d.workspace.as_deref() != Some("b1")));
+        assert!(store.scan_prefix(Collection::State, &index_prefix("b1", None))?.is_empty());
+        Ok(())
+    }
+
+    /// Retention deletes a chunk's index keys and pairs with it.
+    #[test]
+    fn retention_retires_the_index_with_its_chunks() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 6)?;
+        for record in &mut r {
+            record.workspace = Some("acme".into());
+            record.session = Some("s1".into());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = fresh(dir.path())?;
+        let config = DecisionLogConfig {
+            keep: 2,
+            ..DecisionLogConfig::default()
+        };
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let indexed = || -> Result<usize> {
+            Ok(store.scan_prefix(Collection::State, &[INDEX])?.len())
+        };
+        let pairs = || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[PAIRS])?.len()) };
+        {
+            let log = DecisionLog::open(&memory, dir.path(), &config)?;
+            for record in &r[..4] {
+                log.record(record).map_err(io)?;
+                log.flush()?;
+            }
+            assert_eq!((indexed()?, pairs()?), (2, 2));
+        }
+        // A writer that did not write them retires them by the scan.
+        let log = DecisionLog::open(&memory, dir.path(), &config)?;
+        for record in &r[4..] {
+            log.record(record).map_err(io)?;
+            log.flush()?;
+        }
+        assert_eq!((indexed()?, pairs()?), (2, 2));
+        assert_eq!(log.scrub_session("acme", "s1")?, 2);
+        Ok(())
+    }
+
+    /// The inputs digest a record carries is keyed with a key derived from
+    /// the install secret: not the plain BLAKE3 of the input, which anyone
+    /// could compute from a guessed input.
+    #[test]
+    fn inputs_digests_are_keyed() -> Result<()> {
+        use cairn_policies::World;
+        let dir = tempfile::tempdir().map_err(io)?;
+        let (_memory, policies) = crate::policy::tests::open(dir.path())?;
+        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let logged = policies.log(&DecisionQuery::default())?;
+        let request = crate::policy::tests::request_about("e-7");
+        let plain = cairn_policies::MemoryPolicy::digest(&request);
+        assert_eq!(logged.len(), 1);
+        assert_ne!(logged[0].inputs_digest, plain);
+        // Another install keys it differently.
+        let other = tempfile::tempdir().map_err(io)?;
+        let (_memory, policies) = crate::policy::tests::open(other.path())?;
+        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let elsewhere = policies.log(&DecisionQuery::default())?;
+        assert_ne!(elsewhere[0].inputs_digest, logged[0].inputs_digest);
         Ok(())
     }
 

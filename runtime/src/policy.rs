@@ -1267,6 +1267,11 @@ pub(crate) mod tests {
         policies: &Policies,
         id: &str,
     ) -> Result<Decided<MemoryPolicyDecision>> {
+        policies.check_memory(&request_about(id))
+    }
+
+    /// The request [`ask_about`] asks.
+    pub(crate) fn request_about(id: &str) -> PolicyRequest {
         let object = ContentReference {
             kind: ObjectKind::Entry,
             id: id.into(),
@@ -1275,11 +1280,7 @@ pub(crate) mod tests {
             sensitivity: Sensitivity::Normal,
             low_trust: false,
         };
-        policies.check_memory(&PolicyRequest::new(
-            object,
-            Action::RenderInline,
-            Some(Destination::LocalModel),
-        ))
+        PolicyRequest::new(object, Action::RenderInline, Some(Destination::LocalModel))
     }
 
     /// The gate is told the activity the turn's words say, else the one

@@ -417,3 +417,20 @@ fn forgetting_a_session_keeps_another_workspaces_decisions() -> Result<()> {
     ensure!(about("b1")? == b, "b1's records were scrubbed");
     Ok(())
 }
+
+/// Issue 78: a token of an erased workspace opened the next workspace of
+/// the same name. Erasing a workspace revokes its tokens in the same
+/// durable step; another workspace's tokens stay.
+#[test]
+fn erasing_a_workspace_revokes_its_tokens() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    let (_, acme) = cairn.create_token("acme", cairn::TokenScope::Write, None)?;
+    let (_, globex) = cairn.create_token("globex", cairn::TokenScope::Read, None)?;
+    cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "first tenant")])?;
+    cairn.forget("acme", &ForgetTarget::Workspace("acme".into()), "closed")?;
+    cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "next tenant")])?;
+    ensure!(cairn.verify_token(&acme)?.is_none(), "the erased tenant's token still opens acme");
+    ensure!(cairn.verify_token(&globex)?.is_some());
+    Ok(())
+}

@@ -72,8 +72,9 @@ struct Inner {
 struct DbState {
     db: sled::Db,
     meta: sled::Tree,
-    /// The trees opened so far, by name.
-    trees: Mutex<HashMap<String, sled::Tree>>,
+    /// The trees opened so far, by name (read on every operation; written
+    /// when a tree is first opened, created or dropped).
+    trees: RwLock<HashMap<String, sled::Tree>>,
 }
 
 impl DbState {
@@ -82,13 +83,16 @@ impl DbState {
         Ok(DbState {
             db,
             meta,
-            trees: Mutex::new(HashMap::new()),
+            trees: RwLock::new(HashMap::new()),
         })
     }
 
     /// The tree `name`, created if it does not exist (a write).
     fn tree(&self, name: &str) -> Result<sled::Tree, StoreError> {
-        let mut trees = self.trees.lock();
+        if let Some(tree) = self.trees.read().get(name) {
+            return Ok(tree.clone());
+        }
+        let mut trees = self.trees.write();
         if let Some(tree) = trees.get(name) {
             return Ok(tree.clone());
         }
@@ -99,7 +103,12 @@ impl DbState {
 
     /// The tree `name` if it exists; `None` creates nothing (a read).
     fn existing_tree(&self, name: &str) -> Result<Option<sled::Tree>, StoreError> {
-        let mut trees = self.trees.lock();
+        if let Some(tree) = self.trees.read().get(name) {
+            return Ok(Some(tree.clone()));
+        }
+        // Checked and opened under the write lock: a drop cannot come
+        // between (and a dropped tree is never opened, so never recreated).
+        let mut trees = self.trees.write();
         if let Some(tree) = trees.get(name) {
             return Ok(Some(tree.clone()));
         }
@@ -112,7 +121,7 @@ impl DbState {
     }
 
     fn drop_tree(&self, name: &str) -> Result<bool, StoreError> {
-        let mut trees = self.trees.lock();
+        let mut trees = self.trees.write();
         trees.remove(name);
         Ok(self.db.drop_tree(name)?)
     }
@@ -967,10 +976,106 @@ mod tests {
         a.apply(batch)?;
         assert_eq!(a.get(Collection::State, b"k")?, Some(b"1".to_vec()));
         assert_eq!(b.get(Collection::State, b"k")?, None);
+        // `b` was only read: it does not exist.
+        assert_eq!(store.workspaces()?, vec!["a".to_owned()]);
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"k".to_vec(), b"2".to_vec());
+        b.apply(batch)?;
         assert_eq!(store.workspaces()?, vec!["a".to_owned(), "b".to_owned()]);
         assert!(store.drop_workspace("a")?);
         assert!(!store.has_workspace("a")?);
         assert_eq!(store.workspaces()?, vec!["b".to_owned()]);
+        Ok(())
+    }
+
+    /// Issue 78: a read of a workspace that does not exist, or a batch of
+    /// deletes alone, creates nothing; the first put creates it.
+    #[test]
+    fn reads_create_no_workspace() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ghost = store.workspace("ghost")?;
+        assert_eq!(ghost.get(Collection::Sessions, b"nope")?, None);
+        assert!(ghost.scan_prefix(Collection::Turns, b"")?.is_empty());
+        assert_eq!(ghost.last_with_prefix(Collection::Turns, b"")?, None);
+        let mut deletes = WriteBatch::default();
+        deletes.delete(Collection::Sessions, b"nope".to_vec());
+        ghost.apply(deletes)?;
+        assert!(!store.has_workspace("ghost")?);
+        assert!(store.workspaces()?.is_empty());
+        let mut put = WriteBatch::default();
+        put.put(Collection::Sessions, b"s1".to_vec(), b"{}".to_vec());
+        ghost.apply(put)?;
+        assert_eq!(store.workspaces()?, ["ghost"]);
+        // A dropped workspace stays dropped for a handle opened before.
+        assert!(store.drop_workspace("ghost")?);
+        assert_eq!(ghost.get(Collection::Sessions, b"s1")?, None);
+        assert!(!store.has_workspace("ghost")?);
+        Ok(())
+    }
+
+    /// The bytes of `needle` in any file under `dir`.
+    fn on_disk(dir: &Path, needle: &[u8]) -> anyhow::Result<bool> {
+        let mut pending = vec![dir.to_owned()];
+        while let Some(next) = pending.pop() {
+            for item in std::fs::read_dir(&next)? {
+                let path = item?.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if std::fs::read(&path)?.windows(needle.len()).any(|w| w == needle) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Issue 78, item 7: an online rewrite removes the bytes of what was
+    /// deleted from the files while the store stays open; handles opened
+    /// before it go on working, and what is written after it survives a
+    /// reopen.
+    #[test]
+    fn an_online_rewrite_removes_deleted_bytes_and_keeps_handles() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        let log = store.system("log")?;
+        let secret = b"Zanzibar-quokka-7731";
+        let mut batch = WriteBatch::default();
+        for i in 0..50u8 {
+            batch.put(Collection::Turns, vec![b'x', i], secret.repeat(4));
+        }
+        batch.put(Collection::State, b"kept".to_vec(), b"still here".to_vec());
+        ws.apply(batch)?;
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"n".to_vec(), b"7".to_vec());
+        log.apply(batch)?;
+        store.meta_put(b"m", b"meta")?;
+        store.sync()?;
+        let mut batch = WriteBatch::default();
+        for i in 0..50u8 {
+            batch.delete(Collection::Turns, vec![b'x', i]);
+        }
+        ws.apply(batch)?;
+        store.sync()?;
+        // The check can fail: sled keeps the deleted values in its files.
+        assert!(on_disk(dir.path(), secret)?);
+        let report = store.compact()?.expect("sled rewrites its files");
+        assert!(report.trees >= 3, "{report:?}");
+        assert!(!on_disk(dir.path(), secret)?);
+        assert!(!dir.path().join(REWRITE_DIR).exists() && !dir.path().join(REWRITE_OLD).exists());
+        assert_eq!(ws.get(Collection::State, b"kept")?, Some(b"still here".to_vec()));
+        assert_eq!(log.get(Collection::State, b"n")?, Some(b"7".to_vec()));
+        assert_eq!(store.meta_get(b"m")?, Some(b"meta".to_vec()));
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"after".to_vec(), b"written after".to_vec());
+        ws.apply(batch)?;
+        store.sync()?;
+        drop((ws, log, store));
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        assert_eq!(ws.get(Collection::State, b"after")?, Some(b"written after".to_vec()));
+        assert_eq!(ws.get(Collection::State, b"kept")?, Some(b"still here".to_vec()));
         Ok(())
     }
 
