@@ -17,9 +17,7 @@ use crate::ids::{validate_id, validate_slug};
 use crate::log::Entry;
 use crate::memory::{Memory, Workspace, check_size, decode, encode};
 use crate::record::{session_prefix, work_context_key};
-use crate::store::{
-    Collection, MaintFamily, MaintKey, StateFamily, StateKey, WriteBatch, WriteOp,
-};
+use crate::store::{Collection, MaintFamily, MaintKey, StateFamily, StateKey, WriteBatch, WriteOp};
 
 /// Where the tombstones of erased workspaces live in the store-wide space.
 const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
@@ -382,10 +380,10 @@ impl Workspace {
     fn stage_unsubscribe(&self, id: &str, batch: &mut WriteBatch) -> Result<()> {
         use crate::store::TopicKey;
         use crate::topics::{Subscription, Topic};
-        for (key, value) in self
-            .store
-            .scan_prefix(Collection::Topics, crate::store::TopicFamily::Definition.prefix())?
-        {
+        for (key, value) in self.store.scan_prefix(
+            Collection::Topics,
+            crate::store::TopicFamily::Definition.prefix(),
+        )? {
             if !matches!(TopicKey::decode(&key), Some(TopicKey::Definition { .. })) {
                 continue;
             }
@@ -433,7 +431,15 @@ impl Workspace {
                     Action::ArchiveSession { session, .. } | Action::RestoreSession { session, .. }
                         if session == id)
             });
-            if run.changes.len() != before {
+            // A reason may name it among others ("stated in 3 sessions (…)").
+            let mut named = false;
+            for change in &mut run.changes {
+                if let Some(reason) = without_id(&change.reason, id) {
+                    change.reason = reason;
+                    named = true;
+                }
+            }
+            if named || run.changes.len() != before {
                 batch.put(Collection::Maintenance, key, encode(&run)?);
             }
         }
@@ -455,7 +461,12 @@ impl Workspace {
             return Ok(());
         }
         let aliases = self.alias_map()?;
-        let resolve = |slug: &str| aliases.get(slug).cloned().unwrap_or_else(|| slug.to_owned());
+        let resolve = |slug: &str| {
+            aliases
+                .get(slug)
+                .cloned()
+                .unwrap_or_else(|| slug.to_owned())
+        };
         let (mut named_by_erased, mut named_by_kept) = (BTreeSet::new(), BTreeSet::new());
         for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
             let entry: Entry = decode("entry", &key, &value)?;
@@ -516,6 +527,25 @@ impl Workspace {
         }
         Ok(out)
     }
+}
+
+/// `text` with every whole occurrence of the id `id` (not part of a longer
+/// id) replaced by `(erased)`; `None` when it names it nowhere.
+fn without_id(text: &str, id: &str) -> Option<String> {
+    let is_id_char = |c: char| c.is_ascii_alphanumeric() || "._:@/+=-".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut found = false;
+    while let Some(at) = rest.find(id) {
+        let (before, after) = (&rest[..at], &rest[at + id.len()..]);
+        let whole = !before.ends_with(is_id_char) && !after.starts_with(is_id_char);
+        out.push_str(before);
+        out.push_str(if whole { "(erased)" } else { id });
+        found |= whole;
+        rest = after;
+    }
+    out.push_str(rest);
+    found.then_some(out)
 }
 
 impl Memory {
@@ -687,7 +717,9 @@ mod tests {
 
     use super::*;
     use crate::log::{EntryInput, EntryKind, Provenance};
-    use crate::maintain::{Action, Change, MaintainSettings, MaintainTrigger, MaintenanceRun, Rule};
+    use crate::maintain::{
+        Action, Change, MaintainSettings, MaintainTrigger, MaintenanceRun, Rule,
+    };
     use crate::subjects::SubjectKind;
     use crate::topics::{Subscription, TopicSpec};
     use crate::{MemoryConfig, Role, SystemClock, TurnInput};
@@ -796,7 +828,18 @@ mod tests {
                     },
                     reason: "idle".into(),
                 })
-                .to_vec(),
+                .into_iter()
+                .chain([Change {
+                    rule: Rule::PromoteDirective,
+                    action: Action::Promote {
+                        entry: "e1".into(),
+                        into: "e2".into(),
+                        kind: EntryKind::Directive,
+                    },
+                    reason: "decision e1 stated in 3 sessions (s1, s10, s2) (rule: 3 sessions)"
+                        .into(),
+                }])
+                .collect(),
             undone: None,
         };
         let mut batch = WriteBatch::default();
@@ -822,14 +865,24 @@ mod tests {
         assert_eq!(slugs, ["by-hand", "launch"]);
         assert_eq!(t.removed.subjects, 1);
         let runs = ws.maintenance_runs()?;
-        assert_eq!(runs[0].changes.len(), 1);
+        assert_eq!(runs[0].changes.len(), 2);
+        assert_eq!(
+            runs[0].changes[1].reason,
+            "decision e1 stated in 3 sessions ((erased), s10, s2) (rule: 3 sessions)"
+        );
         assert!(!String::from_utf8_lossy(&encode(&runs)?).contains("\"s1\""));
-        let marks = ws.store.scan_prefix(Collection::Maintenance, MaintFamily::ArchivedSession.prefix())?;
+        let marks = ws.store.scan_prefix(
+            Collection::Maintenance,
+            MaintFamily::ArchivedSession.prefix(),
+        )?;
         assert!(marks.is_empty(), "{marks:?}");
         let only = ws.topic("only-s1")?;
         assert!(only.spec.subscriptions.is_empty() && only.spec.paused);
         let both = ws.topic("both")?;
-        assert_eq!(both.spec.subscriptions, [Subscription::Session("s2".into())]);
+        assert_eq!(
+            both.spec.subscriptions,
+            [Subscription::Session("s2".into())]
+        );
         assert!(!both.spec.paused);
         Ok(())
     }

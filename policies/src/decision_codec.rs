@@ -709,7 +709,10 @@ mod tests {
         let bytes = encode_without_workspaces(&[vec![record]], Vec::new())?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, pinned);
-        assert_eq!(decode_without_workspaces(&bytes)?, vec![vec![significance()]]);
+        assert_eq!(
+            decode_without_workspaces(&bytes)?,
+            vec![vec![significance()]]
+        );
         // Told apart by the log's version byte, not by their bytes.
         assert!(decode(&bytes).is_err());
         Ok(())

@@ -947,7 +947,10 @@ fn query_log(
 /// What a scrub erases.
 enum Scope<'a> {
     /// One session of one workspace.
-    Session { workspace: &'a str, session: &'a str },
+    Session {
+        workspace: &'a str,
+        session: &'a str,
+    },
     /// A whole workspace (`sessions`: its sessions, for the records that
     /// name no workspace).
     Workspace {
@@ -963,9 +966,13 @@ impl Scope<'_> {
     fn matches(&self, record: &DecisionRecord) -> bool {
         let session = record.session.as_deref();
         match (self, record.workspace.as_deref()) {
-            (Scope::Session { workspace, session: s }, Some(w)) => {
-                w == *workspace && session == Some(*s)
-            }
+            (
+                Scope::Session {
+                    workspace,
+                    session: s,
+                },
+                Some(w),
+            ) => w == *workspace && session == Some(*s),
             (Scope::Session { session: s, .. }, None) => session == Some(*s),
             (Scope::Workspace { workspace, .. }, Some(w)) => w == *workspace,
             (Scope::Workspace { sessions, .. }, None) => {
@@ -1776,7 +1783,9 @@ mod tests {
             Ok(log
                 .query(&all)?
                 .iter()
-                .filter(|d| d.workspace.as_deref() == Some(ws) && d.session.as_deref() == Some("main"))
+                .filter(|d| {
+                    d.workspace.as_deref() == Some(ws) && d.session.as_deref() == Some("main")
+                })
                 .count())
         };
         assert_eq!((about("a1")?, about("b1")?), (3, 3));
@@ -1785,22 +1794,40 @@ mod tests {
         // The scrubbed records keep their workspace, now under no session.
         let scrubbed = log.query(&all)?;
         assert_eq!(
-            scrubbed.iter().filter(|d| d.workspace.as_deref() == Some("a1")).count(),
+            scrubbed
+                .iter()
+                .filter(|d| d.workspace.as_deref() == Some("a1"))
+                .count(),
             3
         );
         if memory.backend() == cairn_memory::StorageBackend::Sled {
             let after = names()?;
-            assert!(of_b1.is_subset(&after), "b1's segments {of_b1:?} were rewritten: {after:?}");
+            assert!(
+                of_b1.is_subset(&after),
+                "b1's segments {of_b1:?} were rewritten: {after:?}"
+            );
         }
         // A second scrub finds nothing to read: the index no longer names
         // (a1, main).
         let store = memory.system(DECISIONS_NAMESPACE)?;
-        assert!(store.scan_prefix(Collection::State, &index_prefix("a1", Some("main")))?.is_empty());
+        assert!(
+            store
+                .scan_prefix(Collection::State, &index_prefix("a1", Some("main")))?
+                .is_empty()
+        );
         assert_eq!(log.scrub_session("a1", "main")?, 0);
         // Erasing b1 scrubs its records and its name.
         assert_eq!(log.scrub_workspace("b1", &[])?, 3);
-        assert!(log.query(&all)?.iter().all(|d| d.workspace.as_deref() != Some("b1")));
-        assert!(store.scan_prefix(Collection::State, &index_prefix("b1", None))?.is_empty());
+        assert!(
+            log.query(&all)?
+                .iter()
+                .all(|d| d.workspace.as_deref() != Some("b1"))
+        );
+        assert!(
+            store
+                .scan_prefix(Collection::State, &index_prefix("b1", None))?
+                .is_empty()
+        );
         Ok(())
     }
 
@@ -1820,10 +1847,10 @@ mod tests {
             ..DecisionLogConfig::default()
         };
         let store = memory.system(DECISIONS_NAMESPACE)?;
-        let indexed = || -> Result<usize> {
-            Ok(store.scan_prefix(Collection::State, &[INDEX])?.len())
-        };
-        let pairs = || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[PAIRS])?.len()) };
+        let indexed =
+            || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[INDEX])?.len()) };
+        let pairs =
+            || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[PAIRS])?.len()) };
         {
             let log = DecisionLog::open(&memory, dir.path(), &config)?;
             for record in &r[..4] {

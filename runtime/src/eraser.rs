@@ -20,8 +20,10 @@
 //! that fails or panics is caught, logged at `error` and counted
 //! ([`ErasureStats`]); the marks stay and the pass is tried again after
 //! [`RETRY`]. The worker stops when the last `Cairn` clone is dropped (the
-//! channel's sender goes): it finishes the pass it is in, not the ones
-//! waiting (their marks bring them back at the next start).
+//! channel's sender goes): a forget it was settling is erased first (so a
+//! CLI `cairn forget`, which exits at once, leaves no bytes either); a pass
+//! that failed is not tried again then (its marks bring it back at the next
+//! start).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -127,7 +129,10 @@ impl Eraser {
         {
             Ok(handle) => {
                 *eraser.thread.get_mut() = Some(handle);
-                if memory.erasure_pending().is_ok_and(|marks| !marks.is_empty()) {
+                if memory
+                    .erasure_pending()
+                    .is_ok_and(|marks| !marks.is_empty())
+                {
                     let _ = tx.send(());
                 }
                 *eraser.tx.get_mut() = Some(tx);
@@ -181,7 +186,12 @@ impl Worker {
                 match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                     Ok(()) => continue,
                     Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => return,
+                    // Closing with a forget not yet erased (a CLI command
+                    // exits right after its forget): erase before going.
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.pass();
+                        return;
+                    }
                 }
             }
             while !self.pass() {
@@ -215,7 +225,10 @@ impl Worker {
             }
             Err(_) => {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(retry_s = RETRY.as_secs(), "erasure pass panicked; erased bytes stay until it succeeds");
+                tracing::error!(
+                    retry_s = RETRY.as_secs(),
+                    "erasure pass panicked; erased bytes stay until it succeeds"
+                );
                 false
             }
         }

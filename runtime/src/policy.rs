@@ -54,7 +54,6 @@ use serde::{Deserialize, Serialize};
 use crate::decision_log::{DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery};
 use crate::error::{CairnError, Result};
 
-
 /// The key-derivation context of the decision log's inputs digests (keyed
 /// with the install secret, as tombstones are: the log cannot confirm a
 /// guessed input without the store).
@@ -1046,8 +1045,10 @@ impl cairn_actors::CaptureGate for WasmGate {
     fn assess(&self, input: &GateInput<'_>) -> Significance {
         let structural = HeuristicGate.assess(input);
         let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.slot
-                .decide_in(Some(input.workspace), &WasmGate::input(input, &structural.mentions))
+            self.slot.decide_in(
+                Some(input.workspace),
+                &WasmGate::input(input, &structural.mentions),
+            )
         }));
         let (decision, generation) = match asked {
             Ok(Ok(decided)) => (

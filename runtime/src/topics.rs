@@ -377,7 +377,8 @@ impl TopicGate {
             }
             Route::AskPolicy => {
                 record.tier = Tier::Policy;
-                let answer = self.ask_policy(ws.id(), policies, topic, turn, kind, score, &mut record)?;
+                let answer =
+                    self.ask_policy(ws.id(), policies, topic, turn, kind, score, &mut record)?;
                 targets = answer.targets;
                 for reason in answer.reasons {
                     if !record.reasons.contains(&reason) {

@@ -283,11 +283,17 @@ fn forget_on_a_running_server_leaves_no_byte_within_the_bound() -> Result<()> {
     ]});
     let (s, body) = server.post("/v1/workspaces/acme/turns", &kept)?;
     ensure!(s == 200, "{body}");
-    let (s, body) = server.post(&format!("/v1/workspaces/acme/sessions/{SESSION}/end"), &json!({}))?;
+    let (s, body) = server.post(
+        &format!("/v1/workspaces/acme/sessions/{SESSION}/end"),
+        &json!({}),
+    )?;
     ensure!(s == 200, "{body}");
     server.wait_indexed()?;
     let (s, found) = server.post("/v1/workspaces/acme/search", &json!({"query": MARK}))?;
-    ensure!(s == 200 && !found["items"].as_array().is_none_or(Vec::is_empty), "{found}");
+    ensure!(
+        s == 200 && !found["items"].as_array().is_none_or(Vec::is_empty),
+        "{found}"
+    );
     let on_postgres = crate::support::postgres_admin_url().is_some();
     if !on_postgres {
         // The check can fail: the text is in the files before the forget.
@@ -295,7 +301,7 @@ fn forget_on_a_running_server_leaves_no_byte_within_the_bound() -> Result<()> {
     }
     let (s, body) = server.post(
         "/v1/workspaces/acme/forget",
-        &json!({"session": SESSION, "reason": "asked to"}),
+        &json!({"target": "session", "id": SESSION, "reason": "asked to"}),
     )?;
     ensure!(s == 200, "{body}");
     // Polled while the server goes on serving writes and reads.
@@ -330,7 +336,10 @@ fn forget_on_a_running_server_leaves_no_byte_within_the_bound() -> Result<()> {
     }
     // What was kept is still there and searchable; the server still serves.
     let (s, body) = server.get("/v1/workspaces/acme/sessions/keep-2/transcript")?;
-    ensure!(s == 200 && body[0]["content"] == "Unrelated notes to keep about invoices.", "{body}");
+    ensure!(
+        s == 200 && body[0]["content"] == "Unrelated notes to keep about invoices.",
+        "{body}"
+    );
     server.wait_indexed()?;
     let (s, found) = server.post(
         "/v1/workspaces/acme/search",
@@ -339,7 +348,9 @@ fn forget_on_a_running_server_leaves_no_byte_within_the_bound() -> Result<()> {
     ensure!(s == 200, "{found}");
     let items = found["items"].as_array().cloned().unwrap_or_default();
     ensure!(
-        items.iter().any(|i| i["id"].as_str().is_some_and(|id| id.starts_with("session:keep-1:"))),
+        items.iter().any(|i| i["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("session:keep-1:"))),
         "{found}"
     );
     ensure!(!found.to_string().contains(MARK), "{found}");
@@ -357,11 +368,19 @@ fn failed_hooks_create_no_workspace() -> Result<()> {
     use serde_json::json;
     let dir = tempfile::tempdir()?;
     let server = crate::support::Server::start(dir.path())?;
-    for hook in ["end", "reset", "after_turn"] {
-        let (s, body) = server.post(&format!("/v1/workspaces/ghost/sessions/nope/{hook}"), &json!({}))?;
-        ensure!(s == 404, "{hook}: {s} {body}");
+    let host = server.base.trim_start_matches("http://").to_owned();
+    // Each on a connection of its own: a refusal may close it.
+    let hook = |path: &str| server.raw("POST", path, &[("host", host.as_str())], "{}");
+    for name in ["end", "reset", "after_turn"] {
+        let (s, body) = hook(&format!("/v1/workspaces/ghost/sessions/nope/{name}"))?;
+        ensure!(s == 404, "{name}: {s} {body}");
     }
-    let (s, body) = server.get("/v1/workspaces/ghost/sessions/nope/transcript")?;
+    let (s, body) = server.raw(
+        "GET",
+        "/v1/workspaces/ghost/sessions/nope/transcript",
+        &[("host", host.as_str())],
+        "",
+    )?;
     ensure!(s == 404, "{body}");
     let (s, report) = server.post("/v1/gateway_start", &json!({}))?;
     ensure!(s == 200, "{report}");
@@ -377,9 +396,9 @@ fn failed_hooks_create_no_workspace() -> Result<()> {
         &json!({"target": "workspace", "id": "gone", "reason": "closed"}),
     )?;
     ensure!(s == 200, "{body}");
-    for hook in ["end", "reset", "after_turn"] {
-        let (s, body) = server.post(&format!("/v1/workspaces/gone/sessions/s1/{hook}"), &json!({}))?;
-        ensure!(s == 404, "{hook}: {s} {body}");
+    for name in ["end", "reset", "after_turn"] {
+        let (s, body) = hook(&format!("/v1/workspaces/gone/sessions/s1/{name}"))?;
+        ensure!(s == 404, "{name}: {s} {body}");
     }
     let (s, report) = server.post("/v1/gateway_start", &json!({}))?;
     ensure!(s == 200 && report["workspaces"] == json!([]), "{report}");
@@ -396,7 +415,11 @@ fn forgetting_a_session_keeps_another_workspaces_decisions() -> Result<()> {
     for ws in ["a1", "b1"] {
         cairn.ingest(
             ws,
-            &[TurnInput::new("main", Role::User, "We decided to ship on Friday.")],
+            &[TurnInput::new(
+                "main",
+                Role::User,
+                "We decided to ship on Friday.",
+            )],
         )?;
     }
     cairn.flush()?;
@@ -430,7 +453,10 @@ fn erasing_a_workspace_revokes_its_tokens() -> Result<()> {
     cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "first tenant")])?;
     cairn.forget("acme", &ForgetTarget::Workspace("acme".into()), "closed")?;
     cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "next tenant")])?;
-    ensure!(cairn.verify_token(&acme)?.is_none(), "the erased tenant's token still opens acme");
+    ensure!(
+        cairn.verify_token(&acme)?.is_none(),
+        "the erased tenant's token still opens acme"
+    );
     ensure!(cairn.verify_token(&globex)?.is_some());
     Ok(())
 }

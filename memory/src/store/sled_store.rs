@@ -112,7 +112,12 @@ impl DbState {
         if let Some(tree) = trees.get(name) {
             return Ok(Some(tree.clone()));
         }
-        if !self.db.tree_names().iter().any(|n| n.as_ref() == name.as_bytes()) {
+        if !self
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == name.as_bytes())
+        {
             return Ok(None);
         }
         let tree = self.db.open_tree(name)?;
@@ -491,7 +496,10 @@ fn flush_live(live: &RwLock<Option<DbState>>) -> sled::Result<()> {
 
 impl SledStore {
     /// Runs `f` on the live database, held shared.
-    fn with_live<T>(&self, f: impl FnOnce(&DbState) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn with_live<T>(
+        &self,
+        f: impl FnOnce(&DbState) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let live = self.inner.live.read();
         f(live.as_ref().ok_or_else(closed)?)
     }
@@ -616,7 +624,11 @@ impl SledWorkspace {
         f: impl FnOnce(&sled::Tree) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let live = self.live.read();
-        match live.as_ref().ok_or_else(closed)?.existing_tree(&self.name)? {
+        match live
+            .as_ref()
+            .ok_or_else(closed)?
+            .existing_tree(&self.name)?
+        {
             Some(tree) => f(&tree),
             None => Ok(absent),
         }
@@ -713,7 +725,10 @@ impl WorkspaceStore for SledWorkspace {
         let live = self.live.read();
         let state = live.as_ref().ok_or_else(closed)?;
         // Deletes alone create nothing: only a put makes a tree exist.
-        let creates = batch.ops().iter().any(|op| matches!(op, WriteOp::Put { .. }));
+        let creates = batch
+            .ops()
+            .iter()
+            .any(|op| matches!(op, WriteOp::Put { .. }));
         let tree = match creates {
             true => state.tree(&self.name)?,
             false => match state.existing_tree(&self.name)? {
@@ -1022,7 +1037,10 @@ mod tests {
                 let path = item?.path();
                 if path.is_dir() {
                     pending.push(path);
-                } else if std::fs::read(&path)?.windows(needle.len()).any(|w| w == needle) {
+                } else if std::fs::read(&path)?
+                    .windows(needle.len())
+                    .any(|w| w == needle)
+                {
                     return Ok(true);
                 }
             }
@@ -1064,18 +1082,31 @@ mod tests {
         assert!(report.trees >= 3, "{report:?}");
         assert!(!on_disk(dir.path(), secret)?);
         assert!(!dir.path().join(REWRITE_DIR).exists() && !dir.path().join(REWRITE_OLD).exists());
-        assert_eq!(ws.get(Collection::State, b"kept")?, Some(b"still here".to_vec()));
+        assert_eq!(
+            ws.get(Collection::State, b"kept")?,
+            Some(b"still here".to_vec())
+        );
         assert_eq!(log.get(Collection::State, b"n")?, Some(b"7".to_vec()));
         assert_eq!(store.meta_get(b"m")?, Some(b"meta".to_vec()));
         let mut batch = WriteBatch::default();
-        batch.put(Collection::State, b"after".to_vec(), b"written after".to_vec());
+        batch.put(
+            Collection::State,
+            b"after".to_vec(),
+            b"written after".to_vec(),
+        );
         ws.apply(batch)?;
         store.sync()?;
         drop((ws, log, store));
         let store = SledStore::open(dir.path())?;
         let ws = store.workspace("a")?;
-        assert_eq!(ws.get(Collection::State, b"after")?, Some(b"written after".to_vec()));
-        assert_eq!(ws.get(Collection::State, b"kept")?, Some(b"still here".to_vec()));
+        assert_eq!(
+            ws.get(Collection::State, b"after")?,
+            Some(b"written after".to_vec())
+        );
+        assert_eq!(
+            ws.get(Collection::State, b"kept")?,
+            Some(b"still here".to_vec())
+        );
         Ok(())
     }
 
