@@ -460,3 +460,48 @@ fn erasing_a_workspace_revokes_its_tokens() -> Result<()> {
     ensure!(cairn.verify_token(&globex)?.is_some());
     Ok(())
 }
+
+/// The erasure worker runs after a forget on either backend (sled's
+/// online rewrite, PostgreSQL's `VACUUM`) and clears the forget's mark;
+/// a forget whose mark a crash left is erased at the next open.
+#[test]
+fn the_eraser_runs_after_a_forget_and_after_a_crash() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let wait_erased = |cairn: &Cairn| -> Result<cairn::ErasureStats> {
+        let start = std::time::Instant::now();
+        loop {
+            let stats = cairn.erasure_stats()?;
+            if stats.pending == 0 && stats.passes > 0 {
+                return Ok(stats);
+            }
+            ensure!(stats.failures == 0, "{stats:?}");
+            ensure!(start.elapsed() < ERASURE_BOUND, "never erased: {stats:?}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    {
+        let cairn = open(dir.path())?;
+        cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "erase me")])?;
+        cairn.forget("acme", &ForgetTarget::Session("s1".into()), "asked to")?;
+        ensure!(cairn.erasure_stats()?.pending == 1);
+        wait_erased(&cairn)?;
+    }
+    // A mark left behind (as by a crash before the pass) is erased when
+    // cairn opens again.
+    let mut config = CairnConfig {
+        data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
+        ..CairnConfig::default()
+    };
+    config.erasure.online = false;
+    {
+        let cairn = Cairn::open(config.clone())?;
+        cairn.ingest("acme", &[TurnInput::new("s2", Role::User, "erase me too")])?;
+        cairn.forget("acme", &ForgetTarget::Session("s2".into()), "asked to")?;
+        ensure!(cairn.erasure_stats()?.pending == 1);
+    }
+    let cairn = open(dir.path())?;
+    let stats = wait_erased(&cairn)?;
+    ensure!(stats.passes == 1, "{stats:?}");
+    Ok(())
+}

@@ -147,6 +147,16 @@ pub enum StoreError {
         /// The token the write carried.
         token: i64,
     },
+    /// A write through a handle on a workspace that was erased after the
+    /// handle was opened: it does not bring the workspace back. A handle
+    /// opened since writes (and creates the workspace anew).
+    #[error(
+        "workspace {workspace} was erased after this handle on it was opened: it cannot write there"
+    )]
+    Erased {
+        /// The workspace.
+        workspace: String,
+    },
     /// The storage configuration is invalid (a malformed URL).
     #[error("invalid storage configuration: {0}")]
     Config(String),

@@ -155,6 +155,9 @@ struct Inner {
     /// database on every open. A space dropped here is removed; one dropped
     /// by another node makes writes through it fail (foreign key).
     known: RwLock<HashSet<(i16, String)>>,
+    /// How many times each space was dropped by this process: a handle
+    /// opened before a drop may not create its space again.
+    drops: parking_lot::Mutex<HashMap<(i16, String), u64>>,
     /// [`Store::compact`] runs `VACUUM FULL` rather than `VACUUM`.
     vacuum_full: bool,
     /// This node, when the database is shared by a cluster (`None`: this
@@ -260,6 +263,7 @@ impl PostgresStore {
                 writer: parking_lot::Mutex::new(None),
                 known: RwLock::new(HashSet::new()),
                 vacuum_full: config.vacuum_full,
+                drops: parking_lot::Mutex::new(HashMap::new()),
                 cluster: cluster.enabled().then(|| cluster.clone()),
                 fences: RwLock::new(HashMap::new()),
             }),
@@ -415,6 +419,15 @@ impl PostgresStore {
             .map_err(|_| unavailable(op, "the database client's runtime stopped"))?
     }
 
+    fn drop_count(&self, kind: i16, name: &str) -> u64 {
+        self.inner
+            .drops
+            .lock()
+            .get(&(kind, name.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Makes sure the space exists (created on first use, like a sled tree).
     fn ensure_space(&self, kind: i16, name: &str) -> Result<(), StoreError> {
         let key = (kind, name.to_owned());
@@ -440,9 +453,11 @@ impl PostgresStore {
     /// A handle on a space; the space is created by the first write
     /// through it ([`PostgresSpace::apply`]), so a read creates nothing.
     fn handle(&self, kind: i16, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
+        let drops = self.drop_count(kind, name);
         Ok(Arc::new(PostgresSpace {
             store: self.clone(),
             kind,
+            drops,
             space: name.to_owned(),
             label: match kind {
                 SYSTEM => format!("sys:{name}"),
@@ -546,6 +561,12 @@ impl Store for PostgresStore {
             .known
             .write()
             .remove(&(WORKSPACE, workspace.to_owned()));
+        *self
+            .inner
+            .drops
+            .lock()
+            .entry((WORKSPACE, workspace.to_owned()))
+            .or_default() += 1;
         let name = workspace.to_owned();
         let check = fence.clone();
         // One transaction: the fence, then the cascade removes every pair.
@@ -689,6 +710,8 @@ impl Store for PostgresStore {
 struct PostgresSpace {
     store: PostgresStore,
     kind: i16,
+    /// The space's drop count (in this process) when the handle was opened.
+    drops: u64,
     space: String,
     /// What [`WorkspaceStore::workspace`] answers (sled's tree name for a
     /// system namespace).
@@ -858,6 +881,11 @@ impl WorkspaceStore for PostgresSpace {
             .iter()
             .any(|op| matches!(op, super::WriteOp::Put { .. }));
         if creates {
+            if self.store.drop_count(self.kind, &self.space) > self.drops {
+                return Err(StoreError::Erased {
+                    workspace: self.space.clone(),
+                });
+            }
             self.store.ensure_space(self.kind, &self.space)?;
         }
         let fence = self.store.fence(self.kind, &self.space)?;

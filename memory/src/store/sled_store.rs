@@ -64,6 +64,9 @@ struct Inner {
     commit: Arc<GroupCommit>,
     /// The flusher thread of [`Store::sync_later`]; joined on drop.
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// How many times each tree was dropped: a handle opened before a drop
+    /// may not create its tree again ([`StoreError::Erased`]).
+    drops: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 /// One open sled database and the handles cairn holds into it. Nothing
@@ -178,6 +181,7 @@ impl SledStore {
                 live,
                 commit,
                 flusher: Mutex::new(Some(flusher)),
+                drops: Arc::new(Mutex::new(HashMap::new())),
             }),
         })
     }
@@ -505,9 +509,12 @@ impl SledStore {
     }
 
     fn handle(&self, tree: String) -> Arc<dyn WorkspaceStore> {
+        let drops = self.inner.drops.lock().get(&tree).copied().unwrap_or(0);
         Arc::new(SledWorkspace {
             name: tree,
             live: self.inner.live.clone(),
+            drops,
+            dropped: self.inner.drops.clone(),
         })
     }
 }
@@ -547,7 +554,9 @@ impl Store for SledStore {
     }
 
     fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
-        self.with_live(|live| live.drop_tree(&tree_name(workspace)))
+        let name = tree_name(workspace);
+        *self.inner.drops.lock().entry(name.clone()).or_default() += 1;
+        self.with_live(|live| live.drop_tree(&name))
     }
 
     fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -613,6 +622,10 @@ struct SledWorkspace {
     /// The tree's name (`ws:<id>`, `sys:<name>`).
     name: String,
     live: Arc<RwLock<Option<DbState>>>,
+    /// The tree's drop count when this handle was opened (see
+    /// [`Inner::drops`]).
+    drops: u64,
+    dropped: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl SledWorkspace {
@@ -730,7 +743,18 @@ impl WorkspaceStore for SledWorkspace {
             .iter()
             .any(|op| matches!(op, WriteOp::Put { .. }));
         let tree = match creates {
-            true => state.tree(&self.name)?,
+            true => {
+                if self.dropped.lock().get(&self.name).copied().unwrap_or(0) > self.drops {
+                    return Err(StoreError::Erased {
+                        workspace: self
+                            .name
+                            .strip_prefix(WORKSPACE_TREE_PREFIX)
+                            .unwrap_or(&self.name)
+                            .to_owned(),
+                    });
+                }
+                state.tree(&self.name)?
+            }
             false => match state.existing_tree(&self.name)? {
                 Some(tree) => tree,
                 None => return Ok(()),
@@ -1022,10 +1046,20 @@ mod tests {
         put.put(Collection::Sessions, b"s1".to_vec(), b"{}".to_vec());
         ghost.apply(put)?;
         assert_eq!(store.workspaces()?, ["ghost"]);
-        // A dropped workspace stays dropped for a handle opened before.
+        // A dropped workspace stays dropped for a handle opened before: its
+        // writes fail rather than bring it back; a handle opened since
+        // creates it anew.
         assert!(store.drop_workspace("ghost")?);
         assert_eq!(ghost.get(Collection::Sessions, b"s1")?, None);
+        let mut late = WriteBatch::default();
+        late.put(Collection::Sessions, b"s2".to_vec(), b"{}".to_vec());
+        assert!(matches!(
+            ghost.apply(late.clone()),
+            Err(StoreError::Erased { .. })
+        ));
         assert!(!store.has_workspace("ghost")?);
+        store.workspace("ghost")?.apply(late)?;
+        assert_eq!(store.workspaces()?, ["ghost"]);
         Ok(())
     }
 
