@@ -36,8 +36,11 @@ const TOMBSTONE_KEY_CONTEXT: &str = "cairn tombstone targets v1";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "target", content = "id", rename_all = "snake_case")]
 pub enum ForgetTarget {
-    /// A session: its metadata, every turn, its idempotency keys, and every
-    /// log entry whose provenance is that session.
+    /// A session: its metadata, every turn, its idempotency keys, every
+    /// log entry whose provenance is that session (and the subjects only
+    /// those entries made), what is derived from its turns (summaries,
+    /// topic records, stored vectors), and its id in maintenance runs and
+    /// topic subscriptions.
     Session(String),
     /// One log entry (its replacement links, which hold only ids, stay).
     Entry(String),
@@ -240,20 +243,9 @@ impl Workspace {
         if !matches!(target, ForgetTarget::Subject(_)) {
             self.stage_orphaned_subjects(&erased, &mut batch, &mut removed)?;
         }
+        // (Maintenance marks of erased entries stay: they name ids only,
+        // and the runs that made them replay them.)
         for entry in erased {
-            for key in [
-                MaintKey::Decayed {
-                    entry: entry.clone(),
-                },
-                MaintKey::ArchivedEntry {
-                    entry: entry.clone(),
-                },
-                MaintKey::RestoredEntry {
-                    entry: entry.clone(),
-                },
-            ] {
-                batch.delete(Collection::Maintenance, key.encode());
-            }
             batch.delete(Collection::State, StateKey::EntryVector { entry }.encode());
         }
         let tombstone = Tombstone {
