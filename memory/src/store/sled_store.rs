@@ -198,8 +198,8 @@ impl SledStore {
     /// not closed: about the time to read and write what is live). Steps,
     /// crash-safe at each: the live data is copied into `sled.rewrite`,
     /// made durable and marked complete; the database is closed; the copy
-    /// is swapped in by two renames ([`finish_rewrite`], which the next
-    /// open also runs); the old files are removed; the copy is opened.
+    /// is swapped in by two renames (which the next open would finish,
+    /// too); the old files are removed; the copy is opened.
     ///
     /// ```
     /// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
