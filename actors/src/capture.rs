@@ -405,6 +405,8 @@ pub(crate) struct CaptureEnv<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GateView<'a> {
     pub(crate) gate: &'a dyn CaptureGate,
+    /// The workspace captured.
+    pub(crate) workspace: &'a str,
     pub(crate) verdicts: &'a Verdicts,
     pub(crate) dirtied_by: Option<&'a str>,
     pub(crate) phase: Option<&'a str>,
@@ -424,6 +426,7 @@ impl GateView<'_> {
                 let known = self.verdicts.get(&(session.id.clone(), t.seq)).cloned();
                 let verdict = known.unwrap_or_else(|| {
                     self.gate.assess(&GateInput {
+                        workspace: self.workspace,
                         session: &session.id,
                         session_kind: session.kind,
                         work_context: &session.work_context,
@@ -520,7 +523,7 @@ pub(crate) fn capture(
         let turns: Vec<Turn> = all_turns
             .into_iter()
             .filter(|t| depth(t.seq) != Depth::DoNotCollect)
-            .filter_map(|t| env.gate.gate.capture_view(session, t))
+            .filter_map(|t| env.gate.gate.capture_view(env.gate.workspace, session, t))
             .collect();
         if turns.is_empty() {
             continue;

@@ -96,9 +96,11 @@ pub(crate) type Verdicts = HashMap<(String, u64), Significance>;
 
 impl ContextState {
     /// Accounts for one turn; `known` holds verdicts from before a reload.
+    #[allow(clippy::too_many_arguments)]
     fn note(
         &mut self,
         gate: &dyn CaptureGate,
+        workspace: &str,
         triggers: &TriggerConfig,
         session: &str,
         turn: &ObservedTurn,
@@ -113,6 +115,7 @@ impl ContextState {
         let significance = match known.remove(&key) {
             Some(verdict) => verdict,
             None => gate.assess(&GateInput {
+                workspace,
                 session,
                 session_kind: turn.session_kind,
                 work_context: &turn.work_context,
@@ -418,7 +421,7 @@ pub(crate) fn load_state(
                 content: turn.content,
                 timestamp: turn.timestamp,
             };
-            state.note(gate, triggers, &session.id, &observed, &mut known);
+            state.note(gate, ws.id(), triggers, &session.id, &observed, &mut known);
         }
     }
     Ok(state)
@@ -556,6 +559,7 @@ impl WorkContextActor {
                 extractor: extractor.as_deref(),
                 gate: GateView {
                     gate: inner.gate.as_ref(),
+                    workspace: ws.id(),
                     verdicts: &verdicts,
                     dirtied_by: dirtied_by.as_deref(),
                     phase: phase.as_deref(),
@@ -639,6 +643,7 @@ impl Handler<Observe> for WorkContextActor {
             for turn in &msg.turns {
                 state.note(
                     inner.gate.as_ref(),
+                    &ws_id,
                     &inner.config.triggers,
                     &msg.session,
                     turn,
@@ -861,6 +866,7 @@ mod tests {
         let seq = append("s1", Role::User, "a user turn in the first session");
         kept.note(
             &gate,
+            "acme",
             &triggers,
             "s1",
             &observed(&ws, "s1", seq),
@@ -902,10 +908,10 @@ mod tests {
             let mut refreshed = kept.clone().after_capture(fresh, extract_all, &triggers);
             for seq in unobserved {
                 let turn = observed(&ws, "s5", seq);
-                refreshed.note(&gate, &triggers, "s5", &turn, &mut Verdicts::new());
+                refreshed.note(&gate, "acme", &triggers, "s5", &turn, &mut Verdicts::new());
             }
             let turn = observed(&ws, "s2", late);
-            refreshed.note(&gate, &triggers, "s2", &turn, &mut Verdicts::new());
+            refreshed.note(&gate, "acme", &triggers, "s2", &turn, &mut Verdicts::new());
             assert_eq!(refreshed, loaded);
             assert_eq!(refreshed.verdicts.len(), 2 + 5);
             assert!(!refreshed.seen.contains_key("s4"));

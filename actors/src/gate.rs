@@ -16,6 +16,8 @@ use cairn_memory::{Role, Session, SessionKind, Subject, Turn};
 /// What a gate sees of one stored turn.
 #[derive(Debug, Clone, Copy)]
 pub struct GateInput<'a> {
+    /// The workspace the turn belongs to.
+    pub workspace: &'a str,
     /// The session the turn belongs to.
     pub session: &'a str,
     /// Its kind (main, sub-agent, cron).
@@ -73,6 +75,7 @@ impl Significance {
 /// use cairn_actors::{GateInput, HeuristicGate, CaptureGate};
 /// use cairn_memory::{Role, SessionKind};
 /// let s = HeuristicGate.assess(&GateInput {
+///     workspace: "acme",
 ///     session: "s1",
 ///     session_kind: SessionKind::Main,
 ///     work_context: "launch",
@@ -95,8 +98,8 @@ pub trait CaptureGate: Send + Sync + std::fmt::Debug {
     /// keeps it); a changed content (personal data masked, say) is what
     /// extraction reads. The default reads every turn as it is; the
     /// runtime asks its memory policy (`capture`).
-    fn capture_view(&self, session: &Session, turn: Turn) -> Option<Turn> {
-        let _ = session;
+    fn capture_view(&self, workspace: &str, session: &Session, turn: Turn) -> Option<Turn> {
+        let _ = (workspace, session);
         Some(turn)
     }
 }

@@ -194,6 +194,7 @@ fn gate(c: &mut Criterion) {
         b.iter(|| {
             HeuristicGate
                 .assess(&GateInput {
+                    workspace: "bench",
                     session: "s-bench",
                     session_kind: SessionKind::Main,
                     work_context: "wc-bench",

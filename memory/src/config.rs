@@ -186,6 +186,11 @@ pub struct PostgresConfig {
     pub connect_timeout_ms: u64,
     /// Longest one SQL statement may run (the server's `statement_timeout`), in ms.
     pub statement_timeout_ms: u64,
+    /// After a `forget`, vacuum with `VACUUM FULL` (each table rewritten
+    /// into a new file, every request waiting meanwhile) rather than a plain
+    /// `VACUUM` (dead rows removed in place, the database serving on).
+    /// Default false; see docs/DURABILITY.md, *Erasure on disk*.
+    pub vacuum_full: bool,
 }
 
 impl Default for PostgresConfig {
@@ -195,6 +200,7 @@ impl Default for PostgresConfig {
             pool_size: 8,
             connect_timeout_ms: 5_000,
             statement_timeout_ms: 30_000,
+            vacuum_full: false,
         }
     }
 }
@@ -231,6 +237,7 @@ impl std::fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("statement_timeout_ms", &self.statement_timeout_ms)
+            .field("vacuum_full", &self.vacuum_full)
             .finish()
     }
 }

@@ -17,7 +17,7 @@ use crate::ids::{validate_id, validate_slug};
 use crate::log::Entry;
 use crate::memory::{Memory, Workspace, check_size, decode, encode};
 use crate::record::{session_prefix, work_context_key};
-use crate::store::{Collection, StateFamily, StateKey, WriteBatch, WriteOp};
+use crate::store::{Collection, MaintFamily, MaintKey, StateFamily, StateKey, WriteBatch, WriteOp};
 
 /// Where the tombstones of erased workspaces live in the store-wide space.
 const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
@@ -25,6 +25,9 @@ const WORKSPACE_TOMBSTONE_PREFIX: &[u8] = b"tombstone/";
 /// workspace id until the erasure is complete (the tombstone holds only its
 /// hash), so a crash between the steps can be finished.
 const ERASING_PREFIX: &[u8] = b"erasing/";
+/// A forget whose bytes may still be in the store's files:
+/// `erasure/pending/<ulid>`, deleted once the store was compacted after it.
+const PENDING_PREFIX: &[u8] = b"erasure/pending/";
 /// The key-derivation context of tombstone hashes.
 const TOMBSTONE_KEY_CONTEXT: &str = "cairn tombstone targets v1";
 
@@ -33,8 +36,11 @@ const TOMBSTONE_KEY_CONTEXT: &str = "cairn tombstone targets v1";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "target", content = "id", rename_all = "snake_case")]
 pub enum ForgetTarget {
-    /// A session: its metadata, every turn, its idempotency keys, and every
-    /// log entry whose provenance is that session.
+    /// A session: its metadata, every turn, its idempotency keys, every
+    /// log entry whose provenance is that session (and the subjects only
+    /// those entries made), what is derived from its turns (summaries,
+    /// topic records, stored vectors), and its id in maintenance runs and
+    /// topic subscriptions.
     Session(String),
     /// One log entry (its replacement links, which hold only ids, stay).
     Entry(String),
@@ -104,6 +110,17 @@ impl ForgetTarget {
     }
 }
 
+/// What one [`Memory::erase_pending`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ErasePass {
+    /// The forgets it covered (their marks, deleted).
+    pub marks: usize,
+    /// The rewrite of the store's files (sled); `None` where the backend
+    /// vacuums instead (PostgreSQL).
+    pub rewrite: Option<crate::store::RewriteReport>,
+}
+
 /// The durable record of an erasure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -151,73 +168,7 @@ impl Workspace {
         }
         let guard = self.shared.lock_stripes(stripes);
         match target {
-            ForgetTarget::Session(id) => {
-                let session = self.session(id)?;
-                let prefix = session_prefix(id);
-                for (key, _) in self.store.scan_prefix(Collection::Turns, &prefix)? {
-                    batch.delete(Collection::Turns, key);
-                    removed.turns += 1;
-                }
-                for (key, _) in self.store.scan_prefix(Collection::Idempotency, &prefix)? {
-                    batch.delete(Collection::Idempotency, key);
-                }
-                batch.delete(Collection::Sessions, id.as_bytes().to_vec());
-                batch.delete(
-                    Collection::WorkContextSessions,
-                    work_context_key(&session.work_context, id),
-                );
-                removed.sessions = 1;
-                // Summaries hold the session's text: they go with it.
-                for (key, value) in self.store.scan_prefix(Collection::Summaries, b"")? {
-                    let node: crate::compact::SummaryNode = decode("summary", &key, &value)?;
-                    if &node.session == id {
-                        batch.delete(Collection::Summaries, key);
-                    }
-                }
-                batch.delete(
-                    Collection::State,
-                    StateKey::CompactionView {
-                        session: id.clone(),
-                    }
-                    .encode(),
-                );
-                for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
-                    let entry: Entry = decode("entry", &key, &value)?;
-                    if entry.provenance.as_ref().is_some_and(|p| &p.session == id) {
-                        batch.delete(Collection::Entries, key);
-                        removed.entries += 1;
-                    }
-                }
-                // Topic memberships, proposals and gate records quote or
-                // name the session's turns: they go with it.
-                for key in self.topic_records_of(id)? {
-                    batch.delete(Collection::Topics, key);
-                }
-                // The stored embeddings of its turns (written even when no
-                // search service runs now), its extraction record and mark.
-                let mut vectors = StateFamily::TurnVector.prefix().to_vec();
-                vectors.extend_from_slice(format!("{id}/").as_bytes());
-                for (key, _) in self.store.scan_prefix(Collection::State, &vectors)? {
-                    batch.delete(Collection::State, key);
-                }
-                batch.delete(
-                    Collection::State,
-                    StateKey::Extraction {
-                        session: id.clone(),
-                    }
-                    .encode(),
-                );
-                // Its capture mark: a new session with the same id is
-                // captured from its first turn.
-                batch.delete(
-                    Collection::State,
-                    StateKey::SessionMark {
-                        work_context: session.work_context.clone(),
-                        session: id.clone(),
-                    }
-                    .encode(),
-                );
-            }
+            ForgetTarget::Session(id) => self.stage_session(id, &mut batch, &mut removed)?,
             ForgetTarget::Entry(id) => {
                 validate_id("entry id", id)?;
                 let Some(mut entry) = self.load_entry(id)? else {
@@ -277,8 +228,8 @@ impl Workspace {
                 });
             }
         }
-        // Every erased entry's stored embedding goes in the same batch.
-        let erased: Vec<String> = batch
+        // What every erased entry leaves elsewhere goes in the same batch.
+        let erased: BTreeSet<String> = batch
             .ops()
             .iter()
             .filter_map(|op| match op {
@@ -289,6 +240,11 @@ impl Workspace {
                 _ => None,
             })
             .collect();
+        if !matches!(target, ForgetTarget::Subject(_)) {
+            self.stage_orphaned_subjects(&erased, &mut batch, &mut removed)?;
+        }
+        // (Maintenance marks of erased entries stay: they name ids only,
+        // and the runs that made them replay them.)
         for entry in erased {
             batch.delete(Collection::State, StateKey::EntryVector { entry }.encode());
         }
@@ -309,6 +265,7 @@ impl Workspace {
         self.apply(batch)?;
         self.shared.names.clear();
         drop(guard);
+        self.shared.mark_erasure()?;
         self.shared.store.sync()?;
         tracing::info!(workspace = %self.id, tombstone = %tombstone.id, kind = target.kind(), "forgotten");
         Ok(tombstone)
@@ -327,6 +284,209 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode("tombstone", &k, &v))
             .collect()
+    }
+
+    /// Stages the erasure of session `id`: its record, turns, idempotency
+    /// keys, summaries, the entries it is the provenance of, the topic
+    /// records about its turns, its stored vectors, its extraction record
+    /// and capture mark, and its id wherever a record names it (maintenance
+    /// runs and marks, topic subscriptions).
+    fn stage_session(&self, id: &str, batch: &mut WriteBatch, removed: &mut Removed) -> Result<()> {
+        let session = self.session(id)?;
+        let prefix = session_prefix(id);
+        for (key, _) in self.store.scan_prefix(Collection::Turns, &prefix)? {
+            batch.delete(Collection::Turns, key);
+            removed.turns += 1;
+        }
+        for (key, _) in self.store.scan_prefix(Collection::Idempotency, &prefix)? {
+            batch.delete(Collection::Idempotency, key);
+        }
+        batch.delete(Collection::Sessions, id.as_bytes().to_vec());
+        batch.delete(
+            Collection::WorkContextSessions,
+            work_context_key(&session.work_context, id),
+        );
+        removed.sessions = 1;
+        // Summaries hold the session's text: they go with it.
+        for (key, value) in self.store.scan_prefix(Collection::Summaries, b"")? {
+            let node: crate::compact::SummaryNode = decode("summary", &key, &value)?;
+            if node.session == id {
+                batch.delete(Collection::Summaries, key);
+            }
+        }
+        batch.delete(
+            Collection::State,
+            StateKey::CompactionView {
+                session: id.to_owned(),
+            }
+            .encode(),
+        );
+        for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
+            let entry: Entry = decode("entry", &key, &value)?;
+            if entry.provenance.as_ref().is_some_and(|p| p.session == id) {
+                batch.delete(Collection::Entries, key);
+                removed.entries += 1;
+            }
+        }
+        // Topic memberships, proposals and gate records quote or name the
+        // session's turns: they go with it.
+        for key in self.topic_records_of(id)? {
+            batch.delete(Collection::Topics, key);
+        }
+        self.stage_unsubscribe(id, batch)?;
+        self.stage_maintenance_of(id, batch)?;
+        // The stored embeddings of its turns (written even when no search
+        // service runs now). Exactly this session's: the scan's prefix
+        // (`<id>/`) also covers the sessions whose ids continue `<id>/…`.
+        let mut vectors = StateFamily::TurnVector.prefix().to_vec();
+        vectors.extend_from_slice(format!("{id}/").as_bytes());
+        for (key, _) in self.store.scan_prefix(Collection::State, &vectors)? {
+            if matches!(StateKey::decode(&key), Some(StateKey::TurnVector { session, .. }) if session == id)
+            {
+                batch.delete(Collection::State, key);
+            }
+        }
+        // Its extraction record, and its capture mark: a new session with
+        // the same id is captured from its first turn.
+        batch.delete(
+            Collection::State,
+            StateKey::Extraction {
+                session: id.to_owned(),
+            }
+            .encode(),
+        );
+        batch.delete(
+            Collection::State,
+            StateKey::SessionMark {
+                work_context: session.work_context.clone(),
+                session: id.to_owned(),
+            }
+            .encode(),
+        );
+        Ok(())
+    }
+
+    /// Stages the removal of session `id` from every topic's subscriptions.
+    /// A topic that listened to that session alone is paused rather than
+    /// left with no subscription (which would mean the whole workspace).
+    fn stage_unsubscribe(&self, id: &str, batch: &mut WriteBatch) -> Result<()> {
+        use crate::store::TopicKey;
+        use crate::topics::{Subscription, Topic};
+        for (key, value) in self.store.scan_prefix(
+            Collection::Topics,
+            crate::store::TopicFamily::Definition.prefix(),
+        )? {
+            if !matches!(TopicKey::decode(&key), Some(TopicKey::Definition { .. })) {
+                continue;
+            }
+            let mut topic: Topic = decode("topic", &key, &value)?;
+            let before = topic.spec.subscriptions.len();
+            topic
+                .spec
+                .subscriptions
+                .retain(|s| !matches!(s, Subscription::Session(s) if s == id));
+            if topic.spec.subscriptions.len() == before {
+                continue;
+            }
+            if topic.spec.subscriptions.is_empty() {
+                topic.spec.paused = true;
+            }
+            topic.generation += 1;
+            topic.updated_at = self.now();
+            batch.put(Collection::Topics, key, encode(&topic)?);
+        }
+        Ok(())
+    }
+
+    /// Stages the removal of session `id` from the maintenance records: its
+    /// archive and restore marks, and the changes about it in every run.
+    fn stage_maintenance_of(&self, id: &str, batch: &mut WriteBatch) -> Result<()> {
+        use crate::maintain::{Action, MaintenanceRun};
+        for key in [
+            MaintKey::ArchivedSession {
+                session: id.to_owned(),
+            },
+            MaintKey::RestoredSession {
+                session: id.to_owned(),
+            },
+        ] {
+            batch.delete(Collection::Maintenance, key.encode());
+        }
+        for (key, value) in self
+            .store
+            .scan_prefix(Collection::Maintenance, MaintFamily::Run.prefix())?
+        {
+            let mut run: MaintenanceRun = decode("maintenance run", &key, &value)?;
+            let before = run.changes.len();
+            run.changes.retain(|change| {
+                !matches!(&change.action,
+                    Action::ArchiveSession { session, .. } | Action::RestoreSession { session, .. }
+                        if session == id)
+            });
+            // A reason may name it among others ("stated in 3 sessions (…)").
+            let mut named = false;
+            for change in &mut run.changes {
+                if let Some(reason) = without_id(&change.reason, id) {
+                    change.reason = reason;
+                    named = true;
+                }
+            }
+            if named || run.changes.len() != before {
+                batch.put(Collection::Maintenance, key, encode(&run)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stages the erasure of the subjects that only `erased` entries named
+    /// and that nothing but those entries made: a subject registered when an
+    /// entry first named it (default kind, display name and no alias) was
+    /// taken from that entry's words, and goes with it. A subject some kept
+    /// entry names, or that carries anything added by hand, stays.
+    fn stage_orphaned_subjects(
+        &self,
+        erased: &BTreeSet<String>,
+        batch: &mut WriteBatch,
+        removed: &mut Removed,
+    ) -> Result<()> {
+        if erased.is_empty() {
+            return Ok(());
+        }
+        let aliases = self.alias_map()?;
+        let resolve = |slug: &str| {
+            aliases
+                .get(slug)
+                .cloned()
+                .unwrap_or_else(|| slug.to_owned())
+        };
+        let (mut named_by_erased, mut named_by_kept) = (BTreeSet::new(), BTreeSet::new());
+        for (key, value) in self.store.scan_prefix(Collection::Entries, b"")? {
+            let entry: Entry = decode("entry", &key, &value)?;
+            let Some(subject) = entry.subject.as_deref() else {
+                continue;
+            };
+            if erased.contains(entry.id.as_str()) {
+                named_by_erased.insert(resolve(subject));
+            } else {
+                named_by_kept.insert(resolve(subject));
+            }
+        }
+        for slug in named_by_erased.difference(&named_by_kept) {
+            let Some(raw) = self.store.get(Collection::Subjects, slug.as_bytes())? else {
+                continue;
+            };
+            let subject: crate::subjects::Subject = decode("subject", slug.as_bytes(), &raw)?;
+            let by_hand = subject.kind != crate::subjects::SubjectKind::default()
+                || subject.display != crate::ids::display_for_slug(slug)
+                || !subject.aliases.is_empty()
+                || aliases.values().any(|to| to == slug);
+            if by_hand {
+                continue;
+            }
+            batch.delete(Collection::Subjects, slug.as_bytes().to_vec());
+            removed.subjects += 1;
+        }
+        Ok(())
     }
 
     /// The keys of every topic record about one session's turns.
@@ -359,6 +519,25 @@ impl Workspace {
         }
         Ok(out)
     }
+}
+
+/// `text` with every whole occurrence of the id `id` (not part of a longer
+/// id) replaced by `(erased)`; `None` when it names it nowhere.
+fn without_id(text: &str, id: &str) -> Option<String> {
+    let is_id_char = |c: char| c.is_ascii_alphanumeric() || "._:@/+=-".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut found = false;
+    while let Some(at) = rest.find(id) {
+        let (before, after) = (&rest[..at], &rest[at + id.len()..]);
+        let whole = !before.ends_with(is_id_char) && !after.starts_with(is_id_char);
+        out.push_str(before);
+        out.push_str(if whole { "(erased)" } else { id });
+        found |= whole;
+        rest = after;
+    }
+    out.push_str(rest);
+    found.then_some(out)
 }
 
 impl Memory {
@@ -400,8 +579,14 @@ impl Memory {
         let erasing = [ERASING_PREFIX, tombstone.id.as_bytes()].concat();
         store.meta_put(&erasing, id.as_bytes())?;
         store.meta_put(&key, &encode(&tombstone)?)?;
-        self.revoke_workspace_tokens(id)?;
+        // Its tokens go in the same durable step: none opens the next
+        // workspace of the same name.
+        let revoked = self.revoke_workspace_tokens(id)?;
+        self.shared.mark_erasure()?;
         store.sync()?;
+        if revoked > 0 {
+            tracing::info!(revoked, "access tokens of an erased workspace revoked");
+        }
         store.drop_workspace(id)?;
         self.shared.workspace_dropped(id);
         tombstone.complete = true;
@@ -426,6 +611,36 @@ impl Memory {
             .into_iter()
             .map(|(k, v)| decode("tombstone", &k, &v))
             .collect()
+    }
+
+    /// The marks of the forgets whose bytes the store may still hold (see
+    /// [`Memory::erase_pending`]), oldest first.
+    pub fn erasure_pending(&self) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .shared
+            .store
+            .meta_scan_prefix(PENDING_PREFIX)?
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect())
+    }
+
+    /// Makes the bytes of every forget so far leave the storage, while the
+    /// store stays open ([`Store::compact`](crate::store::Store::compact)),
+    /// then deletes the marks it saw before it started: a forget made
+    /// meanwhile keeps its mark for the next pass. The runtime's erasure
+    /// worker calls it after each `forget` (docs/DURABILITY.md).
+    pub fn erase_pending(&self) -> Result<ErasePass> {
+        let marks = self.erasure_pending()?;
+        let rewrite = self.shared.store.compact()?;
+        for mark in &marks {
+            self.shared.store.meta_delete(mark)?;
+        }
+        self.shared.store.sync()?;
+        Ok(ErasePass {
+            marks: marks.len(),
+            rewrite,
+        })
     }
 
     pub(crate) fn finish_interrupted_erasures(&self) -> Result<()> {
@@ -467,6 +682,14 @@ impl Memory {
 }
 
 impl crate::memory::Shared {
+    /// Leaves the mark of a forget whose bytes the store still holds (made
+    /// durable by the forget's sync): `erasure/pending/<ulid>`, naming
+    /// nothing else.
+    pub(crate) fn mark_erasure(&self) -> Result<()> {
+        let key = [PENDING_PREFIX, ulid::Ulid::new().to_string().as_bytes()].concat();
+        Ok(self.store.meta_put(&key, b"")?)
+    }
+
     pub(crate) fn tombstone_target(&self, target: &ForgetTarget) -> TombstoneTarget {
         let key = self.derive_key(TOMBSTONE_KEY_CONTEXT);
         let mut h = blake3::Hasher::new_keyed(&key);
@@ -477,5 +700,182 @@ impl crate::memory::Shared {
             kind: target.kind().to_owned(),
             digest: h.finalize().to_hex()[..32].to_owned(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::log::{EntryInput, EntryKind, Provenance};
+    use crate::maintain::{
+        Action, Change, MaintainSettings, MaintainTrigger, MaintenanceRun, Rule,
+    };
+    use crate::subjects::SubjectKind;
+    use crate::topics::{Subscription, TopicSpec};
+    use crate::{MemoryConfig, Role, SystemClock, TurnInput};
+
+    fn memory(dir: &std::path::Path) -> Memory {
+        crate::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock))
+            .expect("a memory on a temporary dir")
+    }
+
+    fn vector(session: &str) -> StateKey {
+        StateKey::TurnVector {
+            session: session.to_owned(),
+            seq: 0,
+        }
+    }
+
+    /// Issue 78: forgetting session `a` deleted the stored vectors of every
+    /// session `a/…` too (the scan of `search/v/a/` covers them).
+    #[test]
+    fn forgetting_a_session_keeps_the_vectors_of_sessions_below_its_id() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| MemoryError::Invalid {
+            what: "test",
+            reason: e.to_string(),
+        })?;
+        let memory = memory(dir.path());
+        let ws = memory.workspace("acme")?;
+        ws.append_turns(&[
+            TurnInput::new("a", Role::User, "first"),
+            TurnInput::new("a/b", Role::User, "second"),
+            TurnInput::new("a/b/c", Role::User, "third"),
+        ])?;
+        ws.state_apply(
+            &[
+                (vector("a"), vec![1]),
+                (vector("a/b"), vec![2]),
+                (vector("a/b/c"), vec![3]),
+            ],
+            &[],
+        )?;
+        ws.forget(&ForgetTarget::Session("a".into()), "asked")?;
+        assert!(ws.state_get(&vector("a"))?.is_none());
+        assert_eq!(ws.state_get(&vector("a/b"))?, Some(vec![2]));
+        assert_eq!(ws.state_get(&vector("a/b/c"))?, Some(vec![3]));
+        Ok(())
+    }
+
+    /// Issue 78: what a forgotten session leaves elsewhere goes with it —
+    /// a subject only its entries named (made from them), its id in
+    /// maintenance runs and marks, and its topic subscriptions (a topic
+    /// that listened to it alone is paused, not widened to everything).
+    #[test]
+    fn forgetting_a_session_takes_its_subjects_runs_and_subscriptions() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| MemoryError::Invalid {
+            what: "test",
+            reason: e.to_string(),
+        })?;
+        let memory = memory(dir.path());
+        let ws = memory.workspace("acme")?;
+        ws.append_turns(&[
+            TurnInput::new("s1", Role::User, "Dana Smith owns the launch."),
+            TurnInput::new("s2", Role::User, "The launch is on Friday."),
+        ])?;
+        ws.add_subject("by-hand", SubjectKind::Person, Some("By Hand"))?;
+        let from = |session: &str, subject: &str, content: &str| {
+            let mut entry = EntryInput::new(EntryKind::Fact, content);
+            entry.subject = Some(subject.to_owned());
+            entry.provenance = Some(Provenance {
+                session: session.into(),
+                from_seq: 0,
+                to_seq: 0,
+            });
+            entry
+        };
+        ws.append_entries(&[
+            from("s1", "dana-smith", "Dana Smith owns the launch"),
+            from("s1", "launch", "The launch has an owner"),
+            from("s2", "launch", "The launch is on Friday"),
+            from("s1", "by-hand", "By Hand was mentioned"),
+        ])?;
+        let topic = |name: &str, subscriptions: Vec<Subscription>| {
+            let mut spec = TopicSpec::new(name, "launch planning")
+                .trigger(crate::topics::Trigger::Keyword("launch".into()));
+            spec.subscriptions = subscriptions;
+            spec
+        };
+        ws.create_topic(&topic("only-s1", vec![Subscription::Session("s1".into())]))?;
+        ws.create_topic(&topic(
+            "both",
+            vec![
+                Subscription::Session("s1".into()),
+                Subscription::Session("s2".into()),
+            ],
+        ))?;
+        let run = MaintenanceRun {
+            id: "run-1".into(),
+            seq: 1,
+            trigger: MaintainTrigger::Manual,
+            at: ws.now(),
+            settings: MaintainSettings::default(),
+            changes: ["s1", "s2"]
+                .map(|session| Change {
+                    rule: Rule::ArchiveSession,
+                    action: Action::ArchiveSession {
+                        session: session.to_owned(),
+                        through_seq: 0,
+                    },
+                    reason: "idle".into(),
+                })
+                .into_iter()
+                .chain([Change {
+                    rule: Rule::PromoteDirective,
+                    action: Action::Promote {
+                        entry: "e1".into(),
+                        into: "e2".into(),
+                        kind: EntryKind::Directive,
+                    },
+                    reason: "decision e1 stated in 3 sessions (s1, s10, s2) (rule: 3 sessions)"
+                        .into(),
+                }])
+                .collect(),
+            undone: None,
+        };
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::Maintenance,
+            MaintKey::Run { seq: 1 }.encode(),
+            encode(&run)?,
+        );
+        batch.put(
+            Collection::Maintenance,
+            MaintKey::ArchivedSession {
+                session: "s1".into(),
+            }
+            .encode(),
+            b"{}".to_vec(),
+        );
+        ws.apply(batch)?;
+
+        let t = ws.forget(&ForgetTarget::Session("s1".into()), "asked")?;
+        // `dana-smith` came from s1's entries alone; `launch` is still named
+        // by s2's; `by-hand` was registered by hand.
+        let slugs: Vec<String> = ws.subjects()?.into_iter().map(|s| s.slug).collect();
+        assert_eq!(slugs, ["by-hand", "launch"]);
+        assert_eq!(t.removed.subjects, 1);
+        let runs = ws.maintenance_runs()?;
+        assert_eq!(runs[0].changes.len(), 2);
+        assert_eq!(
+            runs[0].changes[1].reason,
+            "decision e1 stated in 3 sessions ((erased), s10, s2) (rule: 3 sessions)"
+        );
+        assert!(!String::from_utf8_lossy(&encode(&runs)?).contains("\"s1\""));
+        let marks = ws.store.scan_prefix(
+            Collection::Maintenance,
+            MaintFamily::ArchivedSession.prefix(),
+        )?;
+        assert!(marks.is_empty(), "{marks:?}");
+        let only = ws.topic("only-s1")?;
+        assert!(only.spec.subscriptions.is_empty() && only.spec.paused);
+        let both = ws.topic("both")?;
+        assert_eq!(
+            both.spec.subscriptions,
+            [Subscription::Session("s2".into())]
+        );
+        assert!(!both.spec.paused);
+        Ok(())
     }
 }

@@ -77,7 +77,7 @@ pub use assemble::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Limits, MemoryConfig, PostgresConfig, StorageBackend, StorageConfig};
 pub use error::{ErrorKind, MemoryError, Result};
-pub use forget::{ForgetTarget, Removed, Tombstone, TombstoneTarget};
+pub use forget::{ErasePass, ForgetTarget, Removed, Tombstone, TombstoneTarget};
 pub use live::LiveList;
 pub use log::{
     DecayConfig, Entry, EntryFilter, EntryInput, EntryKind, EntryStatus, EntryView, Name,

@@ -985,7 +985,10 @@ impl Memory {
         Ok(self.shared.store.system(name)?)
     }
 
-    /// A handle on a workspace, created on first use.
+    /// A handle on a workspace. The workspace is created by the first write
+    /// through the handle (a session, a turn, an entry…); reads through it
+    /// find nothing and create nothing, so a failed call (a hook on a
+    /// session that does not exist) leaves no workspace behind.
     pub fn workspace(&self, id: &str) -> Result<Workspace> {
         validate_id("workspace id", id)?;
         let store = self.shared.store.workspace(id)?;

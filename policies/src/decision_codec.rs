@@ -8,8 +8,10 @@
 //! decision for most candidates), then each decision as its id (a varint:
 //! its step from the id before it, one byte within a batch, whose ids are
 //! consecutive) and digest (raw bytes), indexes into the three tables, its
-//! outcome, its duration in nanoseconds and its fuel. [`decode`] reads it
-//! back into the same records. A memory-policy decision takes about 45
+//! outcome, its duration in nanoseconds, its fuel and its workspace (an
+//! index into a table of workspaces written last). [`decode`] reads it
+//! back into the same records; [`decode_without_workspaces`] reads the same
+//! form as written before records named their workspace. A memory-policy decision takes about 47
 //! bytes, 32 of them its digest: three quarters of the same form with
 //! whole ids (16 bytes each), which [`decode_whole_ids`] still reads, and
 //! a fifth of the earlier per-record form, which [`decode_unshared`] still
@@ -55,18 +57,23 @@ pub struct CodecError(String);
 
 /// A list of records on the way out: what its decisions share, once, then
 /// the decisions, their ids in the form `I` ([`IdStep`] or [`WholeId`]).
+/// `T` is the workspaces table and `W` a decision's index into it: a
+/// `Vec` and an `Option<u32>` in the form [`encode`] writes, `()` (no
+/// bytes at all) in the forms written before records named their
+/// workspace.
 #[derive(Serialize)]
-struct SharedOut<'a, I> {
+struct SharedOut<'a, I, T, W> {
     heads: Vec<(WorldKind, &'a str, &'a str)>,
     sessions: Vec<&'a str>,
     outputs: Vec<OutputOut<'a>>,
-    records: Vec<Vec<SlimOut<'a, I>>>,
+    records: Vec<Vec<SlimOut<'a, I, W>>>,
+    workspaces: T,
 }
 
 /// One decision on the way out: its own fields and indexes into the
 /// tables of [`SharedOut`].
 #[derive(Serialize)]
-struct SlimOut<'a, I> {
+struct SlimOut<'a, I, W> {
     id: I,
     head: u32,
     digest: [u8; 32],
@@ -75,19 +82,21 @@ struct SlimOut<'a, I> {
     nanos: u64,
     fuel: Option<u64>,
     session: Option<u32>,
+    workspace: W,
 }
 
 /// A list of records on the way in (field for field as [`SharedOut`]).
 #[derive(Deserialize)]
-struct SharedIn<I> {
+struct SharedIn<I, T, W> {
     heads: Vec<(WorldKind, String, String)>,
     sessions: Vec<String>,
     outputs: Vec<OutputIn>,
-    records: Vec<Vec<SlimIn<I>>>,
+    records: Vec<Vec<SlimIn<I, W>>>,
+    workspaces: T,
 }
 
 #[derive(Deserialize)]
-struct SlimIn<I> {
+struct SlimIn<I, W> {
     id: I,
     head: u32,
     digest: [u8; 32],
@@ -96,6 +105,60 @@ struct SlimIn<I> {
     nanos: u64,
     fuel: Option<u64>,
     session: Option<u32>,
+    workspace: W,
+}
+
+/// How the workspaces of a shared form are written: a table and an index
+/// per decision ([`Named`]), or nothing ([`Unnamed`], the forms before).
+trait WorkspaceForm {
+    type Table<'a>: Serialize;
+    type Index: Serialize;
+    type TableIn: for<'de> Deserialize<'de>;
+    type IndexIn: for<'de> Deserialize<'de>;
+    fn table(names: Vec<&str>) -> Self::Table<'_>;
+    fn index(at: Option<u32>) -> Self::Index;
+    fn names(table: Self::TableIn) -> Vec<String>;
+    fn at(index: Self::IndexIn) -> Option<u32>;
+}
+
+/// The form [`encode`] writes: every decision's workspace, by index.
+struct Named;
+
+impl WorkspaceForm for Named {
+    type Table<'a> = Vec<&'a str>;
+    type Index = Option<u32>;
+    type TableIn = Vec<String>;
+    type IndexIn = Option<u32>;
+    fn table(names: Vec<&str>) -> Vec<&str> {
+        names
+    }
+    fn index(at: Option<u32>) -> Option<u32> {
+        at
+    }
+    fn names(table: Vec<String>) -> Vec<String> {
+        table
+    }
+    fn at(index: Option<u32>) -> Option<u32> {
+        index
+    }
+}
+
+/// The forms written before records named their workspace: nothing.
+struct Unnamed;
+
+impl WorkspaceForm for Unnamed {
+    type Table<'a> = ();
+    type Index = ();
+    type TableIn = ();
+    type IndexIn = ();
+    fn table(_: Vec<&str>) {}
+    fn index(_: Option<u32>) {}
+    fn names((): ()) -> Vec<String> {
+        Vec::new()
+    }
+    fn at((): ()) -> Option<u32> {
+        None
+    }
 }
 
 /// How a decision's id is written in the shared form: given the id of the
@@ -243,7 +306,22 @@ fn index_of<T: PartialEq>(table: &mut Vec<T>, value: T) -> Result<u32, CodecErro
 /// [`CodecError`] if a value does not serialize (postcard refuses nothing
 /// these records hold; the error is the serializer's, passed on).
 pub fn encode(records: &[Vec<DecisionRecord>], out: Vec<u8>) -> Result<Vec<u8>, CodecError> {
-    encode_shared::<IdStep>(records, out)
+    encode_shared::<IdStep, Named>(records, out)
+}
+
+/// `out` followed by `records` in the form [`encode`] wrote before records
+/// named their workspace (their workspaces are not written): kept so that
+/// a test or a tool can write such a log; read by
+/// [`decode_without_workspaces`].
+///
+/// # Errors
+///
+/// [`CodecError`] as [`encode`].
+pub fn encode_without_workspaces(
+    records: &[Vec<DecisionRecord>],
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CodecError> {
+    encode_shared::<IdStep, Unnamed>(records, out)
 }
 
 /// `out` followed by `records` in the shared form written before
@@ -257,10 +335,10 @@ pub fn encode_whole_ids(
     records: &[Vec<DecisionRecord>],
     out: Vec<u8>,
 ) -> Result<Vec<u8>, CodecError> {
-    encode_shared::<WholeId>(records, out)
+    encode_shared::<WholeId, Unnamed>(records, out)
 }
 
-fn encode_shared<I: IdForm + Serialize>(
+fn encode_shared<I: IdForm + Serialize, F: WorkspaceForm>(
     records: &[Vec<DecisionRecord>],
     out: Vec<u8>,
 ) -> Result<Vec<u8>, CodecError> {
@@ -270,7 +348,9 @@ fn encode_shared<I: IdForm + Serialize>(
         sessions: Vec::new(),
         outputs: Vec::new(),
         records: Vec::with_capacity(records.len()),
+        workspaces: F::table(Vec::new()),
     };
+    let mut workspaces: Vec<&str> = Vec::new();
     // Outputs are compared as the records hold them, then lowered.
     let mut outputs: Vec<&DecisionOutput> = Vec::new();
     for decisions in records {
@@ -290,12 +370,17 @@ fn encode_shared<I: IdForm + Serialize>(
                     Some(session) => Some(index_of(&mut shared.sessions, session)?),
                     None => None,
                 },
+                workspace: F::index(match record.workspace.as_deref() {
+                    Some(workspace) => Some(index_of(&mut workspaces, workspace)?),
+                    None => None,
+                }),
             });
             previous = id;
         }
         shared.records.push(slim);
     }
     shared.outputs = outputs.into_iter().map(output_out).collect();
+    shared.workspaces = F::table(workspaces);
     postcard::to_extend(&shared, out).map_err(|e| CodecError(e.to_string()))
 }
 
@@ -307,7 +392,18 @@ fn encode_shared<I: IdForm + Serialize>(
 /// records (truncated, damaged, an index past its table, or trailing bytes
 /// after them).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    decode_shared::<IdStep>(bytes)
+    decode_shared::<IdStep, Named>(bytes)
+}
+
+/// Reads records written by [`encode_without_workspaces`]: the form logs
+/// written before records named their workspace hold (every record's
+/// workspace reads as `None`).
+///
+/// # Errors
+///
+/// [`CodecError`] naming what did not decode, as [`decode`].
+pub fn decode_without_workspaces(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
+    decode_shared::<IdStep, Unnamed>(bytes)
 }
 
 /// Reads records written by [`encode_whole_ids`]: the shared form as logs
@@ -317,13 +413,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
 ///
 /// [`CodecError`] naming what did not decode, as [`decode`].
 pub fn decode_whole_ids(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    decode_shared::<WholeId>(bytes)
+    decode_shared::<WholeId, Unnamed>(bytes)
 }
 
-fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
+fn decode_shared<'de, I: IdForm + Deserialize<'de>, F: WorkspaceForm>(
     bytes: &'de [u8],
 ) -> Result<Vec<Vec<DecisionRecord>>, CodecError> {
-    let shared: SharedIn<I> = take_all(bytes)?;
+    let shared: SharedIn<I, F::TableIn, F::IndexIn> = take_all(bytes)?;
+    let workspaces: Vec<Arc<str>> = F::names(shared.workspaces)
+        .into_iter()
+        .map(Arc::from)
+        .collect();
     let mut previous = 0;
     let heads: Vec<(WorldKind, Arc<str>, PolicyGenerationId)> = shared
         .heads
@@ -360,6 +460,12 @@ fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
                         }
                         None => None,
                     };
+                    let workspace = match F::at(slim.workspace) {
+                        Some(at) => Some(Arc::clone(
+                            &workspaces[entry("workspace", workspaces.len(), at)?],
+                        )),
+                        None => None,
+                    };
                     let id = slim.id.read(previous);
                     previous = id;
                     Ok(DecisionRecord {
@@ -373,6 +479,7 @@ fn decode_shared<'de, I: IdForm + Deserialize<'de>>(
                         duration: Duration::from_nanos(slim.nanos),
                         fuel_consumed: slim.fuel,
                         session,
+                        workspace,
                     })
                 })
                 .collect()
@@ -456,6 +563,7 @@ pub fn decode_unshared(bytes: &[u8]) -> Result<Vec<Vec<DecisionRecord>>, CodecEr
                     duration: Duration::from_nanos(stored.nanos),
                     fuel_consumed: stored.fuel,
                     session: stored.session.map(Arc::from),
+                    workspace: None,
                 })
                 .collect()
         })
@@ -505,6 +613,7 @@ mod tests {
             duration: Duration::from_micros(42),
             fuel_consumed: Some(1_234),
             session: Some("s1".into()),
+            workspace: None,
         }
     }
 
@@ -544,8 +653,10 @@ mod tests {
             record
         };
         let fault = Fault::new(FaultKind::OutOfFuel, "fuel ran out after 1000 units");
+        let mut elsewhere = significance();
+        elsewhere.workspace = Some("globex".into());
         vec![
-            vec![significance()],
+            vec![significance(), elsewhere],
             vec![topic],
             vec![
                 memory(ContentFidelity::Full, Outcome::Plugin),
@@ -572,9 +683,38 @@ mod tests {
     /// vocabulary's names fails here, not in a user's old log.
     #[test]
     fn the_encoding_is_pinned() -> Result<(), CodecError> {
-        let bytes = encode(&[vec![significance()]], Vec::new())?;
+        let mut record = significance();
+        record.workspace = Some("acme".into());
+        let bytes = encode(&[vec![record.clone()]], Vec::new())?;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, pinned_shared("aa80808080808080808080808080cbae9303"));
+        let pinned = [
+            &pinned_shared("aa80808080808080808080808080cbae9303")[..],
+            "0100",         // the decision's workspace: 0
+            "010461636d65", // one workspace: acme
+        ]
+        .concat();
+        assert_eq!(hex, pinned);
+        assert_eq!(decode(&bytes)?, vec![vec![record]]);
+        Ok(())
+    }
+
+    /// The form written before records named their workspace is pinned
+    /// too and still reads (every workspace `None`); a record's workspace
+    /// is not written in it.
+    #[test]
+    fn the_form_without_workspaces_still_reads() -> Result<(), CodecError> {
+        let pinned = pinned_shared("aa80808080808080808080808080cbae9303");
+        let mut record = significance();
+        record.workspace = Some("acme".into());
+        let bytes = encode_without_workspaces(&[vec![record]], Vec::new())?;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, pinned);
+        assert_eq!(
+            decode_without_workspaces(&bytes)?,
+            vec![vec![significance()]]
+        );
+        // Told apart by the log's version byte, not by their bytes.
+        assert!(decode(&bytes).is_err());
         Ok(())
     }
 
@@ -655,8 +795,8 @@ mod tests {
     }
 
     /// A batched memory-policy record (50 candidates, most answered alike,
-    /// one session, consecutive ids) costs its digests and little more:
-    /// under 50 bytes a decision, tables included, where every decision
+    /// one session and workspace, consecutive ids) costs its digests and
+    /// little more: under 52 bytes a decision, tables included, where every decision
     /// spelled out its plugin, generation, session and output before (about
     /// 200), and its id took 16 bytes (about 60).
     #[test]
@@ -668,19 +808,31 @@ mod tests {
                 record.inputs_digest = InputsDigest::from_bytes([n as u8; 32]);
                 record.outcome = Outcome::Plugin;
                 record.duration = Duration::from_micros(1);
+                record.workspace = Some("acme".into());
                 record
             })
             .collect();
         let bytes = encode(std::slice::from_ref(&batch), Vec::new())?;
-        assert!(bytes.len() < 50 * 50, "{} bytes", bytes.len());
+        assert!(bytes.len() < 50 * 52, "{} bytes", bytes.len());
+        // The forms before named no workspace.
+        let unnamed: Vec<DecisionRecord> = batch
+            .iter()
+            .cloned()
+            .map(|mut record| {
+                record.workspace = None;
+                record
+            })
+            .collect();
+        let stepped = encode_without_workspaces(std::slice::from_ref(&batch), Vec::new())?;
+        assert!(bytes.len() <= stepped.len() + 2 * 50 + 8);
         let whole = encode_whole_ids(std::slice::from_ref(&batch), Vec::new())?;
         assert!(
-            bytes.len() + 14 * 50 < whole.len(),
+            stepped.len() + 14 * 50 < whole.len(),
             "{} vs {}",
-            bytes.len(),
+            stepped.len(),
             whole.len()
         );
-        assert_eq!(decode_whole_ids(&whole)?, vec![batch.clone()]);
+        assert_eq!(decode_whole_ids(&whole)?, vec![unnamed]);
         let unshared = encode_unshared(std::slice::from_ref(&batch), Vec::new())?;
         assert!(
             bytes.len() * 3 < unshared.len(),
@@ -731,7 +883,9 @@ mod tests {
                 nanos: 0,
                 fuel: None,
                 session: Some(3),
+                workspace: None::<u32>,
             }]],
+            workspaces: Vec::<&str>::new(),
         };
         let bytes =
             postcard::to_extend(&shared, Vec::new()).map_err(|e| CodecError(e.to_string()))?;

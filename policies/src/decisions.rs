@@ -223,6 +223,13 @@ pub struct DecisionRecord {
     /// (this field and the plugin's free-text note, which may quote it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Arc<str>>,
+    /// The workspace the decided object belongs to, when the caller said
+    /// ([`PolicySlot::decide_in`](crate::PolicySlot::decide_in)): a
+    /// `forget` scrubs the records of its own workspace's session, never
+    /// those of a session of the same id in another workspace. `None` in
+    /// records logged before records named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Arc<str>>,
 }
 
 impl DecisionRecord {

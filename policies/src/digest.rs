@@ -5,6 +5,10 @@
 //! can be matched. The digest feeds every field in order, each
 //! length-prefixed or terminated, so distinct inputs cannot collide by
 //! shifting bytes between fields. It is stable for a given WIT version.
+//!
+//! A host given a digest key ([`HostConfig::digest_key`](crate::HostConfig))
+//! logs the digest keyed with it, so that the log cannot be used to confirm
+//! a guess at an input (a turn, a secret in it) without that key.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -19,6 +23,13 @@ impl InputsDigest {
     /// The digest's bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// This digest keyed with `key` (BLAKE3 in keyed mode over the 32
+    /// bytes): what a durable log stores, so that a guessed input cannot be
+    /// confirmed from the log by anyone who does not hold the key.
+    pub(crate) fn keyed(self, key: &[u8; 32]) -> InputsDigest {
+        InputsDigest(*blake3::keyed_hash(key, &self.0).as_bytes())
     }
 
     /// A digest read back from a log.

@@ -174,6 +174,11 @@ pub struct HostConfig {
     /// (at install or swap time, off the hot path). Default the number of
     /// CPUs.
     pub prewarm_instances: usize,
+    /// The key of the inputs digests the decision records carry: with one,
+    /// each digest is keyed with it (BLAKE3 keyed mode), so the log cannot
+    /// confirm a guessed input; `None` (the default) logs the plain digest.
+    /// cairn derives it from the install secret in its store.
+    pub digest_key: Option<[u8; 32]>,
 }
 
 impl Default for HostConfig {
@@ -188,11 +193,19 @@ impl Default for HostConfig {
             first_generation: 1,
             max_idle_instances: 2 * cpus,
             prewarm_instances: cpus,
+            digest_key: None,
         }
     }
 }
 
 impl HostConfig {
+    /// With decision records' inputs digests keyed with `key` (see
+    /// [`HostConfig::digest_key`]).
+    pub fn digest_key(mut self, key: [u8; 32]) -> Self {
+        self.digest_key = Some(key);
+        self
+    }
+
     /// With compiled components cached in `dir`, authenticated with `key`
     /// (see the trust note on [`HostConfig::cache_dir`]).
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>, key: [u8; 32]) -> Self {

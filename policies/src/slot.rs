@@ -182,6 +182,17 @@ impl<W: World> PolicySlot<W> {
     /// is a decision sink that cannot record
     /// ([`PolicyError::DecisionLog`]).
     pub fn decide(&self, input: &W::Input) -> Result<Decided<W::Decision>> {
+        self.decide_in(None, input)
+    }
+
+    /// [`PolicySlot::decide`] about an object of `workspace`: its record
+    /// names the workspace, so that a `forget` of a session scrubs the
+    /// records of that workspace's session only.
+    pub fn decide_in(
+        &self,
+        workspace: Option<&str>,
+        input: &W::Input,
+    ) -> Result<Decided<W::Decision>> {
         let started = Instant::now();
         let generation = self.inner.current.load_full();
         let (decision, outcome, fuel_consumed) = if self.inner.is_held.load(Ordering::Acquire) {
@@ -206,12 +217,13 @@ impl<W: World> PolicySlot<W> {
             world: W::KIND,
             plugin: generation.plugin.clone(),
             generation: decided.generation.clone(),
-            inputs_digest: W::digest(input),
+            inputs_digest: self.digest(input),
             output: W::output(&decided.decision),
             outcome: decided.outcome.clone(),
             duration,
             fuel_consumed,
             session: W::session_of(input).map(Arc::from),
+            workspace: workspace.map(Arc::from),
         };
         self.inner
             .host
@@ -272,6 +284,16 @@ impl<W: World> PolicySlot<W> {
         &self,
         inputs: &[W::Input],
     ) -> (Vec<Decided<W::Decision>>, Vec<DecisionRecord>) {
+        self.judge_many_in(None, inputs)
+    }
+
+    /// [`PolicySlot::judge_many`] about objects of `workspace` (see
+    /// [`PolicySlot::decide_in`]).
+    pub fn judge_many_in(
+        &self,
+        workspace: Option<&str>,
+        inputs: &[W::Input],
+    ) -> (Vec<Decided<W::Decision>>, Vec<DecisionRecord>) {
         if inputs.is_empty() {
             return (Vec::new(), Vec::new());
         }
@@ -301,6 +323,7 @@ impl<W: World> PolicySlot<W> {
         let mut records = Vec::with_capacity(inputs.len());
         let ids = DecisionId::run(inputs.len());
         let mut sessions = SharedNames::default();
+        let workspace: Option<Arc<str>> = workspace.map(Arc::from);
         for ((input, (decision, outcome)), decision_id) in inputs.iter().zip(judged).zip(ids) {
             let d = Decided {
                 decision,
@@ -314,7 +337,7 @@ impl<W: World> PolicySlot<W> {
                 world: W::KIND,
                 plugin: generation.plugin.clone(),
                 generation: d.generation.clone(),
-                inputs_digest: W::digest(input),
+                inputs_digest: self.digest(input),
                 output: W::output(&d.decision),
                 outcome: d.outcome.clone(),
                 duration: share,
@@ -325,10 +348,21 @@ impl<W: World> PolicySlot<W> {
                     None
                 },
                 session: sessions.get(W::session_of(input)),
+                workspace: workspace.clone(),
             });
             decided.push(d);
         }
         (decided, records)
+    }
+
+    /// The digest a record carries of `input`: keyed with the host's
+    /// digest key when it has one ([`HostConfig::digest_key`](crate::HostConfig)).
+    fn digest(&self, input: &W::Input) -> crate::digest::InputsDigest {
+        let plain = W::digest(input);
+        match &self.inner.host.config.digest_key {
+            Some(key) => plain.keyed(key),
+            None => plain,
+        }
     }
 
     /// Hands `records` to the decision sink as one batch.

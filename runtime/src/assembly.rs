@@ -115,6 +115,8 @@ pub fn sensitivity_of(text: &str) -> Sensitivity {
 #[derive(Debug)]
 pub struct WasmPolicyCheck<'a> {
     slot: &'a PolicySlot<MemoryPolicy>,
+    /// The workspace assembled from (its decision records name it).
+    workspace: Option<String>,
     lineage: Option<HashSet<String>>,
     /// The decisions made so far, not yet logged.
     pending: RefCell<Vec<DecisionRecord>>,
@@ -127,9 +129,17 @@ impl<'a> WasmPolicyCheck<'a> {
     pub fn new(slot: &'a PolicySlot<MemoryPolicy>, lineage: Option<HashSet<String>>) -> Self {
         WasmPolicyCheck {
             slot,
+            workspace: None,
             lineage,
             pending: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The check of an assembly from `workspace`: its decision records
+    /// name the workspace, so that a `forget` scrubs them by it.
+    pub fn in_workspace(mut self, workspace: &str) -> Self {
+        self.workspace = Some(workspace.to_owned());
+        self
     }
 
     /// Hands the decisions made so far to the decision log, as one record.
@@ -219,7 +229,9 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             .flatten()
             .map(|object| request_for(&asker, self.lineage.as_ref(), object))
             .collect();
-        let (decided, records) = self.slot.judge_many(&requests);
+        let (decided, records) = self
+            .slot
+            .judge_many_in(self.workspace.as_deref(), &requests);
         self.pending.borrow_mut().extend(records);
         let mut decided = decided.iter();
         objects
@@ -279,7 +291,8 @@ impl Cairn {
             request.settings = Some(self.config().assemble.settings.clone());
         }
         let lineage = lineage_of(&ws, &request.session)?;
-        let policy = WasmPolicyCheck::new(self.policies().memory_policy(), lineage.clone());
+        let policy = WasmPolicyCheck::new(self.policies().memory_policy(), lineage.clone())
+            .in_workspace(workspace);
         let block = if request.retrieval == cairn_memory::RetrievalMode::Off {
             ws.assemble(&request, &cairn_memory::assemble::NoRetrieval, &policy)?
         } else {

@@ -572,6 +572,9 @@ pub struct CairnConfig {
     pub compaction: crate::compaction::CompactionConfig,
     /// The optional model extraction pass (off: heuristic extraction only).
     pub extraction: crate::extraction::ExtractionConfig,
+    /// Online erasure: how soon after a `forget` its bytes leave the store
+    /// (`[erasure]`; docs/DURABILITY.md, *Erasure on disk*).
+    pub erasure: crate::eraser::ErasureConfig,
 }
 
 impl Default for CairnConfig {
@@ -590,6 +593,7 @@ impl Default for CairnConfig {
             policies: PolicyConfig::default(),
             compaction: crate::compaction::CompactionConfig::default(),
             extraction: crate::extraction::ExtractionConfig::default(),
+            erasure: crate::eraser::ErasureConfig::default(),
         }
     }
 }
@@ -763,6 +767,7 @@ impl CairnConfig {
         }
         self.actors.validate().map_err(CairnError::Config)?;
         self.policies.validate().map_err(CairnError::Config)?;
+        self.erasure.validate().map_err(CairnError::Config)?;
         if self.memory.limits.max_content_bytes == 0 || self.memory.limits.max_batch == 0 {
             return Err(CairnError::Config(
                 "memory.limits values must be greater than zero".to_owned(),

@@ -34,10 +34,10 @@
 //! one batch (an assembly's, [`DecisionSink::record_batch`]; queries list
 //! each decision of it). In collection `State` of the system namespace:
 //! `r` + big-endian first sequence number + big-endian `u32` count → a
-//! chunk of `count` consecutive records: [`CHUNK_V4`] then their binary
+//! chunk of `count` consecutive records: [`CHUNK_V6`] then their binary
 //! form ([`cairn_policies::decision_codec`], what the chunk's decisions
 //! share written once and each id as its step from the one before: about
-//! 45 bytes a batched decision, most of it the inputs digest), or (written
+//! 47 bytes a batched decision, most of it the inputs digest), or (written
 //! before it, still read and scrubbed) [`CHUNK_V3`] then the same form
 //! with whole ids (about 60 bytes a decision), [`CHUNK_V2`] then the
 //! earlier binary form (every decision with every field, about a third of
@@ -46,7 +46,9 @@
 //! `r` + big-endian sequence number alone → one record as JSON, a decision
 //! object or an array of them (the layout before chunks, still read,
 //! scrubbed and retired); a scrubbed value is written back in the binary
-//! form; `c` + generation id → that generation's
+//! form; `x` + workspace + session + chunk key → nothing, the index a scrub
+//! walks ([`INDEX`]), and `y` + chunk → the chunk's pairs ([`PAIRS`]), both
+//! written in the chunk's batch and deleted with it; `c` + generation id → that generation's
 //! decision and fault counts; `m:first` / `m:next` → the oldest kept and
 //! the next sequence number.
 //!
@@ -106,11 +108,29 @@ const CHUNK_V2: u8 = 2;
 /// The first byte of a chunk value written before [`CHUNK_V4`]: the shared
 /// binary form with whole ids follows ([`decision_codec::decode_whole_ids`]).
 const CHUNK_V3: u8 = 3;
-/// The first byte of a chunk value: the binary form of its records follows.
+/// The first byte of a chunk value written before [`CHUNK_V6`]: the binary
+/// form of its records without their workspaces follows
+/// ([`decision_codec::decode_without_workspaces`]).
 const CHUNK_V4: u8 = 4;
 /// A chunk whose body is in the log's segment files: [`CHUNK_AT`] then
-/// where ([`BodyRef`]); the body is a [`CHUNK_V4`] value.
+/// where ([`BodyRef`]); the body is a [`CHUNK_V6`] (or, written before it,
+/// a [`CHUNK_V4`]) value.
 const CHUNK_AT: u8 = 5;
+/// The first byte of a chunk value: the binary form of its records, each
+/// naming its workspace, follows ([`decision_codec::decode`]).
+const CHUNK_V6: u8 = 6;
+/// The index of the records by (workspace, session): `x` + workspace + 0 +
+/// session + 0 + the chunk's key; the value is empty. A record with no
+/// workspace is under the empty workspace, one with no session under the
+/// empty session (ids are never empty).
+const INDEX: u8 = b'x';
+/// A chunk's (workspace, session) pairs: `y` + the chunk's key without its
+/// first byte → the pairs (postcard), so that retiring the chunk deletes
+/// its index keys without reading the chunk.
+const PAIRS: u8 = b'y';
+/// The first sequence number whose chunks are in the index: those before
+/// (written by a version without it) are found by a scan.
+const INDEXED_FROM: &[u8] = b"m:indexed";
 /// The most decisions one chunk value holds (a chunk also closes at
 /// [`CHUNK_RECORDS`] records).
 const CHUNK_DECISIONS: usize = 64;
@@ -346,6 +366,16 @@ impl DecisionLog {
         };
         let first = read_u64(store.as_ref(), FIRST)?;
         let next = read_u64(store.as_ref(), NEXT)?;
+        if store.get(Collection::State, INDEXED_FROM)?.is_none() {
+            // From here on every chunk is indexed; those before are scanned.
+            let mut batch = WriteBatch::default();
+            batch.put(
+                Collection::State,
+                INDEXED_FROM.to_vec(),
+                next.to_be_bytes().to_vec(),
+            );
+            store.apply(batch)?;
+        }
         let (tx, rx) = mpsc::sync_channel(config.queue);
         let write_errors = Arc::new(AtomicU64::new(0));
         let writer = Writer {
@@ -439,20 +469,40 @@ impl DecisionLog {
         Ok(out)
     }
 
-    /// Scrubs the records about `session` (after it was erased): their
-    /// session reference and every free-text `note` a plugin wrote, which
-    /// may quote the session's words. The decisions themselves (codes,
-    /// fidelity, generation) stay for audit. Sees every record handed to
-    /// the log before the call; in a cluster, every node's log is
-    /// scrubbed. Not yet durable (the caller syncs). Returns how many
-    /// records were scrubbed.
-    pub fn scrub_session(&self, session: &str) -> Result<u64> {
+    /// Scrubs the records about session `session` of `workspace` (after it
+    /// was erased): their session reference and every free-text `note` a
+    /// plugin wrote, which may quote the session's words. The decisions
+    /// themselves (codes, fidelity, generation, workspace) stay for audit.
+    /// A session of the same id in another workspace keeps its records.
+    /// The records are found through the (workspace, session) index, so a
+    /// scrub reads only the chunks that hold the session; records written
+    /// before the index existed (which name no workspace) are found by a
+    /// scan and matched by session alone. Sees every record handed to the
+    /// log before the call; in a cluster, every node's log is scrubbed. Not
+    /// yet durable (the caller syncs). Returns how many records were
+    /// scrubbed.
+    pub fn scrub_session(&self, workspace: &str, session: &str) -> Result<u64> {
+        self.scrub(&Scope::Session { workspace, session })
+    }
+
+    /// Scrubs every record about `workspace` (after it was erased): as
+    /// [`DecisionLog::scrub_session`] for each of its sessions, and the
+    /// workspace's name too. `sessions` are its sessions' ids, which find
+    /// the records written before records named their workspace.
+    pub fn scrub_workspace(&self, workspace: &str, sessions: &[String]) -> Result<u64> {
+        self.scrub(&Scope::Workspace {
+            workspace,
+            sessions,
+        })
+    }
+
+    fn scrub(&self, scope: &Scope<'_>) -> Result<u64> {
         self.barrier(true)?;
         let mut scrubbed = 0;
         let files = self.inner.files.as_deref();
         let mut rewritten = BTreeSet::new();
         for log in self.logs()? {
-            scrubbed += scrub_log(log.as_ref(), files, session, &mut rewritten)?;
+            scrubbed += scrub_log(log.as_ref(), files, scope, &mut rewritten)?;
         }
         if let Some(files) = files
             && !rewritten.is_empty()
@@ -605,7 +655,7 @@ struct Writer {
     /// number, records): retiring them needs no scan of the log (which
     /// would read their values). Values stored before it started are found
     /// by the scan.
-    written: VecDeque<(u64, u32)>,
+    written: VecDeque<(u64, u32, Vec<Pair>)>,
 }
 
 impl Writer {
@@ -719,7 +769,7 @@ impl Writer {
         let mut next = self.next;
         let mut spans = Vec::new();
         for chunk in chunks(stored) {
-            let value = decision_codec::encode(chunk, vec![CHUNK_V4]).map_err(|e| e.to_string())?;
+            let value = decision_codec::encode(chunk, vec![CHUNK_V6]).map_err(|e| e.to_string())?;
             let count = u32::try_from(chunk.len()).map_err(|e| e.to_string())?;
             let value = match &self.files {
                 Some(files) => {
@@ -730,8 +780,11 @@ impl Writer {
                 }
                 None => value,
             };
-            batch.put(Collection::State, chunk_key(next, count), value);
-            spans.push((next, count));
+            let key = chunk_key(next, count);
+            let pairs = pairs_of(chunk);
+            index(&mut batch, &key, &[], &pairs).map_err(|e| e.to_string())?;
+            batch.put(Collection::State, key, value);
+            spans.push((next, count, pairs));
             next += u64::from(count);
         }
         if let Some(files) = &self.files {
@@ -775,7 +828,7 @@ impl Writer {
         while self
             .written
             .front()
-            .is_some_and(|&(start, _)| start < first)
+            .is_some_and(|&(start, _, _)| start < first)
         {
             self.written.pop_front();
         }
@@ -797,7 +850,8 @@ impl Writer {
         let budget_until = first.saturating_add(MAX_DELETES_PER_BATCH);
         // The chunks this writer stored, while the oldest stored value is
         // one of them: their keys are known, nothing is read.
-        for &(start, count) in &self.written {
+        for (start, count, pairs) in &self.written {
+            let (start, count) = (*start, *count);
             if start != first || first >= stale_until || first >= budget_until {
                 break;
             }
@@ -805,7 +859,9 @@ impl Writer {
             if end > stale_until {
                 return Ok(first);
             }
-            batch.delete(Collection::State, chunk_key(start, count));
+            let key = chunk_key(start, count);
+            index(batch, &key, pairs, &[]).map_err(|e| e.to_string())?;
+            batch.delete(Collection::State, key);
             first = end;
         }
         while first < stale_until && first < budget_until {
@@ -826,6 +882,10 @@ impl Writer {
                 if first >= budget_until {
                     return Ok(first);
                 }
+                // Its index keys go with it (their names, by the pairs kept
+                // beside the chunk: the chunk itself is not read).
+                let pairs = stored_pairs(self.store.as_ref(), &key).map_err(|e| e.to_string())?;
+                index(batch, &key, &pairs, &[]).map_err(|e| e.to_string())?;
                 batch.delete(Collection::State, key);
                 first = end;
                 progressed = true;
@@ -897,73 +957,288 @@ fn query_log(
     }
 }
 
-/// Scrubs one log's records about `session` (see
-/// [`DecisionLog::scrub_session`]). A value that does not decode fails the
-/// scrub with an error naming it rather than being passed over (it might be
-/// about the session); the pages scrubbed before it stay scrubbed, and a
-/// retry scrubs nothing twice.
+/// What a scrub erases.
+enum Scope<'a> {
+    /// One session of one workspace.
+    Session {
+        workspace: &'a str,
+        session: &'a str,
+    },
+    /// A whole workspace (`sessions`: its sessions, for the records that
+    /// name no workspace).
+    Workspace {
+        workspace: &'a str,
+        sessions: &'a [String],
+    },
+}
+
+impl Scope<'_> {
+    /// Whether `record` is about what is erased. A record that names no
+    /// workspace (written before records did, or by a caller that did not
+    /// say) is matched by its session alone.
+    fn matches(&self, record: &DecisionRecord) -> bool {
+        let session = record.session.as_deref();
+        match (self, record.workspace.as_deref()) {
+            (
+                Scope::Session {
+                    workspace,
+                    session: s,
+                },
+                Some(w),
+            ) => w == *workspace && session == Some(*s),
+            (Scope::Session { session: s, .. }, None) => session == Some(*s),
+            (Scope::Workspace { workspace, .. }, Some(w)) => w == *workspace,
+            (Scope::Workspace { sessions, .. }, None) => {
+                session.is_some_and(|s| sessions.iter().any(|x| x == s))
+            }
+        }
+    }
+
+    /// Scrubs `record` (which [`Scope::matches`]).
+    fn scrub(&self, record: &mut DecisionRecord) {
+        record.scrub();
+        if let Scope::Workspace { .. } = self {
+            record.workspace = None;
+        }
+    }
+
+    /// The index prefixes under which the chunks holding such records are.
+    fn prefixes(&self) -> Vec<Vec<u8>> {
+        match self {
+            Scope::Session { workspace, session } => vec![
+                index_prefix(workspace, Some(session)),
+                index_prefix("", Some(session)),
+            ],
+            Scope::Workspace {
+                workspace,
+                sessions,
+            } => std::iter::once(index_prefix(workspace, None))
+                .chain(sessions.iter().map(|s| index_prefix("", Some(s))))
+                .collect(),
+        }
+    }
+}
+
+/// A (workspace, session) pair of the index; either may be empty.
+type Pair = (String, String);
+
+/// The pairs the records of `chunk` are indexed under.
+fn pairs_of(chunk: &[Vec<DecisionRecord>]) -> Vec<Pair> {
+    let mut pairs = BTreeSet::new();
+    for record in chunk.iter().flatten() {
+        if record.workspace.is_none() && record.session.is_none() {
+            continue;
+        }
+        pairs.insert((
+            record.workspace.as_deref().unwrap_or_default().to_owned(),
+            record.session.as_deref().unwrap_or_default().to_owned(),
+        ));
+    }
+    pairs.into_iter().collect()
+}
+
+/// `x` + `workspace` + 0 (+ `session` + 0).
+fn index_prefix(workspace: &str, session: Option<&str>) -> Vec<u8> {
+    let mut key = vec![INDEX];
+    key.extend_from_slice(workspace.as_bytes());
+    key.push(0);
+    if let Some(session) = session {
+        key.extend_from_slice(session.as_bytes());
+        key.push(0);
+    }
+    key
+}
+
+/// The key of the pairs of the chunk stored under `chunk`.
+fn pairs_key(chunk: &[u8]) -> Vec<u8> {
+    let mut key = vec![PAIRS];
+    key.extend_from_slice(chunk.get(1..).unwrap_or_default());
+    key
+}
+
+/// Stages the index of the chunk under `chunk` going from pairs `before`
+/// to `after`: its index keys and its pairs value.
+fn index(batch: &mut WriteBatch, chunk: &[u8], before: &[Pair], after: &[Pair]) -> Result<()> {
+    for pair in before.iter().filter(|p| !after.contains(p)) {
+        let mut key = index_prefix(&pair.0, Some(&pair.1));
+        key.extend_from_slice(chunk);
+        batch.delete(Collection::State, key);
+    }
+    for pair in after.iter().filter(|p| !before.contains(p)) {
+        let mut key = index_prefix(&pair.0, Some(&pair.1));
+        key.extend_from_slice(chunk);
+        batch.put(Collection::State, key, Vec::new());
+    }
+    if before == after {
+        return Ok(());
+    }
+    if after.is_empty() {
+        batch.delete(Collection::State, pairs_key(chunk));
+    } else {
+        let value = postcard::to_extend(after, Vec::new())
+            .map_err(|e| CairnError::decision_log_from("the pairs of a chunk", e))?;
+        batch.put(Collection::State, pairs_key(chunk), value);
+    }
+    Ok(())
+}
+
+/// The pairs stored beside the chunk under `chunk` (none for a chunk
+/// written before the index).
+fn stored_pairs(store: &dyn WorkspaceStore, chunk: &[u8]) -> Result<Vec<Pair>> {
+    match store.get(Collection::State, &pairs_key(chunk))? {
+        None => Ok(Vec::new()),
+        Some(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
+            CairnError::decision_log_from(format!("the pairs of {}", undecodable(chunk)), e)
+        }),
+    }
+}
+
+/// Scrubs one log's records in `scope` (see [`DecisionLog::scrub_session`]):
+/// the chunks the index names, and, below the index's start, every chunk. A
+/// value that does not decode fails the scrub with an error naming it
+/// rather than being passed over (it might be about the session); the
+/// chunks scrubbed before it stay scrubbed, and a retry scrubs nothing
+/// twice.
 fn scrub_log(
     store: &dyn WorkspaceStore,
     files: Option<&ChunkFiles>,
-    session: &str,
+    scope: &Scope<'_>,
     rewritten: &mut BTreeSet<u64>,
 ) -> Result<u64> {
     let first = read_u64(store, FIRST)?;
     let next = read_u64(store, NEXT)?;
-    let mut scrubbed = 0;
-    if next == first {
-        return Ok(0);
+    let indexed_from = match store.get(Collection::State, INDEXED_FROM)? {
+        Some(_) => read_u64(store, INDEXED_FROM)?,
+        None => next,
     }
-    for page in (first >> PAGE_SHIFT)..=((next - 1) >> PAGE_SHIFT) {
-        let mut prefix = vec![RECORD];
-        prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+    .min(next);
+    let mut scrubbed = 0;
+    // Written before the index: a scan, page by page.
+    if first < indexed_from {
+        for page in (first >> PAGE_SHIFT)..=((indexed_from - 1) >> PAGE_SHIFT) {
+            let mut prefix = vec![RECORD];
+            prefix.extend_from_slice(&(page << PAGE_SHIFT).to_be_bytes()[..7]);
+            let mut batch = WriteBatch::default();
+            let _gate = files.map(ChunkFiles::gate);
+            for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
+                if seq_of(&key).is_some_and(|seq| seq >= indexed_from) {
+                    continue;
+                }
+                let chunk = Chunk {
+                    key: &key,
+                    value: &value,
+                    pairs: None,
+                };
+                scrubbed += scrub_chunk(files, scope, &chunk, &mut batch, rewritten)?;
+            }
+            apply_scrub(store, files, batch)?;
+        }
+    }
+    // Indexed: only the chunks that hold such records.
+    let mut keys = BTreeSet::new();
+    for prefix in scope.prefixes() {
+        for (key, _) in store.scan_prefix(Collection::State, &prefix)? {
+            if let Some(at) = key.len().checked_sub(CHUNK_KEY_BYTES) {
+                keys.insert(key[at..].to_vec());
+            }
+        }
+    }
+    for key in keys {
         let mut batch = WriteBatch::default();
         let _gate = files.map(ChunkFiles::gate);
-        for (key, value) in store.scan_prefix(Collection::State, &prefix)? {
-            // Scrubbed in any layout, written back in the binary one (the
-            // key stays: it says which sequence numbers the value holds).
-            let mut records = decode_records(&key, &value, files)?;
-            let mut hits = 0;
-            for record in records.iter_mut().flatten() {
-                if record.session.as_deref() == Some(session) {
-                    record.scrub();
-                    hits += 1;
-                }
+        let pairs = stored_pairs(store, &key)?;
+        match store.get(Collection::State, &key)? {
+            Some(value) => {
+                let chunk = Chunk {
+                    key: &key,
+                    value: &value,
+                    pairs: Some(&pairs),
+                };
+                scrubbed += scrub_chunk(files, scope, &chunk, &mut batch, rewritten)?;
             }
-            if hits == 0 {
-                continue;
-            }
-            if let Some((&CHUNK_AT, at)) = value.split_first()
-                && let Some(at) = BodyRef::decode(at)
-            {
-                rewritten.insert(at.segment());
-            }
-            let bytes = decision_codec::encode(&records, vec![CHUNK_V4])
-                .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
-            let bytes = match (files, span_of(&key)) {
-                (Some(files), Some((first, count))) => {
-                    let count = u32::try_from(count)
-                        .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
-                    let at = files.append(first, count, &bytes).map_err(|e| {
-                        CairnError::decision_log_from("appending a scrubbed chunk", e)
-                    })?;
-                    at_value(&at)
-                }
-                _ => bytes,
-            };
-            batch.put(Collection::State, key, bytes);
-            scrubbed += hits;
+            // Retired since its index key was read: the key goes too.
+            None => index(&mut batch, &key, &pairs, &[])?,
         }
-        if !batch.is_empty() {
-            if let Some(files) = files {
-                files
-                    .sync()
-                    .map_err(|e| CairnError::decision_log_from("syncing the segment files", e))?;
-            }
-            store.apply(batch)?;
-        }
+        apply_scrub(store, files, batch)?;
     }
     Ok(scrubbed)
+}
+
+/// The bytes of a chunk's key: `r`, first, count.
+const CHUNK_KEY_BYTES: usize = 13;
+
+/// One stored value a scrub reads.
+struct Chunk<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    /// Its index pairs, when it is indexed (written since the index).
+    pairs: Option<&'a [Pair]>,
+}
+
+/// Scrubs the records of one stored value in `scope` and stages the value
+/// written back (in the current binary form; the key stays: it says which
+/// sequence numbers the value holds), with its index when it has one.
+/// Returns how many records were scrubbed.
+fn scrub_chunk(
+    files: Option<&ChunkFiles>,
+    scope: &Scope<'_>,
+    chunk: &Chunk<'_>,
+    batch: &mut WriteBatch,
+    rewritten: &mut BTreeSet<u64>,
+) -> Result<u64> {
+    let key = chunk.key;
+    let mut records = decode_records(key, chunk.value, files)?;
+    let mut hits = 0;
+    for record in records.iter_mut().flatten() {
+        if scope.matches(record) {
+            scope.scrub(record);
+            hits += 1;
+        }
+    }
+    if hits == 0 {
+        return Ok(0);
+    }
+    if let Some((&CHUNK_AT, at)) = chunk.value.split_first()
+        && let Some(at) = BodyRef::decode(at)
+    {
+        rewritten.insert(at.segment());
+    }
+    let bytes = decision_codec::encode(&records, vec![CHUNK_V6])
+        .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
+    let bytes = match (files, span_of(key)) {
+        (Some(files), Some((first, count))) => {
+            let count = u32::try_from(count)
+                .map_err(|e| CairnError::decision_log_from(undecodable(key), e))?;
+            let at = files
+                .append(first, count, &bytes)
+                .map_err(|e| CairnError::decision_log_from("appending a scrubbed chunk", e))?;
+            at_value(&at)
+        }
+        _ => bytes,
+    };
+    if let Some(pairs) = chunk.pairs {
+        index(batch, key, pairs, &pairs_of(&records))?;
+    }
+    batch.put(Collection::State, key.to_vec(), bytes);
+    Ok(hits)
+}
+
+/// Makes a scrub's appended bodies durable, then applies its batch.
+fn apply_scrub(
+    store: &dyn WorkspaceStore,
+    files: Option<&ChunkFiles>,
+    batch: WriteBatch,
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    if let Some(files) = files {
+        files
+            .sync()
+            .map_err(|e| CairnError::decision_log_from("syncing the segment files", e))?;
+    }
+    store.apply(batch)?;
+    Ok(())
 }
 
 /// Moves every chunk whose body is in one of `segments` to the open
@@ -1147,14 +1422,20 @@ fn decode_records(
             .read(&at, first, count)
             .map_err(|e| CairnError::decision_log_from(undecodable(key), e))?;
         return match body {
-            Some(body) if body.first() == Some(&CHUNK_V4) => decode_records(key, &body, None),
+            Some(body) if matches!(body.first(), Some(&CHUNK_V4 | &CHUNK_V6)) => {
+                decode_records(key, &body, None)
+            }
             Some(_) => Err(CairnError::decision_log(undecodable(key))),
             None => Ok(Vec::new()),
         };
     }
     let json = match value.split_first() {
-        Some((&CHUNK_V4, records)) => {
+        Some((&CHUNK_V6, records)) => {
             return decision_codec::decode(records)
+                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+        }
+        Some((&CHUNK_V4, records)) => {
+            return decision_codec::decode_without_workspaces(records)
                 .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
         }
         Some((&CHUNK_V3, records)) => {
@@ -1286,7 +1567,7 @@ mod tests {
         // counted by the writer that stored them).
         assert_eq!(log.counts(r[6].generation.as_str())?.decisions, 2);
 
-        assert_eq!(log.scrub_session("s1")?, 5);
+        assert_eq!(log.scrub_session("acme", "s1")?, 5);
         let after = log.query(&all)?;
         assert_eq!(ids(&after), ids(&newest_first));
         assert!(after.iter().all(|d| d.session.is_none()), "{after:?}");
@@ -1333,7 +1614,7 @@ mod tests {
     fn a_damaged_chunk_is_an_error() -> Result<()> {
         let made = tempfile::tempdir().map_err(io)?;
         let r = decisions(made.path(), 2)?;
-        let value = decision_codec::encode(&[r], vec![CHUNK_V4]).map_err(io)?;
+        let value = decision_codec::encode(&[r], vec![CHUNK_V6]).map_err(io)?;
         let key = chunk_key(7, 1);
         assert_eq!(decode_stored(&key, &value, None)?.len(), 2);
         for cut in [value.len() - 1, value.len() / 2, 1] {
@@ -1436,7 +1717,7 @@ mod tests {
                 Ok(n)
             };
             assert_eq!(holding(b"s-erase-me")?, 2);
-            assert_eq!(log.scrub_session("s-erase-me")?, 2);
+            assert_eq!(log.scrub_session("acme", "s-erase-me")?, 2);
             // The check can fail: the kept records are still in the files.
             assert_eq!(holding(b"s-erase-me")?, 0);
             let after = log.query(&all)?;
@@ -1464,6 +1745,164 @@ mod tests {
             error.as_deref().is_some_and(|e| e.contains("record 10")),
             "{error:?}"
         );
+        Ok(())
+    }
+
+    /// Issue 78: records name their workspace, and a scrub reads through
+    /// the (workspace, session) index only the chunks that hold the session:
+    /// forgetting `main` of `a1` leaves `main` of `b1` (its records and the
+    /// segment files that hold them) untouched; retention deletes the index
+    /// keys with their chunks.
+    #[test]
+    fn a_scrub_reads_only_its_sessions_chunks() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 6)?;
+        for (i, ws) in ["b1", "a1", "a1", "b1", "a1", "b1"].iter().enumerate() {
+            r[i].workspace = Some((*ws).into());
+            r[i].session = Some("main".into());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = fresh(dir.path())?;
+        let config = DecisionLogConfig {
+            keep: 100,
+            ..DecisionLogConfig::default()
+        };
+        // A segment holds one chunk of one record.
+        let log = DecisionLog::open_with(&memory, dir.path(), &config, 256)?;
+        let segments = dir.path().join(crate::decision_files::DIR);
+        let names = || -> Result<BTreeSet<String>> {
+            let mut out = BTreeSet::new();
+            if segments.exists() {
+                for item in std::fs::read_dir(&segments).map_err(io)? {
+                    out.insert(item.map_err(io)?.file_name().to_string_lossy().into_owned());
+                }
+            }
+            Ok(out)
+        };
+        let mut of_b1 = BTreeSet::new();
+        for record in &r {
+            let before = names()?;
+            log.record(record).map_err(io)?;
+            log.flush()?;
+            if record.workspace.as_deref() == Some("b1") {
+                of_b1.extend(names()?.difference(&before).cloned());
+            }
+        }
+        let all = DecisionQuery {
+            limit: 100,
+            ..DecisionQuery::default()
+        };
+        let about = |ws: &str| -> Result<usize> {
+            Ok(log
+                .query(&all)?
+                .iter()
+                .filter(|d| {
+                    d.workspace.as_deref() == Some(ws) && d.session.as_deref() == Some("main")
+                })
+                .count())
+        };
+        assert_eq!((about("a1")?, about("b1")?), (3, 3));
+        assert_eq!(log.scrub_session("a1", "main")?, 3);
+        assert_eq!((about("a1")?, about("b1")?), (0, 3));
+        // The scrubbed records keep their workspace, now under no session.
+        let scrubbed = log.query(&all)?;
+        assert_eq!(
+            scrubbed
+                .iter()
+                .filter(|d| d.workspace.as_deref() == Some("a1"))
+                .count(),
+            3
+        );
+        if memory.backend() == cairn_memory::StorageBackend::Sled {
+            let after = names()?;
+            assert!(
+                of_b1.is_subset(&after),
+                "b1's segments {of_b1:?} were rewritten: {after:?}"
+            );
+        }
+        // A second scrub finds nothing to read: the index no longer names
+        // (a1, main).
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        assert!(
+            store
+                .scan_prefix(Collection::State, &index_prefix("a1", Some("main")))?
+                .is_empty()
+        );
+        assert_eq!(log.scrub_session("a1", "main")?, 0);
+        // Erasing b1 scrubs its records and its name.
+        assert_eq!(log.scrub_workspace("b1", &[])?, 3);
+        assert!(
+            log.query(&all)?
+                .iter()
+                .all(|d| d.workspace.as_deref() != Some("b1"))
+        );
+        assert!(
+            store
+                .scan_prefix(Collection::State, &index_prefix("b1", None))?
+                .is_empty()
+        );
+        Ok(())
+    }
+
+    /// Retention deletes a chunk's index keys and pairs with it.
+    #[test]
+    fn retention_retires_the_index_with_its_chunks() -> Result<()> {
+        let made = tempfile::tempdir().map_err(io)?;
+        let mut r = decisions(made.path(), 6)?;
+        for record in &mut r {
+            record.workspace = Some("acme".into());
+            record.session = Some("s1".into());
+        }
+        let dir = tempfile::tempdir().map_err(io)?;
+        let memory = fresh(dir.path())?;
+        let config = DecisionLogConfig {
+            keep: 2,
+            ..DecisionLogConfig::default()
+        };
+        let store = memory.system(DECISIONS_NAMESPACE)?;
+        let indexed =
+            || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[INDEX])?.len()) };
+        let pairs =
+            || -> Result<usize> { Ok(store.scan_prefix(Collection::State, &[PAIRS])?.len()) };
+        {
+            let log = DecisionLog::open(&memory, dir.path(), &config)?;
+            for record in &r[..4] {
+                log.record(record).map_err(io)?;
+                log.flush()?;
+            }
+            assert_eq!((indexed()?, pairs()?), (2, 2));
+        }
+        // A writer that did not write them retires them by the scan.
+        let log = DecisionLog::open(&memory, dir.path(), &config)?;
+        for record in &r[4..] {
+            log.record(record).map_err(io)?;
+            log.flush()?;
+        }
+        assert_eq!((indexed()?, pairs()?), (2, 2));
+        assert_eq!(log.scrub_session("acme", "s1")?, 2);
+        Ok(())
+    }
+
+    /// The inputs digest a record carries is keyed with a key derived from
+    /// the install secret: not the plain BLAKE3 of the input, which anyone
+    /// could compute from a guessed input.
+    #[test]
+    fn inputs_digests_are_keyed() -> Result<()> {
+        use cairn_policies::World;
+        let dir = tempfile::tempdir().map_err(io)?;
+        let (_memory, policies) = crate::policy::tests::open(dir.path())?;
+        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let logged = policies.log(&DecisionQuery::default())?;
+        let request = crate::policy::tests::request_about("e-7");
+        let plain = cairn_policies::MemoryPolicy::digest(&request);
+        assert_eq!(logged.len(), 1);
+        assert_ne!(logged[0].inputs_digest, plain);
+        // Another install keys it differently.
+        let other = tempfile::tempdir().map_err(io)?;
+        let (_memory, policies) = crate::policy::tests::open(other.path())?;
+        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let elsewhere = policies.log(&DecisionQuery::default())?;
+        assert_ne!(elsewhere[0].inputs_digest, logged[0].inputs_digest);
         Ok(())
     }
 

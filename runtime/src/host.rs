@@ -96,6 +96,8 @@ pub struct Cairn {
     topic_gate: Arc<crate::topics::TopicGate>,
     /// This node's side of a cluster (`storage.cluster`), if in one.
     pub(crate) cluster: Option<crate::cluster::Cluster>,
+    /// The online erasure worker (`[erasure]`).
+    pub(crate) eraser: Arc<crate::eraser::Eraser>,
 }
 
 impl Cairn {
@@ -180,6 +182,7 @@ impl Cairn {
             &policies,
             &config.storage.cluster.advertise,
         );
+        let eraser = Arc::new(crate::eraser::Eraser::start(&memory, &config.erasure));
         tracing::info!(
             data_dir = %config.data_dir.display(),
             backend = config.storage.backend.as_str(),
@@ -194,6 +197,7 @@ impl Cairn {
             limiter: Arc::new(RateLimiter::default()),
             topic_gate,
             cluster,
+            eraser,
         })
     }
 
@@ -209,7 +213,9 @@ impl Cairn {
         &self.memory
     }
 
-    /// A workspace handle (created on first use).
+    /// A workspace handle. The workspace is created by the first write
+    /// through it (a read, or a hook on a session that does not exist,
+    /// creates nothing).
     pub(crate) fn workspace(&self, workspace: &str) -> Result<Workspace> {
         Ok(self.memory.workspace(workspace)?)
     }
@@ -409,7 +415,7 @@ impl Cairn {
     /// With `compaction.window_tokens` set, it compacts the session once its
     /// view passes `compaction.trigger_fraction` of that window.
     pub fn after_turn(&self, workspace: &str, session: &str) -> Result<Session> {
-        let ws = self.workspace(workspace)?;
+        let ws = self.memory.existing_workspace(workspace)?;
         let state = ws.session(session)?;
         self.compact_if_due(&ws, session)?;
         Ok(state)
@@ -422,7 +428,10 @@ impl Cairn {
     /// after a failure. An extraction problem does not fail the hook; it is
     /// recorded and the `gateway_start` sweep retries it.
     pub fn session_end(&self, workspace: &str, session: &str) -> Result<Session> {
-        let ended = self.workspace(workspace)?.end_session(session)?;
+        let ended = self
+            .memory
+            .existing_workspace(workspace)?
+            .end_session(session)?;
         self.extract(workspace, session, Trigger::SessionEnd);
         Ok(ended)
     }
@@ -431,7 +440,7 @@ impl Cairn {
     /// Records the reset; the transcript is kept.
     /// Extracts the session first, like [`Cairn::session_end`].
     pub fn before_reset(&self, workspace: &str, session: &str) -> Result<Session> {
-        let ws = self.workspace(workspace)?;
+        let ws = self.memory.existing_workspace(workspace)?;
         ws.session(session)?;
         self.extract(workspace, session, Trigger::BeforeReset);
         Ok(ws.record_reset(session)?)

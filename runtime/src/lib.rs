@@ -41,6 +41,7 @@ mod compaction;
 mod config;
 mod decision_files;
 mod decision_log;
+mod eraser;
 mod error;
 mod extraction;
 mod health;
@@ -91,6 +92,7 @@ pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
     GenerationCounts, MAX_QUERY_LIMIT,
 };
+pub use eraser::{ErasureConfig, ErasureStats};
 pub use error::{BoxError, CairnError, Result};
 pub use extraction::{ExtractionConfig, OpenAiExtractor};
 pub use health::Health;

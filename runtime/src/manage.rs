@@ -147,10 +147,11 @@ impl Cairn {
                 };
                 let tombstone = self.memory().forget_workspace(workspace, reason)?;
                 self.actors.forget_workspace(workspace);
-                // The decision log (store-wide) names its sessions.
-                for session in &sessions {
-                    self.policies().decision_log().scrub_session(&session.id)?;
-                }
+                // The decision log (store-wide) names it and its sessions.
+                let ids: Vec<String> = sessions.into_iter().map(|s| s.id).collect();
+                self.policies()
+                    .decision_log()
+                    .scrub_workspace(workspace, &ids)?;
                 self.memory().sync()?;
                 tombstone
             }
@@ -176,7 +177,9 @@ impl Cairn {
                             self.actors.forget_session(workspace, session, &wc, || {
                                 ws.forget(target, reason)
                             })?;
-                        self.policies().decision_log().scrub_session(session)?;
+                        self.policies()
+                            .decision_log()
+                            .scrub_session(workspace, session)?;
                         self.memory().sync()?;
                         tombstone
                     }
@@ -185,7 +188,15 @@ impl Cairn {
             }
         };
         self.nudge_search();
+        // The erased bytes leave the store's files within the erasure bound.
+        self.eraser.wake();
         Ok(tombstone)
+    }
+
+    /// What the online erasure worker has done, and how many forgets still
+    /// wait for it (docs/DURABILITY.md, *Erasure on disk*).
+    pub fn erasure_stats(&self) -> Result<crate::eraser::ErasureStats> {
+        Ok(self.eraser.stats()?)
     }
 
     /// The hashed form of `target` a tombstone of `workspace` records:

@@ -54,6 +54,11 @@ use serde::{Deserialize, Serialize};
 use crate::decision_log::{DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery};
 use crate::error::{CairnError, Result};
 
+/// The key-derivation context of the decision log's inputs digests (keyed
+/// with the install secret, as tombstones are: the log cannot confirm a
+/// guessed input without the store).
+const DIGEST_KEY_CONTEXT: &str = "cairn decision inputs digest v1";
+
 /// The system namespace of the plugin registry.
 pub const PLUGINS_NAMESPACE: &str = "policy-plugins";
 
@@ -279,7 +284,8 @@ impl Policies {
                 .limits(
                     Limits::default()
                         .deadline(std::time::Duration::from_millis(config.call_deadline_ms)),
-                ),
+                )
+                .digest_key(memory.derive_key(DIGEST_KEY_CONTEXT)),
             Arc::new(log.clone()),
         )?;
         let now = memory.clock().now();
@@ -370,6 +376,16 @@ impl Policies {
     /// Asks the installed topic directive about one input.
     pub fn topic_directive(&self, input: &TopicInput) -> Result<Decided<TopicDirectiveDecision>> {
         Ok(self.inner.topic.slot.decide(input)?)
+    }
+
+    /// [`Policies::topic_directive`] about a turn of `workspace`: its
+    /// decision record names the workspace (a `forget` scrubs by it).
+    pub(crate) fn topic_directive_in(
+        &self,
+        workspace: &str,
+        input: &TopicInput,
+    ) -> Result<Decided<TopicDirectiveDecision>> {
+        Ok(self.inner.topic.slot.decide_in(Some(workspace), input)?)
     }
 
     /// The significance gate as the actor runtime's gate.
@@ -1047,8 +1063,10 @@ impl cairn_actors::CaptureGate for WasmGate {
     fn assess(&self, input: &GateInput<'_>) -> Significance {
         let structural = HeuristicGate.assess(input);
         let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.slot
-                .decide(&WasmGate::input(input, &structural.mentions))
+            self.slot.decide_in(
+                Some(input.workspace),
+                &WasmGate::input(input, &structural.mentions),
+            )
         }));
         let (decision, generation) = match asked {
             Ok(Ok(decided)) => (
@@ -1105,7 +1123,12 @@ impl cairn_actors::CaptureGate for WasmGate {
     /// a block keeps it out of the capture. A decision that cannot be had
     /// keeps it out too (fail closed; the next capture asks again only for
     /// newer turns, so the record keeps it and an operator can backfill).
-    fn capture_view(&self, session: &cairn_memory::Session, mut turn: Turn) -> Option<Turn> {
+    fn capture_view(
+        &self,
+        workspace: &str,
+        session: &cairn_memory::Session,
+        mut turn: Turn,
+    ) -> Option<Turn> {
         let asker = crate::reads::Asker {
             action: cairn_policies::Action::Capture,
             destination: None,
@@ -1121,6 +1144,7 @@ impl cairn_actors::CaptureGate for WasmGate {
         };
         let verdict = match crate::reads::decide(
             &self.memory_policy,
+            Some(workspace),
             &asker,
             None,
             &crate::reads::Object::turn(&turn),
@@ -1292,6 +1316,11 @@ pub(crate) mod tests {
         policies: &Policies,
         id: &str,
     ) -> Result<Decided<MemoryPolicyDecision>> {
+        policies.check_memory(&request_about(id))
+    }
+
+    /// The request [`ask_about`] asks.
+    pub(crate) fn request_about(id: &str) -> PolicyRequest {
         let object = ContentReference {
             kind: ObjectKind::Entry,
             id: id.into(),
@@ -1300,11 +1329,7 @@ pub(crate) mod tests {
             sensitivity: Sensitivity::Normal,
             low_trust: false,
         };
-        policies.check_memory(&PolicyRequest::new(
-            object,
-            Action::RenderInline,
-            Some(Destination::LocalModel),
-        ))
+        PolicyRequest::new(object, Action::RenderInline, Some(Destination::LocalModel))
     }
 
     /// The gate is told the activity the turn's words say, else the one
@@ -1312,6 +1337,7 @@ pub(crate) mod tests {
     #[test]
     fn the_gate_hears_the_activity_and_the_phase() {
         let input = |content: &'static str, phase: Option<&'static str>| GateInput {
+            workspace: "acme",
             session: "s1",
             session_kind: cairn_memory::SessionKind::Main,
             work_context: "launch",

@@ -147,11 +147,12 @@ pub(crate) struct Asker {
 /// `lineage` in full (`None`: all).
 pub(crate) fn decide(
     slot: &PolicySlot<MemoryPolicy>,
+    workspace: Option<&str>,
     asker: &Asker,
     lineage: Option<&HashSet<String>>,
     object: &Object<'_>,
 ) -> std::result::Result<Verdict, cairn_policies::PolicyError> {
-    let decided = slot.decide(&request_for(asker, lineage, object))?;
+    let decided = slot.decide_in(workspace, &request_for(asker, lineage, object))?;
     Ok(verdict_of(&decided))
 }
 
@@ -216,6 +217,8 @@ pub(crate) fn verdict_of(decided: &Decided<MemoryPolicyDecision>) -> Verdict {
 #[derive(Debug)]
 pub(crate) struct ReadJudge<'a> {
     slot: &'a PolicySlot<MemoryPolicy>,
+    /// The workspace read (its decision records name it).
+    workspace: String,
     pub(crate) asker: Asker,
     /// The sessions the reader may read in full (`None`: all).
     lineage: Option<HashSet<String>>,
@@ -226,7 +229,14 @@ pub(crate) struct ReadJudge<'a> {
 impl ReadJudge<'_> {
     /// The verdict on `object`; a decision that cannot be had withholds it.
     pub(crate) fn judge(&self, object: &Object<'_>) -> Verdict {
-        decide(self.slot, &self.asker, self.lineage.as_ref(), object).unwrap_or_else(|error| {
+        decide(
+            self.slot,
+            Some(&self.workspace),
+            &self.asker,
+            self.lineage.as_ref(),
+            object,
+        )
+        .unwrap_or_else(|error| {
             tracing::warn!(%error, surface = self.asker.surface, "memory policy unavailable: the item is withheld");
             Verdict {
                 fidelity: Fidelity::Blocked,
@@ -361,6 +371,7 @@ impl Cairn {
         };
         Ok(ReadJudge {
             slot: self.policies().memory_policy(),
+            workspace: ws.id().to_owned(),
             asker: Asker {
                 action: Action::Retrieve,
                 destination: Some(reader.destination_or_default()),

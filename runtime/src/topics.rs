@@ -378,7 +378,8 @@ impl TopicGate {
             }
             Route::AskPolicy => {
                 record.tier = Tier::Policy;
-                let answer = self.ask_policy(policies, topic, turn, kind, score, &mut record)?;
+                let answer =
+                    self.ask_policy(ws.id(), policies, topic, turn, kind, score, &mut record)?;
                 targets = answer.targets;
                 for reason in answer.reasons {
                     if !record.reasons.contains(&reason) {
@@ -420,8 +421,10 @@ impl TopicGate {
         Ok(Some(record.outcome))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn ask_policy(
         &self,
+        workspace: &str,
         policies: &Policies,
         topic: &Topic,
         turn: &Turn,
@@ -461,7 +464,7 @@ impl TopicGate {
                 lexical_similarity: score,
             },
         };
-        let decided = policies.topic_directive(&input)?;
+        let decided = policies.topic_directive_in(workspace, &input)?;
         record.policy_generation = Some(decided.generation.as_str().to_owned());
         let d = &decided.decision;
         let mut answer = CachedAnswer {

@@ -147,6 +147,16 @@ pub enum StoreError {
         /// The token the write carried.
         token: i64,
     },
+    /// A write through a handle on a workspace that was erased after the
+    /// handle was opened: it does not bring the workspace back. A handle
+    /// opened since writes (and creates the workspace anew).
+    #[error(
+        "workspace {workspace} was erased after this handle on it was opened: it cannot write there"
+    )]
+    Erased {
+        /// The workspace.
+        workspace: String,
+    },
     /// The storage configuration is invalid (a malformed URL).
     #[error("invalid storage configuration: {0}")]
     Config(String),
@@ -391,7 +401,10 @@ pub trait WorkspaceStore: Send + Sync + std::fmt::Debug {
 
 /// The database: opens workspaces and makes writes durable.
 pub trait Store: Send + Sync + std::fmt::Debug {
-    /// A handle on `workspace`, creating it if needed. The id must already be validated.
+    /// A handle on `workspace`. The workspace is created by the first
+    /// write through the handle, not before: reads of a workspace that does
+    /// not exist find nothing and create nothing. The id must already be
+    /// validated.
     fn workspace(&self, workspace: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError>;
 
     /// True if the workspace exists.
@@ -444,6 +457,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Blocks until every write applied before the call is durable on disk.
     /// Concurrent callers share one flush (group commit).
     fn sync(&self) -> Result<(), StoreError>;
+
+    /// Makes the bytes of what was deleted leave the storage, while the
+    /// store stays open: sled rewrites its files
+    /// ([`SledStore::rewrite_online`]), PostgreSQL vacuums its tables.
+    /// Returns what a rewrite did, `None` when the backend rewrote no files
+    /// of cairn's own. The erasure worker calls it after a `forget`
+    /// (docs/DURABILITY.md, *Erasure on disk*).
+    fn compact(&self) -> Result<Option<RewriteReport>, StoreError> {
+        Ok(None)
+    }
 
     /// True when applying a write only touches memory (durability comes
     /// from [`Store::sync`] or [`Store::sync_later`]), so an async caller

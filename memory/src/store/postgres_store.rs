@@ -155,6 +155,11 @@ struct Inner {
     /// database on every open. A space dropped here is removed; one dropped
     /// by another node makes writes through it fail (foreign key).
     known: RwLock<HashSet<(i16, String)>>,
+    /// How many times each space was dropped by this process: a handle
+    /// opened before a drop may not create its space again.
+    drops: parking_lot::Mutex<HashMap<(i16, String), u64>>,
+    /// [`Store::compact`] runs `VACUUM FULL` rather than `VACUUM`.
+    vacuum_full: bool,
     /// This node, when the database is shared by a cluster (`None`: this
     /// process has it to itself).
     cluster: Option<ClusterConfig>,
@@ -257,6 +262,8 @@ impl PostgresStore {
                 pg,
                 writer: parking_lot::Mutex::new(None),
                 known: RwLock::new(HashSet::new()),
+                vacuum_full: config.vacuum_full,
+                drops: parking_lot::Mutex::new(HashMap::new()),
                 cluster: cluster.enabled().then(|| cluster.clone()),
                 fences: RwLock::new(HashMap::new()),
             }),
@@ -412,6 +419,15 @@ impl PostgresStore {
             .map_err(|_| unavailable(op, "the database client's runtime stopped"))?
     }
 
+    fn drop_count(&self, kind: i16, name: &str) -> u64 {
+        self.inner
+            .drops
+            .lock()
+            .get(&(kind, name.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Makes sure the space exists (created on first use, like a sled tree).
     fn ensure_space(&self, kind: i16, name: &str) -> Result<(), StoreError> {
         let key = (kind, name.to_owned());
@@ -434,11 +450,14 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// A handle on a space; the space is created by the first write
+    /// through it ([`PostgresSpace::apply`]), so a read creates nothing.
     fn handle(&self, kind: i16, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
-        self.ensure_space(kind, name)?;
+        let drops = self.drop_count(kind, name);
         Ok(Arc::new(PostgresSpace {
             store: self.clone(),
             kind,
+            drops,
             space: name.to_owned(),
             label: match kind {
                 SYSTEM => format!("sys:{name}"),
@@ -542,6 +561,12 @@ impl Store for PostgresStore {
             .known
             .write()
             .remove(&(WORKSPACE, workspace.to_owned()));
+        *self
+            .inner
+            .drops
+            .lock()
+            .entry((WORKSPACE, workspace.to_owned()))
+            .or_default() += 1;
         let name = workspace.to_owned();
         let check = fence.clone();
         // One transaction: the fence, then the cascade removes every pair.
@@ -658,12 +683,35 @@ impl Store for PostgresStore {
     fn sync(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// `VACUUM` of cairn's tables (their TOAST tables with them): the dead
+    /// row versions a delete left are removed from the pages and the
+    /// indexes, and no query, snapshot or replica slot can reach them
+    /// again. With `storage.postgres.vacuum_full`, `VACUUM FULL`:
+    /// each table rewritten into a new file, the old one released (every
+    /// request waits while it runs). See docs/DURABILITY.md.
+    fn compact(&self) -> Result<Option<super::RewriteReport>, StoreError> {
+        let statement = match self.inner.vacuum_full {
+            true => "VACUUM FULL cairn_kv, cairn_meta",
+            false => "VACUUM cairn_kv, cairn_meta",
+        };
+        self.run("vacuum", move |pool| async move {
+            let client = pool.get().await.map_err(|e| pool_error("vacuum", e))?;
+            client
+                .batch_execute(statement)
+                .await
+                .map_err(|e| classify("vacuum", e))
+        })?;
+        Ok(None)
+    }
 }
 
 /// A handle on one workspace or system namespace.
 struct PostgresSpace {
     store: PostgresStore,
     kind: i16,
+    /// The space's drop count (in this process) when the handle was opened.
+    drops: u64,
     space: String,
     /// What [`WorkspaceStore::workspace`] answers (sled's tree name for a
     /// system namespace).
@@ -828,6 +876,18 @@ impl WorkspaceStore for PostgresSpace {
             return Ok(());
         }
         self.store.hold_writer_lock()?;
+        let creates = batch
+            .ops()
+            .iter()
+            .any(|op| matches!(op, super::WriteOp::Put { .. }));
+        if creates {
+            if self.store.drop_count(self.kind, &self.space) > self.drops {
+                return Err(StoreError::Erased {
+                    workspace: self.space.clone(),
+                });
+            }
+            self.store.ensure_space(self.kind, &self.space)?;
+        }
         let fence = self.store.fence(self.kind, &self.space)?;
         let mut last: BTreeMap<(i16, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
         for op in batch.into_ops() {

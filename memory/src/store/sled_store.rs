@@ -15,13 +15,15 @@
 //! behalf, coalesced with the blocking syncs, and completes their futures.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
-use super::{Collection, Durable, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
+use super::{
+    Collection, Durable, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp,
+};
 
 const WORKSPACE_TREE_PREFIX: &str = "ws:";
 const META_TREE: &str = "cairn:meta";
@@ -48,12 +50,89 @@ pub struct SledStore {
 
 #[derive(Debug)]
 struct Inner {
-    db: sled::Db,
-    meta: sled::Tree,
-    open: RwLock<HashMap<String, Arc<SledWorkspace>>>,
+    /// The data directory (the database is in `dir/sled`).
+    dir: PathBuf,
+    cache_bytes: u64,
+    /// The database in use. Every operation holds it shared for its
+    /// duration; an online rewrite ([`SledStore::compact`]) holds it
+    /// exclusively while it copies the live data into fresh files and swaps
+    /// them in, so no operation ever sees a database that is going away.
+    /// A std-style lock: operations are short and never nest it.
+    /// `None` only if the store could not be reopened after a rewrite:
+    /// every operation then fails, naming why.
+    live: Arc<RwLock<Option<DbState>>>,
     commit: Arc<GroupCommit>,
     /// The flusher thread of [`Store::sync_later`]; joined on drop.
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// How many times each tree was dropped: a handle opened before a drop
+    /// may not create its tree again ([`StoreError::Erased`]).
+    drops: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+/// One open sled database and the handles cairn holds into it. Nothing
+/// outside it keeps a `sled::Tree`: dropping it closes the database.
+#[derive(Debug)]
+struct DbState {
+    db: sled::Db,
+    meta: sled::Tree,
+    /// The trees opened so far, by name (read on every operation; written
+    /// when a tree is first opened, created or dropped).
+    trees: RwLock<HashMap<String, sled::Tree>>,
+}
+
+impl DbState {
+    fn open(db: sled::Db) -> Result<DbState, StoreError> {
+        let meta = db.open_tree(META_TREE)?;
+        Ok(DbState {
+            db,
+            meta,
+            trees: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The tree `name`, created if it does not exist (a write).
+    fn tree(&self, name: &str) -> Result<sled::Tree, StoreError> {
+        if let Some(tree) = self.trees.read().get(name) {
+            return Ok(tree.clone());
+        }
+        let mut trees = self.trees.write();
+        if let Some(tree) = trees.get(name) {
+            return Ok(tree.clone());
+        }
+        let tree = self.db.open_tree(name)?;
+        trees.insert(name.to_owned(), tree.clone());
+        Ok(tree)
+    }
+
+    /// The tree `name` if it exists; `None` creates nothing (a read).
+    fn existing_tree(&self, name: &str) -> Result<Option<sled::Tree>, StoreError> {
+        if let Some(tree) = self.trees.read().get(name) {
+            return Ok(Some(tree.clone()));
+        }
+        // Checked and opened under the write lock: a drop cannot come
+        // between (and a dropped tree is never opened, so never recreated).
+        let mut trees = self.trees.write();
+        if let Some(tree) = trees.get(name) {
+            return Ok(Some(tree.clone()));
+        }
+        if !self
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == name.as_bytes())
+        {
+            return Ok(None);
+        }
+        let tree = self.db.open_tree(name)?;
+        trees.insert(name.to_owned(), tree.clone());
+        Ok(Some(tree))
+    }
+
+    fn drop_tree(&self, name: &str) -> Result<bool, StoreError> {
+        let mut trees = self.trees.write();
+        trees.remove(name);
+        Ok(self.db.drop_tree(name)?)
+    }
 }
 
 impl Drop for Inner {
@@ -81,21 +160,15 @@ impl SledStore {
         })?;
         private_dir(dir)?;
         finish_rewrite(dir)?;
-        let config = sled::Config::new()
-            .path(dir.join("sled"))
-            .cache_capacity(cache_bytes)
-            // cairn controls durability itself: every acknowledged write is
-            // followed by `sync`, so sled's periodic flusher is not needed.
-            .flush_every_ms(None);
-        let db = open_db(&config, dir, "")?;
-        let meta = db.open_tree(META_TREE)?;
+        let db = open_db(&live_config(dir, cache_bytes), dir, "")?;
+        let live = Arc::new(RwLock::new(Some(DbState::open(db)?)));
         private_files(dir)?;
         let commit = Arc::new(GroupCommit::default());
         let flusher = {
-            let (commit, db) = (commit.clone(), db.clone());
+            let (commit, live) = (commit.clone(), live.clone());
             std::thread::Builder::new()
                 .name("cairn-flush".to_owned())
-                .spawn(move || commit.run_flusher(|| flush(&db)))
+                .spawn(move || commit.run_flusher(|| flush_live(&live)))
                 .map_err(|e| StoreError::Open {
                     path: dir.display().to_string(),
                     reason: format!("cannot start the flusher thread: {e}"),
@@ -103,18 +176,105 @@ impl SledStore {
         };
         Ok(SledStore {
             inner: Arc::new(Inner {
-                db,
-                meta,
-                open: RwLock::new(HashMap::new()),
+                dir: dir.to_owned(),
+                cache_bytes,
+                live,
                 commit,
                 flusher: Mutex::new(Some(flusher)),
+                drops: Arc::new(Mutex::new(HashMap::new())),
             }),
+        })
+    }
+
+    /// Rewrites the open store into fresh files that hold only what is
+    /// live, swaps them in and removes the old files, while the store stays
+    /// open: what [`Store::compact`] does on sled, and how erased bytes
+    /// leave the data directory without a restart.
+    ///
+    /// sled is log-structured: a removed value stays in its old segment
+    /// until sled reclaims the segment, lazily, and a reclaimed segment is
+    /// reused without being cleared, so nothing short of new files removes
+    /// it. Every operation waits while the copy runs (the store is paused,
+    /// not closed: about the time to read and write what is live). Steps,
+    /// crash-safe at each: the live data is copied into `sled.rewrite`,
+    /// made durable and marked complete; the database is closed; the copy
+    /// is swapped in by two renames (which the next open would finish,
+    /// too); the old files are removed; the copy is opened.
+    ///
+    /// ```
+    /// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = SledStore::open(dir.path())?;
+    /// let ws = store.workspace("acme")?;
+    /// let mut batch = WriteBatch::default();
+    /// batch.put(Collection::State, b"k".to_vec(), b"v".to_vec());
+    /// ws.apply(batch)?;
+    /// store.compact()?;
+    /// assert_eq!(ws.get(Collection::State, b"k")?, Some(b"v".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rewrite_online(&self) -> Result<RewriteReport, StoreError> {
+        let dir = &self.inner.dir;
+        let live_dir = dir.join("sled");
+        let fresh = dir.join(REWRITE_DIR);
+        let io = |what: &str, e: std::io::Error| StoreError::Open {
+            path: dir.display().to_string(),
+            reason: format!("rewriting the store: {what}: {e}"),
+        };
+        let mut live = self.inner.live.write();
+        let Some(state) = live.as_ref() else {
+            return Err(closed());
+        };
+        state.db.flush()?;
+        let bytes_before = dir_bytes(&live_dir);
+        if fresh.exists() {
+            std::fs::remove_dir_all(&fresh).map_err(|e| io("removing an old copy", e))?;
+        }
+        let trees = {
+            let copy = open_db(
+                &sled::Config::new().path(&fresh).flush_every_ms(None),
+                dir,
+                "",
+            )?;
+            let export = state.db.export();
+            let trees = export.len();
+            copy.import(export);
+            copy.flush()?;
+            trees
+        };
+        wait_closed(&fresh).map_err(|e| io("closing the copy", e))?;
+        std::fs::write(fresh.join(REWRITE_MARK), b"complete\n")
+            .map_err(|e| io("marking the copy complete", e))?;
+        sync_dir(&fresh).map_err(|e| io("syncing the copy", e))?;
+        // The old database is closed (nothing else holds a handle into it)
+        // before its directory is renamed: no late write of it can land in
+        // the new one.
+        drop(live.take());
+        let reopened = wait_closed(&live_dir)
+            .map_err(|e| io("closing the old files", e))
+            .and_then(|()| finish_rewrite(dir))
+            .and_then(|()| open_db(&live_config(dir, self.inner.cache_bytes), dir, ""))
+            .and_then(DbState::open);
+        match reopened {
+            Ok(state) => *live = Some(state),
+            Err(e) => {
+                tracing::error!(error = %e, "the store could not be reopened after its rewrite: every operation fails until a restart");
+                return Err(e);
+            }
+        }
+        drop(live);
+        private_files(dir)?;
+        Ok(RewriteReport {
+            trees,
+            bytes_before,
+            bytes_after: dir_bytes(&live_dir),
         })
     }
 
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.db.size_on_disk()?)
+        let live = self.inner.live.read();
+        Ok(live.as_ref().ok_or_else(closed)?.db.size_on_disk()?)
     }
 
     /// Rewrites the store in `dir` into fresh files that hold only what is
@@ -286,86 +446,151 @@ fn tree_name(workspace: &str) -> String {
     format!("{WORKSPACE_TREE_PREFIX}{workspace}")
 }
 
+/// The configuration the live database is opened with.
+fn live_config(dir: &Path, cache_bytes: u64) -> sled::Config {
+    sled::Config::new()
+        .path(dir.join("sled"))
+        .cache_capacity(cache_bytes)
+        // cairn controls durability itself: every acknowledged write is
+        // followed by `sync`, so sled's periodic flusher is not needed.
+        .flush_every_ms(None)
+}
+
+/// The error of every operation on a store that could not be reopened
+/// after a rewrite (logged when it happened).
+fn closed() -> StoreError {
+    StoreError::Sled(sled::Error::Io(std::io::Error::other(
+        "the store could not be reopened after an online rewrite (see the log); restart cairn",
+    )))
+}
+
+/// Waits (up to five seconds) until no one holds the lock of the sled
+/// database in `db_dir`: a database dropped in this process has closed its
+/// files once its lock is free (sled's I/O threads may outlive the drop
+/// for a moment).
+fn wait_closed(db_dir: &Path) -> std::io::Result<()> {
+    let file = std::fs::File::open(db_dir.join("db"))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return file.unlock(),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(std::io::Error::other(format!(
+                    "{} is still open after 5 s",
+                    db_dir.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
+/// Flushes the live database (the group commit's flush).
+fn flush_live(live: &RwLock<Option<DbState>>) -> sled::Result<()> {
+    match live.read().as_ref() {
+        Some(state) => flush(&state.db),
+        None => Err(sled::Error::Io(std::io::Error::other(
+            "the store could not be reopened after an online rewrite",
+        ))),
+    }
+}
+
+impl SledStore {
+    /// Runs `f` on the live database, held shared.
+    fn with_live<T>(
+        &self,
+        f: impl FnOnce(&DbState) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let live = self.inner.live.read();
+        f(live.as_ref().ok_or_else(closed)?)
+    }
+
+    fn handle(&self, tree: String) -> Arc<dyn WorkspaceStore> {
+        let drops = self.inner.drops.lock().get(&tree).copied().unwrap_or(0);
+        Arc::new(SledWorkspace {
+            name: tree,
+            live: self.inner.live.clone(),
+            drops,
+            dropped: self.inner.drops.clone(),
+        })
+    }
+}
+
 impl Store for SledStore {
+    /// A handle on `workspace`. Nothing is created until the first write
+    /// through it: a read of a workspace that does not exist finds nothing
+    /// and leaves no trace.
     fn workspace(&self, workspace: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
-        if let Some(ws) = self.inner.open.read().get(workspace) {
-            return Ok(ws.clone());
-        }
-        let mut open = self.inner.open.write();
-        if let Some(ws) = open.get(workspace) {
-            return Ok(ws.clone());
-        }
-        let tree = self.inner.db.open_tree(tree_name(workspace))?;
-        let ws = Arc::new(SledWorkspace {
-            name: workspace.to_owned(),
-            tree,
-        });
-        open.insert(workspace.to_owned(), ws.clone());
-        Ok(ws)
+        Ok(self.handle(tree_name(workspace)))
     }
 
     fn has_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
         let name = tree_name(workspace);
-        Ok(self
-            .inner
-            .db
-            .tree_names()
-            .iter()
-            .any(|n| n.as_ref() == name.as_bytes()))
+        self.with_live(|live| {
+            Ok(live
+                .db
+                .tree_names()
+                .iter()
+                .any(|n| n.as_ref() == name.as_bytes()))
+        })
     }
 
     fn workspaces(&self) -> Result<Vec<String>, StoreError> {
-        let mut names: Vec<String> = self
-            .inner
-            .db
-            .tree_names()
-            .iter()
-            .filter_map(|n| std::str::from_utf8(n).ok())
-            .filter_map(|n| n.strip_prefix(WORKSPACE_TREE_PREFIX))
-            .map(str::to_owned)
-            .collect();
-        names.sort();
-        Ok(names)
+        self.with_live(|live| {
+            let mut names: Vec<String> = live
+                .db
+                .tree_names()
+                .iter()
+                .filter_map(|n| std::str::from_utf8(n).ok())
+                .filter_map(|n| n.strip_prefix(WORKSPACE_TREE_PREFIX))
+                .map(str::to_owned)
+                .collect();
+            names.sort();
+            Ok(names)
+        })
     }
 
     fn drop_workspace(&self, workspace: &str) -> Result<bool, StoreError> {
-        let mut open = self.inner.open.write();
-        open.remove(workspace);
-        Ok(self.inner.db.drop_tree(tree_name(workspace))?)
+        let name = tree_name(workspace);
+        *self.inner.drops.lock().entry(name.clone()).or_default() += 1;
+        self.with_live(|live| live.drop_tree(&name))
     }
 
     fn meta_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.inner.meta.get(key)?.map(|v| v.to_vec()))
+        self.with_live(|live| Ok(live.meta.get(key)?.map(|v| v.to_vec())))
     }
 
     fn meta_scan_prefix(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
-        self.inner
-            .meta
-            .scan_prefix(prefix)
-            .map(|kv| {
-                kv.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                    .map_err(StoreError::from)
-            })
-            .collect()
+        self.with_live(|live| {
+            live.meta
+                .scan_prefix(prefix)
+                .map(|kv| {
+                    kv.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .map_err(StoreError::from)
+                })
+                .collect()
+        })
     }
 
     fn meta_put(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.inner.meta.insert(key, value)?;
-        Ok(())
+        self.with_live(|live| {
+            live.meta.insert(key, value)?;
+            Ok(())
+        })
     }
 
     fn meta_delete(&self, key: &[u8]) -> Result<(), StoreError> {
-        self.inner.meta.remove(key)?;
-        Ok(())
+        self.with_live(|live| {
+            live.meta.remove(key)?;
+            Ok(())
+        })
     }
 
     fn system(&self, name: &str) -> Result<Arc<dyn WorkspaceStore>, StoreError> {
-        let tree_name = format!("{SYSTEM_TREE_PREFIX}{name}");
-        let tree = self.inner.db.open_tree(&tree_name)?;
-        Ok(Arc::new(SledWorkspace {
-            name: tree_name,
-            tree,
-        }))
+        Ok(self.handle(format!("{SYSTEM_TREE_PREFIX}{name}")))
     }
 
     fn backend(&self) -> crate::config::StorageBackend {
@@ -373,7 +598,7 @@ impl Store for SledStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.inner.commit.sync(|| flush(&self.inner.db))
+        self.inner.commit.sync(|| flush_live(&self.inner.live))
     }
 
     fn buffered(&self) -> bool {
@@ -383,12 +608,44 @@ impl Store for SledStore {
     fn sync_later(&self) -> Option<Durable> {
         Some(self.inner.commit.later())
     }
+
+    fn compact(&self) -> Result<Option<RewriteReport>, StoreError> {
+        self.rewrite_online().map(Some)
+    }
 }
 
+/// A handle on one tree (a workspace's, or a system namespace's). It holds
+/// no `sled::Tree` itself: each call finds the tree in the live database,
+/// so a handle outlives an online rewrite.
 #[derive(Debug)]
 struct SledWorkspace {
+    /// The tree's name (`ws:<id>`, `sys:<name>`).
     name: String,
-    tree: sled::Tree,
+    live: Arc<RwLock<Option<DbState>>>,
+    /// The tree's drop count when this handle was opened (see
+    /// [`Inner::drops`]).
+    drops: u64,
+    dropped: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl SledWorkspace {
+    /// Runs `f` on the tree if it exists; `absent` when it does not (a
+    /// read creates nothing).
+    fn read<T>(
+        &self,
+        absent: T,
+        f: impl FnOnce(&sled::Tree) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let live = self.live.read();
+        match live
+            .as_ref()
+            .ok_or_else(closed)?
+            .existing_tree(&self.name)?
+        {
+            Some(tree) => f(&tree),
+            None => Ok(absent),
+        }
+    }
 }
 
 fn tagged(collection: Collection, key: &[u8]) -> Vec<u8> {
@@ -404,7 +661,9 @@ impl WorkspaceStore for SledWorkspace {
     }
 
     fn get(&self, collection: Collection, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tree.get(tagged(collection, key))?.map(|v| v.to_vec()))
+        self.read(None, |tree| {
+            Ok(tree.get(tagged(collection, key))?.map(|v| v.to_vec()))
+        })
     }
 
     fn scan_prefix(
@@ -412,10 +671,11 @@ impl WorkspaceStore for SledWorkspace {
         collection: Collection,
         prefix: &[u8],
     ) -> Result<Vec<KeyValue>, StoreError> {
-        self.tree
-            .scan_prefix(tagged(collection, prefix))
-            .map(untagged)
-            .collect()
+        self.read(Vec::new(), |tree| {
+            tree.scan_prefix(tagged(collection, prefix))
+                .map(untagged)
+                .collect()
+        })
     }
 
     fn scan_prefix_from(
@@ -425,14 +685,16 @@ impl WorkspaceStore for SledWorkspace {
         start: &[u8],
         limit: usize,
     ) -> Result<Vec<KeyValue>, StoreError> {
-        let tagged_prefix = tagged(collection, prefix);
-        let mut lower = tagged_prefix.clone();
-        lower.extend_from_slice(start);
-        let range = match prefix_successor(&tagged_prefix) {
-            Some(upper) => self.tree.range(lower..upper),
-            None => self.tree.range(lower..),
-        };
-        range.take(limit).map(untagged).collect()
+        self.read(Vec::new(), |tree| {
+            let tagged_prefix = tagged(collection, prefix);
+            let mut lower = tagged_prefix.clone();
+            lower.extend_from_slice(start);
+            let range = match prefix_successor(&tagged_prefix) {
+                Some(upper) => tree.range(lower..upper),
+                None => tree.range(lower..),
+            };
+            range.take(limit).map(untagged).collect()
+        })
     }
 
     fn scan_prefix_rev(
@@ -441,12 +703,13 @@ impl WorkspaceStore for SledWorkspace {
         prefix: &[u8],
         limit: usize,
     ) -> Result<Vec<KeyValue>, StoreError> {
-        self.tree
-            .scan_prefix(tagged(collection, prefix))
-            .rev()
-            .take(limit)
-            .map(untagged)
-            .collect()
+        self.read(Vec::new(), |tree| {
+            tree.scan_prefix(tagged(collection, prefix))
+                .rev()
+                .take(limit)
+                .map(untagged)
+                .collect()
+        })
     }
 
     fn last_with_prefix(
@@ -454,19 +717,49 @@ impl WorkspaceStore for SledWorkspace {
         collection: Collection,
         prefix: &[u8],
     ) -> Result<Option<KeyValue>, StoreError> {
-        // One seek: the greatest key below the prefix's successor. sled's
-        // reverse iterators are much slower than `get_lt`.
-        let start = tagged(collection, prefix);
-        let found = match prefix_successor(&start) {
-            Some(upper) => self.tree.get_lt(upper)?,
-            None => self.tree.last()?,
-        };
-        Ok(found
-            .filter(|(k, _)| k.starts_with(&start))
-            .map(|(k, v)| (k[1..].to_vec(), v.to_vec())))
+        self.read(None, |tree| {
+            // One seek: the greatest key below the prefix's successor.
+            // sled's reverse iterators are much slower than `get_lt`.
+            let start = tagged(collection, prefix);
+            let found = match prefix_successor(&start) {
+                Some(upper) => tree.get_lt(upper)?,
+                None => tree.last()?,
+            };
+            Ok(found
+                .filter(|(k, _)| k.starts_with(&start))
+                .map(|(k, v)| (k[1..].to_vec(), v.to_vec())))
+        })
     }
 
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let live = self.live.read();
+        let state = live.as_ref().ok_or_else(closed)?;
+        // Deletes alone create nothing: only a put makes a tree exist.
+        let creates = batch
+            .ops()
+            .iter()
+            .any(|op| matches!(op, WriteOp::Put { .. }));
+        let tree = match creates {
+            true => {
+                if self.dropped.lock().get(&self.name).copied().unwrap_or(0) > self.drops {
+                    return Err(StoreError::Erased {
+                        workspace: self
+                            .name
+                            .strip_prefix(WORKSPACE_TREE_PREFIX)
+                            .unwrap_or(&self.name)
+                            .to_owned(),
+                    });
+                }
+                state.tree(&self.name)?
+            }
+            false => match state.existing_tree(&self.name)? {
+                Some(tree) => tree,
+                None => return Ok(()),
+            },
+        };
         // One write is atomic by itself: it skips the batch manifest, which
         // sled writes to the log as an entry of its own, costing a second
         // write and sync.
@@ -478,8 +771,8 @@ impl WorkspaceStore for SledWorkspace {
         if plain {
             for (key, value) in writes {
                 match value {
-                    Some(value) => self.tree.insert(key, value)?,
-                    None => self.tree.remove(key)?,
+                    Some(value) => tree.insert(key, value)?,
+                    None => tree.remove(key)?,
                 };
             }
             return Ok(());
@@ -491,7 +784,7 @@ impl WorkspaceStore for SledWorkspace {
                 None => sled_batch.remove(key),
             }
         }
-        self.tree.apply_batch(sled_batch)?;
+        tree.apply_batch(sled_batch)?;
         Ok(())
     }
 }
@@ -722,10 +1015,132 @@ mod tests {
         a.apply(batch)?;
         assert_eq!(a.get(Collection::State, b"k")?, Some(b"1".to_vec()));
         assert_eq!(b.get(Collection::State, b"k")?, None);
+        // `b` was only read: it does not exist.
+        assert_eq!(store.workspaces()?, vec!["a".to_owned()]);
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"k".to_vec(), b"2".to_vec());
+        b.apply(batch)?;
         assert_eq!(store.workspaces()?, vec!["a".to_owned(), "b".to_owned()]);
         assert!(store.drop_workspace("a")?);
         assert!(!store.has_workspace("a")?);
         assert_eq!(store.workspaces()?, vec!["b".to_owned()]);
+        Ok(())
+    }
+
+    /// Issue 78: a read of a workspace that does not exist, or a batch of
+    /// deletes alone, creates nothing; the first put creates it.
+    #[test]
+    fn reads_create_no_workspace() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ghost = store.workspace("ghost")?;
+        assert_eq!(ghost.get(Collection::Sessions, b"nope")?, None);
+        assert!(ghost.scan_prefix(Collection::Turns, b"")?.is_empty());
+        assert_eq!(ghost.last_with_prefix(Collection::Turns, b"")?, None);
+        let mut deletes = WriteBatch::default();
+        deletes.delete(Collection::Sessions, b"nope".to_vec());
+        ghost.apply(deletes)?;
+        assert!(!store.has_workspace("ghost")?);
+        assert!(store.workspaces()?.is_empty());
+        let mut put = WriteBatch::default();
+        put.put(Collection::Sessions, b"s1".to_vec(), b"{}".to_vec());
+        ghost.apply(put)?;
+        assert_eq!(store.workspaces()?, ["ghost"]);
+        // A dropped workspace stays dropped for a handle opened before: its
+        // writes fail rather than bring it back; a handle opened since
+        // creates it anew.
+        assert!(store.drop_workspace("ghost")?);
+        assert_eq!(ghost.get(Collection::Sessions, b"s1")?, None);
+        let mut late = WriteBatch::default();
+        late.put(Collection::Sessions, b"s2".to_vec(), b"{}".to_vec());
+        assert!(matches!(
+            ghost.apply(late.clone()),
+            Err(StoreError::Erased { .. })
+        ));
+        assert!(!store.has_workspace("ghost")?);
+        store.workspace("ghost")?.apply(late)?;
+        assert_eq!(store.workspaces()?, ["ghost"]);
+        Ok(())
+    }
+
+    /// The bytes of `needle` in any file under `dir`.
+    fn on_disk(dir: &Path, needle: &[u8]) -> anyhow::Result<bool> {
+        let mut pending = vec![dir.to_owned()];
+        while let Some(next) = pending.pop() {
+            for item in std::fs::read_dir(&next)? {
+                let path = item?.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if std::fs::read(&path)?
+                    .windows(needle.len())
+                    .any(|w| w == needle)
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Issue 78, item 7: an online rewrite removes the bytes of what was
+    /// deleted from the files while the store stays open; handles opened
+    /// before it go on working, and what is written after it survives a
+    /// reopen.
+    #[test]
+    fn an_online_rewrite_removes_deleted_bytes_and_keeps_handles() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        let log = store.system("log")?;
+        let secret = b"Zanzibar-quokka-7731";
+        let mut batch = WriteBatch::default();
+        for i in 0..50u8 {
+            batch.put(Collection::Turns, vec![b'x', i], secret.repeat(4));
+        }
+        batch.put(Collection::State, b"kept".to_vec(), b"still here".to_vec());
+        ws.apply(batch)?;
+        let mut batch = WriteBatch::default();
+        batch.put(Collection::State, b"n".to_vec(), b"7".to_vec());
+        log.apply(batch)?;
+        store.meta_put(b"m", b"meta")?;
+        store.sync()?;
+        let mut batch = WriteBatch::default();
+        for i in 0..50u8 {
+            batch.delete(Collection::Turns, vec![b'x', i]);
+        }
+        ws.apply(batch)?;
+        store.sync()?;
+        // The check can fail: sled keeps the deleted values in its files.
+        assert!(on_disk(dir.path(), secret)?);
+        let report = store.compact()?.expect("sled rewrites its files");
+        assert!(report.trees >= 3, "{report:?}");
+        assert!(!on_disk(dir.path(), secret)?);
+        assert!(!dir.path().join(REWRITE_DIR).exists() && !dir.path().join(REWRITE_OLD).exists());
+        assert_eq!(
+            ws.get(Collection::State, b"kept")?,
+            Some(b"still here".to_vec())
+        );
+        assert_eq!(log.get(Collection::State, b"n")?, Some(b"7".to_vec()));
+        assert_eq!(store.meta_get(b"m")?, Some(b"meta".to_vec()));
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::State,
+            b"after".to_vec(),
+            b"written after".to_vec(),
+        );
+        ws.apply(batch)?;
+        store.sync()?;
+        drop((ws, log, store));
+        let store = SledStore::open(dir.path())?;
+        let ws = store.workspace("a")?;
+        assert_eq!(
+            ws.get(Collection::State, b"after")?,
+            Some(b"written after".to_vec())
+        );
+        assert_eq!(
+            ws.get(Collection::State, b"kept")?,
+            Some(b"still here".to_vec())
+        );
         Ok(())
     }
 
