@@ -8,14 +8,14 @@
 //! Every check is in memory: stored tokens are verified against the
 //! token cache of [`cairn_memory`'s access module](cairn::Cairn::verify_token)
 //! (read at start, kept current by this process's changes and by
-//! [`keep_tokens_current`] for changes other processes make to a shared
+//! `Cairn::refresh_tokens_every` for changes other processes make to a shared
 //! store), so no request waits on the store here, and a peer that keeps
 //! failing to authenticate is held off before its tokens are looked at.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cairn::{Cairn, ServerConfig, TokenScope, WebOrigin};
 use parking_lot::Mutex;
@@ -580,35 +580,6 @@ impl Guard {
     }
 }
 
-/// Reads the access tokens again every `period`, on a thread of its own,
-/// for a server on a store other processes share (PostgreSQL: the CLI,
-/// other nodes), so what they make or revoke counts here within `period`.
-/// Supervised: a pass that fails or panics is logged and the next one runs.
-pub(crate) fn keep_tokens_current(cairn: Cairn, period: Duration) {
-    let spawned = std::thread::Builder::new()
-        .name("cairn-tokens".to_owned())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(period);
-                let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    cairn.reload_tokens()
-                }));
-                match pass {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, "cannot read the access tokens again; the ones read before stay in force");
-                    }
-                    Err(_) => {
-                        tracing::error!("reading the access tokens again panicked; retried next period");
-                    }
-                }
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::error!(%error, "cannot start the token refresher: tokens other processes make or revoke count only after a restart");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -862,7 +833,7 @@ mod tests {
         // A minute's refill in one go: the budget is whole again.
         let limiter = g.failures.as_ref().expect("limiter");
         if let Some((_, at)) = limiter.peers.lock().get_mut(&a)
-            && let Some(earlier) = at.checked_sub(Duration::from_secs(60))
+            && let Some(earlier) = at.checked_sub(std::time::Duration::from_secs(60))
         {
             *at = earlier;
         }

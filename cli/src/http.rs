@@ -1368,10 +1368,9 @@ pub async fn serve(cairn: Cairn, listen: &str, on_bound: impl FnOnce(&str)) -> s
     }
     if cairn.config().storage.backend != cairn::StorageBackend::Sled {
         // Other processes may make and revoke tokens in a shared store.
-        crate::guard::keep_tokens_current(
-            cairn.clone(),
-            std::time::Duration::from_millis(server_config.token_refresh_ms),
-        );
+        cairn.refresh_tokens_every(std::time::Duration::from_millis(
+            server_config.token_refresh_ms,
+        ));
     }
     let guard = web::Data::new(guard);
     // Start search now (model load, then the worker catches the indexes up

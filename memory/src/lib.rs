@@ -87,7 +87,7 @@ pub use maintain::{
     ArchivedItem, MaintainOptions, MaintainSettings, MaintainTrigger, MaintenanceReport,
     MaintenanceRun,
 };
-pub use memory::{DEFAULT_WORK_CONTEXT, Memory, Workspace};
+pub use memory::{DEFAULT_WORK_CONTEXT, Memory, WeakMemory, Workspace};
 pub use record::{Ack, Role, Session, SessionKind, SessionSpec, SessionState, Turn, TurnInput};
 pub use subjects::{Subject, SubjectKind};
 pub use tokens::TokenCounter;

@@ -65,6 +65,18 @@ pub struct Memory {
     pub(crate) shared: Arc<Shared>,
 }
 
+/// A handle on a [`Memory`] that does not keep it open (a long-lived
+/// worker holds one, so the memory closes when its users are done).
+#[derive(Clone, Debug)]
+pub struct WeakMemory(std::sync::Weak<Shared>);
+
+impl WeakMemory {
+    /// The memory, while any [`Memory`] handle on it is held.
+    pub fn upgrade(&self) -> Option<Memory> {
+        self.0.upgrade().map(|shared| Memory { shared })
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
@@ -942,6 +954,11 @@ impl Memory {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.shared.clock
+    }
+
+    /// A handle that does not keep this memory open.
+    pub fn downgrade(&self) -> WeakMemory {
+        WeakMemory(Arc::downgrade(&self.shared))
     }
 
     /// The long-lived workers over this memory (the search indexer, the

@@ -25,7 +25,6 @@
 //! that failed is not tried again then (its marks bring it back at the next
 //! start).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -170,6 +169,9 @@ impl Drop for Eraser {
     }
 }
 
+/// The worker's name in the memory's workers ([`cairn_memory::supervise`]).
+const ERASER: &str = "eraser";
+
 struct Worker {
     memory: Memory,
     settle: Duration,
@@ -178,6 +180,13 @@ struct Worker {
 
 impl Worker {
     fn run(self, rx: Receiver<()>) {
+        let supervised = self.memory.workers().worker(ERASER);
+        supervised.set_running(true);
+        self.serve(&rx);
+        supervised.set_running(false);
+    }
+
+    fn serve(&self, rx: &Receiver<()>) {
         // Between passes: block until a forget (or the shutdown).
         while rx.recv().is_ok() {
             // Gather the forgets of the settle time into this pass.
@@ -206,8 +215,11 @@ impl Worker {
     /// One supervised pass; false when it failed (and was logged).
     fn pass(&self) -> bool {
         let started = Instant::now();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self.memory.erase_pending())) {
-            Ok(Ok(report)) => {
+        // Supervised like every long-lived worker: a panic is caught,
+        // logged and counted in `/healthz`.
+        let supervised = self.memory.workers().worker(ERASER);
+        match supervised.pass(|| self.memory.erase_pending()) {
+            Some(Ok(report)) => {
                 self.counters.passes.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     forgets = report.marks,
@@ -218,12 +230,12 @@ impl Worker {
                 );
                 true
             }
-            Ok(Err(error)) => {
+            Some(Err(error)) => {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%error, retry_s = RETRY.as_secs(), "erasure pass failed; erased bytes stay until it succeeds");
                 false
             }
-            Err(_) => {
+            None => {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     retry_s = RETRY.as_secs(),

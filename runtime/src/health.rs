@@ -49,9 +49,21 @@ impl Cairn {
             .into_iter()
             .map(|(world, why)| format!("{world} is held closed (fail-safe decisions only): {why}"))
             .collect();
-        let workers = self.memory().workers().health();
+        let mut workers = self.memory().workers().health();
+        // The policy host's epoch ticker (it makes plugin deadlines work)
+        // keeps its own counts.
+        let ticker = self.policies().host().ticker_status();
+        workers.push(WorkerHealth {
+            name: "plugin-ticker".to_owned(),
+            running: ticker.running,
+            passes: ticker.ticks,
+            panics: ticker.panics,
+            last_panic: None,
+            quarantined: Vec::new(),
+        });
+        workers.sort_by(|a, b| a.name.cmp(&b.name));
         for w in &workers {
-            if !w.running && w.passes > 0 {
+            if !w.running && (w.passes > 0 || w.name == "plugin-ticker") {
                 problems.push(format!(
                     "worker {} has stopped; restart the process (the log says why)",
                     w.name

@@ -291,6 +291,36 @@ impl Cairn {
         Ok(self.memory().reload_tokens()?)
     }
 
+    /// Starts a supervised worker (`token-refresher` in
+    /// [`Cairn::health`]) that reads the access tokens again every
+    /// `period`, for a server on a store other processes share
+    /// (PostgreSQL: the CLI, other nodes), so what they make or revoke
+    /// counts here within `period`. A pass that fails or panics is logged
+    /// and counted, and the next one runs. The worker ends when the last
+    /// handle on this memory is dropped.
+    pub fn refresh_tokens_every(&self, period: std::time::Duration) {
+        let memory = self.memory().downgrade();
+        let supervised = self.memory().workers().worker("token-refresher");
+        let spawned = std::thread::Builder::new()
+            .name("cairn-tokens".to_owned())
+            .spawn(move || {
+                supervised.set_running(true);
+                loop {
+                    std::thread::sleep(period);
+                    let Some(memory) = memory.upgrade() else {
+                        break;
+                    };
+                    if let Some(Err(error)) = supervised.pass(|| memory.reload_tokens()) {
+                        tracing::warn!(%error, "cannot read the access tokens again; the ones read before stay in force");
+                    }
+                }
+                supervised.set_running(false);
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the token refresher: tokens other processes make or revoke count only after a restart");
+        }
+    }
+
     /// Each world's plugin: generation, hash, breaker, decisions and faults,
     /// and the decision log's state.
     pub fn plugins(&self) -> Result<PluginsReport> {

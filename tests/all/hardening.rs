@@ -105,7 +105,7 @@ fn health_names_the_workers() -> Result<()> {
         .as_array()
         .map(|w| w.iter().filter_map(|w| w["name"].as_str()).collect())
         .unwrap_or_default();
-    for expected in ["decision-writer", "ticker"] {
+    for expected in ["decision-writer", "ticker", "plugin-ticker", "eraser"] {
         ensure!(names.contains(&expected), "{expected} missing: {health}");
     }
     Ok(())
