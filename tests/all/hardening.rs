@@ -27,6 +27,11 @@ fn finds(server: &Server, workspace: &str, query: &str, needle: &str) -> Result<
 fn timestamps_past_the_calendar_are_refused_and_indexing_goes_on() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let server = Server::start(dir.path())?;
+    let (s, body) = server.post(
+        "/v1/workspaces/acme/turns",
+        &json!({"turns": [{"session": "s0", "role": "user", "content": "The acme workspace exists."}]}),
+    )?;
+    ensure!(s == 200, "{body}");
     for at in [
         "+262142-12-31T23:59:59Z",
         "-262143-01-01T00:00:00Z",

@@ -890,7 +890,18 @@ impl GroupCommit {
             if !state.flushing {
                 state.flushing = true;
                 let target = state.issued;
-                let result = MutexGuard::unlocked(state, flush);
+                // A panic in the flush is a failed flush for the writers
+                // waiting on it, not a flusher that never answers again.
+                let result = MutexGuard::unlocked(state, || {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(flush)).unwrap_or_else(
+                        |payload| {
+                            Err(sled::Error::ReportableBug(format!(
+                                "the flush panicked: {}",
+                                crate::supervise::panic_message(payload.as_ref())
+                            )))
+                        },
+                    )
+                });
                 state.flushing = false;
                 state.flushed = target;
                 let outcome = match result {
