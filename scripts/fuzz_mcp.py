@@ -1,7 +1,7 @@
 """Fuzzes the MCP endpoint of `cairn serve` (`POST /v1/workspaces/{ws}/mcp`).
 
 Run by scripts/fuzz-api.sh after the schemathesis passes, with the
-schemathesis venv's Python (hypothesis and hypothesis-jsonschema come with
+schemathesis venv's Python (fuzz-api.sh installs hypothesis-jsonschema, pinned, beside
 schemathesis, so nothing more is installed):
 
     python fuzz_mcp.py BASE_URL TOKEN WORKSPACE EXAMPLES SEED
