@@ -60,20 +60,16 @@ workers="${CAIRN_FUZZ_WORKERS:-1}"
 cache="${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}"
 venv="$cache/schemathesis-$ST_VERSION"
 
-# 1. schemathesis and hypothesis-jsonschema (the MCP fuzzer's strategies),
-#    pinned, in their own venv.
-HJ_VERSION=0.23.1
-if ! "$venv/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION" \
-    || ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('hypothesis-jsonschema') != '$HJ_VERSION')" 2>/dev/null; then
+# 1. schemathesis, pinned, in its own venv.
+if ! "$venv/bin/st" --version 2>/dev/null | grep -qF "$ST_VERSION"; then
     log "schemathesis $ST_VERSION (PyPI) into $venv"
     command -v python3 >/dev/null || { echo "error: python3 not found" >&2; exit 1; }
-    [[ -x "$venv/bin/st" ]] || rm -rf "$venv"
+    rm -rf "$venv"
     python3 -m venv "$venv" || {
         echo "error: python3 -m venv failed (on Debian: apt-get install python3-venv)" >&2
         exit 1
     }
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "schemathesis==$ST_VERSION" "hypothesis-jsonschema==$HJ_VERSION"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
 fi
 
 # The model, for search (the server starts it at once).
