@@ -1074,11 +1074,18 @@ fn build_entries(
             EntryKind::WorkPhaseChange => format!("Work phase: {}", item.content),
             _ => item.content.clone(),
         };
+        let about = match (item.attribute, &item.speaker) {
+            (Some(attribute), Some(speaker)) => {
+                format!(" (fact: {}, about {speaker})", attribute.as_str())
+            }
+            (Some(attribute), None) => format!(" (fact: {})", attribute.as_str()),
+            _ => String::new(),
+        };
         let mut input = EntryInput::new(item.kind, &content)
             .in_context(work_context)
             .from_turns(&span.session, item.seq, item.seq)
             .with_detail(&format!(
-                "heuristic rule {:?}, trigger {trigger}",
+                "heuristic rule {:?}{about}, trigger {trigger}",
                 item.rule
             ));
         let index = index.to_string();

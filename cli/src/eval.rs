@@ -33,6 +33,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+mod facts;
+pub use facts::{FactScores, FactsReport, SAME_FACT, run_facts};
+
 /// Why an evaluation could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -170,6 +173,8 @@ struct Conversation {
 struct Derived {
     docs: Vec<SearchDoc>,
     cites: HashMap<String, Vec<String>>,
+    /// Each entry's kind, content and detail, by document id.
+    entries: HashMap<String, (cairn::EntryKind, String, Option<String>)>,
 }
 
 /// How `--entries` derives a conversation's entries.
@@ -294,6 +299,14 @@ fn derive_entries(
             .entry(entry.kind.as_str().to_owned())
             .or_default() += 1;
         cited += turns.len();
+        derived.entries.insert(
+            id.clone(),
+            (
+                entry.kind,
+                entry.content.clone(),
+                entry.detail.as_deref().map(str::to_owned),
+            ),
+        );
         derived
             .cites
             .insert(id, turns.iter().map(|t| t.id.clone()).collect());

@@ -512,8 +512,19 @@ enum EvalCommand {
         /// With `--entries`: a significance-gate component to install in the
         /// throwaway cairn instead of the default gate (which decides what
         /// capture reads; the default is tuned for work talk).
-        #[arg(long, value_name = "FILE.wasm", requires = "entries")]
+        #[arg(long, value_name = "FILE.wasm")]
         significance: Option<PathBuf>,
+        /// Score what capture remembers about the people instead of
+        /// retrieval: live entries against the annotated observations (fact
+        /// recall, precision, duplicates, stale items, per conversation).
+        /// With `--ranks FILE`, each (observation, entry citing its turn)
+        /// pair is written there with its cosine.
+        #[arg(long, conflicts_with_all = ["loo", "entries"])]
+        facts: bool,
+        /// With `--facts`: the cosine at or above which an entry and an
+        /// observation say the same thing.
+        #[arg(long, value_name = "COSINE", default_value_t = cairn_cli::eval::SAME_FACT, requires = "facts")]
+        fact_threshold: f32,
     },
 }
 
@@ -1885,6 +1896,52 @@ fn load_embedder(
     }
 }
 
+/// The `--facts` table: one row per conversation, then all pooled.
+fn print_facts(out: &mut impl Write, report: &cairn_cli::eval::FactsReport) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "fact capture against annotated observations (same fact: cosine >= {:.2}); extractors: {}",
+        report.threshold,
+        report.extractors.join(", ")
+    )?;
+    writeln!(
+        out,
+        "{:<14} {:>6} {:>7} {:>7} {:>6} {:>6} {:>9} {:>11} {:>5} {:>5}",
+        "conversation",
+        "obs",
+        "recall",
+        "entries",
+        "facts",
+        "match",
+        "precision",
+        "prec+work",
+        "dups",
+        "stale"
+    )?;
+    let rows = report
+        .conversations
+        .iter()
+        .map(|(n, s)| (n.as_str(), s))
+        .chain(std::iter::once(("all", &report.overall)));
+    for (name, s) in rows {
+        writeln!(
+            out,
+            "{:<14} {:>6} {:>7.3} {:>7} {:>6} {:>6} {:>9.3} {:>11.3} {:>5} {:>5}",
+            name,
+            s.observations,
+            s.recall,
+            s.entries,
+            s.facts,
+            s.matching,
+            s.precision,
+            s.precision_with_work_state,
+            s.duplicates,
+            s.stale
+        )?;
+    }
+    Ok(())
+}
+
 fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
     let EvalCommand::Locomo {
         data,
@@ -1895,6 +1952,8 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
         ranks,
         entries,
         significance,
+        facts,
+        fact_threshold,
     } = command;
     let mut tuning = cairn_cli::eval::Tuning::default();
     for s in set {
@@ -1913,11 +1972,26 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
         }
         None => None,
     };
-    let source = entries.then(|| cairn_cli::eval::EntrySource {
+    if significance.is_some() && !*entries && !*facts {
+        anyhow::bail!("--significance needs --entries or --facts");
+    }
+    let source = (*entries || *facts).then(|| cairn_cli::eval::EntrySource {
         config: config.clone(),
         significance,
     });
     let embedder = load_embedder(&config.embedding);
+    if let (true, Some(source)) = (*facts, source.as_ref()) {
+        let report =
+            cairn_cli::eval::run_facts(data, embedder, source, *fact_threshold, ranks.as_deref())?;
+        let mut out = std::io::stdout().lock();
+        if *json {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        } else {
+            print_facts(&mut out, &report)?;
+        }
+        return Ok(());
+    }
     let report = cairn_cli::eval::run_locomo(
         data,
         k,

@@ -57,6 +57,10 @@ pub struct Extracted {
     pub subject: Option<String>,
     /// Which pattern fired (for the explanation).
     pub rule: &'static str,
+    /// For a fact, what it is about ([`crate::facts`]).
+    pub attribute: Option<crate::facts::Attribute>,
+    /// For a fact, who said it, when the turn names a speaker.
+    pub speaker: Option<String>,
 }
 
 /// Everything [`extract`] found in a span of turns.
@@ -91,7 +95,8 @@ pub enum Depth {
     /// sentences may still settle open loops and its mentions count.
     ObserveOnly,
     /// The state of the work in the user's turns: decisions, open
-    /// questions, tasks and work-phase changes.
+    /// questions, tasks and work-phase changes; and the facts the user
+    /// states about themselves.
     Shallow,
     /// Every heuristic pattern in the user's turns: also handoffs (the
     /// default without a gate).
@@ -121,6 +126,7 @@ impl Depth {
                 | EntryKind::OpenQuestion
                 | EntryKind::Task
                 | EntryKind::WorkPhaseChange
+                | EntryKind::Fact
         );
         match (self, role) {
             (Depth::DoNotCollect | Depth::ObserveOnly, _) => false,
@@ -265,6 +271,41 @@ pub fn extract_with(
             // tasks too).
             continue;
         }
+        if turn.role == Role::User && depth.keeps(EntryKind::Fact, turn.role) {
+            for fact in crate::facts::find_facts(&turn.content, &crate::facts::ENGLISH) {
+                // A sentence the work-state rules read (a decision, a task,
+                // an open loop) is theirs.
+                let said = fact.said.to_lowercase();
+                if said.ends_with('?')
+                    || [
+                        DECISION_MARKERS,
+                        TASK_MARKERS,
+                        QUESTION_MARKERS,
+                        HANDOFF_MARKERS,
+                    ]
+                    .iter()
+                    .any(|markers| find(&said, markers).is_some())
+                {
+                    continue;
+                }
+                // About the speaker when the registry knows them, else
+                // about the first subject the sentence names.
+                let subject = fact
+                    .speaker
+                    .as_deref()
+                    .and_then(|name| mentions(name, subjects).into_iter().next())
+                    .or_else(|| mentions(&fact.content, subjects).into_iter().next());
+                out.items.push(Extracted {
+                    kind: EntryKind::Fact,
+                    content: fact.content,
+                    seq: turn.seq,
+                    subject,
+                    rule: fact.cue,
+                    attribute: Some(fact.attribute),
+                    speaker: fact.speaker,
+                });
+            }
+        }
         for sentence in sentences(&turn.content) {
             let lower = sentence.to_lowercase();
             let subject = mentions(sentence, subjects).into_iter().next();
@@ -290,6 +331,8 @@ pub fn extract_with(
                         seq: turn.seq,
                         subject: subject.clone(),
                         rule,
+                        attribute: None,
+                        speaker: None,
                     })
                 }
             };
@@ -319,6 +362,8 @@ pub fn extract_with(
                             seq: turn.seq,
                             subject: subject.clone(),
                             rule,
+                            attribute: None,
+                            speaker: None,
                         });
                         out.phase = Some((*name).to_owned());
                     }
@@ -409,7 +454,7 @@ fn find(lower: &str, markers: &[&'static str]) -> Option<&'static str> {
 
 /// Splits on sentence ends, keeping the terminator (so questions keep `?`),
 /// and on semicolons, which part two statements (the `;` is dropped).
-fn sentences(text: &str) -> Vec<&str> {
+pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, c) in text.char_indices() {
@@ -429,7 +474,7 @@ fn sentences(text: &str) -> Vec<&str> {
     out
 }
 
-fn clip(sentence: &str) -> String {
+pub(crate) fn clip(sentence: &str) -> String {
     let trimmed = sentence.trim();
     if trimmed.chars().count() <= MAX_ITEM_CHARS {
         return trimmed.to_owned();

@@ -45,6 +45,7 @@ pub mod contradict;
 pub mod error;
 pub mod extract;
 pub mod extractor;
+pub mod facts;
 pub mod forget;
 mod idempotency;
 pub mod ids;

@@ -128,6 +128,15 @@ pub mod search {
     };
 }
 
+/// Facts and preferences from talk: the rules capture reads a user's turn
+/// with, as data ([`facts::ENGLISH`]), and the attributes a fact is about.
+pub mod facts {
+    pub use cairn_memory::facts::{
+        ATTRIBUTES, Attribute, ENGLISH, FactRules, FoundFact, attribute_of_text, find_facts,
+        split_speaker,
+    };
+}
+
 /// Maintenance: the run's options and report, the rules, the changes they
 /// make and the stored runs ([`Cairn::maintain`], [`Cairn::undo_maintenance`],
 /// [`Cairn::restore`]).

@@ -303,6 +303,13 @@ pub fn evaluate(turn: &Turn<'_>, ctx: &Context) -> Evaluation {
         reasons.insert(Reason::PreferenceLanguage);
         score += 0.25;
     }
+    // Facts about the person: what they say of their life is worth a
+    // shallow read (reported as preference language, the WIT's code for
+    // what the user states about themselves).
+    if words.personal && turn.role == Role::User && !words.preference {
+        reasons.insert(Reason::PreferenceLanguage);
+        score += 0.25;
+    }
     if words.question && turn.role == Role::User {
         reasons.insert(Reason::Question);
         score += 0.10;
@@ -390,6 +397,9 @@ struct Words {
     task: bool,
     handoff: bool,
     preference: bool,
+    /// A first-person statement about the speaker's life ("I moved",
+    /// "my daughter", "I'm allergic"): what capture's facts come from.
+    personal: bool,
     question: bool,
     open_loop: bool,
     phase: bool,
@@ -438,6 +448,20 @@ keys! {
     DRAFTING = b"drafting", REVIEW = b"review", REVIEWING = b"reviewing",
     REVISION = b"revision", REVISING = b"revising", RESEARCHING = b"researching",
     WAITING = b"waiting", BLOCKED = b"blocked", SHIPPED = b"shipped", COMPLETED = b"completed",
+    I = b"i", MY = b"my", IM = b"i'm", IVE = b"i've",
+    LIVE = b"live", MOVED = b"moved", LOVE = b"love", LIKE = b"like", ENJOY = b"enjoy",
+    HATE = b"hate", WORK = b"work", WENT = b"went", STARTED = b"started", JOINED = b"joined",
+    BOUGHT = b"bought", ADOPTED = b"adopted", VISITED = b"visited", ATTENDED = b"attended",
+    PAINTED = b"painted", GREW = b"grew", FEEL = b"feel", FELT = b"felt", STUDY = b"study",
+    HAD = b"had", TOOK = b"took", MET = b"met", LEARNED = b"learned", USUALLY = b"usually",
+    KIDS = b"kids", SON = b"son", DAUGHTER = b"daughter", HUSBAND = b"husband", WIFE = b"wife",
+    PARTNER = b"partner", FAMILY = b"family", MOM = b"mom", DAD = b"dad", MOTHER = b"mother",
+    FATHER = b"father", SISTER = b"sister", BROTHER = b"brother", PARENTS = b"parents",
+    FRIEND = b"friend", FRIENDS = b"friends", DOG = b"dog", CAT = b"cat", JOB = b"job",
+    HOME = b"home", HOUSE = b"house", DOCTOR = b"doctor", FAVORITE = b"favorite",
+    HOBBY = b"hobby", BOSS = b"boss", ALLERGIC = b"allergic", MOVING = b"moving",
+    PLANNING = b"planning", LEARNING = b"learning", WORKING = b"working",
+    STUDYING = b"studying", VEGAN = b"vegan", BEEN = b"been",
 }
 
 /// For each byte: 0 if it separates words, else the byte lowercased
@@ -519,6 +543,79 @@ fn classify(word: u64, prev: u64, found: &mut Words, acknowledgements: &mut usiz
         | SHIPPED | COMPLETED => found.phase = true,
         _ => {}
     }
+    // A first-person statement about the speaker's life.
+    let life = match prev {
+        I => matches!(
+            word,
+            LIVE | MOVED
+                | LOVE
+                | LIKE
+                | ENJOY
+                | HATE
+                | WORK
+                | WENT
+                | STARTED
+                | JOINED
+                | BOUGHT
+                | ADOPTED
+                | VISITED
+                | ATTENDED
+                | PAINTED
+                | GREW
+                | FEEL
+                | FELT
+                | STUDY
+                | HAD
+                | TOOK
+                | MET
+                | LEARNED
+                | USUALLY
+                | PREFER
+                | ALWAYS
+                | NEVER
+                | GOT
+        ),
+        MY => matches!(
+            word,
+            KIDS | SON
+                | DAUGHTER
+                | HUSBAND
+                | WIFE
+                | PARTNER
+                | FAMILY
+                | MOM
+                | DAD
+                | MOTHER
+                | FATHER
+                | SISTER
+                | BROTHER
+                | PARENTS
+                | FRIEND
+                | FRIENDS
+                | DOG
+                | CAT
+                | JOB
+                | WORK
+                | HOME
+                | HOUSE
+                | DOCTOR
+                | FAVORITE
+                | HOBBY
+                | BOSS
+        ),
+        IM => matches!(
+            word,
+            ALLERGIC | MOVING | PLANNING | LEARNING | WORKING | STUDYING | VEGAN | GOING
+        ),
+        IVE => matches!(word, BEEN | STARTED | LEARNED | MOVED),
+        _ => false,
+    };
+    // Any first-person statement counts: "I color-code my goals", "my
+    // business", "I've been rehearsing" say something about the speaker
+    // (capture's fact rules decide what is kept).
+    if life || matches!(prev, I | IM | IVE) || word == MY {
+        found.personal = true;
+    }
     if matches!(
         word,
         OK | OKAY
@@ -581,6 +678,22 @@ mod tests {
         let lowered = evaluate(&turn, &research);
         assert!(lowered.captures(), "{lowered:?}");
         assert!(lowered.reasons.contains(Reason::ResearchThreshold));
+    }
+
+    #[test]
+    fn what_the_user_says_of_their_life_is_read_shallowly() {
+        let eval = evaluate(
+            &user("I moved to Lisbon with my family in March."),
+            &Context::default(),
+        );
+        assert!(eval.reasons.contains(Reason::PreferenceLanguage));
+        assert_eq!(eval.depth, Depth::Shallow);
+        // Small talk with no first-person statement is not.
+        let eval = evaluate(
+            &user("Wow, that sounds like a lovely trip there."),
+            &Context::default(),
+        );
+        assert_eq!(eval.depth, Depth::None);
     }
 
     #[test]

@@ -1,0 +1,836 @@
+//! Facts and preferences about the person, found in what they say, without
+//! a model.
+//!
+//! [`find_facts`] reads one user turn and returns the first-person
+//! statements in it that say something lasting about the speaker or the
+//! people and things around them — where they live and work, family,
+//! health, likes and dislikes, plans, possessions, habits, what they did —
+//! each rewritten in the third person ("I moved to Lisbon" from Ana becomes
+//! "Ana moved to Lisbon") and tagged with the [`Attribute`] it is about.
+//!
+//! The rules are data: a [`FactRules`] table holds the language's words
+//! (the first-person words and their third-person rewrites, the openers of
+//! small talk, the cues of each attribute), and [`ENGLISH`] is the one
+//! shipped. A second language is a second table, not new code.
+//!
+//! Who speaks: a turn that starts with a name and a colon (`Ana: I moved…`,
+//! the convention of multi-party transcripts) is that person's; any other
+//! user turn is the user's, written as "The user". The capture resolves the
+//! name against the subject registry.
+//!
+//! ```
+//! use cairn_memory::facts::{find_facts, Attribute, ENGLISH};
+//! let found = find_facts("Ana: I moved to Lisbon last spring. Thanks for asking!", &ENGLISH);
+//! assert_eq!(found.len(), 1);
+//! assert_eq!(found[0].attribute, Attribute::Residence);
+//! assert_eq!(found[0].speaker.as_deref(), Some("Ana"));
+//! assert_eq!(found[0].content, "Ana moved to Lisbon last spring.");
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// What a fact is about. Single-valued attributes ([`Attribute::single`])
+/// hold one value at a time for a person: a newer fact replaces an older
+/// one of the same attribute about the same person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attribute {
+    /// Where they live.
+    Residence,
+    /// Their job, employer or studies.
+    Work,
+    /// Family, partner, friends, pets.
+    Family,
+    /// Health, allergies, diet.
+    Health,
+    /// What they like, love, enjoy or prefer.
+    Likes,
+    /// What they dislike or avoid.
+    Dislikes,
+    /// What they plan or are about to do.
+    Plan,
+    /// What they own or got.
+    Possession,
+    /// What they usually do.
+    Habit,
+    /// What they did or what happened to them.
+    Event,
+    /// What they feel or believe about their own life.
+    Feeling,
+}
+
+impl Attribute {
+    /// The `snake_case` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attribute::Residence => "residence",
+            Attribute::Work => "work",
+            Attribute::Family => "family",
+            Attribute::Health => "health",
+            Attribute::Likes => "likes",
+            Attribute::Dislikes => "dislikes",
+            Attribute::Plan => "plan",
+            Attribute::Possession => "possession",
+            Attribute::Habit => "habit",
+            Attribute::Event => "event",
+            Attribute::Feeling => "feeling",
+        }
+    }
+
+    /// Parses [`Attribute::as_str`]'s names.
+    pub fn parse(name: &str) -> Option<Attribute> {
+        ATTRIBUTES.iter().copied().find(|a| a.as_str() == name)
+    }
+
+    /// Whether a person has one value of it at a time (where they live,
+    /// their job), so a newer fact replaces an older one.
+    pub fn single(self) -> bool {
+        matches!(self, Attribute::Residence | Attribute::Work)
+    }
+}
+
+/// Every attribute.
+pub const ATTRIBUTES: [Attribute; 11] = [
+    Attribute::Residence,
+    Attribute::Work,
+    Attribute::Family,
+    Attribute::Health,
+    Attribute::Likes,
+    Attribute::Dislikes,
+    Attribute::Plan,
+    Attribute::Possession,
+    Attribute::Habit,
+    Attribute::Event,
+    Attribute::Feeling,
+];
+
+/// A language's rules for [`find_facts`]. Every phrase is lowercase; a
+/// phrase matches on word boundaries.
+#[derive(Debug, Clone, Copy)]
+pub struct FactRules {
+    /// First-person words and their third-person rewrite; `{}` is the
+    /// speaker. A sentence without one of them is not about the speaker.
+    pub first_person: &'static [(&'static str, &'static str)],
+    /// Who speaks when the turn names no one.
+    pub anonymous: &'static str,
+    /// Words before a colon that are labels, not speakers (`Decision: …`).
+    pub not_speakers: &'static [&'static str],
+    /// Present-tense verbs and their third-person form, applied to the verb
+    /// after a rewritten subject ("I love" → "Ana loves"), past adverbs in
+    /// [`FactRules::adverbs`].
+    pub verbs: &'static [(&'static str, &'static str)],
+    /// Adverbs that may stand between the subject and its verb.
+    pub adverbs: &'static [&'static str],
+    /// Sentences that start with one of these are small talk (greetings,
+    /// thanks, reactions), never facts.
+    pub small_talk: &'static [&'static str],
+    /// Words that address the listener: a sentence with one of them before
+    /// its first first-person word is about the listener.
+    pub listener: &'static [&'static str],
+    /// Each attribute's cues, strongest attribute first; a cue is a phrase
+    /// that must appear in the sentence.
+    pub cues: &'static [(Attribute, &'static [&'static str])],
+    /// Words that do not count as content.
+    pub stop_words: &'static [&'static str],
+    /// Content words a statement needs, besides the first-person word.
+    pub min_content_words: usize,
+    /// Words that open a statement whose subject, the speaker, is left
+    /// out ("Been rehearsing hard", "Just got back from Rome").
+    pub elided_subject: &'static [&'static str],
+    /// A statement without a cue counts when a first-person word is among
+    /// its first this many words (and it has one more content word).
+    pub subject_within: usize,
+    /// Facts kept from one turn, the best first.
+    pub per_turn: usize,
+}
+
+/// One fact [`find_facts`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundFact {
+    /// What it is about.
+    pub attribute: Attribute,
+    /// The sentence in the third person.
+    pub content: String,
+    /// The speaker's name when the turn gave one.
+    pub speaker: Option<String>,
+    /// The cue that fired.
+    pub cue: &'static str,
+    /// The sentence as said.
+    pub said: String,
+}
+
+/// Finds the facts in one user turn's `text` under `rules`, at most
+/// `rules.per_turn`, in the order they were said.
+pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
+    let (speaker, body) = match split_speaker(text) {
+        (Some(name), body) if !rules.not_speakers.contains(&name.to_lowercase().as_str()) => {
+            (Some(name), body)
+        }
+        _ => (None, text),
+    };
+    let who = speaker.unwrap_or(rules.anonymous);
+    let mut scored: Vec<((usize, usize), usize, FoundFact)> = Vec::new();
+    for (index, sentence) in crate::extract::sentences(body).into_iter().enumerate() {
+        let sentence = sentence.trim();
+        if sentence.ends_with('?') {
+            continue;
+        }
+        let lower = sentence.to_lowercase();
+        let words: Vec<&str> = words(&lower).collect();
+        // "Been rehearsing hard": a statement whose subject is left out
+        // is the speaker's.
+        let elided = words
+            .first()
+            .is_some_and(|w| rules.elided_subject.contains(w));
+        let Some(first) = words
+            .iter()
+            .position(|w| rules.first_person.iter().any(|(p, _)| p == w))
+            .or(elided.then_some(0))
+        else {
+            continue;
+        };
+        if starts_with_any(&lower, rules.small_talk) {
+            continue;
+        }
+        if words[..first].iter().any(|w| rules.listener.contains(w)) {
+            continue;
+        }
+        let content_words = words
+            .iter()
+            .filter(|w| w.chars().count() > 2 && !rules.stop_words.contains(w))
+            .filter(|w| !rules.first_person.iter().any(|(p, _)| p == *w))
+            .count();
+        if content_words < rules.min_content_words {
+            continue;
+        }
+        // A statement with no cue is still about the speaker when it
+        // opens with them ("I color-code my goals"): the weakest kind.
+        let Some((strength, attribute, cue)) = attribute_of(&lower, rules).or_else(|| {
+            (first < rules.subject_within && content_words >= rules.min_content_words + 1)
+                .then_some((rules.cues.len(), Attribute::Event, "first person"))
+        }) else {
+            continue;
+        };
+        let content = if elided
+            && !words
+                .iter()
+                .any(|w| rules.first_person.iter().any(|(p, _)| p == w))
+        {
+            // The left-out subject, said: "Jon: Been rehearsing hard."
+            let mut said = String::from(who);
+            if let Some(c) = said.get_mut(0..1) {
+                c.make_ascii_uppercase();
+            }
+            format!("{said}: {sentence}")
+        } else {
+            third_person(sentence, who, rules)
+        };
+        scored.push((
+            (strength, usize::MAX - content_words),
+            index,
+            FoundFact {
+                attribute,
+                content: crate::extract::clip(&content),
+                speaker: speaker.map(str::to_owned),
+                cue,
+                said: sentence.to_owned(),
+            },
+        ));
+    }
+    // The strongest cues first, then said first; kept in the order said.
+    scored.sort_by_key(|(strength, index, _)| (*strength, *index));
+    // Past the first, only statements with a cue of their own (not the
+    // bare first-person rule or a past event).
+    let event_rank = rules
+        .cues
+        .iter()
+        .position(|(a, _)| *a == Attribute::Event)
+        .unwrap_or(rules.cues.len());
+    let mut kept = 0;
+    scored.retain(|((strength, _), _, _)| {
+        kept += 1;
+        kept == 1 || (kept <= rules.per_turn && *strength < event_rank)
+    });
+    scored.sort_by_key(|(_, index, _)| *index);
+    scored.into_iter().map(|(_, _, fact)| fact).collect()
+}
+
+/// The attribute a first-person `text` is about under `rules` (its
+/// strongest cue), if any.
+///
+/// ```
+/// use cairn_memory::facts::{attribute_of_text, Attribute, ENGLISH};
+/// assert_eq!(attribute_of_text("I moved to Porto", &ENGLISH), Some(Attribute::Residence));
+/// assert_eq!(attribute_of_text("Nice weather", &ENGLISH), None);
+/// ```
+pub fn attribute_of_text(text: &str, rules: &FactRules) -> Option<Attribute> {
+    attribute_of(&text.to_lowercase(), rules).map(|(_, attribute, _)| attribute)
+}
+
+/// A turn's speaker (`Name: …`, one to three capitalised words) and the
+/// rest of its text.
+pub fn split_speaker(text: &str) -> (Option<&str>, &str) {
+    let Some((head, rest)) = text.split_once(':') else {
+        return (None, text);
+    };
+    let name = head.trim();
+    let words: Vec<&str> = name.split_whitespace().collect();
+    let is_name = !words.is_empty()
+        && words.len() <= 3
+        && name.len() <= 40
+        && words.iter().all(|w| {
+            w.chars().next().is_some_and(char::is_uppercase)
+                && w.chars()
+                    .all(|c| c.is_alphabetic() || c == '-' || c == '\'')
+        });
+    if is_name {
+        (Some(name), rest.trim_start())
+    } else {
+        (None, text)
+    }
+}
+
+/// The strongest attribute whose cue the sentence holds: (its rank in the
+/// table, the attribute, the cue).
+fn attribute_of(lower: &str, rules: &FactRules) -> Option<(usize, Attribute, &'static str)> {
+    rules
+        .cues
+        .iter()
+        .enumerate()
+        .find_map(|(rank, (attribute, cues))| {
+            cues.iter()
+                .copied()
+                .find(|cue| contains_phrase(lower, cue))
+                .map(|cue| (rank, *attribute, cue))
+        })
+}
+
+/// Whether `phrase` occurs in `lower` on word boundaries.
+fn contains_phrase(lower: &str, phrase: &str) -> bool {
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(phrase) {
+        let start = from + at;
+        let end = start + phrase.len();
+        let before = lower[..start].chars().next_back();
+        let after = lower[end..].chars().next();
+        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '\'');
+        if boundary(before) && boundary(after) {
+            return true;
+        }
+        from = start + phrase.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+fn starts_with_any(lower: &str, openers: &[&str]) -> bool {
+    let trimmed = lower.trim_start_matches(|c: char| !c.is_alphanumeric());
+    openers.iter().any(|o| {
+        trimmed.starts_with(o)
+            && trimmed[o.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| !c.is_alphanumeric())
+    })
+}
+
+/// The words of a lowercased sentence (apostrophes kept: "i'm").
+fn words(lower: &str) -> impl Iterator<Item = &str> {
+    lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .filter(|w| !w.is_empty())
+}
+
+/// `sentence` with its first-person words rewritten for `who`, and the
+/// verb after a rewritten subject ("I love" → "Ana loves") agreeing.
+fn third_person(sentence: &str, who: &str, rules: &FactRules) -> String {
+    // Words and the separators between them, in order.
+    let mut pieces: Vec<(bool, String)> = Vec::new();
+    for c in sentence.chars() {
+        let is_word = c.is_alphanumeric() || c == '\'' || c == '’';
+        match pieces.last_mut() {
+            Some((w, piece)) if *w == is_word => piece.push(c),
+            _ => pieces.push((is_word, c.to_string())),
+        }
+    }
+    let mut out = String::with_capacity(sentence.len() + 16);
+    let mut agree = false;
+    for (is_word, piece) in &pieces {
+        if !is_word {
+            out.push_str(piece);
+            continue;
+        }
+        let lower = piece.to_lowercase().replace('’', "'");
+        if let Some((_, rewrite)) = rules.first_person.iter().find(|(p, _)| *p == lower) {
+            out.push_str(&rewrite.replace("{}", who));
+            // Only a bare subject ("I", not "I'm" or "my") takes a verb.
+            agree = !rewrite.contains(' ') && !rewrite.contains('\'') && lower != "me";
+            continue;
+        }
+        if agree && rules.adverbs.contains(&lower.as_str()) {
+            out.push_str(piece);
+            continue;
+        }
+        match rules.verbs.iter().find(|(base, _)| agree && *base == lower) {
+            Some((_, third)) => out.push_str(third),
+            None => out.push_str(piece),
+        }
+        agree = false;
+    }
+    // A sentence that opened with a rewritten pronoun keeps a capital.
+    let mut chars = out.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => out,
+    }
+}
+
+/// The English rules.
+pub const ENGLISH: FactRules = FactRules {
+    first_person: &[
+        ("i", "{}"),
+        ("i'm", "{} is"),
+        ("im", "{} is"),
+        ("i've", "{} has"),
+        ("i'll", "{} will"),
+        ("i'd", "{} would"),
+        ("me", "{}"),
+        ("my", "{}'s"),
+        ("mine", "{}'s"),
+        ("myself", "{}"),
+    ],
+    anonymous: "the user",
+    not_speakers: &[
+        "decision", "note", "todo", "update", "question", "answer", "summary", "action", "next",
+        "re", "subject", "warning", "error", "tip", "ps",
+    ],
+    verbs: &[
+        ("love", "loves"),
+        ("like", "likes"),
+        ("enjoy", "enjoys"),
+        ("prefer", "prefers"),
+        ("hate", "hates"),
+        ("live", "lives"),
+        ("work", "works"),
+        ("have", "has"),
+        ("want", "wants"),
+        ("hope", "hopes"),
+        ("need", "needs"),
+        ("think", "thinks"),
+        ("feel", "feels"),
+        ("plan", "plans"),
+        ("study", "studies"),
+        ("go", "goes"),
+        ("do", "does"),
+        ("own", "owns"),
+        ("usually", "usually"),
+        ("play", "plays"),
+        ("run", "runs"),
+        ("teach", "teaches"),
+        ("volunteer", "volunteers"),
+        ("paint", "paints"),
+        ("write", "writes"),
+        ("read", "reads"),
+        ("cook", "cooks"),
+        ("believe", "believes"),
+        ("avoid", "avoids"),
+        ("dislike", "dislikes"),
+        ("tend", "tends"),
+        ("keep", "keeps"),
+        ("try", "tries"),
+        ("take", "takes"),
+        ("make", "makes"),
+        ("know", "knows"),
+        ("am", "is"),
+        ("get", "gets"),
+        ("look", "looks"),
+        ("see", "sees"),
+        ("miss", "misses"),
+        ("remember", "remembers"),
+        ("spend", "spends"),
+        ("use", "uses"),
+        ("help", "helps"),
+        ("wish", "wishes"),
+        ("find", "finds"),
+        ("care", "cares"),
+        ("mean", "means"),
+        ("appreciate", "appreciates"),
+        ("admire", "admires"),
+        ("say", "says"),
+    ],
+    adverbs: &[
+        "really",
+        "also",
+        "usually",
+        "still",
+        "just",
+        "always",
+        "often",
+        "never",
+        "totally",
+        "absolutely",
+        "definitely",
+        "sometimes",
+        "now",
+        "actually",
+        "recently",
+        "finally",
+    ],
+    small_talk: &[
+        "thanks",
+        "thank you",
+        "thx",
+        "hey",
+        "hi",
+        "hello",
+        "bye",
+        "wow",
+        "yeah",
+        "yep",
+        "ok",
+        "okay",
+        "sure",
+        "totally",
+        "absolutely",
+        "congrats",
+        "congratulations",
+        "good to see",
+        "great to see",
+        "nice to see",
+        "talk to you",
+        "see you",
+        "take care",
+        "glad you",
+        "i'm so happy for you",
+        "i'm happy for you",
+        "i'm glad",
+        "i'm sorry",
+        "i agree",
+        "i know",
+        "i bet",
+        "i hope you",
+        "i can't wait to",
+        "i can imagine",
+        "i understand",
+        "i see",
+        "i totally",
+        "that's",
+        "that is",
+        "sounds",
+        "so cool",
+        "awesome",
+        "lol",
+        "haha",
+    ],
+    listener: &[
+        "you", "you're", "your", "you've", "you'll", "you'd", "yours",
+    ],
+    cues: &[
+        (
+            Attribute::Residence,
+            &[
+                "i live",
+                "i'm living",
+                "i moved",
+                "we moved",
+                "moved to",
+                "my home",
+                "my house",
+                "my apartment",
+                "my hometown",
+                "i'm from",
+                "i grew up",
+                "we live",
+            ],
+        ),
+        (
+            Attribute::Health,
+            &[
+                "allergic",
+                "allergy",
+                "diagnosed",
+                "my doctor",
+                "injury",
+                "injured",
+                "surgery",
+                "vegetarian",
+                "vegan",
+                "my health",
+                "therapy",
+                "i'm sick",
+                "i got sick",
+            ],
+        ),
+        (
+            Attribute::Work,
+            &[
+                "i work",
+                "i'm working",
+                "my job",
+                "my work",
+                "my boss",
+                "my career",
+                "career",
+                "my company",
+                "my business",
+                "my coworkers",
+                "my colleagues",
+                "i got a job",
+                "new job",
+                "i'm studying",
+                "i study",
+                "my degree",
+                "my class",
+                "my school",
+                "internship",
+                "i got promoted",
+                "promotion",
+            ],
+        ),
+        (
+            Attribute::Family,
+            &[
+                "my kids",
+                "my kid",
+                "my children",
+                "my son",
+                "my daughter",
+                "my husband",
+                "my wife",
+                "my partner",
+                "my boyfriend",
+                "my girlfriend",
+                "my mom",
+                "my mother",
+                "my dad",
+                "my father",
+                "my parents",
+                "my sister",
+                "my brother",
+                "my family",
+                "my grandma",
+                "my grandpa",
+                "my friend",
+                "my friends",
+                "my dog",
+                "my cat",
+                "my pet",
+                "with the kids",
+            ],
+        ),
+        (
+            Attribute::Dislikes,
+            &[
+                "i hate",
+                "i don't like",
+                "i dislike",
+                "i can't stand",
+                "i avoid",
+                "not a fan",
+            ],
+        ),
+        (
+            Attribute::Likes,
+            &[
+                "i love",
+                "i like",
+                "i enjoy",
+                "i prefer",
+                "my favorite",
+                "my favourite",
+                "i'm into",
+                "i'm passionate",
+                "my passion",
+                "my hobby",
+                "i'm a big fan",
+                "i'm keen on",
+                "i'm a fan",
+            ],
+        ),
+        (
+            Attribute::Plan,
+            &[
+                "i'm going to",
+                "i plan",
+                "i'm planning",
+                "i'm thinking of",
+                "i'm thinking about",
+                "i want to",
+                "i hope to",
+                "i'll be",
+                "next week",
+                "next month",
+                "next year",
+                "this weekend",
+                "i'm starting",
+                "i'm off to",
+            ],
+        ),
+        (
+            Attribute::Habit,
+            &[
+                "i usually",
+                "i always",
+                "i often",
+                "every day",
+                "every week",
+                "every morning",
+                "i tend to",
+                "i've been",
+            ],
+        ),
+        (
+            Attribute::Possession,
+            &[
+                "i have a",
+                "i got a",
+                "i bought",
+                "i own",
+                "i got",
+                "i made",
+                "i painted",
+                "i built",
+                "i wrote",
+                "i adopted",
+            ],
+        ),
+        (
+            Attribute::Event,
+            &[
+                "i went",
+                "i attended",
+                "i joined",
+                "i started",
+                "i finished",
+                "i took",
+                "i ran",
+                "i visited",
+                "i tried",
+                "i met",
+                "i won",
+                "i lost",
+                "i signed up",
+                "i volunteered",
+                "i learned",
+                "i read",
+                "i saw",
+                "i did",
+                "i had",
+                "i was",
+                "i just",
+                "i recently",
+                "last week",
+                "last month",
+                "last year",
+                "yesterday",
+            ],
+        ),
+    ],
+    stop_words: &[
+        "the", "and", "but", "for", "with", "that", "this", "was", "are", "have", "has", "had",
+        "been", "just", "really", "very", "too", "also", "about", "what", "which", "when", "then",
+        "than", "there", "here", "they", "them", "their", "its", "it's", "not", "all", "some",
+        "any", "can", "could", "would", "should", "will", "from", "into", "out", "our", "we're",
+        "so", "get", "got", "like", "much", "more", "one", "lot", "lots", "yes", "pretty",
+    ],
+    min_content_words: 3,
+    subject_within: 3,
+    elided_subject: &[
+        "been", "just", "got", "went", "started", "finished", "working", "trying", "spent", "took",
+        "had", "finally", "recently",
+    ],
+    per_turn: 2,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(text: &str) -> Vec<(Attribute, String)> {
+        find_facts(text, &ENGLISH)
+            .into_iter()
+            .map(|f| (f.attribute, f.content))
+            .collect()
+    }
+
+    #[test]
+    fn first_person_statements_become_third_person_facts() {
+        assert_eq!(
+            found("I moved to Lisbon in March."),
+            [(
+                Attribute::Residence,
+                "The user moved to Lisbon in March.".to_owned()
+            )]
+        );
+        assert_eq!(
+            found("I'm allergic to nuts, so no satay for me."),
+            [(
+                Attribute::Health,
+                "The user is allergic to nuts, so no satay for the user.".to_owned()
+            )]
+        );
+        assert_eq!(
+            found("Joanna: My daughter starts school in May."),
+            [(
+                Attribute::Family,
+                "Joanna's daughter starts school in May.".to_owned()
+            )]
+        );
+        assert_eq!(
+            found("I prefer ISO dates in every report."),
+            [(
+                Attribute::Likes,
+                "The user prefers ISO dates in every report.".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn small_talk_questions_and_the_listener_are_not_facts() {
+        assert!(found("Thanks, I really appreciate the help with that!").is_empty());
+        assert!(found("Do you think I should move to Lisbon?").is_empty());
+        assert!(found("You said your sister moved to Porto last year.").is_empty());
+        assert!(found("I'm so happy for you and your new job!").is_empty());
+        assert!(found("Ok.").is_empty());
+    }
+
+    #[test]
+    fn a_speaker_is_one_to_three_capitalised_words() {
+        assert_eq!(split_speaker("Ana Lima: hi"), (Some("Ana Lima"), "hi"));
+        assert_eq!(split_speaker("note: hi"), (None, "note: hi"));
+        assert_eq!(
+            split_speaker("Decision: ship it"),
+            (Some("Decision"), "ship it")
+        );
+        // A label is not a speaker.
+        assert!(
+            find_facts("Decision: I moved the launch to Friday.", &ENGLISH)[0]
+                .speaker
+                .is_none()
+        );
+        assert_eq!(split_speaker("no colon"), (None, "no colon"));
+    }
+
+    #[test]
+    fn at_most_two_per_turn_the_strongest_kept_in_order() {
+        let text =
+            "I had a long day. I live in Porto now. I love the old river walks. I went running.";
+        let facts = find_facts(text, &ENGLISH);
+        let attributes: Vec<Attribute> = facts.iter().map(|f| f.attribute).collect();
+        assert_eq!(attributes, [Attribute::Residence, Attribute::Likes]);
+    }
+
+    #[test]
+    fn cues_match_whole_words() {
+        assert!(contains_phrase("i live in porto", "i live"));
+        assert!(!contains_phrase("i lived in porto", "i live"));
+        assert!(!contains_phrase("hi there", "i"));
+    }
+
+    #[test]
+    fn attributes_round_trip_their_names() {
+        for a in ATTRIBUTES {
+            assert_eq!(Attribute::parse(a.as_str()), Some(a));
+        }
+        assert!(Attribute::Residence.single() && !Attribute::Likes.single());
+    }
+}
