@@ -174,8 +174,11 @@ struct Derived {
     docs: Vec<SearchDoc>,
     cites: HashMap<String, Vec<String>>,
     /// Each entry's kind, content and detail, by document id.
-    entries: HashMap<String, (cairn::EntryKind, String, Option<String>)>,
+    entries: HashMap<String, EntryFacts>,
 }
+
+/// An entry's kind, content and detail (what `--facts` compares).
+type EntryFacts = (cairn::EntryKind, String, Option<String>);
 
 /// How `--entries` derives a conversation's entries.
 #[derive(Debug, Clone)]

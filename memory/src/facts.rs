@@ -205,10 +205,12 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         }
         // A statement with no cue is still about the speaker when it
         // opens with them ("I color-code my goals"): the weakest kind.
-        let Some((strength, attribute, cue)) = attribute_of(&lower, rules).or_else(|| {
-            (first < rules.subject_within && content_words >= rules.min_content_words + 1)
-                .then_some((rules.cues.len(), Attribute::Event, "first person"))
-        }) else {
+        let Some((strength, attribute, cue)) =
+            attribute_of(&lower, rules).or_else(|| {
+                (first < rules.subject_within && content_words > rules.min_content_words)
+                    .then_some((rules.cues.len(), Attribute::Event, "first person"))
+            })
+        else {
             continue;
         };
         let content = if elided

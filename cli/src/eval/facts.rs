@@ -311,7 +311,7 @@ fn score(
         observations: observations.len(),
         ..FactScores::default()
     };
-    let entries: Vec<(&String, &(EntryKind, String, Option<String>))> = derived
+    let entries: Vec<(&String, &super::EntryFacts)> = derived
         .entries
         .iter()
         .filter(|(_, (kind, _, _))| *kind != EntryKind::SessionSummaryRef)
