@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod access;
 pub mod assembly;
 mod briefing;
 mod cluster;
@@ -55,6 +56,7 @@ mod reconstruct;
 mod tools;
 pub mod topics;
 
+pub use access::{AccessToken, TokenScope};
 pub use cairn_actors::{
     ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, MergedItem, SettledLoop,
     Trigger, TriggerConfig,
@@ -75,11 +77,11 @@ pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::store::{LeaseRow, NodeInfo};
 pub use cairn_memory::supervise::WorkerHealth;
 pub use cairn_memory::{
-    AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
-    EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
-    MemoryConfig, MemoryError, PostgresConfig, Provenance, Removed, Role, Session, SessionKind,
-    SessionSpec, SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock,
-    TaskStatus, TokenScope, Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
+    Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
+    EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
+    MemoryError, PostgresConfig, Provenance, Removed, Role, Session, SessionKind, SessionSpec,
+    SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock, TaskStatus,
+    Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
 };
 pub use cluster::{ClusterStatus, Route, Takeover};
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};

@@ -6,12 +6,14 @@
 //! one bad item writes nothing, and the error names the item) and wakes the
 //! search worker so the indexes follow.
 
+use std::sync::Arc;
+
 use cairn_memory::{
-    AccessToken, Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, TokenScope,
-    Tombstone, TombstoneTarget,
+    Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
 };
 use cairn_policies::{DecisionRecord, WorldKind};
 
+use crate::access::{AccessToken, TokenScope};
 use crate::decision_log::{DecisionQuery, GenerationCounts};
 use crate::error::Result;
 use crate::host::Cairn;
@@ -252,20 +254,20 @@ impl Cairn {
         scope: TokenScope,
         label: Option<&str>,
     ) -> Result<(AccessToken, String)> {
-        let made = self.memory().create_token(workspace, scope, label)?;
+        let made = self.access.create(self.memory(), workspace, scope, label)?;
         tracing::info!(id = %made.0.id, scope = made.0.scope.as_str(), "access token made");
         Ok(made)
     }
 
     /// Every stored access token, without secrets, oldest first.
     pub fn tokens(&self) -> Result<Vec<AccessToken>> {
-        Ok(self.memory().access_tokens()?)
+        Ok(self.access.list()?)
     }
 
     /// Revokes access token `id` (`not_found` when there is none); it opens
     /// nothing from the next request on.
     pub fn revoke_token(&self, id: &str) -> Result<AccessToken> {
-        let revoked = self.memory().revoke_token(id)?;
+        let revoked = self.access.revoke(id)?;
         tracing::info!(id = %revoked.id, "access token revoked");
         Ok(revoked)
     }
@@ -276,19 +278,19 @@ impl Cairn {
     /// by this process's changes, and read again by
     /// [`Cairn::reload_tokens`].
     pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
-        Ok(self.memory().verify_token(presented)?)
+        Ok(self.access.verify(self.memory(), presented)?)
     }
 
     /// Whether any access token is stored (a server with one requires
     /// authentication); from memory, like [`Cairn::verify_token`].
     pub fn has_tokens(&self) -> Result<bool> {
-        Ok(self.memory().has_tokens()?)
+        Ok(self.access.has_tokens()?)
     }
 
     /// Reads the access tokens from the store again (blocking), so tokens
     /// another process made or revoked in a shared store count here.
     pub fn reload_tokens(&self) -> Result<()> {
-        Ok(self.memory().reload_tokens()?)
+        Ok(self.access.reload()?)
     }
 
     /// Starts a supervised worker (`token-refresher` in
@@ -299,7 +301,10 @@ impl Cairn {
     /// and counted, and the next one runs. The worker ends when the last
     /// handle on this memory is dropped.
     pub fn refresh_tokens_every(&self, period: std::time::Duration) {
+        // Weak handles: the memory (which holds the tokens too) closes when
+        // its users are done, not when this thread next wakes.
         let memory = self.memory().downgrade();
+        let access = Arc::downgrade(&self.access);
         let supervised = self.memory().workers().worker("token-refresher");
         let spawned = std::thread::Builder::new()
             .name("cairn-tokens".to_owned())
@@ -307,10 +312,10 @@ impl Cairn {
                 supervised.set_running(true);
                 loop {
                     std::thread::sleep(period);
-                    let Some(memory) = memory.upgrade() else {
+                    let (Some(_memory), Some(access)) = (memory.upgrade(), access.upgrade()) else {
                         break;
                     };
-                    if let Some(Err(error)) = supervised.pass(|| memory.reload_tokens()) {
+                    if let Some(Err(error)) = supervised.pass(|| access.reload()) {
                         tracing::warn!(%error, "cannot read the access tokens again; the ones read before stay in force");
                     }
                 }
