@@ -19,18 +19,17 @@ const ID_PATTERN: &str = "^[A-Za-z0-9._:@/+=-]+$";
 /// The longest id, in bytes (`cairn_memory::ids::MAX_ID_BYTES`).
 const MAX_ID_BYTES: usize = 128;
 
-/// The route the guard leaves open (it still checks the `Host`).
-const OPEN: &str = "/healthz";
-
-/// Completes `doc`: see the module's documentation.
-pub(super) fn complete(doc: &mut OpenApi) {
+/// Completes `doc`: see the module's documentation. `open` are the
+/// described paths the guard leaves open (it still checks the `Host`).
+pub(super) fn complete(doc: &mut OpenApi, open: &[String]) {
     doc.components
         .get_or_insert_with(Default::default)
         .add_security_scheme("bearer", SecurityScheme::Http(bearer()));
     for (path, item) in doc.paths.paths.iter_mut() {
         for (method, op) in operations(item) {
             declare_path_parameters(path, op);
-            if path != OPEN {
+            let open = open.contains(path);
+            if !open {
                 op.security = Some(vec![SecurityRequirement::new(
                     "bearer",
                     Vec::<String>::new(),
@@ -39,7 +38,7 @@ pub(super) fn complete(doc: &mut OpenApi) {
                     declare_client_header(op);
                 }
             }
-            document_refusals(path, method, op);
+            document_refusals(path, open, method, op);
         }
     }
 }
@@ -145,7 +144,7 @@ fn declare_path_parameters(path: &str, op: &mut Operation) {
 /// forwarding header, 502 for an owner's answer over the bound) and an
 /// unknown workspace's 404. A status the annotation gives keeps its
 /// description, with the guard's added.
-fn document_refusals(path: &str, method: &str, op: &mut Operation) {
+fn document_refusals(path: &str, open: bool, method: &str, op: &mut Operation) {
     let body = op.request_body.is_some();
     let input = body
         || op
@@ -162,7 +161,7 @@ fn document_refusals(path: &str, method: &str, op: &mut Operation) {
          `forbidden`: the token does not open this route"
     };
     let mut refusals = vec![("403", forbidden)];
-    if path != OPEN {
+    if !open {
         refusals.push(("401", "`unauthorized`: no token, or an unknown one"));
         refusals.push((
             "429",
