@@ -17,7 +17,7 @@ use cairn::{Cairn, CairnError, ErrorKind};
 use serde::{Deserialize, Serialize};
 use utoipa::{OpenApi, ToSchema};
 
-use crate::guard::{Guard, Refusal, is_loopback};
+use guard::{Guard, Refusal, is_loopback};
 
 mod admin;
 mod assemble;
@@ -25,6 +25,7 @@ mod compaction;
 mod describe;
 mod entries;
 pub mod forward;
+pub(crate) mod guard;
 mod maintenance;
 mod mcp;
 mod plugins;
@@ -136,7 +137,7 @@ impl From<Refusal> for ApiError {
                     "{what}: a request that changes state must send a JSON body \
                      (Content-Type: application/json) or name its client with the \
                      `{}` header, so a plain HTML form cannot send it",
-                    crate::guard::CLIENT_HEADER
+                    guard::CLIENT_HEADER
                 ),
             ),
             Refusal::Unauthorized(why) => {
@@ -178,13 +179,13 @@ async fn guard_requests(
     if let Some(guard) = req.app_data::<web::Data<Guard>>() {
         use actix_web::http::header;
         let value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-        let decided = guard.check(&crate::guard::Asked {
+        let decided = guard.check(&guard::Asked {
             host: value(header::HOST),
             authorization: value(header::AUTHORIZATION),
             origin: value(header::ORIGIN),
             fetch_site: value(header::HeaderName::from_static("sec-fetch-site")),
             content_type: value(header::CONTENT_TYPE),
-            names_client: req.headers().contains_key(crate::guard::CLIENT_HEADER),
+            names_client: req.headers().contains_key(guard::CLIENT_HEADER),
             method: req.method().as_str(),
             path: req.path(),
             peer: req.peer_addr().map(|a| a.ip()),

@@ -11,7 +11,6 @@
 pub mod brief;
 mod client;
 pub mod eval;
-mod guard;
 pub mod http;
 pub mod loadgen;
 pub mod mcp;

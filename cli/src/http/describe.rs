@@ -34,7 +34,7 @@ pub(super) fn complete(doc: &mut OpenApi, open: &[String]) {
                     "bearer",
                     Vec::<String>::new(),
                 )]);
-                if crate::guard::changes_state(method) {
+                if super::guard::changes_state(method) {
                     declare_client_header(op);
                 }
             }
@@ -63,13 +63,13 @@ fn declare_client_header(op: &mut Operation) {
     let parameters = op.parameters.get_or_insert_with(Vec::new);
     if parameters
         .iter()
-        .any(|p| p.name == crate::guard::CLIENT_HEADER && p.parameter_in == ParameterIn::Header)
+        .any(|p| p.name == super::guard::CLIENT_HEADER && p.parameter_in == ParameterIn::Header)
     {
         return;
     }
     parameters.push(
         ParameterBuilder::new()
-            .name(crate::guard::CLIENT_HEADER)
+            .name(super::guard::CLIENT_HEADER)
             .parameter_in(ParameterIn::Header)
             .required(Required::False)
             .description(Some(
@@ -151,7 +151,7 @@ fn document_refusals(path: &str, open: bool, method: &str, op: &mut Operation) {
             .parameters
             .as_ref()
             .is_some_and(|p| p.iter().any(|p| p.parameter_in != ParameterIn::Header));
-    let forbidden = if crate::guard::changes_state(method) {
+    let forbidden = if super::guard::changes_state(method) {
         "`host_not_allowed`: the `Host` header is not in the allow-list; \
          `origin_not_allowed`: the `Origin` (or `Sec-Fetch-Site`) is another site's, not the \
          server's own nor in `server.allowed_origins`; `json_required`: neither a JSON body \

@@ -10,10 +10,10 @@ use cairn::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::guard::Principal;
 use super::route::{Route, Scope};
 use super::sessions::AskingQuery;
 use super::{ApiError, ApiResult, ErrorBody, blocking};
-use crate::guard::Principal;
 
 /// The routes of this area.
 pub(crate) fn routes() -> Vec<Route> {

@@ -7,8 +7,8 @@ use cairn::Destination;
 use serde::Deserialize;
 
 use super::ApiError;
+use super::guard::Principal;
 use super::route::{Route, Scope, WORKSPACE};
-use crate::guard::Principal;
 
 /// The routes of this area: one endpoint, left out of the description. A
 /// message (`POST`) reads: its one writing tool, `memory_note`, refuses a

@@ -8,7 +8,7 @@
 //!   routes under one `web::scope`, the hot ones first);
 //! - the guard's scope check: [`Access::of`] finds the route a request
 //!   names (its method and its path as sent) and answers the route's
-//!   declared scope (`crate::guard` asks it before any handler runs);
+//!   declared scope (`super::guard` asks it before any handler runs);
 //! - the OpenAPI description: [`super::api_doc`] merges each route's
 //!   description (its operation and the schemas it names).
 //!

@@ -6,9 +6,9 @@ use cairn::search::IndexStats;
 use cairn::{Cairn, Destination, MemoryItem, ReadAs, SearchRequest, SearchResponse, Transcript};
 use serde::Deserialize;
 
+use super::guard::Principal;
 use super::route::{Route, Scope};
 use super::{ApiResult, ErrorBody, blocking};
-use crate::guard::Principal;
 
 /// The routes of this area.
 pub(crate) fn routes() -> Vec<Route> {

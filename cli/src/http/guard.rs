@@ -20,7 +20,7 @@ use std::time::Instant;
 use cairn::{Cairn, ServerConfig, TokenScope, WebOrigin};
 use parking_lot::Mutex;
 
-use crate::http::route::Access;
+use super::route::Access;
 
 /// Who a request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
