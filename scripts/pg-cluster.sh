@@ -74,7 +74,11 @@ stop() {
     local dir="$1" bin
     bin="$(pg_bindir)"
     if [[ -n "$bin" && -f "$dir/data/postmaster.pid" ]]; then
-        as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true
+        # A throwaway cluster: a fast stop, and when a loaded host makes
+        # it slower than half a minute, an immediate one (nothing to keep).
+        as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >&2 \
+            || as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w -t 30 stop >&2 \
+            || true
     fi
     rm -rf "$dir"
 }

@@ -739,24 +739,7 @@ impl crate::memory::Workspace {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn briefing(&self, work_context: Option<&str>) -> crate::Result<Briefing> {
-        let settings = &self.config().briefing;
-        settings.validate()?;
-        if let Some(wc) = work_context {
-            crate::ids::validate_id("work context", wc)?;
-        }
-        let scope = BriefScope {
-            workspace: self.id().to_owned(),
-            work_context: work_context.map(str::to_owned),
-        };
-        let contradictions = self.live_contradictions()?;
-        let live = self.live_entries()?;
-        Ok(render_with(
-            live.iter(),
-            &contradictions,
-            &scope,
-            self.clock().now(),
-            settings,
-        ))
+        self.briefing_as(work_context, |view| Some(std::borrow::Cow::Borrowed(view)))
     }
 
     /// [`Self::briefing`] as one reader may see it: `shown` gives each live
@@ -795,32 +778,31 @@ impl crate::memory::Workspace {
             work_context: work_context.map(str::to_owned),
         };
         let live = self.live_entries()?;
-        let mut same = true;
-        let mut seen = Vec::new();
-        for view in live.iter() {
-            if work_context.is_some_and(|wc| &*view.entry.work_context != wc) {
-                continue;
-            }
-            match shown(view) {
-                Some(std::borrow::Cow::Borrowed(v)) => seen.push(v.clone()),
-                Some(std::borrow::Cow::Owned(v)) => {
-                    same = false;
-                    seen.push(v);
-                }
-                None => same = false,
-            }
-        }
         let now = self.clock().now();
-        if same {
+        let in_scope =
+            |view: &&EntryView| work_context.is_none_or(|wc| &*view.entry.work_context == wc);
+        let shown: Vec<Option<std::borrow::Cow<'_, EntryView>>> =
+            live.iter().filter(in_scope).map(&mut shown).collect();
+        if shown
+            .iter()
+            .all(|v| matches!(v, Some(std::borrow::Cow::Borrowed(_))))
+        {
+            // Nothing withheld or changed: the live list as it is, with the
+            // contradictions kept for it.
             let contradictions = self.live_contradictions()?;
             return Ok(render_with(
-                seen.iter(),
+                live.iter(),
                 &contradictions,
                 &scope,
                 now,
                 settings,
             ));
         }
+        let seen: Vec<EntryView> = shown
+            .into_iter()
+            .flatten()
+            .map(std::borrow::Cow::into_owned)
+            .collect();
         Ok(render(seen.iter(), &scope, now, settings))
     }
 

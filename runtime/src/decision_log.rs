@@ -54,7 +54,7 @@
 //!
 //! On a store of its own (sled) a chunk's value is [`CHUNK_AT`] and a
 //! pointer into the log's segment files (`<data_dir>/decisions`, see
-//! [`crate::decision_files`]), whose frame holds the [`CHUNK_V4`] value:
+//! [`crate::decision_files`]), whose frame holds the [`CHUNK_V6`] value:
 //! the records taken from the queue wait in the writer until the log
 //! syncs, then their bodies are appended and made durable, then the store
 //! gets the pointers (a pointer never names bytes a crash can lose). A
@@ -1574,7 +1574,7 @@ mod tests {
         // On a store of its own, in the segment files.
         let rewritten = match memory.backend() {
             cairn_memory::StorageBackend::Sled => CHUNK_AT,
-            _ => CHUNK_V4,
+            _ => CHUNK_V6,
         };
         for key in [
             record_key(0),

@@ -239,9 +239,21 @@ impl Cairn {
         Ok(self.workspace(workspace)?.ensure_session(spec)?)
     }
 
-    /// The policy plugins: install and swap, status, the decision log, and
-    /// the memory policy check ([`Policies::check_memory`]).
+    /// The policy plugins (host, slots, registry, decision log), inside the
+    /// facade only: a surface installs, lists and reads them through
+    /// [`Cairn::install_plugin`], [`Cairn::plugins`],
+    /// [`Cairn::plugin_generation`], [`Cairn::decisions`],
+    /// [`Cairn::generation_counts`] and [`Cairn::check_memory`]. cairn's
+    /// own tests reach them with feature `testing`.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     pub fn policies(&self) -> &Policies {
+        &self.policies
+    }
+
+    /// The policy plugins, inside the facade (see the `testing` twin).
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn policies(&self) -> &Policies {
         &self.policies
     }
 

@@ -11,11 +11,13 @@ use std::sync::Arc;
 use cairn_memory::{
     Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
 };
-use cairn_policies::{DecisionRecord, WorldKind};
+use cairn_policies::{
+    Decided, DecisionRecord, MemoryPolicyDecision, PolicyGenerationId, PolicyRequest, WorldKind,
+};
 
 use crate::access::{AccessToken, TokenScope};
 use crate::decision_log::{DecisionQuery, GenerationCounts};
-use crate::error::Result;
+use crate::error::{CairnError, Result};
 use crate::host::Cairn;
 use crate::policy::{InstallReport, PluginsReport};
 
@@ -344,6 +346,59 @@ impl Cairn {
         let report = self.policies().install(world, name, wasm)?;
         self.policies().flush()?;
         Ok(report)
+    }
+
+    /// The generation serving `world` now (`name@hash#n`): what the
+    /// decisions it makes from here on record. A world this cairn does not
+    /// host is `unknown_world`.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let before = cairn.plugin_generation(WorldKind::SignificanceGate)?;
+    /// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
+    /// let report = cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+    /// assert_eq!(report.previous_generation, before);
+    /// assert_eq!(cairn.plugin_generation(WorldKind::SignificanceGate)?, report.generation);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn plugin_generation(&self, world: WorldKind) -> Result<PolicyGenerationId> {
+        let policies = self.policies();
+        match world {
+            WorldKind::SignificanceGate => Ok(policies.significance().generation()),
+            WorldKind::TopicDirective => Ok(policies.topic().generation()),
+            WorldKind::MemoryPolicy => Ok(policies.memory_policy().generation()),
+            other => Err(CairnError::UnknownWorld(other.to_string())),
+        }
+    }
+
+    /// Asks the installed memory policy whether `request` (an object, an
+    /// action, a destination, a principal) may go ahead, and how; see
+    /// [`Policies::check_memory`](crate::Policies::check_memory).
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// use cairn::worlds::{Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let entry = ContentReference {
+    ///     kind: ObjectKind::Entry,
+    ///     id: "e-42".into(),
+    ///     work_context_id: Some("launch".into()),
+    ///     session_id: None,
+    ///     sensitivity: Sensitivity::Normal,
+    ///     low_trust: false,
+    /// };
+    /// let request = PolicyRequest::new(entry, Action::RenderInline, Some(Destination::LocalModel));
+    /// let decided = cairn.check_memory(&request)?;
+    /// assert!(decided.outcome.is_plugin());
+    /// assert_eq!(decided.generation, cairn.plugin_generation(WorldKind::MemoryPolicy)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
+        self.policies().check_memory(request)
     }
 
     /// The durable decision log, newest first, filtered by `query`.

@@ -369,3 +369,48 @@ fn a_session_narrows_to_the_sub_agent_it_is_bootstrapped_as() -> Result<()> {
     );
     Ok(())
 }
+
+/// A topic whose regex would push the workspace's regex triggers past what
+/// one set can hold is refused when it is created (it used to be stored,
+/// and the set that failed to build switched every regex trigger off);
+/// the topics before it still match.
+#[test]
+fn a_regex_the_workspace_set_cannot_hold_is_refused_at_creation() -> Result<()> {
+    use cairn::topics::{Activation, Priority, TopicSpec, Trigger};
+    use cairn::{Role, TurnInput};
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    // Each regex compiles alone within a topic's limit; 40 to a topic.
+    let wide = |i: usize| {
+        (0..40).fold(
+            TopicSpec::new(&format!("wide-{i}"), "Twenty word characters")
+                .activation(Activation::Auto)
+                .priority(Priority::Critical),
+            |spec, n| spec.trigger(Trigger::Regex(format!(r"\w{{20}}{n}"))),
+        )
+    };
+    let mut refused = None;
+    for i in 0..10 {
+        if let Err(error) = cairn.create_topic("acme", &wide(i)) {
+            refused = Some((i, error));
+            break;
+        }
+    }
+    let (at, error) = refused.ok_or_else(|| anyhow::anyhow!("400 wide regexes were all stored"))?;
+    ensure!(at > 0, "the first topic was refused: {error}");
+    ensure!(
+        error.code() == "invalid_topic" && error.to_string().contains("triggers"),
+        "{error}"
+    );
+    cairn.ingest(
+        "acme",
+        &[TurnInput::new(
+            "s1",
+            Role::User,
+            "abcdefghijklmnopqrstuvwxyz0 is the alphabet",
+        )],
+    )?;
+    cairn.flush()?;
+    ensure!(cairn.topic("acme", "wide-0", 5, None)?.members.len() == 1);
+    Ok(())
+}

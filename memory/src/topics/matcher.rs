@@ -89,8 +89,11 @@ impl TopicMatcher {
     /// use cairn_memory::topics::matcher::TopicMatcher;
     /// let ok = TopicSpec::new("billing", "Invoices").trigger(Trigger::Regex(r"inv-\d+".into()));
     /// assert!(TopicMatcher::try_new([&ok]).is_ok());
-    /// let huge = TopicSpec::new("huge", "Too much").trigger(Trigger::Regex(r"\w{500}\W{500}\w{500}".into()));
-    /// let specs: Vec<_> = (0..20).map(|_| huge.clone()).collect();
+    /// // Each compiles alone within a topic's limit; 200 of them together do
+    /// // not fit the set (a unicode class repeated 20 times, case-folded).
+    /// let wide = TopicSpec::new("wide", "Twenty letters").trigger(Trigger::Regex(r"\w{20}".into()));
+    /// assert!(cairn_memory::topics::validate_spec(&wide).is_ok());
+    /// let specs: Vec<_> = (0..200).map(|_| wide.clone()).collect();
     /// assert!(TopicMatcher::try_new(specs.iter()).is_err());
     /// ```
     pub fn try_new<'a>(topics: impl IntoIterator<Item = &'a TopicSpec>) -> Result<Self, String> {
