@@ -395,7 +395,7 @@ function suite(mode) {
       assert.equal(warnings.length, 1, `the outage is logged once over two turns:\n${log.join("\n")}`);
       const queued = readdirSync(outboxDir).filter((n) => n.endsWith(".json"));
       assert.ok(queued.length >= 2, `the turns wait in the outbox: ${queued}`);
-      cairn = await startCairn({ dataDir: join(root, "cairn", "data"), config: CAIRN_CONFIG, port: cairnPort });
+      cairn = await startCairn({ dataDir: join(dir, "cairn", "data"), config: CAIRN_CONFIG, port: cairnPort });
       const turns = await until("the queued turns to reach cairn", async () => {
         const t = await transcript(key);
         return t.length >= 4 ? t : undefined;
