@@ -1,7 +1,9 @@
 // The plugin's parts without OpenClaw, against a real `cairn serve`
 // (CAIRN_BIN): the MEMORY.md splice rules, OpenClaw messages as cairn turns,
 // the outbox, cairn down / slow / back, the sub-agent hooks, and the memory
-// tools' model-sized results. Run: CAIRN_BIN=…/cairn node --test test/unit.test.js
+// tools' model-sized results; and the in-process client on the native addon
+// (CAIRN_NODE_ADDON, the built cairn.node) answering as cairn serve does.
+// Run: CAIRN_BIN=…/cairn CAIRN_NODE_ADDON=…/cairn.node node --test test/unit.test.js
 
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";

@@ -4,19 +4,20 @@
 //!
 //! Three things cross into JavaScript:
 //!
-//! - [`open`] opens a [`Store`]: one [`Cairn`] on one data dir (sled locks a
-//!   data dir per process, so one gateway process owns it);
-//! - [`Store::call`] runs one facade call (`{"op": "assemble", …}`, see
-//!   [`request::Request`]) and resolves to the answer `cairn serve` gives the
+//! - `open({ dataDir, configFile })` opens a `Store`: one [`cairn::Cairn`]
+//!   on one data dir (sled locks a data dir per process, so one gateway
+//!   process owns it);
+//! - `store.call({ op, workspace, … })` runs one facade call (the ops are
+//!   `request::Request`'s) and resolves to the answer `cairn serve` gives the
 //!   same call over HTTP, as a plain JS value;
-//! - [`Store::close`] flushes (the decision log's last records, the
-//!   actors' pending work) and lets the store go.
+//! - `store.close()` flushes (the decision log's last records, the actors'
+//!   pending work) and lets the store go.
 //!
 //! Threads. Facade calls block (they may fsync, embed, compile a policy),
-//! so none runs on Node's JS thread: each is an [`AsyncTask`] on libuv's
+//! so none runs on Node's JS thread: each is a napi `AsyncTask` on libuv's
 //! worker pool (`UV_THREADPOOL_SIZE`, default 4) and returns a Promise. The
-//! [`Cairn`] handle is a cheap clone, shared across calls; cairn's own
-//! actors serialise what must be serial (one session's writes).
+//! `Cairn` handle is a cheap clone, shared across calls; cairn's own actors
+//! serialise what must be serial (one session's writes).
 //!
 //! Errors. A failed call rejects with a JS `Error` whose `code` is cairn's
 //! stable error code and whose `status` is the HTTP status `cairn serve`
