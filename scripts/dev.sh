@@ -65,7 +65,7 @@ run_tests() {
 # (scripts/pg-cluster.sh: installed from Debian's packages when missing,
 # loopback only, removed on exit even when a test fails). Each test makes a
 # database of its own on it (tests/all/support.rs `backend_env`,
-# memory/src/testing.rs).
+# memory/src/testing.rs, store/src/testing.rs).
 postgres_leg() {
     local pgdir url
     pgdir="$(mktemp -d "${TMPDIR:-/tmp}/cairn-pg.XXXXXX")"
@@ -76,11 +76,11 @@ postgres_leg() {
     if cargo nextest --version >/dev/null 2>&1; then
         log "end-to-end and storing crates' unit tests on PostgreSQL (nextest)"
         CAIRN_TEST_POSTGRES_URL="$url" cargo nextest run --workspace --all-targets --no-fail-fast \
-            -E 'binary_id(cairn-cli::all) | (kind(lib) & (package(=cairn-memory) | package(=cairn-actors) | package(=cairn)))'
+            -E 'binary_id(cairn-cli::all) | (kind(lib) & (package(=cairn-store) | package(=cairn-memory) | package(=cairn-actors) | package(=cairn)))'
     else
         log "end-to-end and storing crates' unit tests on PostgreSQL (cargo test)"
         CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-cli --test all --no-fail-fast
-        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-memory -p cairn-actors -p cairn --lib --no-fail-fast
+        CAIRN_TEST_POSTGRES_URL="$url" cargo test -p cairn-store -p cairn-memory -p cairn-actors -p cairn --lib --no-fail-fast
     fi
     scripts/pg-cluster.sh stop "$pgdir"
     trap - EXIT

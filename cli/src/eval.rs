@@ -214,8 +214,7 @@ fn derive_entries(
     let cairn = Cairn::open(config).map_err(|e| failed(e.to_string()))?;
     if let Some((plugin, wasm)) = &source.significance {
         cairn
-            .policies()
-            .install(WorldKind::SignificanceGate, plugin, wasm)
+            .install_plugin(WorldKind::SignificanceGate, plugin, wasm)
             .map_err(|e| failed(format!("installing the significance gate {plugin}: {e}")))?;
     }
     // (session, position) -> its turn, and each session's turns in order.

@@ -11,7 +11,48 @@
 pub mod brief;
 mod client;
 pub mod eval;
-mod guard;
 pub mod http;
 pub mod loadgen;
 pub mod mcp;
+
+#[cfg(test)]
+mod tests {
+    /// Every surface reaches memory through `cairn::Cairn`'s methods: no
+    /// source file here asks the facade for a subsystem (the policy
+    /// plugins, the memory core, the actors, the `testing` handles, which
+    /// only this package's tests may enable).
+    #[test]
+    fn surfaces_reach_memory_through_the_facade() {
+        fn sources(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+            let Ok(read) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in read.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    sources(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    found.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        sources(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        assert!(files.len() > 10, "{files:?}");
+        let side_doors = [
+            concat!(".policies", "()"),
+            concat!(".memory", "()"),
+            concat!(".actors", "()"),
+            concat!("cairn::", "testing"),
+        ];
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            for door in side_doors {
+                assert!(!text.contains(door), "{} uses {door}", file.display());
+            }
+        }
+    }
+}

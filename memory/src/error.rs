@@ -516,3 +516,31 @@ fn parent_text(parent: &Option<String>) -> String {
         .map(|p| format!(" (parent {p:?})"))
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context as _;
+
+    use super::*;
+    use crate::store::{PostgresConfig, PostgresStore};
+
+    /// A database that is not there is `unavailable` to the core's callers
+    /// (the store's own test checks the store's error).
+    #[test]
+    fn an_unreachable_database_is_unavailable() -> anyhow::Result<()> {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.local_addr()?.port()
+        };
+        let config = PostgresConfig {
+            url: format!("postgresql://cairn@127.0.0.1:{port}/cairn"),
+            connect_timeout_ms: 500,
+            ..PostgresConfig::default()
+        };
+        let err = PostgresStore::connect(&config)
+            .err()
+            .context("connected to nothing")?;
+        assert_eq!(MemoryError::from(err).kind(), ErrorKind::Unavailable);
+        Ok(())
+    }
+}

@@ -31,6 +31,51 @@ const PENDING_PREFIX: &[u8] = b"erasure/pending/";
 /// The key-derivation context of tombstone hashes.
 const TOMBSTONE_KEY_CONTEXT: &str = "cairn tombstone targets v1";
 
+/// What a layer above the core keeps about a workspace outside it, in the
+/// store-wide space (the server's access tokens, in `cairn`'s `access`
+/// module), to be erased with the workspace in the erasure's own durable
+/// step: once the erasure's first sync returns, nothing of it opens or
+/// names the workspace that takes the name next.
+///
+/// Handed to [`Memory::open_with`], which keeps them for the life of the
+/// memory; [`Memory::forget_workspace`] calls each, and so does the
+/// recovery of an erasure a crash interrupted (when the memory opens). The
+/// core knows no more of them than this.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cairn_memory::forget::ErasedWithWorkspace;
+/// use cairn_memory::store::SledStore;
+/// use cairn_memory::{ForgetTarget, Memory, MemoryConfig, Result, Role, SystemClock, TurnInput};
+///
+/// #[derive(Debug, Default)]
+/// struct Erased(std::sync::Mutex<Vec<String>>);
+///
+/// impl ErasedWithWorkspace for Erased {
+///     fn erase_workspace(&self, _memory: &Memory, workspace: &str) -> Result<usize> {
+///         self.0.lock().unwrap().push(workspace.to_owned());
+///         Ok(1)
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir()?;
+/// let erased = Arc::new(Erased::default());
+/// let store = Arc::new(SledStore::open(dir.path())?);
+/// let memory = Memory::open_with(store, MemoryConfig::default(), Arc::new(SystemClock), vec![erased.clone()])?;
+/// memory.workspace("acme")?.append_turn(&TurnInput::new("s1", Role::User, "hello"))?;
+/// memory.forget_workspace("acme", "closed")?;
+/// assert_eq!(*erased.0.lock().unwrap(), vec!["acme".to_owned()]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait ErasedWithWorkspace: Send + Sync + std::fmt::Debug {
+    /// Erases what this keeps of `workspace`, writing to the store-wide
+    /// space unsynced (the erasure's sync makes it durable with the rest of
+    /// its step). Called again for the same workspace when an interrupted
+    /// erasure is finished, so it must be idempotent in effect. Answers how
+    /// many records it erased.
+    fn erase_workspace(&self, memory: &Memory, workspace: &str) -> Result<usize>;
+}
+
 /// What to erase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -579,13 +624,17 @@ impl Memory {
         let erasing = [ERASING_PREFIX, tombstone.id.as_bytes()].concat();
         store.meta_put(&erasing, id.as_bytes())?;
         store.meta_put(&key, &encode(&tombstone)?)?;
-        // Its tokens go in the same durable step: none opens the next
+        // What the layers above keep of it outside it (the server's access
+        // tokens) goes in the same durable step: none of it opens the next
         // workspace of the same name.
-        let revoked = self.revoke_workspace_tokens(id)?;
+        let erased = self.erase_kept_outside(id)?;
         self.shared.mark_erasure()?;
         store.sync()?;
-        if revoked > 0 {
-            tracing::info!(revoked, "access tokens of an erased workspace revoked");
+        if erased > 0 {
+            tracing::info!(
+                erased,
+                "records kept outside the erased workspace erased with it"
+            );
         }
         store.drop_workspace(id)?;
         self.shared.workspace_dropped(id);
@@ -652,7 +701,7 @@ impl Memory {
                 reason: "its workspace id is not UTF-8".to_owned(),
             })?;
             tracing::warn!(tombstone = %String::from_utf8_lossy(tombstone_id), "finishing an interrupted workspace erasure");
-            self.revoke_workspace_tokens(&workspace)?;
+            self.erase_kept_outside(&workspace)?;
             store.drop_workspace(&workspace)?;
             self.shared.workspace_dropped(&workspace);
             let key = [WORKSPACE_TOMBSTONE_PREFIX, tombstone_id].concat();
@@ -665,6 +714,16 @@ impl Memory {
             store.sync()?;
         }
         Ok(())
+    }
+
+    /// Erases what the layers above keep of `workspace` outside it (see
+    /// [`ErasedWithWorkspace`]), unsynced; answers how many records went.
+    fn erase_kept_outside(&self, workspace: &str) -> Result<usize> {
+        let mut erased = 0;
+        for kept in &self.shared.erased_with {
+            erased += kept.erase_workspace(self, workspace)?;
+        }
+        Ok(erased)
     }
 
     fn check_reason(&self, reason: &str) -> Result<String> {

@@ -1,5 +1,6 @@
-//! cairn's memory core: durable stores, the memory log and token-budgeted
-//! assembly, free of actors and WebAssembly so it can be tested alone.
+//! cairn's memory core: the raw record, the memory log and token-budgeted
+//! assembly over the storage seam (`cairn-store`, re-exported as
+//! [`store`]), free of actors and WebAssembly so it can be tested alone.
 //!
 //! The core types and how they connect:
 //!
@@ -34,7 +35,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod access;
 pub mod assemble;
 pub mod brief;
 mod changes;
@@ -69,7 +69,6 @@ pub mod tokens;
 pub mod topics;
 mod turn_codec;
 
-pub use access::{AccessToken, TokenScope};
 pub use assemble::{
     AssembleRequest, AssembleSettings, AssembledContext, BlockItem, Destination, Fidelity,
     ItemSource, RetrievalMode, Section, TraceItem,

@@ -100,9 +100,9 @@ pub(crate) struct Shared {
     /// The long-lived workers over this memory and their health (see
     /// [`crate::supervise`]).
     workers: crate::supervise::Workers,
-    /// The access tokens requests are checked against (see
-    /// [`crate::access`]).
-    pub(crate) access: crate::access::TokenCache,
+    /// What the layers above keep of a workspace outside it, erased with
+    /// the workspace (see [`crate::forget::ErasedWithWorkspace`]).
+    pub(crate) erased_with: Vec<Arc<dyn crate::forget::ErasedWithWorkspace>>,
 }
 
 /// A workspace's memory log as last read: raw entries with the replacement
@@ -887,6 +887,20 @@ impl Memory {
         config: MemoryConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
+        Memory::open_with(store, config, clock, Vec::new())
+    }
+
+    /// [`Memory::open`], with what the layers above keep of a workspace
+    /// outside it (the server's access tokens): each is erased with its
+    /// workspace, in the erasure's durable step (see
+    /// [`ErasedWithWorkspace`](crate::forget::ErasedWithWorkspace)),
+    /// including by the recovery of an interrupted erasure that runs here.
+    pub fn open_with(
+        store: Arc<dyn Store>,
+        config: MemoryConfig,
+        clock: Arc<dyn Clock>,
+        erased_with: Vec<Arc<dyn crate::forget::ErasedWithWorkspace>>,
+    ) -> Result<Self> {
         let tokens = TokenCounter::new(&config.tokenizer)?;
         let install_key = install_key(store.as_ref())?;
         let memory = Memory {
@@ -902,7 +916,7 @@ impl Memory {
                 names: crate::name::Names::default(),
                 watchers: crate::changes::Watchers::default(),
                 workers: crate::supervise::Workers::default(),
-                access: crate::access::TokenCache::default(),
+                erased_with,
             }),
         };
         memory.finish_interrupted_erasures()?;

@@ -42,9 +42,6 @@ pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest wait before a quarantined item is tried again.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(600);
 
-/// The longest panic message kept for the report.
-const MAX_MESSAGE: usize = 300;
-
 /// The workers of one process (or one [`crate::Memory`]), by name.
 #[derive(Debug, Clone, Default)]
 pub struct Workers {
@@ -207,17 +204,9 @@ fn backoff(count: u32) -> Duration {
         .min(MAX_BACKOFF)
 }
 
-/// The text of a panic's payload, cut to a report line.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
-    };
-    crate::text::head_bytes(&text, MAX_MESSAGE).to_owned()
-}
+/// The text of a panic's payload, cut to a report line (from the store,
+/// whose flusher reports a panicked flush the same way).
+pub use cairn_store::panic_message;
 
 #[cfg(test)]
 mod tests {

@@ -12,14 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{PostgresConfig, StorageBackend, StorageConfig};
-use crate::{Clock, Memory, MemoryConfig, MemoryError, Result};
+use crate::{Clock, Memory, MemoryConfig, Result};
 
-/// The admin URL of the test server, when the postgres leg runs.
-pub fn postgres_admin_url() -> Option<String> {
-    std::env::var("CAIRN_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|url| !url.is_empty())
-}
+pub use cairn_store::testing::{postgres_admin_url, with_database};
 
 /// The storage the matrix selects for `dir` (see the module docs).
 pub fn storage(dir: &Path) -> Result<StorageConfig> {
@@ -59,43 +54,5 @@ pub fn memory(dir: &Path, config: MemoryConfig, clock: Arc<dyn Clock>) -> Result
 
 /// Runs `sql` on the database at `url` (a plain client on a runtime of its own).
 pub fn execute(url: &str, sql: &str) -> Result<()> {
-    let failed = |e: &dyn std::fmt::Display| {
-        MemoryError::Store(crate::store::StoreError::Config(format!(
-            "test database: {e}"
-        )))
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| failed(&e))?;
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .map_err(|e| failed(&e))?;
-        let task = tokio::spawn(connection);
-        client.batch_execute(sql).await.map_err(|e| failed(&e))?;
-        drop(client);
-        task.await
-            .map_err(|e| failed(&e))?
-            .map_err(|e| failed(&e))?;
-        Ok(())
-    })
-}
-
-/// `admin` (a URL or `key=value` pairs) with its database replaced by `name`.
-pub fn with_database(admin: &str, name: &str) -> String {
-    if admin.contains("://") {
-        let (head, query) = match admin.split_once('?') {
-            Some((head, query)) => (head, format!("?{query}")),
-            None => (admin, String::new()),
-        };
-        let scheme_end = head.find("://").map_or(0, |i| i + 3);
-        let base = match head[scheme_end..].find('/') {
-            Some(slash) => &head[..scheme_end + slash],
-            None => head,
-        };
-        format!("{base}/{name}{query}")
-    } else {
-        format!("{admin} dbname={name}")
-    }
+    Ok(cairn_store::testing::execute(url, sql)?)
 }

@@ -98,6 +98,9 @@ pub struct Cairn {
     pub(crate) cluster: Option<crate::cluster::Cluster>,
     /// The online erasure worker (`[erasure]`).
     pub(crate) eraser: Arc<crate::eraser::Eraser>,
+    /// The access tokens of `cairn serve` (also held by the memory, which
+    /// erases a workspace's tokens with it).
+    pub(crate) access: Arc<crate::access::Access>,
 }
 
 impl Cairn {
@@ -157,12 +160,17 @@ impl Cairn {
 
     /// Opens cairn with a clock of the caller's (tests drive a `ManualClock`).
     pub fn open_with_clock(config: CairnConfig, clock: Arc<dyn Clock>) -> Result<Self> {
-        let memory = Memory::open_storage(
-            &config.data_dir,
+        // The store is opened here, not by the memory, because the access
+        // tokens (the server's, kept in its store-wide space) work on it
+        // too; the memory erases them with their workspace.
+        let store = cairn_memory::store::open(
             &config.storage,
-            config.memory.clone(),
-            clock,
-        )?;
+            &config.data_dir,
+            config.memory.cache_mb.saturating_mul(1 << 20),
+        )
+        .map_err(MemoryError::from)?;
+        let access = Arc::new(crate::access::Access::new(store.clone()));
+        let memory = Memory::open_with(store, config.memory.clone(), clock, vec![access.clone()])?;
         // The installed significance gate decides what the actors capture.
         let policies = Policies::open(&memory, &config.data_dir, &config.policies)?;
         let topic_gate = Arc::new(crate::topics::TopicGate::default());
@@ -198,6 +206,7 @@ impl Cairn {
             topic_gate,
             cluster,
             eraser,
+            access,
         })
     }
 
@@ -230,9 +239,21 @@ impl Cairn {
         Ok(self.workspace(workspace)?.ensure_session(spec)?)
     }
 
-    /// The policy plugins: install and swap, status, the decision log, and
-    /// the memory policy check ([`Policies::check_memory`]).
+    /// The policy plugins (host, slots, registry, decision log), inside the
+    /// facade only: a surface installs, lists and reads them through
+    /// [`Cairn::install_plugin`], [`Cairn::plugins`],
+    /// [`Cairn::plugin_generation`], [`Cairn::decisions`],
+    /// [`Cairn::generation_counts`] and [`Cairn::check_memory`]. cairn's
+    /// own tests reach them with feature `testing`.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     pub fn policies(&self) -> &Policies {
+        &self.policies
+    }
+
+    /// The policy plugins, inside the facade (see the `testing` twin).
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn policies(&self) -> &Policies {
         &self.policies
     }
 

@@ -34,6 +34,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod access;
 pub mod assembly;
 mod briefing;
 mod cluster;
@@ -55,6 +56,7 @@ mod reconstruct;
 mod tools;
 pub mod topics;
 
+pub use access::{AccessToken, TokenScope};
 pub use cairn_actors::{
     ActorConfig, ActorError, Backpressure, CaptureReport, CapturedEntry, MergedItem, SettledLoop,
     Trigger, TriggerConfig,
@@ -75,11 +77,11 @@ pub use cairn_memory::store::RewriteReport;
 pub use cairn_memory::store::{LeaseRow, NodeInfo};
 pub use cairn_memory::supervise::WorkerHealth;
 pub use cairn_memory::{
-    AccessToken, Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput,
-    EntryKind, EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock,
-    MemoryConfig, MemoryError, PostgresConfig, Provenance, Removed, Role, Session, SessionKind,
-    SessionSpec, SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock,
-    TaskStatus, TokenScope, Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
+    Ack, AssembleRequest, AssembledContext, Clock, Entry, EntryFilter, EntryInput, EntryKind,
+    EntryStatus, EntryView, ErrorKind, ForgetTarget, ItemSource, ManualClock, MemoryConfig,
+    MemoryError, PostgresConfig, Provenance, Removed, Role, Session, SessionKind, SessionSpec,
+    SessionState, StorageBackend, StorageConfig, Subject, SubjectKind, SystemClock, TaskStatus,
+    Tombstone, TombstoneTarget, TraceItem, Turn, TurnInput,
 };
 pub use cluster::{ClusterStatus, Route, Takeover};
 pub use compaction::{CompactionConfig, CompactionHookReport, OpenAiSummariser};
@@ -112,7 +114,41 @@ pub use tools::{
 /// decision records and the built-in plugins. [`Policies`] and the decision
 /// log name these.
 pub mod worlds {
-    pub use cairn_policies::*;
+    // The memory policy's world.
+    pub use cairn_policies::{
+        Action, ContentFidelity, ContentReference, Destination, LearningScope, Locality,
+        MemoryPolicyDecision, MutationAuthority, ObjectKind, PolicyObligation, PolicyRequest,
+        PrincipalKind, PrincipalRef, Sensitivity,
+    };
+    // The significance gate's world.
+    pub use cairn_policies::{
+        CollectionDecision, DEFAULT_BASE_THRESHOLD, DEFAULT_RESEARCH_MULTIPLIER, GateContext,
+        SignificanceDecision, SignificanceInput,
+    };
+    // The topic directive's world.
+    pub use cairn_policies::{
+        Activation, CollectionMode, EntryView, GateSignals, MatchCriterion, OutputTarget,
+        SourceClass, SourceScope, TopicDefinition, TopicDirectiveDecision, TopicInput,
+        TopicSubject,
+    };
+    // The words the worlds share.
+    pub use cairn_policies::{
+        ActivityType, EntryKind, ExtractionDepth, ReasonCode, SessionKind, TurnRole, TurnView,
+        WorkPhase,
+    };
+    // The worlds, their slots, generations and decision records.
+    pub use cairn_policies::{
+        Decided, DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemoryPolicy,
+        MemorySink, Outcome, PolicyGenerationId, PolicySlot, SignificanceGate, SinkError,
+        SlotStatus, TopicDirective, World, WorldKind, decision_codec,
+    };
+    // The host, its limits, faults and caches.
+    pub use cairn_policies::{
+        CacheOutcome, CacheStats, Fault, FaultKind, HostConfig, InputsDigest, Limits,
+        MAX_IN_MEMORY, MAX_ON_DISK, PolicyError, PolicyHost, PreparedPlugin, Result, TickerStatus,
+    };
+    // The built-in plugins.
+    pub use cairn_policies::{BuiltinPlugin, PolicySet, defaults};
 }
 pub use cairn_policies::{DecisionRecord, PolicyGenerationId, WorldKind};
 

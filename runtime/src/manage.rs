@@ -6,14 +6,18 @@
 //! one bad item writes nothing, and the error names the item) and wakes the
 //! search worker so the indexes follow.
 
-use cairn_memory::{
-    AccessToken, Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, TokenScope,
-    Tombstone, TombstoneTarget,
-};
-use cairn_policies::{DecisionRecord, WorldKind};
+use std::sync::Arc;
 
+use cairn_memory::{
+    Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
+};
+use cairn_policies::{
+    Decided, DecisionRecord, MemoryPolicyDecision, PolicyGenerationId, PolicyRequest, WorldKind,
+};
+
+use crate::access::{AccessToken, TokenScope};
 use crate::decision_log::{DecisionQuery, GenerationCounts};
-use crate::error::Result;
+use crate::error::{CairnError, Result};
 use crate::host::Cairn;
 use crate::policy::{InstallReport, PluginsReport};
 
@@ -252,20 +256,20 @@ impl Cairn {
         scope: TokenScope,
         label: Option<&str>,
     ) -> Result<(AccessToken, String)> {
-        let made = self.memory().create_token(workspace, scope, label)?;
+        let made = self.access.create(self.memory(), workspace, scope, label)?;
         tracing::info!(id = %made.0.id, scope = made.0.scope.as_str(), "access token made");
         Ok(made)
     }
 
     /// Every stored access token, without secrets, oldest first.
     pub fn tokens(&self) -> Result<Vec<AccessToken>> {
-        Ok(self.memory().access_tokens()?)
+        Ok(self.access.list()?)
     }
 
     /// Revokes access token `id` (`not_found` when there is none); it opens
     /// nothing from the next request on.
     pub fn revoke_token(&self, id: &str) -> Result<AccessToken> {
-        let revoked = self.memory().revoke_token(id)?;
+        let revoked = self.access.revoke(id)?;
         tracing::info!(id = %revoked.id, "access token revoked");
         Ok(revoked)
     }
@@ -276,19 +280,19 @@ impl Cairn {
     /// by this process's changes, and read again by
     /// [`Cairn::reload_tokens`].
     pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
-        Ok(self.memory().verify_token(presented)?)
+        Ok(self.access.verify(self.memory(), presented)?)
     }
 
     /// Whether any access token is stored (a server with one requires
     /// authentication); from memory, like [`Cairn::verify_token`].
     pub fn has_tokens(&self) -> Result<bool> {
-        Ok(self.memory().has_tokens()?)
+        Ok(self.access.has_tokens()?)
     }
 
     /// Reads the access tokens from the store again (blocking), so tokens
     /// another process made or revoked in a shared store count here.
     pub fn reload_tokens(&self) -> Result<()> {
-        Ok(self.memory().reload_tokens()?)
+        Ok(self.access.reload()?)
     }
 
     /// Starts a supervised worker (`token-refresher` in
@@ -299,7 +303,10 @@ impl Cairn {
     /// and counted, and the next one runs. The worker ends when the last
     /// handle on this memory is dropped.
     pub fn refresh_tokens_every(&self, period: std::time::Duration) {
+        // Weak handles: the memory (which holds the tokens too) closes when
+        // its users are done, not when this thread next wakes.
         let memory = self.memory().downgrade();
+        let access = Arc::downgrade(&self.access);
         let supervised = self.memory().workers().worker("token-refresher");
         let spawned = std::thread::Builder::new()
             .name("cairn-tokens".to_owned())
@@ -307,10 +314,10 @@ impl Cairn {
                 supervised.set_running(true);
                 loop {
                     std::thread::sleep(period);
-                    let Some(memory) = memory.upgrade() else {
+                    let (Some(_memory), Some(access)) = (memory.upgrade(), access.upgrade()) else {
                         break;
                     };
-                    if let Some(Err(error)) = supervised.pass(|| memory.reload_tokens()) {
+                    if let Some(Err(error)) = supervised.pass(|| access.reload()) {
                         tracing::warn!(%error, "cannot read the access tokens again; the ones read before stay in force");
                     }
                 }
@@ -339,6 +346,59 @@ impl Cairn {
         let report = self.policies().install(world, name, wasm)?;
         self.policies().flush()?;
         Ok(report)
+    }
+
+    /// The generation serving `world` now (`name@hash#n`): what the
+    /// decisions it makes from here on record. A world this cairn does not
+    /// host is `unknown_world`.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let before = cairn.plugin_generation(WorldKind::SignificanceGate)?;
+    /// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
+    /// let report = cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+    /// assert_eq!(report.previous_generation, before);
+    /// assert_eq!(cairn.plugin_generation(WorldKind::SignificanceGate)?, report.generation);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn plugin_generation(&self, world: WorldKind) -> Result<PolicyGenerationId> {
+        let policies = self.policies();
+        match world {
+            WorldKind::SignificanceGate => Ok(policies.significance().generation()),
+            WorldKind::TopicDirective => Ok(policies.topic().generation()),
+            WorldKind::MemoryPolicy => Ok(policies.memory_policy().generation()),
+            other => Err(CairnError::UnknownWorld(other.to_string())),
+        }
+    }
+
+    /// Asks the installed memory policy whether `request` (an object, an
+    /// action, a destination, a principal) may go ahead, and how; see
+    /// [`Policies::check_memory`](crate::Policies::check_memory).
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// use cairn::worlds::{Action, ContentReference, Destination, ObjectKind, PolicyRequest, Sensitivity};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let entry = ContentReference {
+    ///     kind: ObjectKind::Entry,
+    ///     id: "e-42".into(),
+    ///     work_context_id: Some("launch".into()),
+    ///     session_id: None,
+    ///     sensitivity: Sensitivity::Normal,
+    ///     low_trust: false,
+    /// };
+    /// let request = PolicyRequest::new(entry, Action::RenderInline, Some(Destination::LocalModel));
+    /// let decided = cairn.check_memory(&request)?;
+    /// assert!(decided.outcome.is_plugin());
+    /// assert_eq!(decided.generation, cairn.plugin_generation(WorldKind::MemoryPolicy)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
+        self.policies().check_memory(request)
     }
 
     /// The durable decision log, newest first, filtered by `query`.

@@ -213,22 +213,23 @@ struct WorldSlot<W: World> {
 }
 
 /// The policy plugins of one cairn: host, slots, registry, decision log.
-/// Cheap to clone.
+/// Cheap to clone. Held by the facade: a surface reaches it through
+/// [`Cairn::plugins`](crate::Cairn::plugins),
+/// [`Cairn::install_plugin`](crate::Cairn::install_plugin) and the other
+/// plugin methods of [`Cairn`](crate::Cairn).
 ///
 /// ```
-/// use cairn::{Cairn, CairnConfig};
-/// use cairn_policies::WorldKind;
+/// use cairn::{Cairn, CairnConfig, WorldKind};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
-/// let policies = cairn.policies();
-/// let listed = policies.list()?;
+/// let listed = cairn.plugins()?;
 /// assert_eq!(listed.plugins[0].installed.world, WorldKind::SignificanceGate);
 /// assert!(listed.plugins.iter().all(|p| p.installed.builtin));
 ///
 /// // Installing the built-in example gate makes a new generation at once.
-/// let quiet = cairn_policies::defaults::EXAMPLE_QUIET;
-/// let report = policies.install(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+/// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
+/// let report = cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
 /// assert!(report.generation.number() > report.previous_generation.number());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -347,28 +348,9 @@ impl Policies {
     /// fail-safe, deny (fidelity `none`, locality `blocked`), and
     /// [`Decided::outcome`] says what happened. The decision is in the
     /// decision log with the generation that made it. Synchronous and cheap
-    /// (microseconds): callable on any thread.
-    ///
-    /// ```
-    /// use cairn::{Cairn, CairnConfig};
-    /// use cairn_policies::*;
-    ///
-    /// let dir = tempfile::tempdir()?;
-    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
-    /// let entry = ContentReference {
-    ///     kind: ObjectKind::Entry,
-    ///     id: "e-42".into(),
-    ///     work_context_id: Some("launch".into()),
-    ///     session_id: None,
-    ///     sensitivity: Sensitivity::Normal,
-    ///     low_trust: false,
-    /// };
-    /// let request = PolicyRequest::new(entry, Action::RenderInline, Some(Destination::LocalModel));
-    /// let decided = cairn.policies().check_memory(&request)?;
-    /// assert!(decided.outcome.is_plugin());
-    /// assert_eq!(decided.generation, cairn.policies().memory_policy().generation());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
+    /// (microseconds): callable on any thread. The facade's
+    /// [`Cairn::check_memory`](crate::Cairn::check_memory) asks it (with an
+    /// example).
     pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
         Ok(self.inner.memory_policy.slot.decide(request)?)
     }

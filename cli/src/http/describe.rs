@@ -19,27 +19,26 @@ const ID_PATTERN: &str = "^[A-Za-z0-9._:@/+=-]+$";
 /// The longest id, in bytes (`cairn_memory::ids::MAX_ID_BYTES`).
 const MAX_ID_BYTES: usize = 128;
 
-/// The route the guard leaves open (it still checks the `Host`).
-const OPEN: &str = "/healthz";
-
-/// Completes `doc`: see the module's documentation.
-pub(super) fn complete(doc: &mut OpenApi) {
+/// Completes `doc`: see the module's documentation. `open` are the
+/// described paths the guard leaves open (it still checks the `Host`).
+pub(super) fn complete(doc: &mut OpenApi, open: &[String]) {
     doc.components
         .get_or_insert_with(Default::default)
         .add_security_scheme("bearer", SecurityScheme::Http(bearer()));
     for (path, item) in doc.paths.paths.iter_mut() {
         for (method, op) in operations(item) {
             declare_path_parameters(path, op);
-            if path != OPEN {
+            let open = open.contains(path);
+            if !open {
                 op.security = Some(vec![SecurityRequirement::new(
                     "bearer",
                     Vec::<String>::new(),
                 )]);
-                if crate::guard::changes_state(method) {
+                if super::guard::changes_state(method) {
                     declare_client_header(op);
                 }
             }
-            document_refusals(path, method, op);
+            document_refusals(path, open, method, op);
         }
     }
 }
@@ -64,13 +63,13 @@ fn declare_client_header(op: &mut Operation) {
     let parameters = op.parameters.get_or_insert_with(Vec::new);
     if parameters
         .iter()
-        .any(|p| p.name == crate::guard::CLIENT_HEADER && p.parameter_in == ParameterIn::Header)
+        .any(|p| p.name == super::guard::CLIENT_HEADER && p.parameter_in == ParameterIn::Header)
     {
         return;
     }
     parameters.push(
         ParameterBuilder::new()
-            .name(crate::guard::CLIENT_HEADER)
+            .name(super::guard::CLIENT_HEADER)
             .parameter_in(ParameterIn::Header)
             .required(Required::False)
             .description(Some(
@@ -145,14 +144,14 @@ fn declare_path_parameters(path: &str, op: &mut Operation) {
 /// forwarding header, 502 for an owner's answer over the bound) and an
 /// unknown workspace's 404. A status the annotation gives keeps its
 /// description, with the guard's added.
-fn document_refusals(path: &str, method: &str, op: &mut Operation) {
+fn document_refusals(path: &str, open: bool, method: &str, op: &mut Operation) {
     let body = op.request_body.is_some();
     let input = body
         || op
             .parameters
             .as_ref()
             .is_some_and(|p| p.iter().any(|p| p.parameter_in != ParameterIn::Header));
-    let forbidden = if crate::guard::changes_state(method) {
+    let forbidden = if super::guard::changes_state(method) {
         "`host_not_allowed`: the `Host` header is not in the allow-list; \
          `origin_not_allowed`: the `Origin` (or `Sec-Fetch-Site`) is another site's, not the \
          server's own nor in `server.allowed_origins`; `json_required`: neither a JSON body \
@@ -162,7 +161,7 @@ fn document_refusals(path: &str, method: &str, op: &mut Operation) {
          `forbidden`: the token does not open this route"
     };
     let mut refusals = vec![("403", forbidden)];
-    if path != OPEN {
+    if !open {
         refusals.push(("401", "`unauthorized`: no token, or an unknown one"));
         refusals.push((
             "429",

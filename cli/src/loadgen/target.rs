@@ -180,8 +180,8 @@ impl InProcess {
         config.actors.tick_interval_secs = 0;
         let clock = Arc::new(ScaledClock::new(time_scale));
         let cairn = Cairn::open_with_clock(config, clock)?;
-        let serving = cairn.policies().significance().generation();
-        let topic_serving = cairn.policies().topic().generation();
+        let serving = cairn.plugin_generation(WorldKind::SignificanceGate)?;
+        let topic_serving = cairn.plugin_generation(WorldKind::TopicDirective)?;
         Ok(InProcess {
             cairn,
             generations: parking_lot::Mutex::new(vec![serving]),
@@ -259,10 +259,7 @@ impl Target for InProcess {
         // generation (the compile cache makes preparing it cheap), swapped
         // in atomically while the sessions keep deciding.
         let plugin = default_plugin(world);
-        let installed = self
-            .cairn
-            .policies()
-            .install(world, plugin.name, plugin.wasm);
+        let installed = self.cairn.install_plugin(world, plugin.name, plugin.wasm);
         match installed {
             Ok(report) => {
                 match world {
@@ -309,9 +306,8 @@ impl Target for InProcess {
                 }
             }
         }
-        let log = self.cairn.policies().decision_log();
         for generation in self.topic_generations.lock().iter() {
-            match log.counts(generation.as_str()) {
+            match self.cairn.generation_counts(generation.as_str()) {
                 Ok(counts) => tally.faults += counts.faults,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the topic decision counters failed");
@@ -333,10 +329,9 @@ impl Target for InProcess {
     }
 
     fn decisions(&self) -> Option<(u64, u64)> {
-        let log = self.cairn.policies().decision_log();
         let mut total = (0, 0);
         for generation in self.generations.lock().iter() {
-            match log.counts(generation.as_str()) {
+            match self.cairn.generation_counts(generation.as_str()) {
                 Ok(counts) => {
                     total.0 += counts.decisions;
                     total.1 += counts.faults;

@@ -21,8 +21,9 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
-use super::{
+use crate::{
     Collection, Durable, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch, WriteOp,
+    prefix_successor,
 };
 
 const WORKSPACE_TREE_PREFIX: &str = "ws:";
@@ -32,7 +33,7 @@ const SYSTEM_TREE_PREFIX: &str = "sys:";
 /// sled-backed [`Store`].
 ///
 /// ```
-/// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+/// use cairn_store::{Collection, SledStore, Store, WriteBatch};
 /// let dir = tempfile::tempdir()?;
 /// let store = SledStore::open(dir.path())?;
 /// let ws = store.workspace("acme")?;
@@ -146,9 +147,9 @@ impl Drop for Inner {
 
 impl SledStore {
     /// Opens (or creates) a store in `dir`, with the default page cache
-    /// ([`crate::config::DEFAULT_CACHE_MB`]).
+    /// ([`crate::DEFAULT_CACHE_MB`]).
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(dir, crate::config::DEFAULT_CACHE_MB << 20)
+        Self::open_with_cache(dir, crate::DEFAULT_CACHE_MB << 20)
     }
 
     /// Opens (or creates) a store in `dir` whose page cache holds about
@@ -202,7 +203,7 @@ impl SledStore {
     /// too); the old files are removed; the copy is opened.
     ///
     /// ```
-    /// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+    /// use cairn_store::{Collection, SledStore, Store, WriteBatch};
     /// let dir = tempfile::tempdir()?;
     /// let store = SledStore::open(dir.path())?;
     /// let ws = store.workspace("acme")?;
@@ -292,7 +293,7 @@ impl SledStore {
     /// docs/DURABILITY.md.
     ///
     /// ```
-    /// use cairn_memory::store::{Collection, SledStore, Store, WriteBatch};
+    /// use cairn_store::{Collection, SledStore, Store, WriteBatch};
     /// let dir = tempfile::tempdir()?;
     /// {
     ///     let store = SledStore::open(dir.path())?;
@@ -593,8 +594,8 @@ impl Store for SledStore {
         Ok(self.handle(format!("{SYSTEM_TREE_PREFIX}{name}")))
     }
 
-    fn backend(&self) -> crate::config::StorageBackend {
-        crate::config::StorageBackend::Sled
+    fn backend(&self) -> crate::StorageBackend {
+        crate::StorageBackend::Sled
     }
 
     fn sync(&self) -> Result<(), StoreError> {
@@ -795,19 +796,6 @@ fn untagged(kv: sled::Result<(sled::IVec, sled::IVec)>) -> Result<KeyValue, Stor
         .map_err(StoreError::from)
 }
 
-/// The smallest key greater than every key starting with `prefix`
-/// (`None` when the prefix is all 0xff bytes).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut upper = prefix.to_vec();
-    while let Some(last) = upper.pop() {
-        if last < u8::MAX {
-            upper.push(last + 1);
-            return Some(upper);
-        }
-    }
-    None
-}
-
 /// Writes sled's buffers and fsyncs them: what a group commit's leader runs.
 fn flush(db: &sled::Db) -> sled::Result<()> {
     db.flush().map(|_| ())
@@ -897,7 +885,7 @@ impl GroupCommit {
                         |payload| {
                             Err(sled::Error::ReportableBug(format!(
                                 "the flush panicked: {}",
-                                crate::supervise::panic_message(payload.as_ref())
+                                crate::panic_message(payload.as_ref())
                             )))
                         },
                     )

@@ -8,9 +8,22 @@ use cairn::maintain::{
     ArchivedItem, MaintainOptions, MaintainTrigger, MaintenanceReport, MaintenanceRun,
 };
 use serde::{Deserialize, Serialize};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
+use super::route::{Route, Scope};
 use super::{ApiResult, ErrorBody, blocking};
+
+/// The routes of this area.
+pub(crate) fn routes() -> Vec<Route> {
+    use Scope::{Read, Write};
+    vec![
+        Route::new(Write, __path_maintain, maintain),
+        Route::new(Read, __path_runs, runs),
+        Route::new(Read, __path_run, run),
+        Route::new(Write, __path_undo, undo),
+        Route::new(Write, __path_restore, restore),
+    ]
+}
 
 /// Body of `POST .../maintain` (every field optional).
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
@@ -76,19 +89,4 @@ pub(crate) async fn restore(
     body: web::Json<ArchivedItem>,
 ) -> ApiResult<MaintenanceReport> {
     blocking(move || Ok(cairn.restore(&ws, &body)?)).await
-}
-
-/// The OpenAPI description of these routes (merged into the server's).
-#[derive(OpenApi)]
-#[openapi(paths(maintain, runs, run, undo, restore))]
-pub(crate) struct MaintainApi;
-
-/// Registers the maintenance routes under `/v1/workspaces/{workspace}`.
-pub(crate) fn routes(scope: actix_web::Scope) -> actix_web::Scope {
-    scope
-        .route("/maintain", web::post().to(maintain))
-        .route("/maintain/runs", web::get().to(runs))
-        .route("/maintain/runs/{run}", web::get().to(run))
-        .route("/maintain/runs/{run}/undo", web::post().to(undo))
-        .route("/maintain/restore", web::post().to(restore))
 }

@@ -11,7 +11,33 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::route::{Route, Scope};
 use super::{ApiError, ApiResult, ErrorBody, blocking};
+
+/// The routes of this area. Their operations keep the tag the description
+/// always gave them (`topic_routes`, the name of their first module).
+pub(crate) fn routes() -> Vec<Route> {
+    use Scope::{Read, Write};
+    [
+        Route::new(Write, __path_create_topic, create_topic),
+        Route::new(Read, __path_topics, topics),
+        Route::new(Read, __path_topic, topic),
+        Route::new(Write, __path_update_topic, update_topic),
+        Route::new(Write, __path_delete_topic, delete_topic),
+        Route::new(Write, __path_pause_topic, pause_topic),
+        Route::new(Write, __path_resume_topic, resume_topic),
+        Route::new(Read, __path_proposals, proposals),
+        Route::new(Write, __path_decide_proposal, decide_proposal),
+        Route::new(Write, __path_collect, collect),
+        Route::new(Write, __path_feed, feed),
+        Route::new(Read, __path_gate_log, gate_log),
+        // A turn is `session/seq`.
+        Route::new(Read, __path_why, why).tail(),
+    ]
+    .into_iter()
+    .map(|route| route.tag("topic_routes"))
+    .collect()
+}
 
 fn turn_ref(text: &str) -> Result<TurnRef, ApiError> {
     Ok(text.parse::<TurnRef>().map_err(cairn::CairnError::from)?)
@@ -267,25 +293,4 @@ pub(crate) async fn why(
         Ok(cairn.why(&ws, &name, &turn, query.reader())?)
     })
     .await
-}
-
-/// Registers the topic routes under `/v1/workspaces/{workspace}`.
-pub(crate) fn routes(scope: actix_web::Scope) -> actix_web::Scope {
-    scope
-        .route("/topics", web::post().to(create_topic))
-        .route("/topics", web::get().to(topics))
-        .route("/topics/{name}", web::get().to(topic))
-        .route("/topics/{name}", web::put().to(update_topic))
-        .route("/topics/{name}", web::delete().to(delete_topic))
-        .route("/topics/{name}/pause", web::post().to(pause_topic))
-        .route("/topics/{name}/resume", web::post().to(resume_topic))
-        .route("/topics/{name}/proposals", web::get().to(proposals))
-        .route(
-            "/topics/{name}/proposals/decide",
-            web::post().to(decide_proposal),
-        )
-        .route("/topics/{name}/collect", web::post().to(collect))
-        .route("/topics/{name}/webhook", web::post().to(feed))
-        .route("/topics/{name}/log", web::get().to(gate_log))
-        .route("/topics/{name}/why/{turn:.*}", web::get().to(why))
 }

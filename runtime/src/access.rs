@@ -1,21 +1,25 @@
-//! Access tokens: bearer secrets that open one workspace, for reading or for
-//! reading and writing, kept in the store-wide space as keyed hashes only.
+//! Access tokens of `cairn serve`: bearer secrets that open one workspace,
+//! for reading or for reading and writing, kept in the store-wide space as
+//! keyed hashes only. The server's concern, not the memory core's: this
+//! module works on the store ([`cairn_memory::store`]) and the memory's
+//! install key, and the core knows of it only as something erased with a
+//! workspace ([`ErasedWithWorkspace`]).
 //!
 //! A token reads `cairn_<id>_<secret>`: the id (public, 12 hex digits) names
 //! the record, the secret (64 hex digits, 256 random bits) is shown once when
 //! the token is made and never stored: the record holds
 //! `blake3::keyed_hash(install key → "access token", secret)`. A copy of the
-//! store therefore yields no usable token, and [`Memory::verify_token`]
+//! store therefore yields no usable token, and [`Access::verify`]
 //! compares digests in constant time.
 //!
 //! **Checked from memory.** Every record is read once, into a cache shared
-//! by every handle on this [`Memory`]; [`Memory::verify_token`] then answers
-//! from the cache alone, without a store read, so a stream of made-up tokens
-//! costs a hash each and never a database round trip. This process's own
-//! changes (make, revoke, erase a workspace) update the cache as they are
-//! written; changes another process made to a shared store (the CLI, another
-//! node of a cluster) are read by [`Memory::reload_tokens`], which the
-//! server calls periodically.
+//! by every handle on this [`Cairn`](crate::Cairn) (one [`Access`] per
+//! opened store); [`Access::verify`] then answers from the cache alone,
+//! without a store read, so a stream of made-up tokens costs a hash each and
+//! never a database round trip. This process's own changes (make, revoke,
+//! erase a workspace) update the cache as they are written; changes another
+//! process made to a shared store (the CLI, another node of a cluster) are
+//! read by [`Access::reload`], which the server calls periodically.
 //!
 //! **Bound to a workspace's incarnation.** A workspace name can be erased
 //! and used again; a token made for the first tenant must not open the
@@ -23,21 +27,13 @@
 //! of that name was erased, kept under a keyed hash of the name, like a
 //! tombstone's target), and a token records the one it was made in. The
 //! erasure of a workspace revokes its tokens and moves the incarnation on
-//! ([`Memory::revoke_workspace_tokens`]); a token of an earlier incarnation
-//! opens nothing, whatever record survives.
+//! ([`Access::revoke_workspace`], which the core's erasure calls in its
+//! durable step as an [`ErasedWithWorkspace`]); a token of an earlier
+//! incarnation opens nothing, whatever record survives.
 //!
-//! ```
-//! use std::sync::Arc;
-//! use cairn_memory::{Memory, MemoryConfig, SystemClock, access::TokenScope};
-//!
-//! let dir = tempfile::tempdir()?;
-//! let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
-//! let (made, secret) = memory.create_token("acme", TokenScope::Read, Some("dashboard"))?;
-//! assert_eq!(memory.verify_token(&secret)?.map(|t| t.id), Some(made.id.clone()));
-//! memory.revoke_token(&made.id)?;
-//! assert!(memory.verify_token(&secret)?.is_none());
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The facade's token methods ([`Cairn::create_token`](crate::Cairn::create_token),
+//! [`Cairn::verify_token`](crate::Cairn::verify_token)…) are the way in;
+//! their examples show the whole life of a token.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,14 +42,15 @@ use chrono::{DateTime, Utc};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{MemoryError, Result};
-use crate::ids::validate_id;
-use crate::memory::Memory;
+use cairn_memory::forget::ErasedWithWorkspace;
+use cairn_memory::ids::validate_id;
+use cairn_memory::store::Store;
+use cairn_memory::{Memory, MemoryError, Result};
 
 /// What a token may do in its workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(utoipa::ToSchema)]
 pub enum TokenScope {
     /// Reads only: transcripts, entries, search, assembly, briefing.
     Read,
@@ -87,8 +84,7 @@ impl std::str::FromStr for TokenScope {
 }
 
 /// A stored access token, as listed: everything but the secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AccessToken {
     /// Public id (12 hex digits); the part of the token after `cairn_`.
     pub id: String,
@@ -193,24 +189,15 @@ impl Tokens {
 }
 
 /// The tokens this process checks requests against (see the module
-/// documentation): `None` until first read. One per [`Memory`], shared by
-/// its handles.
+/// documentation): `None` until first read.
 #[derive(Default)]
-pub(crate) struct TokenCache {
+struct TokenCache {
     tokens: RwLock<Option<Arc<Tokens>>>,
     /// Held by every change of the token records (its store write and its
     /// cache update) and by every read of them into the cache, so a read
     /// that raced a revocation is never installed over it: a revoked token
     /// must not come back. Checks take only `tokens`' read lock.
     writing: Mutex<()>,
-}
-
-impl std::fmt::Debug for TokenCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenCache")
-            .field("loaded", &self.tokens.read().is_some())
-            .finish_non_exhaustive()
-    }
 }
 
 impl TokenCache {
@@ -222,23 +209,52 @@ impl TokenCache {
     }
 }
 
-impl Memory {
-    fn token_digest(&self, secret: &str) -> String {
-        let key = self.derive_key("cairn access token v1");
-        hex(blake3::keyed_hash(&key, secret.as_bytes()).as_bytes())
-    }
+/// The access tokens of one opened store, with the cache requests are
+/// checked against: one per [`Cairn`](crate::Cairn), shared by its clones,
+/// and handed to the memory it opens as what is erased with a workspace
+/// ([`ErasedWithWorkspace`]).
+///
+/// `store` is the memory's own store (the facade opens it once for both);
+/// the `memory` the methods take gives the install key the hashes are keyed
+/// with and the clock.
+pub(crate) struct Access {
+    store: Arc<dyn Store>,
+    cache: TokenCache,
+}
 
-    /// The key of `workspace`'s incarnation record: a keyed hash of the
-    /// name, so the store-wide space does not list erased names.
-    fn incarnation_key(&self, workspace: &str) -> String {
-        let key = self.derive_key(INCARNATION_KEY_CONTEXT);
-        let digest = blake3::keyed_hash(&key, workspace.as_bytes());
-        format!("{INCARNATION_PREFIX}{}", &digest.to_hex()[..32])
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("loaded", &self.cache.tokens.read().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn token_digest(memory: &Memory, secret: &str) -> String {
+    let key = memory.derive_key("cairn access token v1");
+    hex(blake3::keyed_hash(&key, secret.as_bytes()).as_bytes())
+}
+
+/// The key of `workspace`'s incarnation record: a keyed hash of the
+/// name, so the store-wide space does not list erased names.
+fn incarnation_key(memory: &Memory, workspace: &str) -> String {
+    let key = memory.derive_key(INCARNATION_KEY_CONTEXT);
+    let digest = blake3::keyed_hash(&key, workspace.as_bytes());
+    format!("{INCARNATION_PREFIX}{}", &digest.to_hex()[..32])
+}
+
+impl Access {
+    /// The tokens kept in `store` (read on first use).
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
+        Access {
+            store,
+            cache: TokenCache::default(),
+        }
     }
 
     /// `workspace`'s incarnation as the store holds it.
     fn stored_incarnation(&self, key: &str) -> Result<u64> {
-        match self.shared.store.meta_get(key.as_bytes())? {
+        match self.store.meta_get(key.as_bytes())? {
             Some(bytes) => decode_incarnation(key.as_bytes(), &bytes),
             None => Ok(0),
         }
@@ -246,7 +262,7 @@ impl Memory {
 
     fn stored_token(&self, id: &str) -> Result<Option<Stored>> {
         let key = format!("{PREFIX}{id}");
-        let Some(bytes) = self.shared.store.meta_get(key.as_bytes())? else {
+        let Some(bytes) = self.store.meta_get(key.as_bytes())? else {
             return Ok(None);
         };
         decode(key.as_bytes(), &bytes).map(Some)
@@ -254,7 +270,7 @@ impl Memory {
 
     /// Every token record and incarnation, read from the store.
     fn read_tokens(&self) -> Result<Tokens> {
-        let store = &self.shared.store;
+        let store = &self.store;
         let mut tokens = Tokens::default();
         for (key, value) in store.meta_scan_prefix(PREFIX.as_bytes())? {
             let stored = decode(&key, &value)?;
@@ -271,11 +287,11 @@ impl Memory {
 
     /// The cached tokens, read from the store first if they never were.
     fn cached_tokens(&self) -> Result<Arc<Tokens>> {
-        if let Some(tokens) = self.shared.access.tokens.read().as_ref() {
+        if let Some(tokens) = self.cache.tokens.read().as_ref() {
             return Ok(tokens.clone());
         }
-        let _writing = self.shared.access.writing.lock();
-        let mut slot = self.shared.access.tokens.write();
+        let _writing = self.cache.writing.lock();
+        let mut slot = self.cache.tokens.write();
         if let Some(tokens) = slot.as_ref() {
             return Ok(tokens.clone());
         }
@@ -285,13 +301,13 @@ impl Memory {
     }
 
     /// Reads every token record again (blocking: one store scan) and keeps
-    /// it for [`Memory::verify_token`]: what another process changed in a
+    /// it for [`Access::verify`]: what another process changed in a
     /// shared store (the CLI, another node) counts from then on. On an
     /// error the tokens read before stay in force.
-    pub fn reload_tokens(&self) -> Result<()> {
-        let _writing = self.shared.access.writing.lock();
+    pub(crate) fn reload(&self) -> Result<()> {
+        let _writing = self.cache.writing.lock();
         let tokens = self.read_tokens()?;
-        *self.shared.access.tokens.write() = Some(Arc::new(tokens));
+        *self.cache.tokens.write() = Some(Arc::new(tokens));
         Ok(())
     }
 
@@ -299,8 +315,9 @@ impl Memory {
     /// and the token itself, which is shown this once and never stored.
     /// The token is bound to the workspace's current incarnation: erasing
     /// the workspace revokes it for good.
-    pub fn create_token(
+    pub(crate) fn create(
         &self,
+        memory: &Memory,
         workspace: &str,
         scope: TokenScope,
         label: Option<&str>,
@@ -324,32 +341,31 @@ impl Memory {
             workspace: workspace.to_owned(),
             scope,
             label: label.map(str::to_owned),
-            created_at: self.shared.clock.now(),
+            created_at: memory.clock().now(),
         };
-        let _writing = self.shared.access.writing.lock();
+        let _writing = self.cache.writing.lock();
         let stored = Stored {
             token: token.clone(),
-            digest: self.token_digest(&secret),
-            incarnation: self.stored_incarnation(&self.incarnation_key(workspace))?,
+            digest: token_digest(memory, &secret),
+            incarnation: self.stored_incarnation(&incarnation_key(memory, workspace))?,
         };
         let bytes = serde_json::to_vec(&stored).map_err(|e| MemoryError::Invalid {
             what: "access token",
             reason: e.to_string(),
         })?;
-        self.shared
-            .store
+        self.store
             .meta_put(format!("{PREFIX}{id}").as_bytes(), &bytes)?;
-        self.shared.store.sync()?;
-        self.shared.access.update(|tokens| {
+        self.store.sync()?;
+        self.cache.update(|tokens| {
             tokens.by_id.insert(id.clone(), stored);
         });
         Ok((token, format!("cairn_{id}_{secret}")))
     }
 
     /// Every stored token (never the secrets), oldest first.
-    pub fn access_tokens(&self) -> Result<Vec<AccessToken>> {
+    pub(crate) fn list(&self) -> Result<Vec<AccessToken>> {
         let mut all = Vec::new();
-        for (key, value) in self.shared.store.meta_scan_prefix(PREFIX.as_bytes())? {
+        for (key, value) in self.store.meta_scan_prefix(PREFIX.as_bytes())? {
             all.push(decode(&key, &value)?.token);
         }
         all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
@@ -357,20 +373,18 @@ impl Memory {
     }
 
     /// Revokes token `id`: from now on it opens nothing.
-    pub fn revoke_token(&self, id: &str) -> Result<AccessToken> {
-        let _writing = self.shared.access.writing.lock();
+    pub(crate) fn revoke(&self, id: &str) -> Result<AccessToken> {
+        let _writing = self.cache.writing.lock();
         let stored = self
             .stored_token(id)?
             .ok_or_else(|| MemoryError::TokenNotFound { id: id.to_owned() })?;
         // Out of the cache first: until the delete is durable the token is
         // refused here already (failing closed).
-        self.shared.access.update(|tokens| {
+        self.cache.update(|tokens| {
             tokens.by_id.remove(id);
         });
-        self.shared
-            .store
-            .meta_delete(format!("{PREFIX}{id}").as_bytes())?;
-        self.shared.store.sync()?;
+        self.store.meta_delete(format!("{PREFIX}{id}").as_bytes())?;
+        self.store.sync()?;
         Ok(stored.token)
     }
 
@@ -378,17 +392,17 @@ impl Memory {
     /// on, so no token made before — one whose record survives somewhere,
     /// or one another process was making meanwhile — opens the workspace
     /// that takes the name next. For the erasure of a workspace
-    /// ([`Memory::forget_workspace`]): the writes go to the store-wide space
-    /// unsynced, to be made durable by the caller's sync with the rest of
-    /// its erasure (the cache refuses the tokens at once). Idempotent in
-    /// effect: calling it again (recovery of an interrupted erasure) moves
-    /// the incarnation again and revokes nothing more. Answers how many
-    /// tokens it revoked.
-    pub fn revoke_workspace_tokens(&self, workspace: &str) -> Result<usize> {
+    /// ([`Memory::forget_workspace`], through [`ErasedWithWorkspace`]): the
+    /// writes go to the store-wide space unsynced, to be made durable by the
+    /// caller's sync with the rest of its erasure (the cache refuses the
+    /// tokens at once). Idempotent in effect: calling it again (recovery of
+    /// an interrupted erasure) moves the incarnation again and revokes
+    /// nothing more. Answers how many tokens it revoked.
+    pub(crate) fn revoke_workspace(&self, memory: &Memory, workspace: &str) -> Result<usize> {
         validate_id("workspace id", workspace)?;
-        let _writing = self.shared.access.writing.lock();
-        let store = &self.shared.store;
-        let key = self.incarnation_key(workspace);
+        let _writing = self.cache.writing.lock();
+        let store = &self.store;
+        let key = incarnation_key(memory, workspace);
         let next = self.stored_incarnation(&key)?.saturating_add(1);
         let mut revoked = Vec::new();
         for (record, value) in store.meta_scan_prefix(PREFIX.as_bytes())? {
@@ -397,7 +411,7 @@ impl Memory {
                 revoked.push((record, stored.token.id));
             }
         }
-        self.shared.access.update(|tokens| {
+        self.cache.update(|tokens| {
             tokens.incarnations.insert(key.clone(), next);
             for (_, id) in &revoked {
                 tokens.by_id.remove(id);
@@ -420,8 +434,8 @@ impl Memory {
     /// keyed hash equal (compared in constant time), and made in its
     /// workspace's current incarnation. Anything malformed, unknown, revoked
     /// or of an erased workspace is `None`. Answered from the cache: the
-    /// store is read only the first time (see [`Memory::reload_tokens`]).
-    pub fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
+    /// store is read only the first time (see [`Access::reload`]).
+    pub(crate) fn verify(&self, memory: &Memory, presented: &str) -> Result<Option<AccessToken>> {
         let Some((id, secret)) = parse(presented) else {
             return Ok(None);
         };
@@ -429,27 +443,94 @@ impl Memory {
         let Some(stored) = tokens.by_id.get(id) else {
             return Ok(None);
         };
-        let digest = self.token_digest(secret);
-        let current = tokens.incarnation(&self.incarnation_key(&stored.token.workspace))
+        let digest = token_digest(memory, secret);
+        let current = tokens.incarnation(&incarnation_key(memory, &stored.token.workspace))
             == stored.incarnation;
         Ok((same_digest(&digest, &stored.digest) && current).then(|| stored.token.clone()))
     }
 
     /// Whether any token is stored (from the cache, read first if it never
     /// was).
-    pub fn has_tokens(&self) -> Result<bool> {
+    pub(crate) fn has_tokens(&self) -> Result<bool> {
         Ok(!self.cached_tokens()?.by_id.is_empty())
+    }
+}
+
+/// The erasure of a workspace revokes its tokens in its durable step.
+impl ErasedWithWorkspace for Access {
+    fn erase_workspace(&self, memory: &Memory, workspace: &str) -> Result<usize> {
+        self.revoke_workspace(memory, workspace)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::{MemoryConfig, SystemClock};
     use std::sync::Arc;
 
-    fn open(dir: &std::path::Path) -> Memory {
-        crate::testing::memory(dir, MemoryConfig::default(), Arc::new(SystemClock)).unwrap()
+    use cairn_memory::{MemoryConfig, SystemClock};
+
+    use super::*;
+
+    /// A memory on the store the storage matrix selects for `dir`, with
+    /// its tokens, as the facade opens them; the methods are the facade's.
+    #[derive(Clone)]
+    struct Opened {
+        memory: Memory,
+        access: Arc<Access>,
+    }
+
+    impl Opened {
+        fn store(&self) -> &Arc<dyn Store> {
+            &self.access.store
+        }
+
+        fn create_token(
+            &self,
+            workspace: &str,
+            scope: TokenScope,
+            label: Option<&str>,
+        ) -> Result<(AccessToken, String)> {
+            self.access.create(&self.memory, workspace, scope, label)
+        }
+
+        fn verify_token(&self, presented: &str) -> Result<Option<AccessToken>> {
+            self.access.verify(&self.memory, presented)
+        }
+
+        fn revoke_workspace_tokens(&self, workspace: &str) -> Result<usize> {
+            self.access.revoke_workspace(&self.memory, workspace)
+        }
+
+        fn revoke_token(&self, id: &str) -> Result<AccessToken> {
+            self.access.revoke(id)
+        }
+
+        fn access_tokens(&self) -> Result<Vec<AccessToken>> {
+            self.access.list()
+        }
+
+        fn has_tokens(&self) -> Result<bool> {
+            self.access.has_tokens()
+        }
+
+        fn reload_tokens(&self) -> Result<()> {
+            self.access.reload()
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> Opened {
+        let storage = cairn_memory::testing::storage(dir).unwrap();
+        let cache = MemoryConfig::default().cache_mb.saturating_mul(1 << 20);
+        let store = cairn_memory::store::open(&storage, dir, cache).unwrap();
+        let access = Arc::new(Access::new(store.clone()));
+        let memory = Memory::open_with(
+            store,
+            MemoryConfig::default(),
+            Arc::new(SystemClock),
+            vec![access.clone()],
+        )
+        .unwrap();
+        Opened { memory, access }
     }
 
     #[test]
@@ -470,11 +551,7 @@ mod tests {
             assert_eq!(memory.verify_token(bad).unwrap(), None, "{bad}");
         }
         // The secret is not in the store: only its keyed hash.
-        let raw = memory
-            .shared
-            .store
-            .meta_scan_prefix(PREFIX.as_bytes())
-            .unwrap();
+        let raw = memory.store().meta_scan_prefix(PREFIX.as_bytes()).unwrap();
         let secret_part = secret.rsplit('_').next().unwrap();
         assert!(
             !String::from_utf8_lossy(&raw[0].1).contains(secret_part),
@@ -526,8 +603,7 @@ mod tests {
         assert_eq!(memory.verify_token(&secret).unwrap(), Some(made.clone()));
         // Behind the cache's back, as another process sharing the store.
         memory
-            .shared
-            .store
+            .store()
             .meta_delete(format!("{PREFIX}{}", made.id).as_bytes())
             .unwrap();
         assert_eq!(memory.verify_token(&secret).unwrap(), Some(made.clone()));
@@ -557,13 +633,12 @@ mod tests {
             .unwrap();
         let (stale_made, stale) = memory.create_token("acme", TokenScope::Read, None).unwrap();
         let stale_record = memory
-            .shared
-            .store
+            .store()
             .meta_get(format!("{PREFIX}{}", stale_made.id).as_bytes())
             .unwrap()
             .unwrap();
         assert_eq!(memory.revoke_workspace_tokens("acme").unwrap(), 2);
-        memory.shared.store.sync().unwrap();
+        memory.store().sync().unwrap();
         assert_eq!(memory.verify_token(&acme).unwrap(), None);
         assert_eq!(memory.verify_token(&stale).unwrap(), None);
         assert_eq!(memory.verify_token(&globex).unwrap(), Some(globex_made));
@@ -572,8 +647,7 @@ mod tests {
         // making it during the erasure): refused, by this process and after
         // a reopen.
         memory
-            .shared
-            .store
+            .store()
             .meta_put(
                 format!("{PREFIX}{}", stale_made.id).as_bytes(),
                 &stale_record,
@@ -586,15 +660,14 @@ mod tests {
             memory.verify_token(&fresh).unwrap(),
             Some(fresh_made.clone())
         );
-        memory.shared.store.sync().unwrap();
+        memory.store().sync().unwrap();
         drop(memory);
         let memory = open(dir.path());
         assert_eq!(memory.verify_token(&stale).unwrap(), None);
         assert_eq!(memory.verify_token(&fresh).unwrap(), Some(fresh_made));
         // The incarnation record does not name the workspace.
         let records = memory
-            .shared
-            .store
+            .store()
             .meta_scan_prefix(INCARNATION_PREFIX.as_bytes())
             .unwrap();
         assert_eq!(records.len(), 1);

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{PostgresStore, StoreError, classify, column, pool_error};
-use crate::store::{LeaseRow, Leases, NodeInfo};
+use crate::{LeaseRow, Leases, NodeInfo};
 
 /// True when `node` holds `space`'s lease with `token`, checked inside a
 /// write transaction `tx`. The row stays share-locked until `tx` ends, so a

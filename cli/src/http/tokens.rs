@@ -5,9 +5,19 @@
 use actix_web::web;
 use cairn::{AccessToken, Cairn, TokenScope};
 use serde::{Deserialize, Serialize};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
+use super::route::{Route, Scope};
 use super::{ApiResult, ErrorBody, blocking};
+
+/// The routes of this area (admin only).
+pub(crate) fn routes() -> Vec<Route> {
+    vec![
+        Route::new(Scope::Admin, __path_create_token, create_token),
+        Route::new(Scope::Admin, __path_tokens, tokens),
+        Route::new(Scope::Admin, __path_revoke_token, revoke_token),
+    ]
+}
 
 /// Body of `POST /v1/tokens`.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
@@ -63,16 +73,4 @@ pub(crate) async fn revoke_token(
     id: web::Path<String>,
 ) -> ApiResult<AccessToken> {
     blocking(move || Ok(cairn.revoke_token(&id)?)).await
-}
-
-/// The OpenAPI description of these routes (merged into the server's).
-#[derive(OpenApi)]
-#[openapi(paths(create_token, tokens, revoke_token))]
-pub(crate) struct TokenApi;
-
-/// Registers the token routes on the app.
-pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/tokens", web::post().to(create_token))
-        .route("/v1/tokens", web::get().to(tokens))
-        .route("/v1/tokens/{id}", web::delete().to(revoke_token));
 }

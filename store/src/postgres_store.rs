@@ -52,8 +52,10 @@ use parking_lot::RwLock;
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use super::{Collection, KeyValue, Store, StoreError, WorkspaceStore, WriteBatch};
-use crate::config::{ClusterConfig, PostgresConfig};
+use crate::{
+    ClusterConfig, Collection, KeyValue, PostgresConfig, Store, StoreError, WorkspaceStore,
+    WriteBatch, prefix_successor,
+};
 
 mod leases;
 
@@ -119,8 +121,8 @@ const SYSTEM: i16 = 1;
 /// PostgreSQL-backed [`Store`]. Cheap to clone (shared inside).
 ///
 /// ```no_run
-/// use cairn_memory::config::PostgresConfig;
-/// use cairn_memory::store::{Collection, PostgresStore, Store, WriteBatch};
+/// use cairn_store::PostgresConfig;
+/// use cairn_store::{Collection, PostgresStore, Store, WriteBatch};
 /// let config = PostgresConfig {
 ///     url: "postgresql://cairn@127.0.0.1:5432/cairn".to_owned(),
 ///     ..PostgresConfig::default()
@@ -201,7 +203,7 @@ impl PostgresStore {
     }
 
     /// [`PostgresStore::connect`] as node `cluster.node` of a cluster
-    /// sharing the database (see [`Leases`](super::Leases)); with
+    /// sharing the database (see [`Leases`](crate::Leases)); with
     /// `cluster` off, as the database's only process. Cluster nodes share
     /// the database's writer lock, so a process outside the cluster is
     /// refused while any node runs, and the other way round.
@@ -663,15 +665,15 @@ impl Store for PostgresStore {
         self.handle(SYSTEM, name)
     }
 
-    fn backend(&self) -> crate::config::StorageBackend {
-        crate::config::StorageBackend::Postgres
+    fn backend(&self) -> crate::StorageBackend {
+        crate::StorageBackend::Postgres
     }
 
-    fn leases(&self) -> Option<&dyn super::Leases> {
+    fn leases(&self) -> Option<&dyn crate::Leases> {
         self.inner
             .cluster
             .as_ref()
-            .map(|_| self as &dyn super::Leases)
+            .map(|_| self as &dyn crate::Leases)
     }
 
     fn serves(&self, workspace: &str) -> bool {
@@ -690,7 +692,7 @@ impl Store for PostgresStore {
     /// again. With `storage.postgres.vacuum_full`, `VACUUM FULL`:
     /// each table rewritten into a new file, the old one released (every
     /// request waits while it runs). See docs/DURABILITY.md.
-    fn compact(&self) -> Result<Option<super::RewriteReport>, StoreError> {
+    fn compact(&self) -> Result<Option<crate::RewriteReport>, StoreError> {
         let statement = match self.inner.vacuum_full {
             true => "VACUUM FULL cairn_kv, cairn_meta",
             false => "VACUUM cairn_kv, cairn_meta",
@@ -879,7 +881,7 @@ impl WorkspaceStore for PostgresSpace {
         let creates = batch
             .ops()
             .iter()
-            .any(|op| matches!(op, super::WriteOp::Put { .. }));
+            .any(|op| matches!(op, crate::WriteOp::Put { .. }));
         if creates {
             if self.store.drop_count(self.kind, &self.space) > self.drops {
                 return Err(StoreError::Erased {
@@ -971,19 +973,6 @@ fn tag(collection: Collection) -> i16 {
 /// A scan's row limit as SQL takes it (`bigint`).
 fn row_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-/// The smallest key greater than every key starting with `prefix`
-/// (`None` when the prefix is empty or all 0xff bytes).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut upper = prefix.to_vec();
-    while let Some(last) = upper.pop() {
-        if last < u8::MAX {
-            upper.push(last + 1);
-            return Some(upper);
-        }
-    }
-    None
 }
 
 /// Column `index` of `row`, with a typed error instead of a panic.

@@ -20,6 +20,8 @@ use std::time::Instant;
 use cairn::{Cairn, ServerConfig, TokenScope, WebOrigin};
 use parking_lot::Mutex;
 
+use super::route::Access;
+
 /// Who a request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Principal {
@@ -133,16 +135,6 @@ pub(crate) struct Asked<'a> {
     pub(crate) path: &'a str,
     /// The peer's address (`None` on a Unix socket).
     pub(crate) peer: Option<IpAddr>,
-}
-
-/// Whether a request only reads: `GET`/`HEAD`, and the `POST`s whose
-/// body is a question (search, assemble) or an MCP message (whose one
-/// writing tool, `memory_note`, refuses a read-scoped token itself). A
-/// read-scoped token may make these only.
-pub(crate) fn is_read(method: &str, path: &str) -> bool {
-    matches!(method, "GET" | "HEAD")
-        || (method == "POST"
-            && (path.ends_with("/search") || path.ends_with("/assemble") || path.ends_with("/mcp")))
 }
 
 /// Whether a method may change state: everything but `GET`, `HEAD` and
@@ -473,7 +465,7 @@ impl Guard {
         }
         self.check_cross_site(asked)?;
         let (method, path) = (asked.method, asked.path);
-        if matches!(path, "/healthz" | "/openapi.json") {
+        if Access::is_open(path) {
             return Ok(Principal::Open);
         }
         if !self.auth_enabled()? {
@@ -505,7 +497,7 @@ impl Guard {
             scope: TokenScope::Read,
             ..
         } = principal
-            && !is_read(method, path)
+            && !Access::of(method, path).scope.reads(method)
         {
             return Err(Refusal::Forbidden(format!(
                 "this token may read only; {method} {path} writes"
@@ -668,17 +660,6 @@ mod tests {
             Ok(Principal::Admin)
         );
         assert_eq!(check(None, "GET", "/healthz"), Ok(Principal::Open));
-    }
-
-    #[test]
-    fn reads_are_gets_searches_and_assemblies() {
-        assert!(is_read("GET", "/v1/workspaces/acme/entries"));
-        assert!(is_read("POST", "/v1/workspaces/acme/search"));
-        assert!(is_read("POST", "/v1/workspaces/acme/assemble"));
-        assert!(is_read("POST", "/v1/workspaces/acme/mcp"));
-        assert!(!is_read("POST", "/v1/workspaces/acme/turns"));
-        assert!(!is_read("POST", "/v1/workspaces/acme/forget"));
-        assert!(!is_read("DELETE", "/v1/tokens/0123456789ab"));
     }
 
     #[test]

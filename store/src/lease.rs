@@ -9,7 +9,7 @@
 //! still the workspace's, so a node that was paused past its lease and
 //! wakes up after a take-over cannot write: its token is stale.
 
-use super::StoreError;
+use crate::StoreError;
 
 /// A node of the cluster, as the store last saw it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
