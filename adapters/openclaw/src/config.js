@@ -5,6 +5,7 @@
 
 /** What each setting is when the config leaves it out. */
 export const DEFAULTS = Object.freeze({
+  mode: "server",
   url: "http://127.0.0.1:7878",
   workspace: "openclaw",
   budgetTokens: 800,
@@ -15,6 +16,7 @@ export const DEFAULTS = Object.freeze({
   briefing: true,
 });
 
+const MODES = new Set(["server", "in-process"]);
 const INJECTIONS = new Set(["system", "prepend", "off"]);
 const RETRIEVALS = new Set(["hybrid", "lexical", "off"]);
 const DESTINATIONS = new Set(["auto", "local_model", "cloud_model", "external_llm"]);
@@ -32,6 +34,10 @@ export function readConfig(raw, env = process.env) {
   const bad = (key, why) => {
     throw new TypeError(`plugins.entries.cairn.config.${key}: ${why}`);
   };
+  if (!MODES.has(c.mode)) bad("mode", `one of ${[...MODES].join(", ")}`);
+  for (const key of ["dataDir", "addonPath", "configFile"]) {
+    if (c[key] !== undefined && (typeof c[key] !== "string" || c[key] === "")) bad(key, "a path");
+  }
   let url;
   try {
     url = new URL(String(c.url));
@@ -50,6 +56,10 @@ export function readConfig(raw, env = process.env) {
   if (!Number.isInteger(c.timeoutMs) || c.timeoutMs < 100) bad("timeoutMs", "an integer of at least 100 (ms)");
   const token = c.token ?? env.CAIRN_TOKEN ?? undefined;
   return {
+    mode: c.mode,
+    dataDir: c.dataDir,
+    addonPath: c.addonPath,
+    configFile: c.configFile,
     url: url.toString().replace(/\/+$/, ""),
     workspace: String(c.workspace),
     token: token || undefined,

@@ -64,7 +64,7 @@ export function createEngine(memory, factoryCtx = {}, plugin = {}) {
     try {
       const reply = await memory.deliver({ op: "turns", key, parentKey: memory.parents.get(key), turns });
       if (reply?.queued) return { status: "committed" };
-      await quietly("after_turn", () => memory.call("POST", `/sessions/${encodeURIComponent(memory.sessionOf(key))}/after_turn`));
+      await quietly("after_turn", () => memory.api.afterTurn(memory.sessionOf(key)));
       const duplicate = reply.acks.length > 0 && reply.acks.every((a) => a.duplicate);
       return { status: duplicate ? "duplicate" : "committed" };
     } catch (err) {
@@ -117,7 +117,7 @@ export function createEngine(memory, factoryCtx = {}, plugin = {}) {
       const block = await quietly("assemble", async () => {
         if ((await memory.pendingCount()) > 0) await memory.drain();
         await memory.ensureSession(key);
-        return memory.call("POST", "/assemble", {
+        return memory.api.assemble({
           session: memory.sessionOf(key),
           budget_tokens: budget,
           query: typeof prompt === "string" && prompt.trim() ? prompt.slice(0, 4000) : undefined,

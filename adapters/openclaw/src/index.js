@@ -21,7 +21,14 @@
 //
 // Nothing here runs at registration: OpenClaw registers plugins several
 // times per process (a full load and discovery passes), so every side effect
-// waits for a hook.
+// waits for a hook. In process (`mode: "in-process"`, native.js) that is
+// also when cairn's store opens, and gateway_stop flushes and closes it.
+//
+// One gateway method, `cairn.read` (operator read scope), answers reads of
+// this gateway's cairn the way the HTTP API would: in process, the store
+// belongs to the gateway's process and nothing else can open it, so
+// `openclaw gateway call cairn.read --params '{"op":"transcript",
+// "session":"agent:main:main"}'` is how to look inside.
 
 import { writeBriefing as spliceBriefing, MarkerError } from "./briefing.js";
 import { readConfig } from "./config.js";
@@ -32,6 +39,25 @@ import { join } from "node:path";
 
 export const PLUGIN_ID = "cairn";
 const TOOL_NAMES = ["memory_search", "memory_get", "memory_expand"];
+
+/** `cairn.read`'s operations: the reads of the workspace, as the HTTP API answers them. */
+export const READS = {
+  session: (api, p) => api.session(need(p, "session"), { asking: p.asking }),
+  transcript: (api, p) => api.transcript(need(p, "session"), { from: p.from, limit: p.limit }),
+  entries: (api, p) =>
+    api.entries({ session: p.session, kind: p.kind, subject: p.subject, work_context: p.work_context, all: p.all, limit: p.limit }),
+  compaction: (api, p) => api.compactionView(need(p, "session")),
+  summary_turns: (api, p) => api.expandAll(need(p, "id"), { from: p.from }),
+  search: (api, p) => api.search({ query: need(p, "query"), k: p.k, caller: "openclaw-operator" }),
+  briefing: (api, p) => api.briefing({ work_context: p.work_context }),
+  index_stats: (api) => api.indexStats(),
+};
+
+function need(params, key) {
+  const value = params?.[key];
+  if (typeof value !== "string" || !value) throw Object.assign(new TypeError(`cairn.read: ${key} is required`), { invalid: true });
+  return value;
+}
 const BRIEFING_EVERY_MS = 60_000;
 const CAPTURE_DEDUP_MS = 10_000;
 
@@ -60,7 +86,7 @@ export function register(api) {
     if (!force && Date.now() - last < BRIEFING_EVERY_MS) return;
     memory.briefingAt.set(dir, Date.now());
     try {
-      const briefing = await memory.call("GET", `/briefing${memory.query({ work_context: config.workContext })}`);
+      const briefing = await memory.api.briefing({ work_context: config.workContext });
       const path = join(dir, "MEMORY.md");
       const written = await spliceBriefing(path, briefing.text ?? "");
       if (written !== "unchanged") log.info?.(`cairn: briefing ${written} in ${path}`);
@@ -85,7 +111,7 @@ export function register(api) {
     memory.recentCaptures.set(key, Date.now());
     try {
       await memory.deliver({ op: "bootstrap", key });
-      const report = await memory.call("POST", `/sessions/${encodeURIComponent(memory.sessionOf(key))}/compact`);
+      const report = await memory.api.beforeCompaction(memory.sessionOf(key));
       const captured = report?.capture?.entries?.length ?? 0;
       const summaries = report?.compaction?.created?.length ?? 0;
       log.info?.(`cairn: pre-compaction capture of ${key}: ${captured} entries; ${summaries} new summaries`);
@@ -119,9 +145,27 @@ export function register(api) {
       ? undefined
       : memory.deliver(op).catch((err) => log.warn(`cairn: ${what} of ${op.key}: ${memory.describe(err)}`));
 
+  api.registerGatewayMethod?.(
+    "cairn.read",
+    async ({ params, respond }) => {
+      const read = READS[params?.op];
+      if (!read) {
+        respond(false, undefined, { code: "INVALID_REQUEST", message: `cairn.read: op is one of ${Object.keys(READS).join(", ")}` });
+        return;
+      }
+      try {
+        respond(true, await read(memory.api, params));
+      } catch (err) {
+        const code = err?.invalid || (err?.status >= 400 && err?.status < 500) ? "INVALID_REQUEST" : "UNAVAILABLE";
+        respond(false, undefined, { code, message: err?.invalid ? err.message : memory.describe(err), details: { cairn: err?.code } });
+      }
+    },
+    { scope: "operator.read" },
+  );
+
   api.on("gateway_start", async (_event, ctx) => {
     try {
-      await memory.callRoot("POST", "/v1/gateway_start");
+      await memory.api.gatewayStart();
     } catch (err) {
       if (err?.status === 401 || err?.status === 403) {
         log.info?.("cairn: gateway_start needs cairn's admin token (a workspace token cannot run the sweep); skipped");
@@ -131,6 +175,17 @@ export function register(api) {
     }
     await memory.drain().catch(() => false);
     await writeBriefing(ctx?.workspaceDir, { force: true });
+  });
+
+  api.on("gateway_stop", async () => {
+    // In process: the store's last writes flushed and its data dir let go
+    // (a restart in the same process opens it again on first use).
+    try {
+      await memory.client.close();
+      if (memory.client.mode === "in-process") log.info?.(`cairn: closed ${memory.client.where}`);
+    } catch (err) {
+      log.warn(`cairn: closing ${memory.client.where}: ${memory.describe(err)}`);
+    }
   });
 
   api.on("session_start", async (event, ctx) => {

@@ -16,10 +16,11 @@
 // breaker allows another try; the first success is logged once ("cairn is
 // back") with how many queued operations were delivered.
 
-import { createContextEngine } from "cairn-context-engine";
 import { join } from "node:path";
 import { homedir } from "node:os";
 
+import { HttpClient, query } from "./client.js";
+import { NativeClient } from "./native.js";
 import { Outbox } from "./outbox.js";
 import { agentOf, kindOf, sessionIdOf } from "./messages.js";
 
@@ -65,13 +66,10 @@ export class CairnMemory {
   constructor(config, host = {}) {
     this.config = config;
     this.host = host;
-    this.client = createContextEngine({
-      baseUrl: config.url,
-      workspace: config.workspace,
-      token: config.token,
-      retries: 0,
-      timeoutMs: config.timeoutMs,
-    });
+    /** cairn in either mode (client.js): `cairn serve` over HTTP, or in this process. */
+    this.client = config.mode === "in-process" ? new NativeClient(config, host) : new HttpClient(config);
+    /** The client's methods, each through the breaker (`this.api.assemble(…)`). */
+    this.api = guardedApi(this);
     const dir = config.outboxDir ?? join(host.stateDir ?? join(homedir(), ".openclaw"), "plugins", "cairn", "outbox");
     this.outbox = new Outbox(dir);
     /** cairn session ids known to exist in cairn (bootstrapped by this process). */
@@ -128,32 +126,15 @@ export class CairnMemory {
 
   /** `?a=…&b=…` of the defined values. */
   query(params) {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null) q.set(k, String(v));
-    const s = q.toString();
-    return s ? `?${s}` : "";
+    return query(params);
   }
 
   /** A failure in a few words for a log line or a tool result. */
   describe(err) {
     if (err instanceof CairnUnavailable) return err.message;
-    if (err?.status === 0) return `cairn at ${this.config.url} is unreachable (${err.code}: ${err.cause?.cause?.code ?? err.cause?.message ?? err.message})`;
+    if (err?.status === 0) return `${this.client.where} is unreachable (${err.code}: ${err.cause?.cause?.code ?? err.cause?.message ?? err.message})`;
     if (err?.status) return `cairn answered ${err.status} ${err.code}: ${err.message}`;
     return String(err?.message ?? err);
-  }
-
-  /**
-   * One call of the workspace's API (`path` under /v1/workspaces/{ws}),
-   * through the breaker. Rejects with CairnUnavailable while cairn is
-   * known to be down, else with the client's CairnError.
-   */
-  async call(method, path, body) {
-    return this.guarded(() => this.client.request(method, this.client.path(path), body));
-  }
-
-  /** A call of a route outside the workspace (e.g. /v1/gateway_start). */
-  async callRoot(method, path, body) {
-    return this.guarded(() => this.client.request(method, path, body));
   }
 
   async guarded(fn) {
@@ -195,7 +176,7 @@ export class CairnMemory {
     const seconds = Math.round((Date.now() - this.outage.since) / 1000);
     this.outage.upAt = Date.now();
     this.down = undefined;
-    this.log.info(`cairn: reachable again at ${this.config.url} after ${seconds} s`);
+    this.log.info(`cairn: reachable again: ${this.client.where} after ${seconds} s`);
     this.schedule(0);
   }
 
@@ -263,14 +244,14 @@ export class CairnMemory {
     switch (op.op) {
       case "turns":
         await this.ensureSession(op.key, op.parentKey);
-        return this.call("POST", "/turns", { turns: op.turns });
+        return this.api.ingest(op.turns);
       case "bootstrap":
         return this.ensureSession(op.key, op.parentKey);
       case "reset":
       case "end": {
         await this.ensureSession(op.key);
-        const hook = op.op === "reset" ? "reset" : "end";
-        return this.call("POST", `/sessions/${encodeURIComponent(this.sessionOf(op.key))}/${hook}`);
+        const session = this.sessionOf(op.key);
+        return op.op === "reset" ? this.api.reset(session) : this.api.end(session);
       }
       default:
         throw Object.assign(new Error(`unknown operation ${JSON.stringify(op.op)}`), { permanent: true });
@@ -297,11 +278,11 @@ export class CairnMemory {
       parent: parent ? this.sessionOf(parent) : undefined,
     };
     try {
-      await this.call("POST", "/sessions", spec);
+      await this.api.bootstrap(spec);
     } catch (err) {
       if (err?.code === "parent_not_found" && parent) {
         await this.ensureSession(parent);
-        await this.call("POST", "/sessions", spec);
+        await this.api.bootstrap(spec);
       } else if (err?.code === "work_context_mismatch") {
         // It exists under another work context (the config changed): use it as it is.
         this.log.warn(`cairn: session ${id} exists in another work context; keeping it there`);
@@ -334,6 +315,22 @@ export class CairnMemory {
     this.schedule(this.down ? undefined : RETRY_LATER_MS);
     return { queued: name };
   }
+}
+
+/**
+ * The client's methods, each called through `memory`'s breaker: rejects
+ * with CairnUnavailable while cairn is known to be down, else with the
+ * client's error (`status`, `code`).
+ */
+function guardedApi(memory) {
+  const api = {};
+  const proto = Object.getPrototypeOf(memory.client);
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    const { value } = Object.getOwnPropertyDescriptor(proto, name);
+    if (name === "constructor" || typeof value !== "function") continue;
+    api[name] = (...args) => memory.guarded(() => memory.client[name](...args));
+  }
+  return api;
 }
 
 /**

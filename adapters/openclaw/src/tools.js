@@ -192,7 +192,7 @@ export function memoryTools(memory, ctx) {
         const query = String(params?.query ?? "").trim();
         if (!query) return text("memory_search needs a query.", { error: "invalid" });
         try {
-          const response = await memory.call("POST", "/search", {
+          const response = await memory.api.search({
             query,
             k: Math.min(20, Math.max(1, Number(params.limit) || 5)),
             kind: params.kind || undefined,
@@ -217,7 +217,7 @@ export function memoryTools(memory, ctx) {
         const id = String(params?.id ?? "").trim();
         if (!id) return text("memory_get needs an id.", { error: "invalid" });
         try {
-          const item = await memory.call("GET", `/items/${encodeURIComponent(id)}${memory.query({ session: asking, destination: destination() })}`);
+          const item = await memory.api.get(id, { session: asking, destination: destination() });
           return text(renderItem(item), { id });
         } catch (err) {
           return failed("memory_get", err);
@@ -237,8 +237,8 @@ export function memoryTools(memory, ctx) {
           const q = { session: asking, destination: destination() };
           const body =
             params.all === true
-              ? await memory.call("GET", `/summaries/${encodeURIComponent(id)}/turns${memory.query({ ...q, from: params.from })}`)
-              : await memory.call("GET", `/summaries/${encodeURIComponent(id)}${memory.query(q)}`);
+              ? await memory.api.expandAll(id, { ...q, from: params.from })
+              : await memory.api.expand(id, q);
           return text(renderExpansion(body), { id });
         } catch (err) {
           return failed("memory_expand", err);

@@ -1,7 +1,9 @@
 // The plugin's parts without OpenClaw, against a real `cairn serve`
 // (CAIRN_BIN): the MEMORY.md splice rules, OpenClaw messages as cairn turns,
 // the outbox, cairn down / slow / back, the sub-agent hooks, and the memory
-// tools' model-sized results. Run: CAIRN_BIN=…/cairn node --test test/unit.test.js
+// tools' model-sized results; and the in-process client on the native addon
+// (CAIRN_NODE_ADDON, the built cairn.node) answering as cairn serve does.
+// Run: CAIRN_BIN=…/cairn CAIRN_NODE_ADDON=…/cairn.node node --test test/unit.test.js
 
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -298,5 +300,76 @@ describe("against cairn serve", () => {
     // Outside OpenClaw, compact says plainly that OpenClaw's compaction is not reachable.
     const c = await engine.compact({ sessionKey: "agent:main:asm1", sessionId: "x" });
     assert.equal(c.ok, false);
+  });
+});
+
+describe("in process: the native addon (CAIRN_NODE_ADDON)", () => {
+  const ADDON = process.env.CAIRN_NODE_ADDON ?? "";
+
+  function nativeMemory(dataDir, extra = {}) {
+    const logger = recorder();
+    const config = readConfig({
+      mode: "in-process",
+      dataDir,
+      addonPath: ADDON,
+      workspace: "ws",
+      timeoutMs: 20_000,
+      outboxDir: join(root, `outbox-${Math.random().toString(36).slice(2)}`),
+      ...extra,
+    });
+    return { memory: new CairnMemory(config, { logger }), logger };
+  }
+
+  test("a missing addon is cairn away: the turn is queued, the failure logged once and named", async () => {
+    const { memory, logger } = nativeMemory(join(root, "native-missing"), { addonPath: join(root, "nowhere", "cairn.node") });
+    const engine = createEngine(memory, {}, {});
+    for (const i of [0, 1]) {
+      const r = await engine.commitTurn({ advancementKey: `n-${i}`, sessionKey: "agent:main:n", messages: [{ role: "user", content: `t${i}` }] });
+      assert.equal(r.status, "committed");
+    }
+    assert.equal((await memory.outbox.names()).length, 2);
+    const warnings = logger.lines.filter((l) => l.startsWith("warn"));
+    assert.equal(warnings.length, 1, logger.lines.join("\n"));
+    assert.match(warnings[0], /cairn in process \(data dir .*native-missing\).*addon_missing.*cargo build -p cairn-node/);
+  });
+
+  test("the same calls answer as cairn serve does, errors with the same code and status", async () => {
+    assert.ok(ADDON && existsSync(ADDON), "set CAIRN_NODE_ADDON to the built addon, cairn.node (scripts/dev.sh test-openclaw builds it)");
+    const dataDir = join(root, "native-data");
+    const { memory } = nativeMemory(dataDir);
+    const http = memoryAt(cairn.url).memory;
+    const native = memory.client;
+    const session = (id) => ({ id, work_context: "main", kind: "main" });
+    const turn = (s, key) => ({ session: s, role: "user", content: "The kiln fires at 1240 degrees.", idempotency_key: key });
+    const shape = (v) => (Array.isArray(v) ? v.map(shape) : v && typeof v === "object" ? Object.keys(v).sort() : typeof v);
+    const [a, b] = [await native.bootstrap(session("agent:main:nat")), await http.client.bootstrap(session("agent:main:nat"))];
+    assert.deepEqual(shape(a), shape(b), "a session");
+    const [ia, ib] = [await native.ingest([turn("agent:main:nat", "k0")]), await http.client.ingest([turn("agent:main:nat", "k0")])];
+    assert.deepEqual(shape(ia), shape(ib), "acks");
+    assert.equal((await native.ingest([turn("agent:main:nat", "k0")])).acks[0].duplicate, true, "the idempotency key holds in process");
+    const [ta, tb] = [await native.transcript("agent:main:nat"), await http.client.transcript("agent:main:nat")];
+    assert.deepEqual(shape(ta), shape(tb), "a transcript");
+    const body = { session: "agent:main:nat", budget_tokens: 300, retrieval: "lexical", trace: false };
+    const [ba, bb] = [await native.assemble(body), await http.client.assemble(body)];
+    assert.deepEqual(Object.keys(ba).sort(), Object.keys(bb).sort(), "an assembled block");
+    assert.match(ba.text, /kiln/);
+    const failed = async (p) => p.then(() => assert.fail("no error"), (e) => [e.status, e.code]);
+    assert.deepEqual(await failed(native.session("agent:main:none")), await failed(http.client.session("agent:main:none")));
+    assert.deepEqual(await failed(native.session("agent:main:none")), [404, "session_not_found"]);
+    // A second client of the same data dir in this process shares the one store (sled would refuse a second open).
+    const again = nativeMemory(dataDir).memory.client;
+    assert.equal((await again.transcript("agent:main:nat")).length, 1);
+    await native.close();
+    // Closed and let go: another process can open it now.
+    const locked = await startCairn({ dataDir, config: "" });
+    try {
+      // …and while that process holds it, this one cannot: a clear error, status 503 (the breaker's "away").
+      const [status, code] = await failed(again.transcript("agent:main:nat"));
+      assert.deepEqual([status, code], [503, "data_dir_locked"]);
+      const err = await again.transcript("agent:main:nat").catch((e) => e);
+      assert.match(err.message, /open in another process/);
+    } finally {
+      await locked.stop();
+    }
   });
 });
