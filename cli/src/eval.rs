@@ -357,6 +357,23 @@ fn as_turns(ranked: Vec<String>, cites: &HashMap<String, Vec<String>>) -> Vec<St
     out
 }
 
+/// The LoCoMo files (`*.json`) in `dir`, sorted; at least one.
+fn conversation_files(dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| EvalError::Io {
+            path: dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(EvalError::Empty(dir.to_owned()));
+    }
+    Ok(files)
+}
+
 fn format_err(path: &Path, reason: &str) -> EvalError {
     EvalError::Format {
         path: path.to_owned(),
@@ -771,18 +788,7 @@ pub fn run_locomo(
     ranks: Option<&Path>,
     entries: Option<&EntrySource>,
 ) -> Result<EvalReport, EvalError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| EvalError::Io {
-            path: dir.to_owned(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(EvalError::Empty(dir.to_owned()));
-    }
+    let files = conversation_files(dir)?;
     if loo && files.len() < 2 {
         return Err(format_err(
             dir,

@@ -22,7 +22,7 @@
 //!   something else.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use cairn::EntryKind;
@@ -31,7 +31,9 @@ use cairn::search::Embedder;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{EntriesReport, EntrySource, EvalError, derive_entries, format_err, parse};
+use super::{
+    EntriesReport, EntrySource, EvalError, conversation_files, derive_entries, format_err, parse,
+};
 
 /// The cosine at or above which an entry and an observation say the same
 /// thing. Read by hand on the pairs `--ranks` writes (docs/BENCHMARKS.md,
@@ -180,22 +182,6 @@ pub fn run_facts(
         report.conversations.insert(name, scores);
     }
     Ok(report)
-}
-
-fn conversation_files(dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| EvalError::Io {
-            path: dir.to_owned(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(EvalError::Empty(dir.to_owned()));
-    }
-    Ok(files)
 }
 
 /// The `session_N_observation` lists of a LoCoMo file.
