@@ -239,7 +239,8 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
             },
         ));
     }
-    // The strongest cues first, then said first; kept in the order said.
+    // The strongest cues first, then the fuller statement; kept in the
+    // order said.
     scored.sort_by_key(|(strength, index, _)| (*strength, *index));
     // Past the first, only statements with a cue of their own (not the
     // bare first-person rule or a past event).
