@@ -125,8 +125,15 @@ pub struct FactRules {
     /// thanks, reactions), never facts.
     pub small_talk: &'static [&'static str],
     /// Words that address the listener: a sentence with one of them before
-    /// its first first-person word is about the listener.
+    /// its first first-person word is about the listener, and one with
+    /// them anywhere needs a cue to count.
     pub listener: &'static [&'static str],
+    /// Words that open an interjection ("yeah", "oh", "hey Ana"): before a
+    /// comma, they and the comma are dropped and the rest is read.
+    pub interjections: &'static [&'static str],
+    /// Verbs that open a request to the listener ("check out my…",
+    /// "let me know"): such a sentence is not a statement.
+    pub imperatives: &'static [&'static str],
     /// Each attribute's cues, strongest attribute first; a cue is a phrase
     /// that must appear in the sentence.
     pub cues: &'static [(Attribute, &'static [&'static str])],
@@ -138,10 +145,15 @@ pub struct FactRules {
     /// out ("Been rehearsing hard", "Just got back from Rome").
     pub elided_subject: &'static [&'static str],
     /// A statement without a cue counts when a first-person word is among
-    /// its first this many words (and it has one more content word).
+    /// its first this many words…
     pub subject_within: usize,
+    /// …and it has at least this many content words.
+    pub min_uncued_words: usize,
     /// Facts kept from one turn, the best first.
     pub per_turn: usize,
+    /// Statements after a fact, in the same turn, kept with it ("I made
+    /// it in pottery class. Pottery's so relaxing.").
+    pub follow_clauses: usize,
 }
 
 /// One fact [`find_facts`] found.
@@ -170,8 +182,21 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
     };
     let who = speaker.unwrap_or(rules.anonymous);
     let mut scored: Vec<((usize, usize), usize, FoundFact)> = Vec::new();
-    for (index, sentence) in crate::extract::sentences(body).into_iter().enumerate() {
-        let sentence = sentence.trim();
+    let clauses = clauses(body, rules);
+    // What each clause adds when it follows a fact: a statement, not a
+    // question, small talk or words to the listener.
+    let follow: Vec<Option<String>> = clauses
+        .iter()
+        .map(|c| {
+            let lower = c.to_lowercase();
+            let statement = !c.ends_with('?')
+                && !starts_with_any(&lower, rules.small_talk)
+                && !words(&lower).any(|w| rules.listener.contains(&w))
+                && words(&lower).count() >= 3;
+            statement.then(|| third_person(c, who, rules))
+        })
+        .collect();
+    for (index, sentence) in clauses.iter().copied().enumerate() {
         if sentence.ends_with('?') {
             continue;
         }
@@ -192,9 +217,14 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         if starts_with_any(&lower, rules.small_talk) {
             continue;
         }
-        if words[..first].iter().any(|w| rules.listener.contains(w)) {
+        if words[..first].iter().any(|w| rules.listener.contains(w))
+            || words.first().is_some_and(|w| rules.imperatives.contains(w))
+        {
             continue;
         }
+        // A statement that speaks to the listener is about the two of them
+        // (thanks, encouragement), unless a cue says what it is about.
+        let to_listener = words.iter().any(|w| rules.listener.contains(w));
         let content_words = words
             .iter()
             .filter(|w| w.chars().count() > 2 && !rules.stop_words.contains(w))
@@ -207,7 +237,9 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         // opens with them ("I color-code my goals"): the weakest kind.
         let Some((strength, attribute, cue)) =
             attribute_of(&lower, rules).or_else(|| {
-                (first < rules.subject_within && content_words > rules.min_content_words)
+                (first < rules.subject_within
+                    && content_words >= rules.min_uncued_words
+                    && !to_listener)
                     .then_some((rules.cues.len(), Attribute::Event, "first person"))
             })
         else {
@@ -255,7 +287,85 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         kept == 1 || (kept <= rules.per_turn && *strength < event_rank)
     });
     scored.sort_by_key(|(_, index, _)| *index);
-    scored.into_iter().map(|(_, _, fact)| fact).collect()
+    let kept: Vec<usize> = scored.iter().map(|(_, index, _)| *index).collect();
+    scored
+        .into_iter()
+        .map(|(_, index, mut fact)| {
+            // What the speaker says of it next, up to the next fact kept.
+            let next = kept.iter().copied().find(|k| *k > index).unwrap_or(usize::MAX);
+            let mut content = fact.content.clone();
+            for extra in follow
+                .iter()
+                .enumerate()
+                .skip(index + 1)
+                .take(rules.follow_clauses)
+                .take_while(|(i, _)| *i < next)
+                .filter_map(|(_, f)| f.as_deref())
+            {
+                if !content.ends_with(['.', '!', '?']) {
+                    content.push('.');
+                }
+                content.push(' ');
+                content.push_str(extra);
+            }
+            fact.content = crate::extract::clip(&content);
+            fact
+        })
+        .collect()
+}
+
+/// The clauses of `body` a fact may be read from: its sentences, each cut
+/// at a spaced dash ("I made it yesterday - want to see?"), with a leading
+/// interjection and the comma after it dropped ("Yeah, I made it" → "I
+/// made it").
+fn clauses<'a>(body: &'a str, rules: &FactRules) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for sentence in crate::extract::sentences(body) {
+        for clause in split_spaced_dash(sentence) {
+            let mut clause = clause.trim();
+            // "Yeah, …", "Hey Caroline, …", "Oh wow, …": up to three words
+            // before the comma, the first an interjection; then a name
+            // said to the listener ("Yeah, Caroline, my family's…").
+            let mut stripped = false;
+            while let Some((head, rest)) = clause.split_once(',') {
+                let head_lower = head.to_lowercase();
+                let first = words(&head_lower).next();
+                let short = head.split_whitespace().count() <= 3;
+                let interjection = first.is_some_and(|w| rules.interjections.contains(&w));
+                let name = stripped
+                    && head.split_whitespace().all(|w| {
+                        w.chars().next().is_some_and(char::is_uppercase)
+                            && !rules.first_person.iter().any(|(p, _)| w.eq_ignore_ascii_case(p))
+                    });
+                if !(short && (interjection || name)) {
+                    break;
+                }
+                clause = rest.trim();
+                stripped = true;
+            }
+            if clause.chars().any(char::is_alphanumeric) {
+                out.push(clause);
+            }
+        }
+    }
+    out
+}
+
+/// `s` cut at every spaced dash (` - `, ` – `, ` — `).
+fn split_spaced_dash(s: &str) -> Vec<&str> {
+    const DASHES: [&str; 3] = [" - ", " – ", " — "];
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some((at, dash)) = DASHES
+        .iter()
+        .filter_map(|d| rest.find(d).map(|at| (at, *d)))
+        .min()
+    {
+        out.push(&rest[..at]);
+        rest = &rest[at + dash.len()..];
+    }
+    out.push(rest);
+    out
 }
 
 /// The attribute a first-person `text` is about under `rules` (its
@@ -400,6 +510,14 @@ pub const ENGLISH: FactRules = FactRules {
         ("my", "{}'s"),
         ("mine", "{}'s"),
         ("myself", "{}"),
+        ("we", "{} and others"),
+        ("we're", "{} and others are"),
+        ("we've", "{} and others have"),
+        ("we'll", "{} and others will"),
+        ("we'd", "{} and others would"),
+        ("us", "{} and others"),
+        ("our", "{}'s"),
+        ("ours", "{}'s"),
     ],
     anonymous: "the user",
     not_speakers: &[
@@ -526,6 +644,17 @@ pub const ENGLISH: FactRules = FactRules {
     ],
     listener: &[
         "you", "you're", "your", "you've", "you'll", "you'd", "yours",
+    ],
+    interjections: &[
+        "yeah", "yes", "yep", "yup", "oh", "ah", "aw", "aww", "wow", "whoa", "haha", "lol", "ok",
+        "okay", "well", "hey", "hi", "hello", "thanks", "thank", "sure", "totally", "absolutely",
+        "congrats", "omg", "gosh", "honestly", "btw", "fyi", "anyway", "anyways", "actually",
+        "definitely", "awesome", "cool", "nice", "great", "true", "right", "so", "no", "nope",
+        "man", "dude", "hmm", "um",
+    ],
+    imperatives: &[
+        "check", "look", "let", "let's", "imagine", "guess", "remember", "don't", "tell", "keep",
+        "take", "see", "come", "go", "try", "hang", "stay", "enjoy", "wish", "send", "give",
     ],
     cues: &[
         (
@@ -737,11 +866,13 @@ pub const ENGLISH: FactRules = FactRules {
     ],
     min_content_words: 3,
     subject_within: 3,
+    min_uncued_words: 4,
     elided_subject: &[
         "been", "just", "got", "went", "started", "finished", "working", "trying", "spent", "took",
         "had", "finally", "recently",
     ],
-    per_turn: 2,
+    per_turn: 1,
+    follow_clauses: 5,
 };
 
 #[cfg(test)]
