@@ -3,9 +3,12 @@
 //! This measures the retrieval library itself ([`cairn::search`]): each
 //! conversation file becomes a fresh in-memory search index, each of its
 //! sessions its own session; every turn is indexed with its session's date,
-//! speaker and image caption. Each question of
-//! categories 1–4 is then searched in every mode and scored against its
-//! evidence turns (`dia_id`s).
+//! speaker and image caption. Each question is then searched in every mode
+//! and scored against its evidence turns (`dia_id`s): turn-level recall,
+//! MRR and nDCG over categories 1–4, and **session-level recall** (a
+//! question counts when one of its evidence sessions is among the first k
+//! distinct sessions retrieved) over categories 1–5, adversarial included —
+//! the unit retrieval-only systems publish LoCoMo in.
 //!
 //! With `--entries` the memory log takes part too: each conversation is
 //! ingested into a throwaway cairn (one cairn session per LoCoMo session,
@@ -108,6 +111,16 @@ pub struct ModeReport {
     pub ndcg_10: f64,
     /// recall@10 per category ("1" multi-hop … "4" single-hop).
     pub recall_10_by_category: BTreeMap<String, f64>,
+    /// Session-level recall@5: the share of questions (categories 1–5)
+    /// with an evidence session among the first 5 distinct sessions
+    /// retrieved.
+    #[serde(rename = "session_recall@5")]
+    pub session_recall_5: f64,
+    /// Session-level recall@10, the same over the first 10 sessions.
+    #[serde(rename = "session_recall@10")]
+    pub session_recall_10: f64,
+    /// Questions the session-level numbers count (categories 1–5).
+    pub session_questions: usize,
     /// Search latency p50, milliseconds (query embedding included).
     pub latency_p50_ms: f64,
     /// Search latency p99, milliseconds.
@@ -160,6 +173,19 @@ struct Question {
     text: String,
     category: u64,
     evidence: HashSet<String>,
+}
+
+impl Question {
+    /// Whether turn-level numbers count it (categories 1–4; the
+    /// adversarial category 5 counts at session level only).
+    fn turn_level(&self) -> bool {
+        (1..=4).contains(&self.category)
+    }
+}
+
+/// The session a LoCoMo turn id belongs to: `D3:7` → `D3`.
+fn session_of(id: &str) -> &str {
+    id.split_once(':').map_or(id, |(s, _)| s)
 }
 
 struct Conversation {
@@ -544,7 +570,7 @@ fn parse(path: &Path) -> Result<Conversation, EvalError> {
         .flatten()
     {
         let category = q.get("category").and_then(Value::as_u64).unwrap_or(0);
-        if !(1..=4).contains(&category) {
+        if !(1..=5).contains(&category) {
             continue;
         }
         let Some(text) = q.get("question").and_then(Value::as_str) else {
@@ -587,10 +613,34 @@ struct Acc {
     latencies: Vec<f64>,
     fallback: bool,
     n: usize,
+    s5: f64,
+    s10: f64,
+    sn: usize,
 }
 
 impl Acc {
     fn add(&mut self, q: &Question, ranked: &[String], k: usize, ms: f64) {
+        let hit = |n: usize| {
+            let wanted: HashSet<&str> = q.evidence.iter().map(|e| session_of(e)).collect();
+            let mut seen: Vec<&str> = Vec::new();
+            for id in ranked {
+                let s = session_of(id);
+                if !seen.contains(&s) {
+                    if seen.len() == n {
+                        break;
+                    }
+                    seen.push(s);
+                }
+            }
+            f64::from(u8::from(seen.iter().any(|s| wanted.contains(s))))
+        };
+        self.s5 += hit(5);
+        self.s10 += hit(10);
+        self.sn += 1;
+        if !q.turn_level() {
+            // Adversarial questions count at session level only.
+            return;
+        }
         let e = &q.evidence;
         let recall = |n: usize| {
             ranked.iter().take(n).filter(|id| e.contains(*id)).count() as f64 / e.len() as f64
@@ -624,6 +674,7 @@ impl Acc {
 
     fn report(mut self) -> ModeReport {
         let n = self.n.max(1) as f64;
+        let sn = self.sn.max(1) as f64;
         self.latencies.sort_by(f64::total_cmp);
         let pct = |p: f64| {
             if self.latencies.is_empty() {
@@ -647,6 +698,9 @@ impl Acc {
                 .iter()
                 .map(|(c, (s, m))| (c.to_string(), s / *m as f64))
                 .collect(),
+            session_recall_5: self.s5 / sn,
+            session_recall_10: self.s10 / sn,
+            session_questions: self.sn,
             latency_p50_ms: pct(0.5),
             latency_p99_ms: pct(0.99),
             lexical_fallback: self.fallback,
@@ -861,7 +915,7 @@ pub fn run_locomo(
                 accs[i].add(q, &ranked, k, ms);
                 own[i].add(q, &ranked, k, ms);
             }
-            if grid.is_empty() {
+            if grid.is_empty() || !q.turn_level() {
                 continue;
             }
             // The question embedded once for the whole grid.
@@ -888,7 +942,7 @@ pub fn run_locomo(
         conversations.insert(
             name.clone(),
             ConversationReport {
-                questions: conv.questions.len(),
+                questions: conv.questions.iter().filter(|q| q.turn_level()).count(),
                 turns: conv.docs.len(),
                 entries: derived.docs.len(),
                 modes: modes

@@ -2028,7 +2028,7 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
     }
     writeln!(
         out,
-        "{:<11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>28} {:>9} {:>9}",
+        "{:<11} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>28} {:>6} {:>6} {:>9} {:>9}",
         "mode",
         "R@1",
         "R@5",
@@ -2039,6 +2039,8 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
         "nDCG10",
         format!("R@{k}"),
         "R@10 by category 1/2/3/4",
+        "S@5",
+        "S@10",
         "p50 ms",
         "p99 ms"
     )?;
@@ -2050,7 +2052,7 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
             .collect();
         writeln!(
             out,
-            "{:<11} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>28} {:>9.2} {:>9.2}{}",
+            "{:<11} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.3} {:>28} {:>6.3} {:>6.3} {:>9.2} {:>9.2}{}",
             name,
             m.recall_1,
             m.recall_5,
@@ -2061,6 +2063,8 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
             m.ndcg_10,
             m.recall_k,
             cats.join("/"),
+            m.session_recall_5,
+            m.session_recall_10,
             m.latency_p50_ms,
             m.latency_p99_ms,
             if m.lexical_fallback {

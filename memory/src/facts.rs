@@ -235,14 +235,12 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         }
         // A statement with no cue is still about the speaker when it
         // opens with them ("I color-code my goals"): the weakest kind.
-        let Some((strength, attribute, cue)) =
-            attribute_of(&lower, rules).or_else(|| {
-                (first < rules.subject_within
-                    && content_words >= rules.min_uncued_words
-                    && !to_listener)
-                    .then_some((rules.cues.len(), Attribute::Event, "first person"))
-            })
-        else {
+        let Some((strength, attribute, cue)) = attribute_of(&lower, rules).or_else(|| {
+            (first < rules.subject_within
+                && content_words >= rules.min_uncued_words
+                && !to_listener)
+                .then_some((rules.cues.len(), Attribute::Event, "first person"))
+        }) else {
             continue;
         };
         let content = if elided
@@ -292,7 +290,11 @@ pub fn find_facts(text: &str, rules: &FactRules) -> Vec<FoundFact> {
         .into_iter()
         .map(|(_, index, mut fact)| {
             // What the speaker says of it next, up to the next fact kept.
-            let next = kept.iter().copied().find(|k| *k > index).unwrap_or(usize::MAX);
+            let next = kept
+                .iter()
+                .copied()
+                .find(|k| *k > index)
+                .unwrap_or(usize::MAX);
             let mut content = fact.content.clone();
             for extra in follow
                 .iter()
@@ -335,7 +337,10 @@ fn clauses<'a>(body: &'a str, rules: &FactRules) -> Vec<&'a str> {
                 let name = stripped
                     && head.split_whitespace().all(|w| {
                         w.chars().next().is_some_and(char::is_uppercase)
-                            && !rules.first_person.iter().any(|(p, _)| w.eq_ignore_ascii_case(p))
+                            && !rules
+                                .first_person
+                                .iter()
+                                .any(|(p, _)| w.eq_ignore_ascii_case(p))
                     });
                 if !(short && (interjection || name)) {
                     break;
@@ -433,6 +438,31 @@ fn contains_phrase(lower: &str, phrase: &str) -> bool {
         from = start + phrase.chars().next().map_or(1, char::len_utf8);
     }
     false
+}
+
+/// Whether an entry's `detail` says capture learned it about a person from
+/// what they said: the capture writes `(fact: <attribute>…)` there.
+///
+/// ```
+/// use cairn_memory::facts::learned_about_a_person;
+/// assert!(learned_about_a_person(Some("heuristic rule \"i moved\" (fact: residence), trigger idle")));
+/// assert!(!learned_about_a_person(Some("heuristic rule \"says\", trigger idle")));
+/// assert!(!learned_about_a_person(None));
+/// ```
+pub fn learned_about_a_person(detail: Option<&str>) -> bool {
+    detail.is_some_and(|d| {
+        d.split("(fact: ")
+            .nth(1)
+            .and_then(|rest| rest.split([',', ')']).next())
+            .and_then(|name| Attribute::parse(name.trim()))
+            .is_some()
+    })
+}
+
+/// Whether a lowercased sentence is small talk under `rules` (a greeting,
+/// thanks, a reaction).
+pub(crate) fn is_small_talk(lower: &str, rules: &FactRules) -> bool {
+    starts_with_any(lower, rules.small_talk)
 }
 
 fn starts_with_any(lower: &str, openers: &[&str]) -> bool {
@@ -646,11 +676,52 @@ pub const ENGLISH: FactRules = FactRules {
         "you", "you're", "your", "you've", "you'll", "you'd", "yours",
     ],
     interjections: &[
-        "yeah", "yes", "yep", "yup", "oh", "ah", "aw", "aww", "wow", "whoa", "haha", "lol", "ok",
-        "okay", "well", "hey", "hi", "hello", "thanks", "thank", "sure", "totally", "absolutely",
-        "congrats", "omg", "gosh", "honestly", "btw", "fyi", "anyway", "anyways", "actually",
-        "definitely", "awesome", "cool", "nice", "great", "true", "right", "so", "no", "nope",
-        "man", "dude", "hmm", "um",
+        "yeah",
+        "yes",
+        "yep",
+        "yup",
+        "oh",
+        "ah",
+        "aw",
+        "aww",
+        "wow",
+        "whoa",
+        "haha",
+        "lol",
+        "ok",
+        "okay",
+        "well",
+        "hey",
+        "hi",
+        "hello",
+        "thanks",
+        "thank",
+        "sure",
+        "totally",
+        "absolutely",
+        "congrats",
+        "omg",
+        "gosh",
+        "honestly",
+        "btw",
+        "fyi",
+        "anyway",
+        "anyways",
+        "actually",
+        "definitely",
+        "awesome",
+        "cool",
+        "nice",
+        "great",
+        "true",
+        "right",
+        "so",
+        "no",
+        "nope",
+        "man",
+        "dude",
+        "hmm",
+        "um",
     ],
     imperatives: &[
         "check", "look", "let", "let's", "imagine", "guess", "remember", "don't", "tell", "keep",

@@ -685,7 +685,12 @@ impl AssemblyIndex {
             with_list(&mut self.activity, wc, put);
         }
         if kind == EntryKind::Fact {
-            if wc == DEFAULT_WORK_CONTEXT {
+            // Workspace-wide facts, and what capture learned about a
+            // person in any work context (they hold wherever the person
+            // works).
+            if wc == DEFAULT_WORK_CONTEXT
+                || crate::facts::learned_about_a_person(v.entry.detail.as_deref())
+            {
                 put(&mut self.workspace_facts);
             } else if let Some(s) = &v.subject {
                 with_list(&mut self.facts_by_subject, s, put);
@@ -798,8 +803,9 @@ impl AssemblyIndex {
     }
 }
 
-/// Tier 3: stable facts: facts of the default (workspace-wide) context and
-/// facts about people, newest first. Reads an index of the facts kept with
+/// Tier 3: stable facts: facts of the default (workspace-wide) context,
+/// facts capture learned about a person, and facts about people, newest
+/// first. Reads an index of the facts kept with
 /// the live list (`derived`), not the whole list.
 pub(super) fn living_memory<'a>(
     live: &'a LiveList,

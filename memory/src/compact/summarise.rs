@@ -9,7 +9,13 @@
 //! turns 0-23:
 //! - decided: We go with queue-based retries. (t4)
 //! - open: Still need to figure out the data timeline? (t9)
+//! - learned: Ana moved to Lisbon last spring. (t12)
 //! ```
+//!
+//! It names what was decided, left open, learned about the people, asked
+//! for and done; a `topic` line (the first user sentence that says
+//! something) stands in only when there is none of those, and small talk
+//! ("Good.", "Thanks!") never becomes a line.
 //!
 //! A summary of summaries keeps its children's points (repeats dropped),
 //! most important kinds first, within the cap.
@@ -99,6 +105,7 @@ impl Summariser for Extractive {
 enum PointKind {
     Decided,
     Open,
+    Learned,
     Task,
     Handoff,
     Phase,
@@ -112,6 +119,7 @@ impl PointKind {
         match self {
             PointKind::Decided => "decided",
             PointKind::Open => "open",
+            PointKind::Learned => "learned",
             PointKind::Task => "task",
             PointKind::Handoff => "handoff",
             PointKind::Phase => "phase",
@@ -125,6 +133,7 @@ impl PointKind {
         [
             PointKind::Decided,
             PointKind::Open,
+            PointKind::Learned,
             PointKind::Task,
             PointKind::Handoff,
             PointKind::Phase,
@@ -222,6 +231,7 @@ fn turn_points(items: &[SourceItem]) -> Vec<Point> {
             let kind = match e.kind {
                 EntryKind::KeyDecision => PointKind::Decided,
                 EntryKind::OpenQuestion => PointKind::Open,
+                EntryKind::Fact => PointKind::Learned,
                 EntryKind::Task => PointKind::Task,
                 EntryKind::Handoff => PointKind::Handoff,
                 EntryKind::WorkPhaseChange => PointKind::Phase,
@@ -245,19 +255,25 @@ fn turn_points(items: &[SourceItem]) -> Vec<Point> {
             });
         }
     }
-    if let Some(t) = turns
-        .iter()
-        .find(|t| t.role == Role::User)
-        .or_else(|| turns.first())
-    {
-        let sentence = first_sentence(&t.content);
-        if !sentence.is_empty() {
-            points.push(Point {
-                kind: PointKind::Topic,
-                text: clip(sentence, POINT_CHARS),
-                at: format!("t{}", t.seq),
-            });
-        }
+    // The topic only when nothing above says what the turns were about:
+    // the first user sentence that is not small talk.
+    let topic = points.is_empty().then(|| {
+        turns
+            .iter()
+            .filter(|t| t.role == Role::User)
+            .flat_map(|t| {
+                extract::sentences(&t.content)
+                    .into_iter()
+                    .map(move |s| (t, s))
+            })
+            .find(|(_, s)| says_something(s))
+    });
+    if let Some(Some((t, sentence))) = topic {
+        points.push(Point {
+            kind: PointKind::Topic,
+            text: clip(sentence, POINT_CHARS),
+            at: format!("t{}", t.seq),
+        });
     }
     let tool_results: Vec<&Turn> = turns.iter().filter(|t| t.role == Role::Tool).collect();
     if let (Some(first), Some(last)) = (tool_results.first(), tool_results.last()) {
@@ -272,6 +288,17 @@ fn turn_points(items: &[SourceItem]) -> Vec<Point> {
         });
     }
     points
+}
+
+/// Whether a sentence can stand for what the turns were about: three
+/// words or more, and not small talk ("Good.", "Thanks, that helps!").
+fn says_something(sentence: &str) -> bool {
+    let lower = sentence.to_lowercase();
+    let words = lower
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .count();
+    words >= 3 && !crate::facts::is_small_talk(&lower, &crate::facts::ENGLISH)
 }
 
 /// Points of lower summaries: their `- kind: text (at)` lines.
