@@ -222,6 +222,11 @@ test('each view loads without console errors, with a screenshot', async () => {
     assert.deepEqual(errors, [], `${name}: console errors`);
     await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
   }
+  // A collected turn's gate records, tier by tier.
+  await open(page, 'topics', '#/topics/support-load');
+  await page.click('button.why-button');
+  await page.waitForSelector('#why-turn table tbody tr');
+  await page.screenshot({ path: path.join(shots, 'topic-why.png'), fullPage: true });
   // The compaction tree opens down to the turns a summary stands for.
   await open(page, 'compaction', '#/compaction/s-0412');
   await page.click('#dag li.summary button.expand');
