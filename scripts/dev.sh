@@ -2,7 +2,8 @@
 # cairn's developer entry point: `scripts/dev.sh demo` and `scripts/dev.sh test`
 # (`scripts/dev.sh test-mcp` runs only the MCP client suites,
 # `scripts/dev.sh test-postgres` only the suite's PostgreSQL leg,
-# `scripts/dev.sh test-openclaw` only the OpenClaw plugin's leg).
+# `scripts/dev.sh test-openclaw` only the OpenClaw plugin's leg,
+# `scripts/dev.sh test-browser` only the inspector in a real browser).
 # Each command first installs what it needs, idempotently, from the package
 # registries only (see `setup` below), so both work on a fresh machine that has
 # the Rust toolchain, Python 3 and Node.
@@ -57,6 +58,7 @@ run_tests() {
     scripts/fuzz-api.sh
     mcp_clients
     openclaw_leg
+    browser_leg
 }
 
 # The storage matrix's second leg: the end-to-end suite and the unit tests of
@@ -157,6 +159,43 @@ openclaw_leg() {
         node --test --test-concurrency=1 test/e2e.test.js)
 }
 
+# The inspector (`cairn serve` at /ui, docs/USAGE.md) in a real headless
+# browser: Debian's `chromium` (apt-get, as root, only when missing) driven by
+# playwright-core (pinned by tests/browser/package-lock.json, `npm ci` into
+# the cache dir, reused while the lockfile is unchanged; it downloads no
+# browser of its own) against a real `cairn serve` holding the demo's data.
+# Screenshots of every view go to the test's temporary folder (its path is
+# printed); CAIRN_BROWSER_KEEP=1 keeps it. `CAIRN_BROWSER_BIG=1` adds the
+# timing run on a big workspace (docs/BENCHMARKS.md, not part of `test`).
+browser_leg() {
+    command -v npm >/dev/null || { echo "error: npm not found; the browser leg needs Node.js 20+ and npm" >&2; exit 1; }
+    local chromium="${CAIRN_CHROMIUM:-/usr/bin/chromium}"
+    if [[ ! -x "$chromium" ]]; then
+        [[ $(id -u) -eq 0 ]] || { echo "error: $chromium not found and this is not root; install Debian's 'chromium' package" >&2; exit 1; }
+        log "chromium (apt-get install chromium)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >&2
+    fi
+    local cache stamp target bin
+    cache="${CAIRN_CACHE_DIR:-$HOME/.cache/cairn}/browser-host"
+    stamp="$(sha256sum tests/browser/package-lock.json | cut -d' ' -f1)"
+    if [[ "$(cat "$cache/.installed" 2>/dev/null)" != "$stamp" || ! -d "$cache/node_modules/playwright-core" ]]; then
+        log "playwright-core from npm into $cache (pinned by tests/browser/package-lock.json)"
+        rm -rf "$cache"
+        mkdir -p "$cache"
+        cp tests/browser/package.json tests/browser/package-lock.json "$cache/"
+        (cd "$cache" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+        echo "$stamp" >"$cache/.installed"
+    fi
+    log "building cairn for the browser leg"
+    cargo build -p cairn-cli --bin cairn
+    target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    bin="$target/debug/cairn"
+    log "the inspector in headless Chromium (tests/browser)"
+    CAIRN_BIN="$bin" CAIRN_CHROMIUM="$chromium" CAIRN_BROWSER_MODULES="$cache/node_modules" \
+        node --test --test-concurrency=1 tests/browser/inspector.test.mjs
+}
+
 case "${1:-}" in
     demo)
         shift
@@ -179,11 +218,15 @@ case "${1:-}" in
         setup
         openclaw_leg
         ;;
+    test-browser)
+        setup
+        browser_leg
+        ;;
     setup)
         setup
         ;;
     *)
-        echo "usage: scripts/dev.sh demo|test|test-mcp|test-postgres|test-openclaw|setup" >&2
+        echo "usage: scripts/dev.sh demo|test|test-mcp|test-postgres|test-openclaw|test-browser|setup" >&2
         exit 2
         ;;
 esac

@@ -35,6 +35,7 @@ mod sessions;
 mod tokens;
 mod topics;
 mod turns;
+mod ui;
 pub use assemble::{AssembleBody, BriefingQuery};
 pub use compaction::CompactionRequest;
 pub use entries::{
@@ -48,6 +49,7 @@ pub use sessions::{AskingQuery, SessionsQuery, TranscriptQuery};
 pub use tokens::{CreateTokenBody, CreatedToken};
 pub use topics::{CollectBody, DecideBody, FeedBody};
 pub use turns::{IngestBody, IngestReply};
+pub use ui::AccessView;
 
 /// Every route of the server, area by area, in table order (the router
 /// tries the hot ones first: see [`route::register`]).
@@ -65,6 +67,7 @@ pub(crate) fn routes() -> Vec<route::Route> {
         entries::routes(),
         search::routes(),
         mcp::routes(),
+        ui::routes(),
     ]
     .into_iter()
     .flatten()

@@ -22,6 +22,7 @@ mod erasure;
 mod extraction;
 mod hardening;
 mod http_api;
+mod inspector;
 mod loadgen;
 mod maintain;
 mod mcp;

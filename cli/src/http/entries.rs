@@ -105,6 +105,8 @@ pub struct EntriesQuery {
     pub all: bool,
     /// At most this many, newest first.
     pub limit: Option<usize>,
+    /// Skip this many of the newest first (a page's start; default 0).
+    pub offset: usize,
     /// The asking session: a sub-agent or cron session sees only entries
     /// from its lineage.
     pub asking: Option<String>,
@@ -122,7 +124,8 @@ impl EntriesQuery {
             work_context: self.work_context,
             session: self.session,
             all: self.all,
-            limit: self.limit,
+            // The page's entries and the ones before it, newest first.
+            limit: self.limit.map(|limit| limit.saturating_add(self.offset)),
         }
     }
 }
@@ -151,12 +154,14 @@ async fn entries(
 ) -> ApiResult<Vec<EntryView>> {
     blocking(move || {
         let q = q.into_inner();
-        let (asking, destination) = (q.asking.clone(), q.destination);
+        let (asking, destination, offset) = (q.asking.clone(), q.destination, q.offset);
         let reader = ReadAs {
             asking: asking.as_deref(),
             destination,
         };
-        Ok(cairn.entries(&ws, &q.into_filter(), reader)?)
+        let mut views = cairn.entries(&ws, &q.into_filter(), reader)?;
+        views.drain(..offset.min(views.len()));
+        Ok(views)
     })
     .await
 }

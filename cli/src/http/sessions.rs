@@ -53,6 +53,12 @@ pub struct SessionsQuery {
     /// The asking session: a sub-agent or cron session sees only its lineage.
     #[serde(default)]
     pub asking: Option<String>,
+    /// Skip this many sessions of the listing (a page's start; default 0).
+    #[serde(default)]
+    pub offset: usize,
+    /// At most this many sessions (default: all).
+    #[serde(default)]
+    pub limit: Option<usize>,
 }
 
 /// Query of the reads of one session or entry: who asks.
@@ -106,7 +112,15 @@ async fn sessions(
     ws: web::Path<String>,
     q: web::Query<SessionsQuery>,
 ) -> ApiResult<Vec<Session>> {
-    blocking(move || Ok(cairn.sessions(&ws, q.work_context.as_deref(), q.asking.as_deref())?)).await
+    blocking(move || {
+        let all = cairn.sessions(&ws, q.work_context.as_deref(), q.asking.as_deref())?;
+        let page = all.into_iter().skip(q.offset);
+        Ok(match q.limit {
+            Some(limit) => page.take(limit).collect(),
+            None => page.collect(),
+        })
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/sessions/{session}", params(AskingQuery),
