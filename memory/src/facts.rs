@@ -1016,12 +1016,38 @@ mod tests {
     }
 
     #[test]
-    fn at_most_two_per_turn_the_strongest_kept_in_order() {
+    fn one_per_turn_the_strongest_with_what_follows_it() {
         let text =
             "I had a long day. I live in Porto now. I love the old river walks. I went running.";
         let facts = find_facts(text, &ENGLISH);
         let attributes: Vec<Attribute> = facts.iter().map(|f| f.attribute).collect();
-        assert_eq!(attributes, [Attribute::Residence, Attribute::Likes]);
+        assert_eq!(attributes, [Attribute::Residence]);
+        assert_eq!(
+            facts[0].content,
+            "The user lives in Porto now. The user loves the old river walks. The user went running."
+        );
+    }
+
+    #[test]
+    fn interjections_dashes_and_the_plural_are_read() {
+        assert_eq!(
+            found("Melanie: Yeah, I made it in pottery class yesterday - want to see?"),
+            [(
+                Attribute::Possession,
+                "Melanie made it in pottery class yesterday".to_owned()
+            )]
+        );
+        assert_eq!(
+            found("John: We had to say goodbye to our dog Max last month."),
+            [(
+                Attribute::Event,
+                "John and others had to say goodbye to John's dog Max last month.".to_owned()
+            )]
+        );
+        // A request to the listener is not a statement.
+        assert!(found("Check out my new painting for the art show!").is_empty());
+        // Uncued words to the listener are about the two of them.
+        assert!(found("Gina: I am so happy to see my words motivating you, Jon.").is_empty());
     }
 
     #[test]

@@ -241,9 +241,9 @@ fn a_tight_budget_builds_levels_and_fits() {
     let (_dir, ws) = open();
     let gens = cycle(600, 3, 30);
     append(&ws, "s", &gens);
-    let options = CompactOptions::new(1_500);
+    let options = CompactOptions::new(1_000);
     let report = ws.compact("s", &options, &Extractive).expect("compact");
-    assert!(report.tokens_after <= 1_500, "{report:?}");
+    assert!(report.tokens_after <= 1_000, "{report:?}");
     let top = ws.view_summaries("s").expect("summaries");
     assert!(
         top.iter().any(|n| n.level >= 2),
@@ -465,7 +465,7 @@ fn every_level_of_the_dag_is_checked_not_only_the_top() {
     let (_dir, ws) = open();
     let gens = cycle(600, 3, 30);
     append(&ws, "s", &gens);
-    ws.compact("s", &CompactOptions::new(1_500), &Extractive)
+    ws.compact("s", &CompactOptions::new(1_000), &Extractive)
         .expect("compact");
     let top = ws
         .view_summaries("s")
@@ -621,4 +621,34 @@ proptest! {
             .join("\n");
         prop_assert_eq!(sanitise(&text), expected);
     }
+}
+
+#[test]
+fn summaries_name_what_was_learned_and_never_small_talk() {
+    let turn = |seq: u64, role: Role, content: &str| crate::record::Turn {
+        workspace: "w".into(),
+        session: "s".into(),
+        work_context: "wc".into(),
+        seq,
+        role,
+        content: content.into(),
+        tool_call_id: None,
+        timestamp: chrono::Utc::now(),
+        content_hash: String::new(),
+    };
+    let counter = crate::TokenCounter::new("o200k_base").expect("tokenizer");
+    let turns = [
+        turn(0, Role::User, "Good."),
+        turn(1, Role::Assistant, "Glad to hear it."),
+        turn(2, Role::User, "I moved to Lisbon last week."),
+    ];
+    let s = super::summarise_turns(&turns, 200, &counter);
+    assert!(
+        s.contains("- learned: The user moved to Lisbon last week. (t2)"),
+        "{s}"
+    );
+    assert!(!s.contains("topic:"), "{s}");
+    // Nothing but small talk: no line at all rather than filler.
+    let s = super::summarise_turns(&turns[..2], 200, &counter);
+    assert!(!s.contains("- "), "{s}");
 }
