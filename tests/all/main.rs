@@ -25,6 +25,7 @@ mod http_api;
 mod loadgen;
 mod maintain;
 mod mcp;
+mod model_tls;
 mod plugins;
 mod policy_reads;
 mod reconstruct;
