@@ -38,7 +38,8 @@ mod turns;
 pub use assemble::{AssembleBody, BriefingQuery};
 pub use compaction::CompactionRequest;
 pub use entries::{
-    EntriesBody, EntriesQuery, EntriesReply, ForgetBody, MergeBody, RenameBody, SubjectBody,
+    CorrectBody, EntriesBody, EntriesQuery, EntriesReply, ForgetBody, MergeBody, PinReply,
+    RenameBody, RetractBody, SubjectBody,
 };
 pub use maintenance::MaintainBody;
 pub use mcp::McpQuery;
