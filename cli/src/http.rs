@@ -39,7 +39,8 @@ mod ui;
 pub use assemble::{AssembleBody, BriefingQuery};
 pub use compaction::CompactionRequest;
 pub use entries::{
-    EntriesBody, EntriesQuery, EntriesReply, ForgetBody, MergeBody, RenameBody, SubjectBody,
+    CorrectBody, EntriesBody, EntriesQuery, EntriesReply, ForgetBody, MergeBody, PinReply,
+    RenameBody, RetractBody, SubjectBody,
 };
 pub use maintenance::MaintainBody;
 pub use mcp::McpQuery;

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::model::{ChatClient, ModelConfig};
+use crate::model::{Budget, ChatClient, ModelConfig};
 use crate::reads::ReadAs;
 use crate::tools::Transcript;
 
@@ -74,18 +74,35 @@ pub struct CompactionHookReport {
 /// use cairn::{ModelConfig, OpenAiSummariser};
 /// let s = OpenAiSummariser::new(&ModelConfig { enabled: true, ..ModelConfig::default() });
 /// assert!(s.is_ok());
-/// assert!(OpenAiSummariser::new(&ModelConfig { url: "https://x".into(), ..ModelConfig::default() }).is_err());
+/// assert!(OpenAiSummariser::new(&ModelConfig { url: "ftp://x".into(), ..ModelConfig::default() }).is_err());
 /// ```
 #[derive(Clone, Debug)]
 pub struct OpenAiSummariser {
     client: ChatClient,
+    /// Whose budget the calls spend.
+    workspace: String,
 }
 
 impl OpenAiSummariser {
-    /// A client for `config.url`; only `http://` URLs are supported.
+    /// A client for `config.url` (`https://`, or `http://` on this
+    /// machine), with a budget of its own.
     pub fn new(config: &ModelConfig) -> std::result::Result<Self, SummariserError> {
-        let client = ChatClient::new(config).map_err(|e| SummariserError(e.to_string()))?;
-        Ok(OpenAiSummariser { client })
+        Self::with_budget(config, std::sync::Arc::new(Budget::new(config)), "")
+    }
+
+    /// A client that spends `workspace`'s share of `budget` (the
+    /// facade's, shared by every compaction of the process).
+    pub(crate) fn with_budget(
+        config: &ModelConfig,
+        budget: std::sync::Arc<Budget>,
+        workspace: &str,
+    ) -> std::result::Result<Self, SummariserError> {
+        let client =
+            ChatClient::with_budget(config, budget).map_err(|e| SummariserError(e.to_string()))?;
+        Ok(OpenAiSummariser {
+            client,
+            workspace: workspace.to_owned(),
+        })
     }
 
     fn prompt(request: &SummaryRequest<'_>) -> String {
@@ -123,17 +140,21 @@ impl Summariser for OpenAiSummariser {
         request: &SummaryRequest<'_>,
     ) -> std::result::Result<String, SummariserError> {
         self.client
-            .complete(&Self::prompt(request), request.max_tokens)
+            .complete(&self.workspace, &Self::prompt(request), request.max_tokens)
             .map_err(|e| SummariserError(e.to_string()))
     }
 }
 
 // Compaction on the facade.
 impl Cairn {
-    fn summariser(&self) -> Box<dyn Summariser> {
+    fn summariser(&self, workspace: &str) -> Box<dyn Summariser> {
         let model = &self.config().compaction.model;
         if model.enabled {
-            match OpenAiSummariser::new(model) {
+            match OpenAiSummariser::with_budget(
+                model,
+                self.model_budgets.compaction.clone(),
+                workspace,
+            ) {
                 Ok(s) => return Box::new(s),
                 Err(e) => tracing::warn!(error = %e, "model summariser off"),
             }
@@ -176,7 +197,7 @@ impl Cairn {
     ) -> Result<CompactReport> {
         let ws = self.memory().existing_workspace(workspace)?;
         let options = self.compact_options(budget);
-        let summariser = self.summariser();
+        let summariser = self.summariser(workspace);
         Ok(ws.compact(session, &options, summariser.as_ref())?)
     }
 
@@ -236,7 +257,7 @@ impl Cairn {
             return Ok(None);
         }
         let options = self.compact_options(Some(threshold / 2));
-        let summariser = self.summariser();
+        let summariser = self.summariser(ws.id());
         Ok(Some(ws.compact(session, &options, summariser.as_ref())?))
     }
 

@@ -678,7 +678,7 @@ impl CairnConfig {
             ("extraction.model", &self.extraction.model),
         ] {
             if model.enabled
-                && let Err(why) = model.check_url()
+                && let Err(why) = model.check()
             {
                 return Err(CairnError::Config(format!("{section}: {why}")));
             }

@@ -11,7 +11,9 @@ use cairn_memory::extractor::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ChatClient, ModelConfig};
+use std::sync::Arc;
+
+use crate::model::{Budget, ChatClient, ModelConfig};
 
 /// Settings of the model extraction pass, `[extraction]`.
 ///
@@ -42,7 +44,8 @@ impl Default for ExtractionConfig {
 /// ```
 /// use cairn::{ModelConfig, OpenAiExtractor};
 /// assert!(OpenAiExtractor::new(&ModelConfig::default(), 1000).is_ok());
-/// assert!(OpenAiExtractor::new(&ModelConfig { url: "https://x".into(), ..ModelConfig::default() }, 1000).is_err());
+/// assert!(OpenAiExtractor::new(&ModelConfig { url: "https://api.example.com/v1".into(), ..ModelConfig::default() }, 1000).is_ok());
+/// assert!(OpenAiExtractor::new(&ModelConfig { url: "ftp://x".into(), ..ModelConfig::default() }, 1000).is_err());
 /// ```
 #[derive(Debug, Clone)]
 pub struct OpenAiExtractor {
@@ -51,9 +54,21 @@ pub struct OpenAiExtractor {
 }
 
 impl OpenAiExtractor {
-    /// A client for `config.url`; only `http://` URLs are supported.
+    /// A client for `config.url` (`https://`, or `http://` on this
+    /// machine), with a budget of its own.
     pub fn new(config: &ModelConfig, max_tokens: usize) -> Result<Self, ExtractorError> {
-        let client = ChatClient::new(config).map_err(|e| ExtractorError(e.to_string()))?;
+        Self::with_budget(config, max_tokens, Arc::new(Budget::new(config)))
+    }
+
+    /// A client that spends `budget` (the facade's, shared by every
+    /// capture of the process).
+    pub(crate) fn with_budget(
+        config: &ModelConfig,
+        max_tokens: usize,
+        budget: Arc<Budget>,
+    ) -> Result<Self, ExtractorError> {
+        let client =
+            ChatClient::with_budget(config, budget).map_err(|e| ExtractorError(e.to_string()))?;
         Ok(OpenAiExtractor {
             client,
             max_tokens: max_tokens.max(1),
@@ -72,7 +87,7 @@ impl ModelExtractor for OpenAiExtractor {
         };
         let reply = self
             .client
-            .complete(&prompt(request), self.max_tokens)
+            .complete(&first.workspace, &prompt(request), self.max_tokens)
             .map_err(|e| ExtractorError(e.to_string()))?;
         parse_reply(&reply, first.seq, last.seq)
     }

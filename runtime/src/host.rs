@@ -101,6 +101,18 @@ pub struct Cairn {
     /// The access tokens of `cairn serve` (also held by the memory, which
     /// erases a workspace's tokens with it).
     pub(crate) access: Arc<crate::access::Access>,
+    /// What each workspace may still spend on the model endpoints.
+    pub(crate) model_budgets: ModelBudgets,
+}
+
+/// The per-workspace model budgets of the process, one per `[*.model]`
+/// section: every capture and every compaction spends from its section's.
+#[derive(Debug, Clone)]
+pub(crate) struct ModelBudgets {
+    /// `[compaction.model]`.
+    pub(crate) compaction: Arc<crate::model::Budget>,
+    /// `[extraction.model]`.
+    pub(crate) extraction: Arc<crate::model::Budget>,
 }
 
 impl Cairn {
@@ -183,7 +195,11 @@ impl Cairn {
                 policies: policies.clone(),
             }),
         )?;
-        actors.set_extractor(model_extractor(&config));
+        let model_budgets = ModelBudgets {
+            compaction: Arc::new(crate::model::Budget::new(&config.compaction.model)),
+            extraction: Arc::new(crate::model::Budget::new(&config.extraction.model)),
+        };
+        actors.set_extractor(model_extractor(&config, &model_budgets.extraction));
         let cluster = crate::cluster::Cluster::start(
             &memory,
             &actors,
@@ -207,6 +223,7 @@ impl Cairn {
             cluster,
             eraser,
             access,
+            model_budgets,
         })
     }
 
@@ -515,12 +532,13 @@ impl Cairn {
 /// is a warning: captures then extract heuristically).
 fn model_extractor(
     config: &CairnConfig,
+    budget: &Arc<crate::model::Budget>,
 ) -> Option<Arc<dyn cairn_memory::extractor::ModelExtractor>> {
     let e = &config.extraction;
     if !e.model.enabled {
         return None;
     }
-    match crate::extraction::OpenAiExtractor::new(&e.model, e.max_tokens) {
+    match crate::extraction::OpenAiExtractor::with_budget(&e.model, e.max_tokens, budget.clone()) {
         Ok(x) => Some(Arc::new(x)),
         Err(error) => {
             tracing::warn!(%error, "model extraction off: heuristic extraction only");

@@ -40,6 +40,7 @@ mod briefing;
 mod cluster;
 mod compaction;
 mod config;
+mod corrections;
 mod decision_files;
 mod decision_log;
 mod eraser;
@@ -90,6 +91,7 @@ pub use config::{
     MODEL_NAME, PathOrigin, SearchConfig, ServerConfig, TlsConfig, WebOrigin, WorkspaceToken,
     default_data_dir, embedding_cache_dir, find_model_dir, find_ort_dylib,
 };
+pub use corrections::Correction;
 pub use decision_log::{
     DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
     GenerationCounts, MAX_QUERY_LIMIT,

@@ -715,11 +715,34 @@ impl Cairn {
                 "a note needs the session it comes from: name one, or ask as a session".to_owned(),
             ));
         };
-        self.check_lineage(&ws, asking, false, session)?;
-        let turns = ws.session(session)?.next_seq;
-        let (from, to) = match note.turns {
+        let provenance = self.note_provenance(&ws, asking, session, note.turns)?;
+        let mut input = EntryInput::new(note.kind, &note.content);
+        input.detail = note.detail.clone();
+        input.subject = note.subject.clone();
+        input.provenance = Some(provenance);
+        self.append_entry(workspace, &input)
+    }
+
+    /// The provenance of what an agent writes: `turns` (`[from, to]`,
+    /// the session's last turn when absent) of `session`, which an
+    /// `asking` sub-agent or cron session may name only in its lineage
+    /// (`lineage_denied`); the session must exist and hold the turns
+    /// (`invalid` otherwise, naming the field).
+    pub(crate) fn note_provenance(
+        &self,
+        ws: &Workspace,
+        asking: Option<&str>,
+        session: &str,
+        turns: Option<[u64; 2]>,
+    ) -> Result<Provenance> {
+        let invalid = |what: &'static str, reason: String| -> CairnError {
+            MemoryError::Invalid { what, reason }.into()
+        };
+        self.check_lineage(ws, asking, false, session)?;
+        let held = ws.session(session)?.next_seq;
+        let (from, to) = match turns {
             Some([from, to]) => (from, to),
-            None if turns > 0 => (turns - 1, turns - 1),
+            None if held > 0 => (held - 1, held - 1),
             None => {
                 return Err(invalid(
                     "turns",
@@ -727,24 +750,20 @@ impl Cairn {
                 ));
             }
         };
-        if from > to || to >= turns {
+        if from > to || to >= held {
             return Err(invalid(
                 "turns",
                 format!(
                     "[{from}, {to}] is not a range of session {session:?}'s turns (0 to {})",
-                    turns.saturating_sub(1)
+                    held.saturating_sub(1)
                 ),
             ));
         }
-        let mut input = EntryInput::new(note.kind, &note.content);
-        input.detail = note.detail.clone();
-        input.subject = note.subject.clone();
-        input.provenance = Some(Provenance {
+        Ok(Provenance {
             session: session.into(),
             from_seq: from,
             to_seq: to,
-        });
-        self.append_entry(workspace, &input)
+        })
     }
 
     /// Tool `memory_get`: an entry by id, or `session:<id>:<from>-<to>` (a
@@ -950,7 +969,7 @@ impl Cairn {
         self.entry_as(workspace, id, reader.into(), "entry")
     }
 
-    fn entry_as(
+    pub(crate) fn entry_as(
         &self,
         workspace: &str,
         id: &str,

@@ -201,7 +201,10 @@ fn a_good_reply_is_used_deduplicated_with_provenance() -> Result<()> {
         .clone();
     ensure!(requests.len() == 1, "{}", requests.len());
     let request = &requests[0];
-    ensure!(request.contains("Authorization: Bearer k"), "{request}");
+    ensure!(
+        request.to_lowercase().contains("authorization: bearer k"),
+        "{request}"
+    );
     ensure!(request.contains("memory extraction agent"), "{request}");
     ensure!(
         request.contains("[t2] user: Let's go with April 1 and sync on."),

@@ -319,6 +319,141 @@ fn cairn_mcp_outlives_malformed_input() -> Result<()> {
     Ok(())
 }
 
+/// Entries about the fixture's sessions: one from `main` (in `helper`'s
+/// lineage) and one from `other` (outside it). Returns their ids.
+fn entries_fixture(data: &Path) -> Result<(String, String)> {
+    let cairn = Cairn::open(CairnConfig {
+        data_dir: data.to_owned(),
+        storage: crate::support::storage(data),
+        ..CairnConfig::default()
+    })?;
+    let about = |session: &str, content: &str| -> Result<String> {
+        let mut input = EntryInput::new(EntryKind::Fact, content);
+        input.provenance = Some(cairn::Provenance {
+            session: session.into(),
+            from_seq: 0,
+            to_seq: 0,
+        });
+        Ok(cairn.append_entry("default", &input)?.id)
+    };
+    let ours = about("main", "The payments beta ships on Friday")?;
+    let theirs = about("other", "The other team's plan is secret")?;
+    cairn.flush()?;
+    Ok((ours, theirs))
+}
+
+#[test]
+fn a_sub_agent_corrects_retracts_and_pins_within_its_lineage_over_mcp() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    fixture(&data)?;
+    let (ours, theirs) = entries_fixture(&data)?;
+    let mut mcp = Mcp::start(&data, &["mcp", "--asking", "helper"])?;
+    let tools = mcp.request("tools/list", json!({}))?;
+    for name in ["memory_correct", "memory_retract", "memory_pin"] {
+        ensure!(
+            tools["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["name"] == name)),
+            "{name} listed: {tools}"
+        );
+    }
+
+    // A correction replaces the entry; the reason and the asking session
+    // are recorded.
+    let fixed = mcp.ok(
+        "memory_correct",
+        json!({"id": ours, "content": "The payments beta ships on Monday", "reason": "the launch moved"}),
+    )?;
+    ensure!(fixed["replaces"] == ours.as_str(), "{fixed}");
+    ensure!(fixed["kind"] == "fact", "{fixed}");
+    ensure!(fixed["provenance"]["session"] == "helper", "{fixed}");
+    ensure!(
+        fixed["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("Corrects {ours}: the launch moved"))),
+        "{fixed}"
+    );
+    let new = fixed["id"].as_str().context("id")?.to_owned();
+    let old = mcp.ok("memory_get", json!({"id": ours}))?;
+    ensure!(old["entry"]["status"]["state"] == "replaced", "{old}");
+    mcp.refused(
+        "memory_correct",
+        json!({"id": ours, "content": "Tuesday", "reason": "again"}),
+        "already_replaced",
+    )?;
+    mcp.refused(
+        "memory_correct",
+        json!({"id": new, "content": "x", "reason": "  "}),
+        "invalid",
+    )?;
+    mcp.refused(
+        "memory_correct",
+        json!({"id": new, "content": "x", "reason": "y", "session": "other"}),
+        "lineage_denied",
+    )?;
+    // Nothing outside the lineage is touched.
+    mcp.refused(
+        "memory_correct",
+        json!({"id": theirs, "content": "Their plan is public", "reason": "leaked"}),
+        "lineage_denied",
+    )?;
+    mcp.refused("memory_pin", json!({"id": theirs}), "lineage_denied")?;
+    mcp.refused(
+        "memory_retract",
+        json!({"id": theirs, "reason": "not ours"}),
+        "lineage_denied",
+    )?;
+
+    // Pin and unpin.
+    let pinned = mcp.ok("memory_pin", json!({"id": new}))?;
+    ensure!(
+        pinned["pinned"] == true && pinned["pins"] == json!([new]),
+        "{pinned}"
+    );
+    let unpinned = mcp.ok("memory_pin", json!({"id": new, "pinned": false}))?;
+    ensure!(unpinned["pins"] == json!([]), "{unpinned}");
+    mcp.ok("memory_pin", json!({"id": new}))?;
+
+    // A retraction erases the entry and its earlier version, leaving a
+    // tombstone with the reason; the pin goes with it.
+    let tombstone = mcp.ok(
+        "memory_retract",
+        json!({"id": new, "reason": "the beta was cancelled"}),
+    )?;
+    ensure!(
+        tombstone["reason"] == "the beta was cancelled"
+            && tombstone["target"]["kind"] == "entry"
+            && tombstone["removed"]["entries"] == 2,
+        "{tombstone}"
+    );
+    mcp.refused("memory_get", json!({"id": new}), "entry_not_found")?;
+    mcp.refused("memory_get", json!({"id": ours}), "entry_not_found")?;
+    mcp.refused(
+        "memory_retract",
+        json!({"id": new, "reason": "twice"}),
+        "entry_not_found",
+    )?;
+    drop(mcp);
+    let cairn = Cairn::open(CairnConfig {
+        data_dir: data.clone(),
+        storage: crate::support::storage(&data),
+        ..CairnConfig::default()
+    })?;
+    ensure!(cairn.pinned("default")?.is_empty());
+    ensure!(
+        cairn
+            .tombstones("default")?
+            .iter()
+            .any(|t| t.reason == "the beta was cancelled")
+    );
+    // The other team's entry is as it was.
+    ensure!(
+        cairn.entry("default", &theirs, None)?.entry.content == "The other team's plan is secret"
+    );
+    Ok(())
+}
+
 /// One JSON-RPC request to `cairn serve`'s MCP endpoint (stateless: no
 /// handshake needed per request beyond the protocol version header).
 fn post_mcp(
@@ -461,5 +596,74 @@ fn cairn_serve_mcp_endpoint_follows_the_token_and_the_asking_query() -> Result<(
             && note["result"]["structuredContent"]["code"] == "forbidden",
         "{note}"
     );
+    // Nor may it correct, retract or pin.
+    let (ours, _) = entries_fixture_of(&server, token)?;
+    for (tool, arguments) in [
+        (
+            "memory_correct",
+            json!({"id": ours, "content": "Read tokens rewrite nothing.", "reason": "r"}),
+        ),
+        ("memory_retract", json!({"id": ours, "reason": "r"})),
+        ("memory_pin", json!({"id": ours})),
+        ("memory_pin", json!({"id": ours, "pinned": false})),
+    ] {
+        let (_, refused) = post_mcp(
+            &server,
+            "/v1/workspaces/default/mcp",
+            reader,
+            &call(tool, arguments),
+        )?;
+        ensure!(
+            refused["result"]["isError"] == true
+                && refused["result"]["structuredContent"]["code"] == "forbidden",
+            "{tool}: {refused}"
+        );
+    }
+    let (_, entry) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp",
+        token,
+        &call("memory_get", json!({"id": ours})),
+    )?;
+    ensure!(
+        entry["result"]["structuredContent"]["entry"]["status"]["state"] == "live",
+        "untouched: {entry}"
+    );
+    // The write token may.
+    let (_, pinned) = post_mcp(
+        &server,
+        "/v1/workspaces/default/mcp",
+        token,
+        &call("memory_pin", json!({"id": ours})),
+    )?;
+    ensure!(
+        pinned["result"]["structuredContent"]["pins"] == json!([ours]),
+        "{pinned}"
+    );
     Ok(())
+}
+
+/// An entry written over HTTP with the write `token`, from session `main`.
+fn entries_fixture_of(
+    server: &crate::support::Server,
+    token: Option<&str>,
+) -> Result<(String, Value)> {
+    let mut request = server
+        .agent
+        .post(format!("{}/v1/workspaces/default/entries", server.base));
+    if let Some(token) = token {
+        request = request.header("authorization", &format!("Bearer {token}"));
+    }
+    let body: Value = request
+        .send_json(
+            json!({"entries": [{"kind": "fact", "content": "Read tokens change nothing",
+            "provenance": {"session": "main", "from_seq": 0, "to_seq": 0}}]}),
+        )?
+        .body_mut()
+        .read_json()?;
+    let id = body["entries"][0]["id"]
+        .as_str()
+        .with_context(|| format!("{body}"))?
+        .to_owned();
+    Ok((id, body))
 }

@@ -1,11 +1,12 @@
 //! The memory-log routes: append and read entries and their history,
-//! subjects, and erasure (forget and its tombstones).
+//! correct, retract and pin one, subjects, and erasure (forget and its
+//! tombstones).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpMessage, HttpRequest, web};
 use cairn::{
-    Cairn, Destination, Entry, EntryFilter, EntryInput, EntryKind, EntryView, ForgetTarget, ReadAs,
-    Subject, SubjectKind, Tombstone,
+    Cairn, Correction, Destination, Entry, EntryFilter, EntryInput, EntryKind, EntryView,
+    ForgetTarget, ReadAs, Subject, SubjectKind, TaskStatus, Tombstone,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -23,6 +24,11 @@ pub(crate) fn routes() -> Vec<Route> {
         Route::new(Read, __path_entries, entries),
         Route::new(Read, __path_entry, entry),
         Route::new(Read, __path_history, history),
+        Route::new(Write, __path_correct, correct),
+        Route::new(Write, __path_retract, retract),
+        Route::new(Write, __path_pin, pin),
+        Route::new(Write, __path_unpin, unpin),
+        Route::new(Read, __path_pins, pins),
         Route::new(Read, __path_subjects, subjects),
         Route::new(Write, __path_add_subject, add_subject),
         Route::new(Write, __path_rename_subject, rename_subject),
@@ -86,6 +92,53 @@ pub struct ForgetBody {
     pub target: ForgetTarget,
     /// Why (recorded in the tombstone).
     pub reason: String,
+}
+
+/// Body of `POST .../entries/{id}/correct`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CorrectBody {
+    /// What the entry should say instead.
+    pub content: String,
+    /// Why it was wrong (recorded in the new version's detail).
+    pub reason: String,
+    /// More: on a decision, why; on a fact, background.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// Subject slug; the corrected entry's when absent.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// For a task: its status; the corrected task's when absent.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub status: Option<TaskStatus>,
+    /// The session the correction comes from (its provenance); the asking
+    /// session when absent, none when neither is given.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// The turns it rests on, `[from, to]` inclusive; the session's last
+    /// turn when absent.
+    #[serde(default)]
+    pub turns: Option<[u64; 2]>,
+}
+
+/// Body of `POST .../entries/{id}/retract`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetractBody {
+    /// Why (recorded in the tombstone).
+    pub reason: String,
+}
+
+/// Answer of `PUT` and `DELETE .../entries/{id}/pin`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct PinReply {
+    /// The entry.
+    pub entry: String,
+    /// Whether it is pinned now.
+    pub pinned: bool,
+    /// Every pinned entry id of the workspace, in id order.
+    pub pins: Vec<String>,
 }
 
 /// Query of `GET .../entries`: the log filter and who asks.
@@ -186,6 +239,92 @@ async fn history(
 ) -> ApiResult<Vec<EntryView>> {
     let (ws, id) = path.into_inner();
     blocking(move || Ok(cairn.history(&ws, &id, q.reader())?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries/{id}/correct", params(AskingQuery),
+    request_body = CorrectBody,
+    responses((status = 200, body = Entry, description = "The new version, which replaces the entry"),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "`already_replaced`")))]
+async fn correct(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+    body: web::Json<CorrectBody>,
+) -> ApiResult<Entry> {
+    let (ws, id) = path.into_inner();
+    blocking(move || {
+        let body = body.into_inner();
+        let mut correction = Correction::new(&body.content, &body.reason);
+        correction.detail = body.detail;
+        correction.subject = body.subject;
+        correction.status = body.status;
+        correction.session = body.session;
+        correction.turns = body.turns;
+        Ok(cairn.memory_correct(&ws, &id, &correction, q.reader())?)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/entries/{id}/retract", params(AskingQuery),
+    request_body = RetractBody,
+    responses((status = 200, body = Tombstone), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn retract(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+    body: web::Json<RetractBody>,
+) -> ApiResult<Tombstone> {
+    let (ws, id) = path.into_inner();
+    blocking(move || Ok(cairn.memory_retract(&ws, &id, &body.reason, q.reader())?)).await
+}
+
+#[utoipa::path(put, path = "/v1/workspaces/{workspace}/entries/{id}/pin", params(AskingQuery),
+    responses((status = 200, body = PinReply), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn pin(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+) -> ApiResult<PinReply> {
+    let (ws, id) = path.into_inner();
+    blocking(move || {
+        let pins = cairn.memory_pin(&ws, &id, true, q.reader())?;
+        Ok(PinReply {
+            entry: id,
+            pinned: true,
+            pins,
+        })
+    })
+    .await
+}
+
+#[utoipa::path(delete, path = "/v1/workspaces/{workspace}/entries/{id}/pin", params(AskingQuery),
+    responses((status = 200, body = PinReply), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+async fn unpin(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+) -> ApiResult<PinReply> {
+    let (ws, id) = path.into_inner();
+    blocking(move || {
+        let pins = cairn.memory_pin(&ws, &id, false, q.reader())?;
+        Ok(PinReply {
+            entry: id,
+            pinned: false,
+            pins,
+        })
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/pins",
+    responses((status = 200, body = Vec<String>, description = "The pinned entry ids, in id order"),
+        (status = 404, body = ErrorBody)))]
+async fn pins(cairn: web::Data<Cairn>, ws: web::Path<String>) -> ApiResult<Vec<String>> {
+    blocking(move || Ok(cairn.pinned(&ws)?)).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/subjects",

@@ -11,8 +11,9 @@ use super::guard::Principal;
 use super::route::{Route, Scope, WORKSPACE};
 
 /// The routes of this area: one endpoint, left out of the description. A
-/// message (`POST`) reads: its one writing tool, `memory_note`, refuses a
-/// read-scoped token itself; any other method but `GET` and `HEAD` writes.
+/// message (`POST`) reads: its writing tools (`memory_note`,
+/// `memory_correct`, `memory_retract`, `memory_pin`) refuse a read-scoped
+/// token themselves; any other method but `GET` and `HEAD` writes.
 pub(crate) fn routes() -> Vec<Route> {
     let path = format!("{WORKSPACE}/mcp");
     vec![

@@ -36,7 +36,7 @@ pub(crate) enum Scope {
     Open,
     /// A token that opens the workspace, read-scoped or not: `GET`s, and
     /// the `POST`s whose body is a question (search, assemble) or an MCP
-    /// message (whose one writing tool refuses a read-scoped token itself).
+    /// message (whose writing tools refuse a read-scoped token themselves).
     Read,
     /// A token that opens the workspace with the write scope.
     Write,

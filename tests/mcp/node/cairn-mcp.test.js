@@ -19,9 +19,12 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 const CAIRN = process.env.CAIRN_BIN ?? "";
 const SECRET = "sk-abcdefghijklmnopqrstuvwxyz123456";
 const TOOLS = [
+  "memory_correct",
   "memory_expand",
   "memory_get",
   "memory_note",
+  "memory_pin",
+  "memory_retract",
   "memory_search",
   "read_transcript",
   "session_list",
@@ -104,6 +107,9 @@ test("lists every tool with a JSON schema", () =>
     assert.equal(search.annotations?.readOnlyHint, true);
     const note = tools.find((t) => t.name === "memory_note");
     assert.equal(note.annotations?.readOnlyHint, false);
+    const retract = tools.find((t) => t.name === "memory_retract");
+    assert.equal(retract.annotations?.destructiveHint, true);
+    assert.deepEqual(retract.inputSchema.required.sort(), ["id", "reason"]);
   }));
 
 test("calls each tool", () =>
@@ -146,6 +152,22 @@ test("calls each tool", () =>
     assert.deepEqual(entry.provenance, { session: "s1", from_seq: 22, to_seq: 22 });
     const again = await ok(client, "memory_get", { id: entry.id });
     assert.equal(again.entry.content, "Rotate the staging key");
+
+    const fixed = await ok(client, "memory_correct", {
+      id: entry.id,
+      content: "Rotate the staging key today",
+      reason: "it leaked",
+      status: "open",
+      session: "s1",
+    });
+    assert.equal(fixed.replaces, entry.id);
+    assert.equal(fixed.kind, "task");
+    const pinned = await ok(client, "memory_pin", { id: fixed.id });
+    assert.deepEqual(pinned.pins, [fixed.id]);
+    const tombstone = await ok(client, "memory_retract", { id: fixed.id, reason: "done elsewhere" });
+    assert.equal(tombstone.reason, "done elsewhere");
+    assert.equal(tombstone.removed.entries, 2);
+    await fails(client, "memory_get", { id: fixed.id }, "entry_not_found");
   }));
 
 test("bad arguments are tool errors and the server lives on", () =>
@@ -160,6 +182,9 @@ test("bad arguments are tool errors and the server lives on", () =>
     await fails(client, "read_transcript", { session: "s1", from: -1 }, "invalid_arguments");
     await fails(client, "memory_note", { kind: "obligation", content: "x", session: "s1" }, "invalid_arguments");
     await fails(client, "memory_note", { kind: "fact", content: "", session: "s1" }, "empty");
+    await fails(client, "memory_correct", { id: "no-such-entry", content: "x", reason: "r" }, "entry_not_found");
+    await fails(client, "memory_retract", { id: "no-such-entry" }, "invalid_arguments");
+    await fails(client, "memory_pin", { id: "no-such-entry", pinned: "yes" }, "invalid_arguments");
     // An unknown tool is a protocol error; the server still answers.
     await assert.rejects(client.callTool({ name: "no_such_tool", arguments: {} }));
     await ok(client, "session_list");

@@ -77,7 +77,7 @@ test("the tools over streamable HTTP", async () => {
   const client = await connect();
   try {
     const { tools } = await client.listTools();
-    assert.equal(tools.length, 6);
+    assert.equal(tools.length, 9);
     const found = await client.callTool({ name: "memory_search", arguments: { query: "payments retries" } });
     assert.ok(!found.isError, JSON.stringify(found.structuredContent));
     assert.ok(found.structuredContent.items.length > 0);

@@ -32,6 +32,9 @@ TOOLS = {
     "session_list",
     "read_transcript",
     "memory_note",
+    "memory_correct",
+    "memory_retract",
+    "memory_pin",
 }
 
 
@@ -120,6 +123,9 @@ class CairnMcpTest(unittest.IsolatedAsyncioTestCase):
                 self.assertTrue(t.description)
             self.assertEqual(tools["memory_search"].input_schema["required"], ["query"])
             self.assertIn("kind", tools["memory_note"].input_schema["required"])
+            self.assertEqual(set(tools["memory_correct"].input_schema["required"]), {"id", "content", "reason"})
+            self.assertEqual(set(tools["memory_retract"].input_schema["required"]), {"id", "reason"})
+            self.assertTrue(tools["memory_retract"].annotations.destructive_hint)
 
     async def test_calls_each_tool(self):
         async with self.connect() as s:
@@ -166,6 +172,26 @@ class CairnMcpTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(again["entry"]["content"], "Payments retry through the queue")
             last = await self.ok(s, "memory_note", {"kind": "fact", "content": "Staging has a key", "session": "s1"})
             self.assertEqual(last["provenance"]["from_seq"], 23)
+            # memory_correct: a new version that replaces the note, with the reason.
+            fixed = await self.ok(
+                s,
+                "memory_correct",
+                {"id": entry["id"], "content": "Payments retry through the outbox", "reason": "the queue was dropped",
+                 "session": "s1"},
+            )
+            self.assertEqual(fixed["replaces"], entry["id"])
+            self.assertIn("the queue was dropped", fixed["detail"])
+            old = await self.ok(s, "memory_get", {"id": entry["id"]})
+            self.assertEqual(old["entry"]["status"]["state"], "replaced")
+            # memory_pin: pinned, then unpinned.
+            pinned = await self.ok(s, "memory_pin", {"id": fixed["id"]})
+            self.assertEqual(pinned["pins"], [fixed["id"]])
+            unpinned = await self.ok(s, "memory_pin", {"id": fixed["id"], "pinned": False})
+            self.assertEqual(unpinned["pins"], [])
+            # memory_retract: erased, with a tombstone that keeps the reason.
+            tombstone = await self.ok(s, "memory_retract", {"id": last["id"], "reason": "said in error"})
+            self.assertEqual(tombstone["reason"], "said in error")
+            await self.error(s, "memory_get", {"id": last["id"]}, "entry_not_found")
 
     async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(self):
         async with self.connect() as s:
@@ -183,6 +209,10 @@ class CairnMcpTest(unittest.IsolatedAsyncioTestCase):
             await self.error(s, "memory_note", {"kind": "fact", "content": "x"}, "invalid")
             await self.error(s, "memory_note", {"kind": "fact", "content": "x", "session": "s1", "turns": [5, 99]}, "invalid")
             await self.error(s, "memory_note", {"kind": "fact", "content": "x", "session": "ghost"}, "session_not_found")
+            await self.error(s, "memory_correct", {"id": "no-such-entry", "content": "x", "reason": "r"}, "entry_not_found")
+            await self.error(s, "memory_correct", {"id": "no-such-entry", "content": "x"}, "invalid_arguments")
+            await self.error(s, "memory_retract", {"id": "no-such-entry", "reason": " "}, "invalid")
+            await self.error(s, "memory_pin", {"id": "no-such-entry"}, "entry_not_found")
             # An unknown tool is a protocol error; the server still answers.
             with self.assertRaises(MCPError):
                 await s.call_tool("no_such_tool", {})
