@@ -615,6 +615,8 @@ struct Facts<'a> {
     sessions: &'a [Session],
     pins: &'a HashSet<String>,
     subjects: &'a [Subject],
+    /// When each captured fact was said: its source turn's time.
+    said_at: &'a HashMap<String, DateTime<Utc>>,
     decay: &'a DecayConfig,
     now: DateTime<Utc>,
 }
@@ -932,8 +934,9 @@ impl Facts<'_> {
 }
 
 /// Step 2, settle: among the live facts about one person and one
-/// single-valued attribute that have a value, the newest (by timestamp,
-/// then id) replaces every older one — one with another value (the person
+/// single-valued attribute that have a value, the newest (by when it was
+/// said — its source turn's time, else its timestamp — then id) replaces
+/// every older one — one with another value (the person
 /// moved, changed jobs) and one with the same value (a restatement: one
 /// live fact says it). Pinned facts are never settled.
 fn settle(
@@ -942,28 +945,32 @@ fn settle(
     touched: &mut HashSet<String>,
     out: &mut Vec<Planned>,
 ) {
-    let mut groups: BTreeMap<(Person, Attribute), Vec<(&Entry, String)>> = BTreeMap::new();
+    type Said<'e> = (DateTime<Utc>, &'e Entry, String);
+    let mut groups: BTreeMap<(Person, Attribute), Vec<Said<'_>>> = BTreeMap::new();
     for e in ordered {
         if touched.contains(&e.id) || !facts.is_live(e) {
             continue;
         }
         if let Some((person, attribute, value)) = facts.settled_slot(e) {
+            let said = facts.said_at.get(&e.id).copied().unwrap_or(e.timestamp);
             groups
                 .entry((person, attribute))
                 .or_default()
-                .push((e, value));
+                .push((said, e, value));
         }
     }
-    for ((_, attribute), group) in groups {
-        // `ordered` is by (timestamp, id): the last is the newest.
-        let Some(((newest, value), older)) = group.split_last() else {
+    for ((_, attribute), mut group) in groups {
+        // When said, then id: the last is the newest. (One capture writes
+        // the facts of many turns at one time; their turns tell them apart.)
+        group.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+        let Some(((newest_at, newest, value), older)) = group.split_last() else {
             continue;
         };
         let turn = newest.provenance.as_ref().map_or_else(
             || "no source turn".to_owned(),
             |p| format!("turn {}:{}", p.session, p.from_seq),
         );
-        for (e, old_value) in older {
+        for (said, e, old_value) in older {
             if facts.pins.contains(&e.id) {
                 continue;
             }
@@ -981,9 +988,9 @@ fn settle(
                     reason: format!(
                         "fact {} ({}) is replaced by the newer fact {} ({}, {turn}) about the same person: {} holds one value at a time, and the newer {}",
                         e.id,
-                        e.timestamp.format("%Y-%m-%d"),
+                        said.format("%Y-%m-%d"),
                         newest.id,
-                        newest.timestamp.format("%Y-%m-%d"),
+                        newest_at.format("%Y-%m-%d"),
                         attribute.as_str(),
                         if restated {
                             "says the same value again"
@@ -1367,6 +1374,32 @@ impl Workspace {
         )
     }
 
+    /// When each captured fact of a single-valued attribute was said: its
+    /// source turn's time (what settling orders them by).
+    fn facts_said_at(&self, entries: &[Arc<Entry>]) -> Result<HashMap<String, DateTime<Utc>>> {
+        let mut out = HashMap::new();
+        for e in entries {
+            let Some(p) = &e.provenance else { continue };
+            let single = e.kind == EntryKind::Fact
+                && e.detail
+                    .as_deref()
+                    .and_then(crate::facts::fact_of_detail)
+                    .is_some_and(|(a, _)| a.single());
+            if !single {
+                continue;
+            }
+            match self.turn(&p.session, p.from_seq) {
+                Ok(Some(turn)) => {
+                    out.insert(e.id.clone(), turn.timestamp);
+                }
+                // Its session erased or never stored: the entry's own time.
+                Ok(None) | Err(MemoryError::SessionNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Sessions with their derived last turn (the listing's is not derived).
     fn sessions_with_turns(&self) -> Result<Vec<Session>> {
         let mut out = Vec::new();
@@ -1387,6 +1420,7 @@ impl Workspace {
         let sessions = self.sessions_with_turns()?;
         let pins: HashSet<String> = self.pinned()?.into_iter().collect();
         let subjects = self.subject_list()?;
+        let said_at = self.facts_said_at(log.entries.all())?;
         let seq = self.next_run_seq()?;
         let run = run_id(seq);
         let facts = Facts {
@@ -1403,6 +1437,7 @@ impl Workspace {
             sessions: &sessions,
             pins: &pins,
             subjects: &subjects,
+            said_at: &said_at,
             decay: &self.shared.config.decay,
             now,
         };
