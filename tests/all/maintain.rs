@@ -392,6 +392,25 @@ fn http_maintain_is_guarded_and_described() -> Result<()> {
         spec["components"]["schemas"]["MaintenanceReport"].is_object(),
         "no MaintenanceReport schema"
     );
+    // The settle action and the attribute it names are described.
+    let schemas = &spec["components"]["schemas"];
+    ensure!(
+        schemas["Attribute"]["enum"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|v| v == "residence")),
+        "no Attribute schema: {}",
+        schemas["Attribute"]
+    );
+    ensure!(
+        schemas["Action"].to_string().contains("\"settle\""),
+        "no settle action: {}",
+        schemas["Action"]
+    );
+    ensure!(
+        schemas["Rule"].to_string().contains("\"settle\""),
+        "no settle rule: {}",
+        schemas["Rule"]
+    );
     Ok(())
 }
 
