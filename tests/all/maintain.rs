@@ -493,7 +493,7 @@ fn cli_maintain_settles_a_fact_a_later_one_contradicts_and_undo_restores_it() ->
 
     let dry = ok(&run_cli(&data, &["maintain", "--dry-run"])?)?;
     ensure!(
-        dry.contains("1 change(s) would be made") && dry.contains(&format!("settle")),
+        dry.contains("1 change(s) would be made") && dry.contains("settle"),
         "{dry}"
     );
     ensure!(

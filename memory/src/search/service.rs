@@ -93,12 +93,15 @@ struct WsIndex {
     /// (the log snapshot's own: the same pointer means nothing changed).
     /// The replaced set also holds the facts maintenance settled, so it
     /// was told of the marks too.
-    replaced_seen: Option<(
-        Arc<HashMap<String, String>>,
-        Arc<crate::maintain::Lifecycle>,
-    )>,
+    replaced_seen: Option<ReplacedSeen>,
     archived_seen: Option<Arc<crate::maintain::Lifecycle>>,
 }
+
+/// The replacement map and lifecycle marks a search index was last told of.
+type ReplacedSeen = (
+    Arc<HashMap<String, String>>,
+    Arc<crate::maintain::Lifecycle>,
+);
 
 struct Inner {
     memory: Memory,
