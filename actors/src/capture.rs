@@ -1074,13 +1074,13 @@ fn build_entries(
             EntryKind::WorkPhaseChange => format!("Work phase: {}", item.content),
             _ => item.content.clone(),
         };
-        let about = match (item.attribute, &item.speaker) {
-            (Some(attribute), Some(speaker)) => {
-                format!(" (fact: {}, about {speaker})", attribute.as_str())
-            }
-            (Some(attribute), None) => format!(" (fact: {})", attribute.as_str()),
-            _ => String::new(),
-        };
+        // Read back by maintenance (`facts::fact_of_detail`) to settle facts.
+        let about = item.attribute.map_or_else(String::new, |attribute| {
+            format!(
+                " {}",
+                cairn_memory::facts::fact_detail(attribute, item.speaker.as_deref())
+            )
+        });
         let mut input = EntryInput::new(item.kind, &content)
             .in_context(work_context)
             .from_turns(&span.session, item.seq, item.seq)

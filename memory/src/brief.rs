@@ -5,9 +5,10 @@
 //!
 //! [`render`] is pure: the same live entries and `now` give the same bytes.
 //! It reads only live entries (replaced and expired ones are gone: that is
-//! how old memory fades from the briefing without being deleted) and
-//! writes six sections, each line ending with its reference (entry id, and
-//! the source turns when the entry has them):
+//! how old memory fades from the briefing without being deleted), and the
+//! facts maintenance settled, and writes up to seven sections, each line
+//! ending with its reference (entry id, and the source turns when the entry
+//! has them):
 //!
 //! | section | what | window |
 //! |---|---|---|
@@ -17,6 +18,7 @@
 //! | Open questions | `question` / `open_question` entries (replacing one closes it) | no limit |
 //! | Stale | subjects (or work contexts) whose newest live entry is 30 days old or more; those with open tasks or questions first | — |
 //! | Contradictions | [`find_contradictions`] whose newer entry is in the Active window | at most 3 |
+//! | Changed | facts maintenance settled with a new value ([`crate::maintain`], rule `settle`), newest first; printed only when it has lines | Active window, at most 3 |
 //!
 //! Every section has a line cap (an empty section says `- none`; a cut one
 //! ends with `- … N more`), so the block is at most [`MAX_LINES`] lines
@@ -174,17 +176,20 @@ pub enum BriefSectionKind {
     Stale,
     /// Live entries that seem to conflict.
     Contradictions,
+    /// Facts maintenance settled: a newer value replaced an older one.
+    Changed,
 }
 
 impl BriefSectionKind {
     /// Every section, in block order.
-    pub const ALL: [BriefSectionKind; 6] = [
+    pub const ALL: [BriefSectionKind; 7] = [
         BriefSectionKind::Active,
         BriefSectionKind::Decisions,
         BriefSectionKind::Pending,
         BriefSectionKind::OpenQuestions,
         BriefSectionKind::Stale,
         BriefSectionKind::Contradictions,
+        BriefSectionKind::Changed,
     ];
 
     /// The `snake_case` name.
@@ -196,12 +201,13 @@ impl BriefSectionKind {
             BriefSectionKind::OpenQuestions => "open_questions",
             BriefSectionKind::Stale => "stale",
             BriefSectionKind::Contradictions => "contradictions",
+            BriefSectionKind::Changed => "changed",
         }
     }
 
-    /// How many items the section shows at most. With the title, six
-    /// headings and a `… more` line each, the caps add up to at most 74
-    /// lines, under [`MAX_LINES`].
+    /// How many items the section shows at most. With the title, seven
+    /// headings and a `… more` line each, the caps add up to at most 80
+    /// lines, [`MAX_LINES`].
     pub fn max_items(self) -> usize {
         match self {
             BriefSectionKind::Active => 12,
@@ -210,6 +216,7 @@ impl BriefSectionKind {
             BriefSectionKind::OpenQuestions => 12,
             BriefSectionKind::Stale => 8,
             BriefSectionKind::Contradictions => 3,
+            BriefSectionKind::Changed => 3,
         }
     }
 
@@ -225,6 +232,9 @@ impl BriefSectionKind {
                 format!("### Stale (untouched {}+ days)", settings.stale_days)
             }
             BriefSectionKind::Contradictions => "### Contradictions (please confirm)".to_owned(),
+            BriefSectionKind::Changed => {
+                format!("### Changed (last {} days)", settings.active_days)
+            }
         }
     }
 }
@@ -249,7 +259,8 @@ pub struct BriefItem {
 
 impl BriefItem {
     /// The reference the line ends with: `[id]` or `[id; session:from-to]`
-    /// (`[older id; newer id]` for a contradiction).
+    /// (`[older id; newer id]` for a contradiction, `[newer id; older id;
+    /// newer's turns]` for a settled fact).
     pub fn reference(&self) -> String {
         let mut parts: Vec<&str> = self.entries.iter().map(String::as_str).collect();
         if let Some(t) = &self.turns {
@@ -286,7 +297,8 @@ pub struct Briefing {
     pub scope: BriefScope,
     /// The time it was rendered at (the clock's `now`).
     pub at: DateTime<Utc>,
-    /// The six sections, in block order.
+    /// The seven sections, in block order (the text leaves Changed out
+    /// when it is empty).
     pub sections: Vec<BriefSection>,
     /// The block (markdown, every line ends with `\n`), at most
     /// [`MAX_LINES`] lines; no markers.
@@ -300,7 +312,7 @@ pub struct Briefing {
 impl Briefing {
     /// A section.
     pub fn section(&self, kind: BriefSectionKind) -> &BriefSection {
-        // Every briefing has all six, in order.
+        // Every briefing has all seven, in order.
         &self.sections[BriefSectionKind::ALL
             .iter()
             .position(|k| *k == kind)
@@ -361,7 +373,7 @@ pub fn render_with<'a>(
     now: DateTime<Utc>,
     settings: &BriefSettings,
 ) -> Briefing {
-    render_shown(entries, contradictions, scope, now, settings).0
+    render_shown(entries, contradictions, &[], scope, now, settings).0
 }
 
 /// [`render_with`], with the entry each item stands for (its first), in
@@ -369,6 +381,7 @@ pub fn render_with<'a>(
 fn render_shown<'a>(
     entries: impl IntoIterator<Item = &'a EntryView>,
     contradictions: &[Contradiction],
+    changed: &[SettledFact],
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
@@ -384,7 +397,15 @@ fn render_shown<'a>(
         })
         .collect();
     let digest = BriefIndex::of(in_scope.iter().copied()).digest(now, settings);
-    render_digest(&digest, in_scope, contradictions, scope, now, settings)
+    render_digest(
+        &digest,
+        in_scope,
+        contradictions,
+        changed,
+        scope,
+        now,
+        settings,
+    )
 }
 
 /// The briefing of `scope` from the digest of its live entries;
@@ -394,6 +415,7 @@ fn render_digest<'a>(
     digest: &Digest,
     in_scope: impl IntoIterator<Item = &'a EntryView>,
     contradictions: &[Contradiction],
+    changed: &[SettledFact],
     scope: &BriefScope,
     now: DateTime<Utc>,
     settings: &BriefSettings,
@@ -424,7 +446,15 @@ fn render_digest<'a>(
         .iter()
         .filter(|c| named.contains_key(c.older.as_str()) && named.contains_key(c.newer.as_str()))
         .collect();
-    render_scoped(digest, &contradictions, &named, scope, now, settings)
+    render_scoped(
+        digest,
+        &contradictions,
+        changed,
+        &named,
+        scope,
+        now,
+        settings,
+    )
 }
 
 /// `named`: the entries the contradictions name, by id. With the entry
@@ -432,6 +462,7 @@ fn render_digest<'a>(
 fn render_scoped(
     digest: &Digest,
     contradictions: &[&Contradiction],
+    changed: &[SettledFact],
     named: &HashMap<&str, &EntryView>,
     scope: &BriefScope,
     now: DateTime<Utc>,
@@ -579,7 +610,33 @@ fn render_scoped(
         })
         .collect();
 
-    let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 6] = [
+    let changed_items: Vec<BriefItem> = changed
+        .iter()
+        .filter(|c| {
+            scope
+                .work_context
+                .as_ref()
+                .is_none_or(|wc| &*c.newer.entry.work_context == wc)
+        })
+        .take(cap(BriefSectionKind::Changed))
+        .map(|c| {
+            let mut item = item_of(&noted, &c.newer, c.line());
+            item.entries.push(c.older.entry.id.clone());
+            item.at = c.mark.at;
+            item
+        })
+        .collect();
+    let changed_total = changed
+        .iter()
+        .filter(|c| {
+            scope
+                .work_context
+                .as_ref()
+                .is_none_or(|wc| &*c.newer.entry.work_context == wc)
+        })
+        .count();
+
+    let lists: [(BriefSectionKind, usize, Vec<BriefItem>); 7] = [
         (BriefSectionKind::Active, active.len(), active_items),
         (
             BriefSectionKind::Decisions,
@@ -602,8 +659,9 @@ fn render_scoped(
             recent_conflicts.len(),
             conflicts,
         ),
+        (BriefSectionKind::Changed, changed_total, changed_items),
     ];
-    let mut sections = Vec::with_capacity(6);
+    let mut sections = Vec::with_capacity(7);
     let mut text = match &scope.work_context {
         Some(wc) => format!("## Briefing: {} / {wc} ({})\n", scope.workspace, day(now)),
         None => format!("## Briefing: {} ({})\n", scope.workspace, day(now)),
@@ -611,9 +669,13 @@ fn render_scoped(
     for (kind, total, items) in lists {
         let omitted = total.saturating_sub(items.len());
         let heading = kind.heading(settings);
-        text.push_str(&heading);
-        text.push('\n');
-        if items.is_empty() {
+        // Most briefings change nothing: no empty Changed section.
+        let printed = kind != BriefSectionKind::Changed || !items.is_empty();
+        if printed {
+            text.push_str(&heading);
+            text.push('\n');
+        }
+        if items.is_empty() && printed {
             text.push_str("- none\n");
         }
         for item in &items {
@@ -644,6 +706,39 @@ fn render_scoped(
         entries_read: digest.entries,
     };
     (briefing, noted.into_inner())
+}
+
+/// A fact maintenance settled with a new value, as the Changed section
+/// shows it: the fact replaced, the live fact that replaced it, and the
+/// mark of the run that did.
+#[derive(Debug, Clone)]
+pub(crate) struct SettledFact {
+    pub(crate) older: EntryView,
+    pub(crate) newer: EntryView,
+    pub(crate) mark: crate::maintain::SettleMark,
+    /// The values each says ([`crate::facts::value_of`]).
+    pub(crate) from: String,
+    pub(crate) to: String,
+}
+
+impl SettledFact {
+    /// "Ana: residence Porto → Lisbon (run-3, 2026-03-05)".
+    fn line(&self) -> String {
+        // The speaker, else the user (the subject of a fact without a
+        // speaker is something the sentence names, not the person).
+        let who = crate::facts::fact_of_detail(self.newer.entry.detail.as_deref().unwrap_or(""))
+            .and_then(|(_, speaker)| speaker)
+            .unwrap_or_else(|| "The user".to_owned());
+        format!(
+            "{}: {} {} → {} ({}, {})",
+            shown_short(&who),
+            self.mark.attribute.as_str(),
+            shown_short(&self.from),
+            shown_short(&self.to),
+            self.mark.run,
+            day(self.mark.at)
+        )
+    }
 }
 
 fn more_command(kind: BriefSectionKind) -> &'static str {
@@ -777,8 +872,18 @@ impl crate::memory::Workspace {
             workspace: self.id().to_owned(),
             work_context: work_context.map(str::to_owned),
         };
-        let live = self.live_entries()?;
+        let (live, derived) = self.live_state()?;
         let now = self.clock().now();
+        // A settled fact is shown when the reader sees both facts as they are.
+        let changed: Vec<SettledFact> = self
+            .settled_facts(&live, &derived, now)?
+            .into_iter()
+            .filter(|c| {
+                [&c.older, &c.newer]
+                    .into_iter()
+                    .all(|v| matches!(shown(v), Some(std::borrow::Cow::Borrowed(_))))
+            })
+            .collect();
         let in_scope =
             |view: &&EntryView| work_context.is_none_or(|wc| &*view.entry.work_context == wc);
         let shown: Vec<Option<std::borrow::Cow<'_, EntryView>>> =
@@ -790,20 +895,83 @@ impl crate::memory::Workspace {
             // Nothing withheld or changed: the live list as it is, with the
             // contradictions kept for it.
             let contradictions = self.live_contradictions()?;
-            return Ok(render_with(
+            return Ok(render_shown(
                 live.iter(),
                 &contradictions,
+                &changed,
                 &scope,
                 now,
                 settings,
-            ));
+            )
+            .0);
         }
         let seen: Vec<EntryView> = shown
             .into_iter()
             .flatten()
             .map(std::borrow::Cow::into_owned)
             .collect();
-        Ok(render(seen.iter(), &scope, now, settings))
+        Ok(render_shown(
+            seen.iter(),
+            &find_contradictions(seen.iter()),
+            &changed,
+            &scope,
+            now,
+            settings,
+        )
+        .0)
+    }
+
+    /// The facts maintenance settled with a new value in the Active
+    /// window whose newer fact is live, newest first (for the Changed
+    /// section). Restatements (the same value) are not changes.
+    fn settled_facts(
+        &self,
+        live: &crate::live::LiveList,
+        derived: &crate::memory::LiveDerived,
+        now: DateTime<Utc>,
+    ) -> crate::Result<Vec<SettledFact>> {
+        let lifecycle = self.log_snapshot()?.lifecycle.clone();
+        if lifecycle.settled.is_empty() {
+            return Ok(Vec::new());
+        }
+        let since = now - Duration::days(i64::from(self.config().briefing.active_days));
+        let rules = &crate::facts::ENGLISH;
+        let mut out = Vec::new();
+        for (id, mark) in &lifecycle.settled {
+            if mark.at < since {
+                continue;
+            }
+            let Some(newer) = derived
+                .position(live, &mark.by)
+                .and_then(|i| live.get(i))
+                .cloned()
+            else {
+                continue;
+            };
+            let older = match self.entry(id) {
+                Ok(v) => v,
+                // Erased since.
+                Err(crate::MemoryError::EntryNotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let value =
+                |v: &EntryView| crate::facts::value_of(&v.entry.content, mark.attribute, rules);
+            let (Some(from), Some(to)) = (value(&older), value(&newer)) else {
+                continue;
+            };
+            if from.to_lowercase() == to.to_lowercase() {
+                continue;
+            }
+            out.push(SettledFact {
+                older,
+                newer,
+                mark: mark.clone(),
+                from,
+                to,
+            });
+        }
+        out.sort_by(|a, b| (b.mark.at, &b.older.entry.id).cmp(&(a.mark.at, &a.older.entry.id)));
+        Ok(out)
     }
 
     /// The workspace briefing as assembly includes it: [`Self::briefing`]
@@ -866,8 +1034,16 @@ impl crate::memory::Workspace {
             .lock()
             .get_or_insert_with(|| BriefIndex::of(&*live))
             .digest(now, settings);
-        let (brief, shown) =
-            render_digest(&digest, live.iter(), &contradictions, &scope, now, settings);
+        let changed = self.settled_facts(&live, &derived, now)?;
+        let (brief, shown) = render_digest(
+            &digest,
+            live.iter(),
+            &contradictions,
+            &changed,
+            &scope,
+            now,
+            settings,
+        );
         tracing::debug!(
             workspace = %self.id(),
             entries = live.len(),

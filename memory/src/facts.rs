@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 /// hold one value at a time for a person: a newer fact replaces an older
 /// one of the same attribute about the same person.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Attribute {
     /// Where they live.
@@ -154,6 +155,8 @@ pub struct FactRules {
     /// Statements after a fact, in the same turn, kept with it ("I made
     /// it in pottery class. Pottery's so relaxing.").
     pub follow_clauses: usize,
+    /// How a single-valued attribute's value reads in a fact ([`value_of`]).
+    pub values: ValueRules,
 }
 
 /// One fact [`find_facts`] found.
@@ -944,6 +947,7 @@ pub const ENGLISH: FactRules = FactRules {
     ],
     per_turn: 1,
     follow_clauses: 5,
+    values: ENGLISH_VALUES,
 };
 
 #[cfg(test)]
@@ -1063,5 +1067,348 @@ mod tests {
             assert_eq!(Attribute::parse(a.as_str()), Some(a));
         }
         assert!(Attribute::Residence.single() && !Attribute::Likes.single());
+    }
+}
+
+// ----- values of single-valued attributes ------------------------------
+
+/// A language's rules for [`value_of`]: where the value of a single-valued
+/// attribute ([`Attribute::single`]) stands in a fact, once rewritten in
+/// the third person ("Ana moved to Lisbon last spring." → `Lisbon`).
+/// Every phrase is lowercase and matches on word boundaries.
+#[derive(Debug, Clone, Copy)]
+pub struct ValueRules {
+    /// Per attribute, the phrases its value follows. A phrase with ` … `
+    /// in it has a gap: "is a … at" matches "is a nurse at the clinic",
+    /// and the value is what the gap holds, the word after it and what
+    /// follows ("nurse at the clinic").
+    pub phrases: &'static [(Attribute, &'static [&'static str])],
+    /// Words that end a value ("Lisbon *in* March", "Porto *with* my
+    /// sister"); punctuation ends it too.
+    pub ends: &'static [&'static str],
+    /// Words dropped from the start of a value (articles).
+    pub leading: &'static [&'static str],
+    /// Words that, before the phrase, make the statement about someone
+    /// else ("Ana said *he* moved to Porto").
+    pub others: &'static [&'static str],
+    /// Nouns a possessive owns when a phrase starts with them ("Ana's
+    /// *job* at Acme" is Ana's); before any other phrase a possessive
+    /// makes it someone else's ("Ana's sister moved to Porto").
+    pub possessed: &'static [&'static str],
+    /// Phrases that make a statement not one of the current value
+    /// ("no longer", "used to", "not"): a fact with one has no value.
+    pub not_current: &'static [&'static str],
+    /// The most words a value keeps.
+    pub max_words: usize,
+}
+
+/// The English value rules. Where someone is *from* or *grew up* is
+/// deliberately not a residence value: it stays true after a move, so a
+/// later "lives in" must not replace it.
+pub const ENGLISH_VALUES: ValueRules = ValueRules {
+    phrases: &[
+        (
+            Attribute::Residence,
+            &[
+                "lives in",
+                "living in",
+                "live in",
+                "moved to",
+                "relocated to",
+                "is based in",
+                "settled in",
+            ],
+        ),
+        (
+            Attribute::Work,
+            &[
+                "works at",
+                "works as",
+                "works for",
+                "working at",
+                "working as",
+                "working for",
+                "job at",
+                "job as",
+                "employed at",
+                "employed by",
+                "is a … at",
+                "is an … at",
+            ],
+        ),
+    ],
+    ends: &[
+        "in", "on", "at", "with", "since", "last", "next", "this", "for", "and", "but", "because",
+        "now", "when", "after", "before", "so", "where", "which", "who", "as", "from", "until",
+        "to", "while", "these", "recently", "again", "already", "too", "though",
+    ],
+    leading: &["the", "a", "an"],
+    others: &[
+        "he", "she", "they", "him", "his", "her", "hers", "them", "their", "you", "your",
+    ],
+    possessed: &["job"],
+    not_current: &[
+        "not",
+        "n't",
+        "no longer",
+        "never",
+        "used to",
+        "anymore",
+        "any more",
+        "formerly",
+        "if",
+        "would",
+    ],
+    max_words: 5,
+};
+
+/// The value a `content` (a fact as capture writes it, in the third
+/// person) gives its `attribute` under `rules`: the words after the
+/// attribute's value phrase up to punctuation or an end word, without a
+/// leading article, whitespace collapsed and trailing punctuation dropped.
+/// `None` for an attribute without value phrases (only single-valued ones
+/// have them), for a fact whose phrase follows someone else's possessive
+/// ("Ana's sister moved to Porto" is not Ana's residence), and for one
+/// that says the value is not current ("Ana no longer works at Acme").
+/// Compare two values case-insensitively.
+///
+/// ```
+/// use cairn_memory::facts::{value_of, Attribute, ENGLISH};
+/// let v = |text| value_of(text, Attribute::Residence, &ENGLISH);
+/// assert_eq!(v("Ana moved to Lisbon last spring.").as_deref(), Some("Lisbon"));
+/// assert_eq!(v("The user lives in New York City with two cats.").as_deref(), Some("New York City"));
+/// assert_eq!(v("Ana's sister moved to Porto."), None);
+/// assert_eq!(v("Ana is from Porto."), None);
+/// let w = |text| value_of(text, Attribute::Work, &ENGLISH);
+/// assert_eq!(w("Ana works as a nurse at the clinic.").as_deref(), Some("nurse"));
+/// assert_eq!(w("Ana is a nurse at the city clinic.").as_deref(), Some("nurse at the city clinic"));
+/// assert_eq!(w("Ana no longer works at Acme."), None);
+/// assert_eq!(value_of("Ana loves jazz.", Attribute::Likes, &ENGLISH), None);
+/// ```
+pub fn value_of(content: &str, attribute: Attribute, rules: &FactRules) -> Option<String> {
+    let values = &rules.values;
+    let phrases = values
+        .phrases
+        .iter()
+        .find(|(a, _)| *a == attribute)
+        .map(|(_, p)| *p)?;
+    let lower = content.to_lowercase().replace('’', "'");
+    // "n't" is part of a word ("doesn't"); the others are words.
+    if values
+        .not_current
+        .iter()
+        .any(|p| contains_phrase(&lower, p) || (p.starts_with("n'") && lower.contains(p)))
+    {
+        return None;
+    }
+    // Words of the original text with their lowercase form, punctuation
+    // kept as its own token (it ends a value).
+    let tokens = value_tokens(content);
+    let lowered: Vec<String> = tokens
+        .iter()
+        .map(|t| t.to_lowercase().replace('’', "'"))
+        .collect();
+    for phrase in phrases {
+        let (head, tail) = match phrase.split_once(" … ") {
+            Some((h, t)) => (h, Some(t)),
+            None => (*phrase, None),
+        };
+        let head: Vec<&str> = head.split_whitespace().collect();
+        let Some(at) = (0..lowered.len()).find(|&i| {
+            lowered.len() >= i + head.len()
+                && head.iter().enumerate().all(|(k, w)| lowered[i + k] == *w)
+        }) else {
+            continue;
+        };
+        // Someone else's: another person's pronoun before the phrase, or a
+        // possessive that does not own the phrase's own noun ("Ana's job
+        // at" is Ana's; "Ana's sister moved to" is not).
+        let owned = values.possessed.contains(&head[0]);
+        if lowered[..at].iter().enumerate().any(|(i, w)| {
+            values.others.contains(&w.as_str()) || (w.ends_with("'s") && !(owned && i + 1 == at))
+        }) {
+            return None;
+        }
+        let start = at + head.len();
+        let mut words: Vec<&str> = Vec::new();
+        let mut tail_seen = tail.is_none();
+        for (k, token) in tokens.iter().enumerate().skip(start) {
+            let low = lowered[k].as_str();
+            if !token.chars().any(char::is_alphanumeric) {
+                break;
+            }
+            if !tail_seen && Some(low) == tail {
+                tail_seen = true;
+                words.push(token.as_str());
+                continue;
+            }
+            if tail_seen && values.ends.contains(&low) {
+                break;
+            }
+            words.push(token.as_str());
+            if words.len() >= values.max_words + usize::from(tail.is_some()) {
+                break;
+            }
+        }
+        if !tail_seen {
+            continue;
+        }
+        // Drop leading articles, and a gap phrase's tail left last.
+        let lead = words
+            .iter()
+            .take_while(|w| values.leading.contains(&w.to_lowercase().as_str()))
+            .count();
+        let mut kept: Vec<&str> = words[lead..].to_vec();
+        if tail.is_some_and(|t| kept.last().is_some_and(|w| w.eq_ignore_ascii_case(t))) {
+            kept.pop();
+        }
+        if kept.is_empty()
+            || tail.is_some_and(|t| kept.first().is_some_and(|w| w.eq_ignore_ascii_case(t)))
+        {
+            continue;
+        }
+        return Some(kept.join(" "));
+    }
+    None
+}
+
+/// `text` as words (letters, digits, apostrophes, inner hyphens) and
+/// single punctuation marks, in order.
+fn value_tokens(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '\'' || c == '’' || (c == '-' && !word.is_empty()) {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        if !c.is_whitespace() {
+            out.push(c.to_string());
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// The detail capture writes on a fact entry, naming its attribute and,
+/// when the turn named one, its speaker; [`fact_of_detail`] reads it back.
+///
+/// ```
+/// use cairn_memory::facts::{fact_detail, Attribute};
+/// assert_eq!(fact_detail(Attribute::Residence, Some("Ana")), "(fact: residence, about Ana)");
+/// assert_eq!(fact_detail(Attribute::Likes, None), "(fact: likes)");
+/// ```
+pub fn fact_detail(attribute: Attribute, speaker: Option<&str>) -> String {
+    match speaker {
+        Some(speaker) => format!("(fact: {}, about {speaker})", attribute.as_str()),
+        None => format!("(fact: {})", attribute.as_str()),
+    }
+}
+
+/// The attribute and speaker a fact entry's `detail` names
+/// ([`fact_detail`]'s note, anywhere in it); `None` when it names no
+/// attribute.
+///
+/// ```
+/// use cairn_memory::facts::{fact_of_detail, Attribute};
+/// let detail = "heuristic rule \"moved to\" (fact: residence, about Ana Lima), trigger session_end";
+/// assert_eq!(fact_of_detail(detail), Some((Attribute::Residence, Some("Ana Lima".to_owned()))));
+/// assert_eq!(fact_of_detail("(fact: work)"), Some((Attribute::Work, None)));
+/// assert_eq!(fact_of_detail("heuristic rule \"we decided\""), None);
+/// ```
+pub fn fact_of_detail(detail: &str) -> Option<(Attribute, Option<String>)> {
+    let (_, rest) = detail.split_once("(fact: ")?;
+    let (inner, _) = rest.split_once(')')?;
+    let (attribute, speaker) = match inner.split_once(", about ") {
+        Some((a, s)) => (a, Some(s.trim()).filter(|s| !s.is_empty())),
+        None => (inner, None),
+    };
+    Some((
+        Attribute::parse(attribute.trim())?,
+        speaker.map(str::to_owned),
+    ))
+}
+
+#[cfg(test)]
+mod value_tests {
+    use super::*;
+
+    fn residence(text: &str) -> Option<String> {
+        value_of(text, Attribute::Residence, &ENGLISH)
+    }
+
+    fn work(text: &str) -> Option<String> {
+        value_of(text, Attribute::Work, &ENGLISH)
+    }
+
+    #[test]
+    fn residence_values() {
+        let cases = [
+            ("Ana lives in Porto.", Some("Porto")),
+            ("The user moved to Lisbon in March.", Some("Lisbon")),
+            (
+                "Ana finally relocated to the Algarve, near Faro.",
+                Some("Algarve"),
+            ),
+            ("Jon is living in Berlin now.", Some("Berlin")),
+            ("Ana has lived in Porto for years.", None),
+            ("Ana's parents live in Braga.", None),
+            ("Ana doesn't live in Porto anymore.", None),
+            ("Ana grew up in Braga.", None),
+            ("Ana moved to", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(residence(text).as_deref(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn work_values() {
+        let cases = [
+            ("Ana works at Acme Labs as a designer.", Some("Acme Labs")),
+            ("Ana works for the city council.", Some("city council")),
+            ("Ana got a job at Globex!", Some("Globex")),
+            (
+                "Ana is an engineer at Initech.",
+                Some("engineer at Initech"),
+            ),
+            ("Ana is a big fan of jazz.", None),
+            ("Ana used to work at Acme.", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(work(text).as_deref(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_found_fact_has_the_value_of_what_was_said() {
+        let found = find_facts("Ana: I moved to Lisbon last spring.", &ENGLISH);
+        assert_eq!(
+            value_of(&found[0].content, found[0].attribute, &ENGLISH).as_deref(),
+            Some("Lisbon")
+        );
+    }
+
+    #[test]
+    fn details_round_trip() {
+        for a in ATTRIBUTES {
+            for speaker in [None, Some("Ana"), Some("Mary-Jo O'Neil")] {
+                let detail = format!(
+                    "heuristic rule \"x\" {}, trigger t",
+                    fact_detail(a, speaker)
+                );
+                assert_eq!(
+                    fact_of_detail(&detail),
+                    Some((a, speaker.map(str::to_owned)))
+                );
+            }
+        }
+        assert_eq!(fact_of_detail("(fact: nonsense)"), None);
+        assert_eq!(fact_of_detail("(fact: work"), None);
     }
 }

@@ -876,7 +876,8 @@ impl Workspace {
         }
     }
 
-    /// An entry's resolved subject, status and decay time: replaced, else
+    /// An entry's resolved subject, status and decay time: replaced (by a
+    /// correction, or by a newer fact when maintenance settled it), else
     /// archived or decayed by maintenance (see [`crate::maintain`]), else
     /// expired on the clock, else live.
     fn judge(
@@ -894,6 +895,11 @@ impl Workspace {
             .decay_at(entry.kind, entry.timestamp);
         let status = if let Some(by) = replacements.get(&entry.id) {
             EntryStatus::Replaced { by: by.clone() }
+        } else if let Some(mark) = lifecycle.settled.get(&entry.id) {
+            // Settled by maintenance: a newer fact replaced it.
+            EntryStatus::Replaced {
+                by: mark.by.clone(),
+            }
         } else if let Some(mark) = lifecycle.archived_entries.get(&entry.id) {
             EntryStatus::Archived {
                 at: mark.at,
@@ -1295,26 +1301,73 @@ impl Workspace {
 
     /// Every version of the chain `id` belongs to, oldest first: the original,
     /// each correction, and the live version last. Forgotten versions are absent.
+    /// A fact that maintenance settled continues with the newer fact that
+    /// replaced it; walking back from a fact, the facts it settled come
+    /// before it (all of them, oldest first).
     pub fn history(&self, id: &str) -> Result<Vec<EntryView>> {
         let start = self.entry(id)?;
         let replacements = self.replacement_map()?;
         let aliases = self.alias_map()?;
         let lifecycle = self.lifecycle()?;
         let now = self.now();
-        // Walk back to the root.
-        let mut root = Entry::clone(&start.entry);
-        let mut seen = HashSet::from([root.id.clone()]);
-        while let Some(prev) = root.replaces.clone() {
-            match self.load_entry(&prev)? {
-                Some(e) if seen.insert(e.id.clone()) => root = e,
-                _ => break,
-            }
+        let mut settled_by: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (old, mark) in &lifecycle.settled {
+            settled_by
+                .entry(mark.by.as_str())
+                .or_default()
+                .push(old.as_str());
         }
-        // Walk forward through the replacement map.
-        let mut chain = vec![self.view(root.clone(), &replacements, &aliases, &lifecycle, now)];
-        let mut cursor = root.id;
-        while let Some(next) = replacements.get(&cursor) {
-            if !seen.insert(next.clone()) && chain.iter().any(|v| &v.entry.id == next) {
+        // Walk back to the root: the entry it corrects, else the facts it
+        // settled. `back` is newest first.
+        let mut seen = HashSet::from([start.entry.id.clone()]);
+        let mut back: Vec<Entry> = Vec::new();
+        let mut cursor = Entry::clone(&start.entry);
+        loop {
+            if let Some(prev) = cursor.replaces.clone() {
+                match self.load_entry(&prev)? {
+                    Some(e) if seen.insert(e.id.clone()) => {
+                        back.push(e.clone());
+                        cursor = e;
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            let mut settled = Vec::new();
+            for old in settled_by.get(cursor.id.as_str()).into_iter().flatten() {
+                if let Some(e) = self.load_entry(old)?
+                    && seen.insert(e.id.clone())
+                {
+                    settled.push(e);
+                }
+            }
+            // Newest first, so the oldest is where the walk goes on.
+            settled.sort_by(|a, b| (b.timestamp, &b.id).cmp(&(a.timestamp, &a.id)));
+            let Some(oldest) = settled.last().cloned() else {
+                break;
+            };
+            back.extend(settled);
+            cursor = oldest;
+        }
+        let mut chain: Vec<EntryView> = back
+            .into_iter()
+            .rev()
+            .map(|e| self.view(e, &replacements, &aliases, &lifecycle, now))
+            .collect();
+        // Walk forward through the corrections and the settled facts.
+        let mut cursor = start.entry.id.clone();
+        chain.push(self.view(
+            Entry::clone(&start.entry),
+            &replacements,
+            &aliases,
+            &lifecycle,
+            now,
+        ));
+        while let Some(next) = replacements
+            .get(&cursor)
+            .or_else(|| lifecycle.settled.get(&cursor).map(|m| &m.by))
+        {
+            if !seen.insert(next.clone()) {
                 break;
             }
             if let Some(e) = self.load_entry(next)? {

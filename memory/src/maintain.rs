@@ -74,12 +74,14 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MemoryError, Result};
+use crate::facts::Attribute;
 use crate::forget::{ForgetTarget, Removed, Tombstone};
 use crate::ids::validate_id;
 use crate::log::{DecayConfig, Entry, EntryInput, EntryKind, EntryView};
 use crate::memory::{Workspace, decode, encode};
 use crate::record::Session;
 use crate::store::{Collection, MaintFamily, MaintKey, StateKey, WriteBatch};
+use crate::subjects::Subject;
 
 /// The rules' settings, `[memory.maintenance]`.
 ///
@@ -152,6 +154,9 @@ pub enum Rule {
     PromoteObligation,
     /// A decision stated in enough sessions becomes a directive.
     PromoteDirective,
+    /// A newer fact about the same person and single-valued attribute
+    /// replaces an older one.
+    Settle,
     /// An old entry leaves the live indexes.
     ArchiveEntry,
     /// An old session's turns leave the search index.
@@ -167,6 +172,7 @@ impl Rule {
             Rule::Decay => "decay",
             Rule::PromoteObligation => "promote_obligation",
             Rule::PromoteDirective => "promote_directive",
+            Rule::Settle => "settle",
             Rule::ArchiveEntry => "archive_entry",
             Rule::ArchiveSession => "archive_session",
             Rule::Restore => "restore",
@@ -201,6 +207,21 @@ pub struct SessionMark {
     pub at: DateTime<Utc>,
     /// The last archived turn.
     pub through_seq: u64,
+}
+
+/// A settled fact's mark: the run that settled it, when, and the newer
+/// fact that replaced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SettleMark {
+    /// The run.
+    pub run: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The newer fact that replaced it.
+    pub by: String,
+    /// What both facts are about.
+    pub attribute: Attribute,
 }
 
 /// What a change did: enough to replay it and to reverse it.
@@ -252,6 +273,20 @@ pub enum Action {
         /// The archive mark it had (an undo puts it back).
         archived: SessionMark,
     },
+    /// A newer fact about the same person and single-valued attribute
+    /// replaced the fact; it left the live set. No values are recorded
+    /// (a run record names ids, never content): they are read from the
+    /// two entries.
+    Settle {
+        /// The older fact.
+        entry: String,
+        /// The newer fact that replaced it.
+        by: String,
+        /// What both are about.
+        attribute: Attribute,
+        /// Both say the same value (a restatement), not a new one.
+        restated: bool,
+    },
 }
 
 impl Action {
@@ -262,7 +297,8 @@ impl Action {
             Action::Decay { entry, .. }
             | Action::Promote { entry, .. }
             | Action::ArchiveEntry { entry }
-            | Action::RestoreEntry { entry, .. } => format!("entry:{entry}"),
+            | Action::RestoreEntry { entry, .. }
+            | Action::Settle { entry, .. } => format!("entry:{entry}"),
             Action::ArchiveSession { session, .. } | Action::RestoreSession { session, .. } => {
                 format!("session:{session}")
             }
@@ -380,6 +416,9 @@ pub struct Lifecycle {
     pub restored_entries: BTreeMap<String, Mark>,
     /// Sessions restored from the archive.
     pub restored_sessions: BTreeMap<String, Mark>,
+    /// Facts settled: replaced by a newer fact about the same person and
+    /// single-valued attribute.
+    pub settled: BTreeMap<String, SettleMark>,
 }
 
 impl Lifecycle {
@@ -430,6 +469,22 @@ impl Lifecycle {
                 self.archived_sessions.remove(session);
                 self.restored_sessions.insert(session.clone(), mark());
             }
+            Action::Settle {
+                entry,
+                by,
+                attribute,
+                ..
+            } => {
+                self.settled.insert(
+                    entry.clone(),
+                    SettleMark {
+                        run: run.to_owned(),
+                        at,
+                        by: by.clone(),
+                        attribute: *attribute,
+                    },
+                );
+            }
         }
     }
 
@@ -468,6 +523,9 @@ impl Lifecycle {
                 .encode(),
                 encode(m)?,
             );
+        }
+        for (id, m) in &self.settled {
+            out.insert(MaintKey::Settled { entry: id.clone() }.encode(), encode(m)?);
         }
         Ok(out)
     }
@@ -556,6 +614,9 @@ struct Facts<'a> {
     lifecycle: &'a Lifecycle,
     sessions: &'a [Session],
     pins: &'a HashSet<String>,
+    subjects: &'a [Subject],
+    /// When each captured fact was said: its source turn's time.
+    said_at: &'a HashMap<String, DateTime<Utc>>,
     decay: &'a DecayConfig,
     now: DateTime<Utc>,
 }
@@ -579,6 +640,7 @@ impl Facts<'_> {
         !self.replacements.contains_key(&e.id)
             && !self.lifecycle.archived_entries.contains_key(&e.id)
             && !self.lifecycle.decayed.contains_key(&e.id)
+            && !self.lifecycle.settled.contains_key(&e.id)
     }
 
     fn decay_at(&self, e: &Entry) -> Option<DateTime<Utc>> {
@@ -783,7 +845,10 @@ fn plan(
         }
     }
 
-    // 2. Decay.
+    // 2. Settle.
+    settle(facts, &ordered, &mut touched, &mut out);
+
+    // 3. Decay.
     for e in &ordered {
         if touched.contains(&e.id) || !facts.in_play(e) {
             continue;
@@ -816,11 +881,128 @@ fn plan(
         });
     }
 
-    // 3. Archive.
+    // 4. Archive.
     if settings.archive_after_days > 0 {
         archive(facts, settings, &ordered, &touched, &mut out);
     }
     out
+}
+
+/// Who a fact is about, for [`settle`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Person {
+    /// A registered subject (the speaker's name resolved, canonical).
+    Subject(String),
+    /// A speaker the registry does not know, by name (case-folded).
+    Named(String),
+    /// The anonymous user of a work context.
+    User(String),
+}
+
+impl Facts<'_> {
+    /// The person and single-valued attribute a live fact is about, and
+    /// its value: from the capture's detail (the attribute and speaker,
+    /// [`crate::facts::fact_of_detail`]) and its text
+    /// ([`crate::facts::value_of`]). `None` for any other entry.
+    fn settled_slot(&self, e: &Entry) -> Option<(Person, Attribute, String)> {
+        if e.kind != EntryKind::Fact {
+            return None;
+        }
+        let (attribute, speaker) = crate::facts::fact_of_detail(e.detail.as_deref()?)?;
+        if !attribute.single() {
+            return None;
+        }
+        let value = crate::facts::value_of(&e.content, attribute, &crate::facts::ENGLISH)?;
+        // The speaker as the registry knows them now, else by name; no
+        // speaker: the user of the work context. (The entry's subject is
+        // not used alone: without a known speaker it is the first subject
+        // the sentence names, a place or an employer, not the person.)
+        let person = match speaker {
+            Some(name) => match crate::extract::mentions(&name, self.subjects).first() {
+                Some(slug) => Person::Subject(
+                    self.aliases
+                        .get(slug)
+                        .cloned()
+                        .unwrap_or_else(|| slug.clone()),
+                ),
+                None => Person::Named(name.to_lowercase()),
+            },
+            None => Person::User(e.work_context.to_string()),
+        };
+        Some((person, attribute, value.to_lowercase()))
+    }
+}
+
+/// Step 2, settle: among the live facts about one person and one
+/// single-valued attribute that have a value, the newest (by when it was
+/// said — its source turn's time, else its timestamp — then id) replaces
+/// every older one — one with another value (the person
+/// moved, changed jobs) and one with the same value (a restatement: one
+/// live fact says it). Pinned facts are never settled.
+fn settle(
+    facts: &Facts<'_>,
+    ordered: &[&Entry],
+    touched: &mut HashSet<String>,
+    out: &mut Vec<Planned>,
+) {
+    type Said<'e> = (DateTime<Utc>, &'e Entry, String);
+    let mut groups: BTreeMap<(Person, Attribute), Vec<Said<'_>>> = BTreeMap::new();
+    for e in ordered {
+        if touched.contains(&e.id) || !facts.is_live(e) {
+            continue;
+        }
+        if let Some((person, attribute, value)) = facts.settled_slot(e) {
+            let said = facts.said_at.get(&e.id).copied().unwrap_or(e.timestamp);
+            groups
+                .entry((person, attribute))
+                .or_default()
+                .push((said, e, value));
+        }
+    }
+    for ((_, attribute), mut group) in groups {
+        // When said, then id: the last is the newest. (One capture writes
+        // the facts of many turns at one time; their turns tell them apart.)
+        group.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+        let Some(((newest_at, newest, value), older)) = group.split_last() else {
+            continue;
+        };
+        let turn = newest.provenance.as_ref().map_or_else(
+            || "no source turn".to_owned(),
+            |p| format!("turn {}:{}", p.session, p.from_seq),
+        );
+        for (said, e, old_value) in older {
+            if facts.pins.contains(&e.id) {
+                continue;
+            }
+            let restated = old_value == value;
+            touched.insert(e.id.clone());
+            out.push(Planned {
+                change: Change {
+                    rule: Rule::Settle,
+                    action: Action::Settle {
+                        entry: e.id.clone(),
+                        by: newest.id.clone(),
+                        attribute,
+                        restated,
+                    },
+                    reason: format!(
+                        "fact {} ({}) is replaced by the newer fact {} ({}, {turn}) about the same person: {} holds one value at a time, and the newer {}",
+                        e.id,
+                        said.format("%Y-%m-%d"),
+                        newest.id,
+                        newest_at.format("%Y-%m-%d"),
+                        attribute.as_str(),
+                        if restated {
+                            "says the same value again"
+                        } else {
+                            "says another value"
+                        }
+                    ),
+                },
+                entry: None,
+            });
+        }
+    }
 }
 
 fn archive(
@@ -894,6 +1076,8 @@ fn archive(
         let age = days(now - e.timestamp);
         let why = if let Some(by) = facts.replacements.get(&e.id) {
             format!("replaced by {by}")
+        } else if let Some(m) = lc.settled.get(&e.id) {
+            format!("settled by {} in {}", m.by, m.run)
         } else if lc.decayed.contains_key(&e.id) || facts.decay_at(e).is_some_and(|at| at <= now) {
             "decayed".to_owned()
         } else {
@@ -1009,6 +1193,23 @@ fn stage_effect(
                 &mark,
             )
         }
+        Action::Settle {
+            entry,
+            by,
+            attribute,
+            ..
+        } => put_mark(
+            batch,
+            MaintKey::Settled {
+                entry: entry.clone(),
+            },
+            &SettleMark {
+                run: run.to_owned(),
+                at,
+                by: by.clone(),
+                attribute: *attribute,
+            },
+        ),
     }
 }
 
@@ -1064,6 +1265,12 @@ fn stage_reverse(batch: &mut WriteBatch, action: &Action) -> Result<()> {
                 archived,
             )?;
         }
+        Action::Settle { entry, .. } => delete_mark(
+            batch,
+            MaintKey::Settled {
+                entry: entry.clone(),
+            },
+        ),
     }
     Ok(())
 }
@@ -1080,6 +1287,7 @@ impl Workspace {
             MaintFamily::ArchivedSession,
             MaintFamily::RestoredEntry,
             MaintFamily::RestoredSession,
+            MaintFamily::Settled,
         ] {
             for (key, value) in self
                 .store
@@ -1104,6 +1312,9 @@ impl Workspace {
                     Some(MaintKey::RestoredSession { session }) => {
                         out.restored_sessions
                             .insert(session, decode("mark", &key, &value)?);
+                    }
+                    Some(MaintKey::Settled { entry }) => {
+                        out.settled.insert(entry, decode("mark", &key, &value)?);
                     }
                     Some(MaintKey::Run { .. }) | None => {
                         return Err(MemoryError::Corrupt {
@@ -1163,6 +1374,32 @@ impl Workspace {
         )
     }
 
+    /// When each captured fact of a single-valued attribute was said: its
+    /// source turn's time (what settling orders them by).
+    fn facts_said_at(&self, entries: &[Arc<Entry>]) -> Result<HashMap<String, DateTime<Utc>>> {
+        let mut out = HashMap::new();
+        for e in entries {
+            let Some(p) = &e.provenance else { continue };
+            let single = e.kind == EntryKind::Fact
+                && e.detail
+                    .as_deref()
+                    .and_then(crate::facts::fact_of_detail)
+                    .is_some_and(|(a, _)| a.single());
+            if !single {
+                continue;
+            }
+            match self.turn(&p.session, p.from_seq) {
+                Ok(Some(turn)) => {
+                    out.insert(e.id.clone(), turn.timestamp);
+                }
+                // Its session erased or never stored: the entry's own time.
+                Ok(None) | Err(MemoryError::SessionNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Sessions with their derived last turn (the listing's is not derived).
     fn sessions_with_turns(&self) -> Result<Vec<Session>> {
         let mut out = Vec::new();
@@ -1182,6 +1419,8 @@ impl Workspace {
         let log = self.log_snapshot()?;
         let sessions = self.sessions_with_turns()?;
         let pins: HashSet<String> = self.pinned()?.into_iter().collect();
+        let subjects = self.subject_list()?;
+        let said_at = self.facts_said_at(log.entries.all())?;
         let seq = self.next_run_seq()?;
         let run = run_id(seq);
         let facts = Facts {
@@ -1197,6 +1436,8 @@ impl Workspace {
             lifecycle: &log.lifecycle,
             sessions: &sessions,
             pins: &pins,
+            subjects: &subjects,
+            said_at: &said_at,
             decay: &self.shared.config.decay,
             now,
         };

@@ -173,6 +173,9 @@ pub mod facts {
         ATTRIBUTES, Attribute, ENGLISH, FactRules, FoundFact, attribute_of_text, find_facts,
         split_speaker,
     };
+    pub use cairn_memory::facts::{
+        ENGLISH_VALUES, ValueRules, fact_detail, fact_of_detail, value_of,
+    };
 }
 
 /// Maintenance: the run's options and report, the rules, the changes they
@@ -181,7 +184,8 @@ pub mod facts {
 pub mod maintain {
     pub use cairn_memory::maintain::{
         Action, ArchivedItem, Change, Contradiction, MaintainOptions, MaintainSettings,
-        MaintainTrigger, MaintenanceReport, MaintenanceRun, Mark, Rule, SessionMark, Undone,
+        MaintainTrigger, MaintenanceReport, MaintenanceRun, Mark, Rule, SessionMark, SettleMark,
+        Undone,
     };
 }
 

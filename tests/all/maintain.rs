@@ -392,5 +392,164 @@ fn http_maintain_is_guarded_and_described() -> Result<()> {
         spec["components"]["schemas"]["MaintenanceReport"].is_object(),
         "no MaintenanceReport schema"
     );
+    // The settle action and the attribute it names are described.
+    let schemas = &spec["components"]["schemas"];
+    ensure!(
+        schemas["Attribute"]["enum"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|v| v == "residence")),
+        "no Attribute schema: {}",
+        schemas["Attribute"]
+    );
+    ensure!(
+        schemas["Action"].to_string().contains("\"settle\""),
+        "no settle action: {}",
+        schemas["Action"]
+    );
+    ensure!(
+        schemas["Rule"].to_string().contains("\"settle\""),
+        "no settle rule: {}",
+        schemas["Rule"]
+    );
+    Ok(())
+}
+
+/// `cairn ingest` of two sessions a month apart in which Ana says where she
+/// lives, then `cairn capture`: the facts are captured; `cairn maintain`
+/// settles the older one (the newer replaces it, with the rule and its
+/// evidence), `cairn brief` says what changed, and `cairn maintain --undo`
+/// brings it back.
+#[test]
+fn cli_maintain_settles_a_fact_a_later_one_contradicts_and_undo_restores_it() -> Result<()> {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let (then, now) = (
+        Utc::now() - Duration::days(40),
+        Utc::now() - Duration::days(2),
+    );
+    let turn = |session: &str, seq: i64, at: DateTime<Utc>, role: &str, text: &str| {
+        json!({
+            "session": session,
+            "work_context": "life",
+            "role": role,
+            "content": text,
+            "timestamp": at + Duration::minutes(seq),
+        })
+        .to_string()
+    };
+    let lines = [
+        turn(
+            "s-march",
+            0,
+            then,
+            "user",
+            "Ana: I live in Porto with my partner.",
+        ),
+        turn("s-march", 1, then, "assistant", "Porto is lovely."),
+        turn(
+            "s-april",
+            0,
+            now,
+            "user",
+            "Ana: I moved to Lisbon last month.",
+        ),
+        turn(
+            "s-april",
+            1,
+            now,
+            "assistant",
+            "Congratulations on the move!",
+        ),
+    ];
+    let mut child = Command::new(cairn_bin())
+        .envs(crate::support::backend_env(&data))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["ingest", "-"])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(format!("{}\n", lines.join("\n")).as_bytes())?;
+    ok(&child.wait_with_output()?)?;
+    ok(&run_cli(&data, &["capture"])?)?;
+    let facts: Vec<Value> =
+        serde_json::from_str(&ok(&run_cli(&data, &["log", "--kind", "fact", "--json"])?)?)?;
+    let id_of = |word: &str| -> Result<String> {
+        facts
+            .iter()
+            .find(|f| f["content"].as_str().is_some_and(|c| c.contains(word)))
+            .and_then(|f| f["id"].as_str())
+            .map(str::to_owned)
+            .with_context(|| format!("no fact about {word}: {facts:?}"))
+    };
+    let (porto, lisbon) = (id_of("Porto")?, id_of("Lisbon")?);
+
+    let dry = ok(&run_cli(&data, &["maintain", "--dry-run"])?)?;
+    ensure!(
+        dry.contains("1 change(s) would be made") && dry.contains("settle"),
+        "{dry}"
+    );
+    ensure!(
+        ok(&run_cli(&data, &["log", "--kind", "fact"])?)?.contains(&porto),
+        "the dry run settled it"
+    );
+    let real = ok(&run_cli(&data, &["maintain"])?)?;
+    ensure!(
+        real.contains("run-1")
+            && real.contains(&format!("settle             entry:{porto}"))
+            && real.contains(&format!("replaced by the newer fact {lisbon}"))
+            && real.contains("turn s-april:0")
+            && real.contains("residence holds one value at a time"),
+        "{real}"
+    );
+    let runs: Value =
+        serde_json::from_slice(&run_cli(&data, &["maintain", "--runs", "--json"])?.stdout)?;
+    let change = &runs[0]["changes"][0];
+    ensure!(
+        change["rule"] == "settle"
+            && change["action"] == "settle"
+            && change["entry"] == porto.as_str()
+            && change["by"] == lisbon.as_str()
+            && change["attribute"] == "residence"
+            && change["restated"] == false,
+        "{runs}"
+    );
+    let live = ok(&run_cli(&data, &["log"])?)?;
+    ensure!(!live.contains(&porto) && live.contains(&lisbon), "{live}");
+    let all = ok(&run_cli(&data, &["log", "--all"])?)?;
+    ensure!(all.contains(&format!("(replaced by {lisbon})")), "{all}");
+    let history = ok(&run_cli(&data, &["log", "history", &lisbon])?)?;
+    ensure!(
+        history.find(&porto) < history.find(&format!("{lisbon} [fact]")),
+        "{history}"
+    );
+    let brief = ok(&run_cli(&data, &["brief"])?)?;
+    ensure!(
+        brief.contains("### Changed (last 14 days)")
+            && brief.contains("- Ana: residence Porto → Lisbon (run-1, "),
+        "{brief}"
+    );
+
+    let undone = ok(&run_cli(&data, &["maintain", "--undo", "run-1"])?)?;
+    ensure!(undone.contains("undone: run-1"), "{undone}");
+    let live = ok(&run_cli(&data, &["log"])?)?;
+    ensure!(
+        live.contains(&format!("{porto} [fact]"))
+            && live
+                .lines()
+                .any(|l| l.starts_with(&porto) && l.contains("(live)")),
+        "{live}"
+    );
+    ensure!(
+        !ok(&run_cli(&data, &["brief"])?)?.contains("### Changed"),
+        "the briefing still reports the undone change"
+    );
     Ok(())
 }

@@ -997,6 +997,7 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
             (K::Pending, "Pending: "),
             (K::OpenQuestions, "Open: "),
             (K::Contradictions, "Conflict: "),
+            (K::Changed, "Changed: "),
             (K::Decisions, "Decision: "),
             (K::Active, "Active: "),
             (K::Stale, "Stale: "),

@@ -620,3 +620,335 @@ fn the_report_lists_contradictions_and_changes_nothing_for_them() {
     assert!(ws.entry(&older.id).unwrap().is_live());
     assert!(ws.entry(&newer.id).unwrap().is_live());
 }
+
+// ----- settle ------------------------------------------------------------
+
+/// A captured fact as capture writes it, said now: a user turn of session
+/// `s1`, and the entry with its attribute and speaker in the detail and
+/// that turn as its provenance.
+fn fact(
+    ws: &Workspace,
+    id: &str,
+    content: &str,
+    attribute: &str,
+    speaker: Option<&str>,
+) -> EntryInput {
+    fact_in(ws, "s1", id, content, attribute, speaker)
+}
+
+fn fact_in(
+    ws: &Workspace,
+    session: &str,
+    id: &str,
+    content: &str,
+    attribute: &str,
+    speaker: Option<&str>,
+) -> EntryInput {
+    let wc = if session == "s1" { "default" } else { session };
+    let ack = ws
+        .append_turn(&TurnInput::new(session, Role::User, content).in_context(wc))
+        .unwrap();
+    let about = match speaker {
+        Some(s) => format!("(fact: {attribute}, about {s})"),
+        None => format!("(fact: {attribute})"),
+    };
+    entry(id, EntryKind::Fact, content)
+        .in_context(wc)
+        .from_turns(session, ack.seq, ack.seq)
+        .with_detail(&format!(
+            "heuristic rule \"x\" {about}, trigger session_end"
+        ))
+}
+
+#[test]
+fn settle_replaces_an_older_fact_and_undo_restores_it() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&fact(
+        &ws,
+        "porto",
+        "Ana lives in Porto.",
+        "residence",
+        Some("Ana"),
+    ))
+    .unwrap();
+    ws.append_entry(&fact(
+        &ws,
+        "likes",
+        "Ana loves the river walks.",
+        "likes",
+        Some("Ana"),
+    ))
+    .unwrap();
+    fx.days(30);
+    ws.append_entry(&fact(
+        &ws,
+        "lisbon",
+        "Ana moved to Lisbon last spring.",
+        "residence",
+        Some("Ana"),
+    ))
+    .unwrap();
+    let search = SearchService::new(fx.memory.clone(), None);
+    search.catch_up().unwrap();
+    let found = |query: &str| -> Vec<String> {
+        search.catch_up().unwrap();
+        search
+            .search("acme", query, &SearchOptions::new(10))
+            .unwrap()
+            .hits
+            .into_iter()
+            .map(|h| h.id)
+            .filter(|id| !id.starts_with("s1:"))
+            .collect()
+    };
+    assert_eq!(found("Porto"), ["porto"]);
+
+    let report = run(&ws);
+    check(
+        &report,
+        expect![[r#"
+            run=run-1 dry=false
+            settle entry:porto: fact porto (2026-03-02) is replaced by the newer fact lisbon (2026-04-01, turn s1:2) about the same person: residence holds one value at a time, and the newer says another value
+        "#]],
+    );
+    assert_eq!(
+        report.changes[0].action,
+        Action::Settle {
+            entry: "porto".into(),
+            by: "lisbon".into(),
+            attribute: Attribute::Residence,
+            restated: false,
+        }
+    );
+    assert_eq!(
+        ws.entry("porto").unwrap().status,
+        EntryStatus::Replaced {
+            by: "lisbon".into()
+        }
+    );
+    assert_eq!(live(&ws), ["likes fact", "lisbon fact"]);
+    let chain: Vec<String> = ws
+        .history("lisbon")
+        .unwrap()
+        .into_iter()
+        .map(|v| v.entry.id.clone())
+        .collect();
+    assert_eq!(chain, ["porto", "lisbon"]);
+    assert_eq!(
+        ws.history("porto").unwrap().len(),
+        2,
+        "the chain from the old fact"
+    );
+    assert!(found("Porto").is_empty(), "a settled fact leaves search");
+    let brief = ws.briefing(None).unwrap();
+    assert!(
+        brief
+            .text
+            .contains("### Changed (last 14 days)\n- Ana: residence Porto → Lisbon (run-1, 2026-04-01) [lisbon; porto; s1:2]\n"),
+        "{}",
+        brief.text
+    );
+    // Nothing left to settle.
+    assert!(run(&ws).changes.is_empty());
+
+    let undone = ws.undo_maintenance("run-1").unwrap();
+    assert!(undone.undone.is_some());
+    assert_eq!(ws.entry("porto").unwrap().status, EntryStatus::Live);
+    assert_eq!(live(&ws), ["likes fact", "lisbon fact", "porto fact"]);
+    assert_eq!(found("Porto"), ["porto"]);
+    assert!(!ws.briefing(None).unwrap().text.contains("### Changed"));
+    assert_eq!(
+        Lifecycle::replay(&ws.maintenance_runs().unwrap()),
+        ws.lifecycle().unwrap()
+    );
+    // And the next run settles it again.
+    assert_eq!(run(&ws).changes.len(), 1);
+}
+
+#[test]
+fn a_restatement_leaves_one_live_fact_and_says_no_change() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&fact(
+        &ws,
+        "w1",
+        "Ana works at Acme Labs.",
+        "work",
+        Some("Ana"),
+    ))
+    .unwrap();
+    fx.days(1);
+    ws.append_entry(&fact(
+        &ws,
+        "w2",
+        "Ana still works at acme labs, happily.",
+        "work",
+        Some("Ana"),
+    ))
+    .unwrap();
+    let report = run(&ws);
+    assert!(matches!(
+        report.changes[..],
+        [Change {
+            rule: Rule::Settle,
+            action: Action::Settle { restated: true, .. },
+            ..
+        }]
+    ));
+    assert!(
+        report.changes[0]
+            .reason
+            .ends_with("the newer says the same value again")
+    );
+    assert_eq!(live(&ws), ["w2 fact"]);
+    // A restatement is not a change the briefing reports.
+    assert!(!ws.briefing(None).unwrap().text.contains("### Changed"));
+}
+
+#[test]
+fn pinned_facts_are_never_settled() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&fact(
+        &ws,
+        "p1",
+        "The user lives in Porto.",
+        "residence",
+        None,
+    ))
+    .unwrap();
+    ws.append_entry(&fact(
+        &ws,
+        "p2",
+        "The user lives in Braga.",
+        "residence",
+        None,
+    ))
+    .unwrap();
+    ws.pin("p1").unwrap();
+    fx.days(1);
+    ws.append_entry(&fact(
+        &ws,
+        "p3",
+        "The user moved to Lisbon.",
+        "residence",
+        None,
+    ))
+    .unwrap();
+    let report = run(&ws);
+    let settled: Vec<String> = report.changes.iter().map(|c| c.action.item()).collect();
+    assert_eq!(settled, ["entry:p2"]);
+    assert_eq!(live(&ws), ["p1 fact", "p3 fact"]);
+}
+
+#[test]
+fn a_dry_run_settles_nothing() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&fact(
+        &ws,
+        "a",
+        "Ana lives in Porto.",
+        "residence",
+        Some("Ana"),
+    ))
+    .unwrap();
+    fx.days(1);
+    ws.append_entry(&fact(
+        &ws,
+        "b",
+        "Ana lives in Lisbon.",
+        "residence",
+        Some("Ana"),
+    ))
+    .unwrap();
+    let before = dump(&ws);
+    let preview = dry(&ws);
+    assert_eq!(dump(&ws), before, "a dry run wrote something");
+    assert_eq!(preview.changes.len(), 1);
+    assert_eq!(preview.changes[0].rule, Rule::Settle);
+    assert_eq!(live(&ws), ["a fact", "b fact"]);
+    assert_eq!(run(&ws).changes, preview.changes);
+}
+
+#[test]
+fn facts_about_different_people_are_not_settled() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.add_subject("ana", SubjectKind::Person, Some("Ana"))
+        .unwrap();
+    // Ana (a registered subject), Jon (a name only), and the anonymous
+    // users of two work contexts.
+    ws.append_entry(
+        &fact(&ws, "ana", "Ana lives in Porto.", "residence", Some("Ana")).about("ana"),
+    )
+    .unwrap();
+    ws.append_entry(&fact(
+        &ws,
+        "jon",
+        "Jon lives in Berlin.",
+        "residence",
+        Some("Jon"),
+    ))
+    .unwrap();
+    ws.append_entry(&fact_in(
+        &ws,
+        "a",
+        "u-a",
+        "The user lives in Paris.",
+        "residence",
+        None,
+    ))
+    .unwrap();
+    ws.append_entry(&fact_in(
+        &ws,
+        "b",
+        "u-b",
+        "The user lives in Rome.",
+        "residence",
+        None,
+    ))
+    .unwrap();
+    // Someone else's residence has no value: nothing to settle with.
+    ws.append_entry(&fact(
+        &ws,
+        "sis",
+        "Ana's sister moved to Madrid.",
+        "residence",
+        Some("Ana"),
+    ))
+    .unwrap();
+    fx.days(1);
+    assert!(run(&ws).changes.is_empty());
+    // The registered speaker under another alias is the same person.
+    fx.days(1);
+    ws.append_entry(&fact(
+        &ws,
+        "ana2",
+        "Ana moved to Faro.",
+        "residence",
+        Some("ANA"),
+    ))
+    .unwrap();
+    let settled: Vec<String> = run(&ws).changes.iter().map(|c| c.action.item()).collect();
+    assert_eq!(settled, ["entry:ana"]);
+}
+
+#[test]
+fn multi_valued_attributes_are_never_settled() {
+    let fx = Fixture::new();
+    let ws = fx.ws();
+    ws.append_entry(&fact(&ws, "l1", "Ana loves jazz.", "likes", Some("Ana")))
+        .unwrap();
+    fx.days(1);
+    ws.append_entry(&fact(&ws, "l2", "Ana loves hiking.", "likes", Some("Ana")))
+        .unwrap();
+    // A fact a host wrote, with no capture detail, is not read either.
+    ws.append_entry(&entry("h1", EntryKind::Fact, "Ana lives in Porto."))
+        .unwrap();
+    ws.append_entry(&entry("h2", EntryKind::Fact, "Ana lives in Faro."))
+        .unwrap();
+    assert!(run(&ws).changes.is_empty());
+    assert_eq!(live(&ws).len(), 4);
+}

@@ -91,9 +91,17 @@ struct WsIndex {
     whole_at: Option<Instant>,
     /// The replacement map and lifecycle marks the index was last told of
     /// (the log snapshot's own: the same pointer means nothing changed).
-    replaced_seen: Option<Arc<HashMap<String, String>>>,
+    /// The replaced set also holds the facts maintenance settled, so it
+    /// was told of the marks too.
+    replaced_seen: Option<ReplacedSeen>,
     archived_seen: Option<Arc<crate::maintain::Lifecycle>>,
 }
+
+/// The replacement map and lifecycle marks a search index was last told of.
+type ReplacedSeen = (
+    Arc<HashMap<String, String>>,
+    Arc<crate::maintain::Lifecycle>,
+);
 
 struct Inner {
     memory: Memory,
@@ -673,28 +681,35 @@ impl Inner {
     }
 
     /// Tells the index which entries are replaced (read from the log, so a
-    /// replacement still in the backlog already hides what it replaces).
-    /// The log snapshot's map is shared until a write changes it: the same
-    /// one as last time costs nothing.
+    /// replacement still in the backlog already hides what it replaces),
+    /// the facts maintenance settled among them. The log snapshot's map
+    /// and marks are shared until a write changes them: the same ones as
+    /// last time cost nothing.
     fn sync_replaced(&self, ws: &Workspace, index: &RwLock<WsIndex>) -> Res<()> {
         if index.read().entries == 0 {
             return Ok(());
         }
-        let map = ws.log_snapshot()?.replacements.clone();
+        let log = ws.log_snapshot()?;
+        let (map, lifecycle) = (log.replacements.clone(), log.lifecycle.clone());
+        drop(log);
         if index
             .read()
             .replaced_seen
             .as_ref()
-            .is_some_and(|seen| Arc::ptr_eq(seen, &map))
+            .is_some_and(|(seen, marks)| Arc::ptr_eq(seen, &map) && Arc::ptr_eq(marks, &lifecycle))
         {
             return Ok(());
         }
-        let replaced: HashSet<String> = map.keys().cloned().collect();
+        let replaced: HashSet<String> = map
+            .keys()
+            .chain(lifecycle.settled.keys())
+            .cloned()
+            .collect();
         let mut guard = index.write();
         if !same_set(&guard.index, &replaced) {
             guard.index.set_replaced(replaced);
         }
-        guard.replaced_seen = Some(map);
+        guard.replaced_seen = Some((map, lifecycle));
         Ok(())
     }
 
@@ -1194,9 +1209,11 @@ impl SearchService {
         // Replacement and archive sets, as the log says.
         let indexed: std::collections::HashSet<String> =
             live.index.ids(DocSource::Entry).into_iter().collect();
+        let settled = ws.archived()?.settled;
         let replaced: std::collections::BTreeSet<String> = ws
             .replacements()?
             .into_keys()
+            .chain(settled.into_keys())
             .filter(|id| indexed.contains(id))
             .collect();
         let live_replaced: std::collections::BTreeSet<String> = live

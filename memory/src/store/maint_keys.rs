@@ -38,6 +38,12 @@ pub enum MaintKey {
         /// The session id.
         session: String,
     },
+    /// A fact a run settled: a newer fact about the same person and
+    /// single-valued attribute replaced it (it left the live set).
+    Settled {
+        /// The entry id.
+        entry: String,
+    },
 }
 
 /// A kind of [`MaintKey`]: what a prefix scan walks.
@@ -55,17 +61,20 @@ pub enum MaintFamily {
     RestoredEntry,
     /// [`MaintKey::RestoredSession`].
     RestoredSession,
+    /// [`MaintKey::Settled`].
+    Settled,
 }
 
 impl MaintFamily {
     /// Every family.
-    pub const ALL: [MaintFamily; 6] = [
+    pub const ALL: [MaintFamily; 7] = [
         MaintFamily::Run,
         MaintFamily::Decayed,
         MaintFamily::ArchivedEntry,
         MaintFamily::ArchivedSession,
         MaintFamily::RestoredEntry,
         MaintFamily::RestoredSession,
+        MaintFamily::Settled,
     ];
 
     /// The bytes every key of this family starts with (no family's prefix
@@ -78,6 +87,7 @@ impl MaintFamily {
             MaintFamily::ArchivedSession => b"as/",
             MaintFamily::RestoredEntry => b"ke/",
             MaintFamily::RestoredSession => b"ks/",
+            MaintFamily::Settled => b"se/",
         }
     }
 }
@@ -92,6 +102,7 @@ impl MaintKey {
             MaintKey::ArchivedSession { .. } => MaintFamily::ArchivedSession,
             MaintKey::RestoredEntry { .. } => MaintFamily::RestoredEntry,
             MaintKey::RestoredSession { .. } => MaintFamily::RestoredSession,
+            MaintKey::Settled { .. } => MaintFamily::Settled,
         }
     }
 
@@ -112,7 +123,8 @@ impl MaintKey {
             | MaintKey::ArchivedEntry { entry: id }
             | MaintKey::ArchivedSession { session: id }
             | MaintKey::RestoredEntry { entry: id }
-            | MaintKey::RestoredSession { session: id } => out.extend_from_slice(id.as_bytes()),
+            | MaintKey::RestoredSession { session: id }
+            | MaintKey::Settled { entry: id } => out.extend_from_slice(id.as_bytes()),
         }
         out
     }
@@ -132,6 +144,7 @@ impl MaintKey {
             MaintFamily::ArchivedSession => MaintKey::ArchivedSession { session: rest },
             MaintFamily::RestoredEntry => MaintKey::RestoredEntry { entry: rest },
             MaintFamily::RestoredSession => MaintKey::RestoredSession { session: rest },
+            MaintFamily::Settled => MaintKey::Settled { entry: rest },
         })
     }
 }
@@ -143,7 +156,7 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(MaintKey, &[u8]); 6] = [
+        let cases: [(MaintKey, &[u8]); 7] = [
             (MaintKey::Run { seq: 42 }, b"r/00000000000000000042"),
             (MaintKey::Decayed { entry: "e1".into() }, b"d/e1"),
             (MaintKey::ArchivedEntry { entry: "e1".into() }, b"ae/e1"),
@@ -160,6 +173,7 @@ mod tests {
                 },
                 b"ks/s",
             ),
+            (MaintKey::Settled { entry: "e1".into() }, b"se/e1"),
         ];
         for (key, bytes) in cases {
             assert_eq!(key.encode(), bytes, "{key:?}");
