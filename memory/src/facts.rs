@@ -443,25 +443,6 @@ fn contains_phrase(lower: &str, phrase: &str) -> bool {
     false
 }
 
-/// Whether an entry's `detail` says capture learned it about a person from
-/// what they said: the capture writes `(fact: <attribute>…)` there.
-///
-/// ```
-/// use cairn_memory::facts::learned_about_a_person;
-/// assert!(learned_about_a_person(Some("heuristic rule \"i moved\" (fact: residence), trigger idle")));
-/// assert!(!learned_about_a_person(Some("heuristic rule \"says\", trigger idle")));
-/// assert!(!learned_about_a_person(None));
-/// ```
-pub fn learned_about_a_person(detail: Option<&str>) -> bool {
-    detail.is_some_and(|d| {
-        d.split("(fact: ")
-            .nth(1)
-            .and_then(|rest| rest.split([',', ')']).next())
-            .and_then(|name| Attribute::parse(name.trim()))
-            .is_some()
-    })
-}
-
 /// Whether a lowercased sentence is small talk under `rules` (a greeting,
 /// thanks, a reaction).
 pub(crate) fn is_small_talk(lower: &str, rules: &FactRules) -> bool {

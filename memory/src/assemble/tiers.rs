@@ -685,12 +685,7 @@ impl AssemblyIndex {
             with_list(&mut self.activity, wc, put);
         }
         if kind == EntryKind::Fact {
-            // Workspace-wide facts, and what capture learned about a
-            // person in any work context (they hold wherever the person
-            // works).
-            if wc == DEFAULT_WORK_CONTEXT
-                || crate::facts::learned_about_a_person(v.entry.detail.as_deref())
-            {
+            if wc == DEFAULT_WORK_CONTEXT {
                 put(&mut self.workspace_facts);
             } else if let Some(s) = &v.subject {
                 with_list(&mut self.facts_by_subject, s, put);
@@ -803,9 +798,8 @@ impl AssemblyIndex {
     }
 }
 
-/// Tier 3: stable facts: facts of the default (workspace-wide) context,
-/// facts capture learned about a person, and facts about people, newest
-/// first. Reads an index of the facts kept with
+/// Tier 3: stable facts: facts of the default (workspace-wide) context and
+/// facts about people, newest first. Reads an index of the facts kept with
 /// the live list (`derived`), not the whole list.
 pub(super) fn living_memory<'a>(
     live: &'a LiveList,
