@@ -280,6 +280,26 @@ async fn retract(
     blocking(move || Ok(cairn.memory_retract(&ws, &id, &body.reason, q.reader())?)).await
 }
 
+/// Pins (`pinned`) or unpins the entry of `path` for the caller: what
+/// `pin` and `unpin` both do.
+async fn set_pin(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    q: web::Query<AskingQuery>,
+    pinned: bool,
+) -> ApiResult<PinReply> {
+    let (ws, id) = path.into_inner();
+    blocking(move || {
+        let pins = cairn.memory_pin(&ws, &id, pinned, q.reader())?;
+        Ok(PinReply {
+            entry: id,
+            pinned,
+            pins,
+        })
+    })
+    .await
+}
+
 #[utoipa::path(put, path = "/v1/workspaces/{workspace}/entries/{id}/pin", params(AskingQuery),
     responses((status = 200, body = PinReply), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
@@ -288,16 +308,7 @@ async fn pin(
     path: web::Path<(String, String)>,
     q: web::Query<AskingQuery>,
 ) -> ApiResult<PinReply> {
-    let (ws, id) = path.into_inner();
-    blocking(move || {
-        let pins = cairn.memory_pin(&ws, &id, true, q.reader())?;
-        Ok(PinReply {
-            entry: id,
-            pinned: true,
-            pins,
-        })
-    })
-    .await
+    set_pin(cairn, path, q, true).await
 }
 
 #[utoipa::path(delete, path = "/v1/workspaces/{workspace}/entries/{id}/pin", params(AskingQuery),
@@ -308,16 +319,7 @@ async fn unpin(
     path: web::Path<(String, String)>,
     q: web::Query<AskingQuery>,
 ) -> ApiResult<PinReply> {
-    let (ws, id) = path.into_inner();
-    blocking(move || {
-        let pins = cairn.memory_pin(&ws, &id, false, q.reader())?;
-        Ok(PinReply {
-            entry: id,
-            pinned: false,
-            pins,
-        })
-    })
-    .await
+    set_pin(cairn, path, q, false).await
 }
 
 #[utoipa::path(get, path = "/v1/workspaces/{workspace}/pins",
