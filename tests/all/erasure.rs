@@ -41,20 +41,32 @@ fn open(dir: &Path) -> Result<Cairn> {
     })?)
 }
 
-/// The files under `dir` that contain `needle`.
+/// The files under `dir` that contain `needle`. A running server renames
+/// and removes files while the walk goes on: one that is gone by the time
+/// it is read holds nothing any more.
 pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Result<Vec<String>> {
+    fn gone<T>(r: std::io::Result<T>) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
     let mut found = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d)? {
-            let path = e?.path();
+        let Some(entries) = gone(std::fs::read_dir(&d))? else {
+            continue;
+        };
+        for e in entries {
+            let Some(e) = gone(e)? else { continue };
+            let path = e.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if std::fs::read(&path)?
-                .windows(needle.len())
-                .any(|w| w == needle)
-            {
-                found.push(path.display().to_string());
+            } else if let Some(bytes) = gone(std::fs::read(&path))? {
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path.display().to_string());
+                }
             }
         }
     }
