@@ -506,9 +506,21 @@ pub(crate) fn run(
     // Loss accounting: every session this run played, ended or live.
     let mut tally = Tally::default();
     let mut check = |ledger: &Ledger| -> Result<(), LoadgenError> {
-        let stored = target.read_back(&ledger.workspace, &ledger.session)?;
-        tally.account(&ledger.acked, &stored);
-        Ok(())
+        // The read-back is a read like any other: the memory policy judges
+        // each turn, and a policy call that faults withholds it (fail-safe).
+        // A turn missing from one read is read again before it counts as
+        // lost; one the store really lost stays missing.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let stored = target.read_back(&ledger.workspace, &ledger.session)?;
+            let mut this = Tally::default();
+            this.account(&ledger.session, &ledger.acked, &stored);
+            if this.lost == 0 || attempts == READ_BACK_ATTEMPTS {
+                tally.add(this);
+                return Ok(());
+            }
+        }
     };
     for ledger in lock(&shared.ledgers).read_back()? {
         check(&ledger?)?;
@@ -526,6 +538,7 @@ pub(crate) fn run(
 
     let c = &shared.counters;
     let acked = c.acked.load(Ordering::Relaxed);
+    notes.extend(tally.first_loss.take());
     if let Some(e) = lock(&shared.first_error).take() {
         notes.push(format!(
             "{} call errors; the first: {e}",
@@ -666,11 +679,28 @@ struct Tally {
     stored_unacked: u64,
     /// Stored turns not at their place in the session's 0, 1, 2… order.
     seq_gaps: u64,
+    /// What went wrong with the first lost turn, to start looking from.
+    first_loss: Option<String>,
 }
 
+/// Reads of one session before a missing turn counts as lost.
+const READ_BACK_ATTEMPTS: u32 = 3;
+
 impl Tally {
+    /// Adds another tally's counts (the first loss kept, if any).
+    fn add(&mut self, other: Tally) {
+        self.checked += other.checked;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.stored_unacked += other.stored_unacked;
+        self.seq_gaps += other.seq_gaps;
+        if self.first_loss.is_none() {
+            self.first_loss = other.first_loss;
+        }
+    }
+
     /// Compares one session's acknowledged turns with what storage holds.
-    fn account(&mut self, acked: &[(u64, ContentHash)], stored: &[StoredTurn]) {
+    fn account(&mut self, session: &str, acked: &[(u64, ContentHash)], stored: &[StoredTurn]) {
         // A session's seqs are 0, 1, 2…: any other seq at a position is a gap.
         self.seq_gaps += stored
             .iter()
@@ -685,8 +715,17 @@ impl Tally {
         }
         for (seq, hash) in acked {
             self.checked += 1;
-            if by_seq.get(seq) != Some(&Some(hash)) {
+            let found = by_seq.get(seq);
+            if found != Some(&Some(hash)) {
                 self.lost += 1;
+                self.first_loss.get_or_insert_with(|| {
+                    let why = match found {
+                        None => "nothing stored at that seq",
+                        Some(None) => "the stored content disagrees with its stored hash",
+                        Some(Some(_)) => "other content stored at that seq",
+                    };
+                    format!("the first lost turn: session {session} seq {seq}: {why}")
+                });
             }
             self.duplicated += copies.get(hash).copied().unwrap_or(0).saturating_sub(1);
         }
@@ -739,7 +778,7 @@ mod tests {
             .filter_map(|(s, content)| Some((*s, hash(content)?)))
             .collect();
         let mut tally = Tally::default();
-        tally.account(&acked, &stored(storage));
+        tally.account("s", &acked, &stored(storage));
         assert_eq!(
             (tally.lost, tally.duplicated, tally.stored_unacked),
             expect,
@@ -766,7 +805,7 @@ mod tests {
         check(&[(0, "a")], &[(0, "a"), (1, "c")], (0, 0, 1));
         // A hole in the stored seqs is a gap (and the turn after it moved).
         let mut tally = Tally::default();
-        tally.account(&[], &stored(&[(0, "a"), (2, "b")]));
+        tally.account("s", &[], &stored(&[(0, "a"), (2, "b")]));
         assert_eq!(tally.seq_gaps, 1);
         // A corrupted turn (hash mismatch marked by read_back) is lost.
         check(&[(0, "a")], &[(0, "corrupt:a")], (1, 0, 1));
