@@ -252,6 +252,14 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             })
             .collect()
     }
+
+    fn in_lineage(&self, session: Option<&str>) -> bool {
+        match (&self.lineage, session) {
+            (None, _) => true,
+            (Some(lineage), Some(s)) => lineage.contains(s),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// The sessions `session` may read in full: `None` for a main session (its

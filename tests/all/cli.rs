@@ -41,7 +41,7 @@ fn stdout(out: &Output) -> String {
 #[test]
 fn demo_prints_turns_and_a_block() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let out = cairn(dir.path(), &["demo", "--budget", "300"], None)?;
+    let out = cairn(dir.path(), &["demo", "--budget", "320"], None)?;
     ensure!(
         out.status.success(),
         "{}",
@@ -64,11 +64,22 @@ fn demo_prints_turns_and_a_block() -> Result<()> {
     );
     ensure!(text.contains("activity: drafting, inherited"), "{text}");
     ensure!(text.contains("-- trace ("), "{text}");
-    ensure!(text.contains("of 300 tokens"), "{text}");
-    // What the user said of themselves is captured as a fact, from talk.
+    ensure!(text.contains("of 320 tokens"), "{text}");
+    // What the user said of themselves is captured as a fact, from talk,
+    // and is living memory in the next session's block.
     ensure!(
         text.contains("[fact] The user moved to Lisbon last week. <- s-0412:8-8"),
         "{text}"
+    );
+    let living: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("<card tier=\"3\""))
+        .take_while(|l| *l != "</card>")
+        .collect::<Vec<_>>()
+        .join("\n");
+    ensure!(
+        living.contains("- The user moved to Lisbon last week."),
+        "{living}"
     );
     // Memory stays current: the next morning's resume card has neither the
     // waitlist question (answered: waitlist April 8) nor the bare "Let's go

@@ -414,3 +414,69 @@ fn a_regex_the_workspace_set_cannot_hold_is_refused_at_creation() -> Result<()> 
     ensure!(cairn.topic("acme", "wide-0", 5, None)?.members.len() == 1);
     Ok(())
 }
+
+/// What capture learned about the person in one work context is living
+/// memory (tier 3) in another; a sub-agent sees only what was learned in
+/// its lineage, even in tier 3 (the OpenClaw sub-agent test's leak).
+#[test]
+fn personal_facts_are_living_memory_within_the_askers_lineage() -> Result<()> {
+    use cairn::{AssembleRequest, RetrievalMode, Role, SessionKind, SessionSpec, TurnInput};
+    let dir = tempfile::tempdir()?;
+    let cairn = cairn::Cairn::open(cairn::CairnConfig {
+        data_dir: dir.path().to_owned(),
+        storage: crate::support::storage(dir.path()),
+        ..cairn::CairnConfig::default()
+    })?;
+    // One fact learned in another work context, one in the sub-agent's own
+    // (from a session outside its lineage: the default policy would show
+    // that one in full, as same-context).
+    let said = |session: &str, wc: &str, text: &str| {
+        [
+            TurnInput::new(session, Role::User, text).in_context(wc),
+            TurnInput::new(session, Role::Assistant, "Good to know!").in_context(wc),
+        ]
+    };
+    cairn.ingest(
+        "acme",
+        &said("home", "life", "I moved to Lisbon last week."),
+    )?;
+    cairn.ingest(
+        "acme",
+        &said("desk", "launch", "I play the cello every evening."),
+    )?;
+    cairn.capture("acme", None)?;
+    let work = |id: &str, kind: SessionKind, parent: Option<&str>| SessionSpec {
+        id: id.into(),
+        work_context: Some("launch".into()),
+        kind,
+        parent: parent.map(str::to_owned),
+    };
+    cairn.bootstrap("acme", &work("lead", SessionKind::Main, None))?;
+    cairn.ingest(
+        "acme",
+        &[TurnInput::new("lead", Role::User, "Plan the launch.").in_context("launch")],
+    )?;
+    cairn.bootstrap("acme", &work("helper", SessionKind::Subagent, Some("lead")))?;
+    cairn.ingest(
+        "acme",
+        &[TurnInput::new("helper", Role::User, "Draft the checklist.").in_context("launch")],
+    )?;
+    let block = |session: &str| -> Result<String> {
+        let mut request = AssembleRequest::new(session, 600);
+        request.retrieval = RetrievalMode::Off;
+        Ok(cairn.assemble("acme", &request)?.text)
+    };
+    let lead = block("lead")?;
+    ensure!(
+        lead.contains("<card tier=\"3\"")
+            && lead.contains("moved to Lisbon last week")
+            && lead.contains("cello"),
+        "a main session, in another work context and in the same: {lead}"
+    );
+    let helper = block("helper")?;
+    ensure!(
+        !helper.contains("Lisbon") && !helper.contains("cello"),
+        "a sub-agent outside the facts' lineage: {helper}"
+    );
+    Ok(())
+}

@@ -839,7 +839,9 @@ pub(super) fn assemble(
         session: &inputs.session,
     };
     // Tiers 3 and 2 draw from these lists; the verdicts are asked ahead.
-    let living = tiers::living_memory(&inputs.live, &inputs.derived, &inputs.subjects);
+    let living = tiers::living_memory(&inputs.live, &inputs.derived, &inputs.subjects, |s| {
+        policy.in_lineage(s)
+    });
     let mut exclude = vec![inputs.session.work_context.as_str()];
     if let Ok(r) = &resume {
         exclude.push(r.work_context.as_str());
@@ -1028,6 +1030,14 @@ fn briefing(cx: &mut Ctx<'_>, ws: &Workspace, inputs: &Inputs<'_>) -> Result<()>
         .iter()
         .filter_map(|line| Some((line, briefing.entry(&line.entry)?)))
         .filter(|(_, v)| !cx.in_block.contains(&entry_source(v)))
+        // The briefing is the workspace's: a sub-agent gets the lines of
+        // what was said in its lineage (and those with no source session).
+        .filter(|(_, v)| {
+            v.entry
+                .provenance
+                .as_ref()
+                .is_none_or(|p| cx.policy.in_lineage(Some(&p.session)))
+        })
         .collect();
     let header = |cx: &Ctx<'_>| cx.extra(&[section_key(Section::Briefing)]);
     let free = |cx: &Ctx<'_>| cap.saturating_sub(section_total(cx, Section::Briefing));

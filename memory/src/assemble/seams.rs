@@ -189,6 +189,14 @@ pub trait PolicyCheck {
     ) -> Result<Vec<PolicyVerdict>, SeamError> {
         items.iter().map(|item| self.check(item, context)).collect()
     }
+
+    /// Whether the asking session may read what `session` said in full
+    /// (a sub-agent or cron session: only its lineage). Tiers drawn from
+    /// the whole workspace leave out what comes from outside it. The
+    /// default reads everything.
+    fn in_lineage(&self, _session: Option<&str>) -> bool {
+        true
+    }
 }
 
 /// Shows everything in full. For embedders that run no policy host and for

@@ -634,6 +634,9 @@ pub(crate) struct AssemblyIndex {
     workspace_facts: Ords,
     /// Facts of other contexts, per subject (tier 3: those about people).
     facts_by_subject: HashMap<String, Ords>,
+    /// Facts capture learned about a person in any other context (tier 3:
+    /// they hold wherever the person works).
+    person_facts: Ords,
 }
 
 impl AssemblyIndex {
@@ -687,6 +690,14 @@ impl AssemblyIndex {
         if kind == EntryKind::Fact {
             if wc == DEFAULT_WORK_CONTEXT {
                 put(&mut self.workspace_facts);
+            } else if v
+                .entry
+                .detail
+                .as_deref()
+                .and_then(crate::facts::fact_of_detail)
+                .is_some()
+            {
+                put(&mut self.person_facts);
             } else if let Some(s) = &v.subject {
                 with_list(&mut self.facts_by_subject, s, put);
             }
@@ -717,6 +728,7 @@ impl AssemblyIndex {
             activity: moved_all(&self.activity),
             workspace_facts: moved(&self.workspace_facts),
             facts_by_subject: moved_all(&self.facts_by_subject),
+            person_facts: moved(&self.person_facts),
             ..AssemblyIndex::default()
         };
         // Contexts a record of which was replaced: their cards are made
@@ -798,16 +810,23 @@ impl AssemblyIndex {
     }
 }
 
-/// Tier 3: stable facts: facts of the default (workspace-wide) context and
-/// facts about people, newest first. Reads an index of the facts kept with
-/// the live list (`derived`), not the whole list.
+/// Tier 3: stable facts: facts of the default (workspace-wide) context,
+/// facts capture learned about a person in a session `readable` lets the
+/// asker read (its lineage, for a sub-agent), and facts about people,
+/// newest first. Reads an index of the facts kept with the live list
+/// (`derived`), not the whole list.
 pub(super) fn living_memory<'a>(
     live: &'a LiveList,
     derived: &'a LiveDerived,
     subjects: &[Subject],
+    readable: impl Fn(Option<&str>) -> bool,
 ) -> Vec<&'a EntryView> {
     let index = AssemblyIndex::of(live, derived);
     let mut ords: Vec<usize> = index.workspace_facts.iter().collect();
+    ords.extend(index.person_facts.iter().filter(|&o| {
+        let v = nth_oldest(live, o);
+        readable(v.entry.provenance.as_ref().map(|p| p.session.as_str()))
+    }));
     for s in subjects.iter().filter(|s| s.kind == SubjectKind::Person) {
         if let Some(about) = index.facts_by_subject.get(&s.slug) {
             ords.extend(about.iter());
