@@ -214,11 +214,13 @@ function suite(mode) {
         },
       },
     });
-    const starting = startGateway(home, config);
-    // The documented check, run while the gateway starts (it reads the same config).
-    inspected = openclaw(home, ["plugins", "inspect", "cairn", "--runtime", "--json"]);
-    gateway = await starting;
-    await inspected;
+    // The documented check, run before the gateway starts: both take
+    // OpenClaw's state lock, and a gateway whose start-up checks find it
+    // held exits ("another OpenClaw process owns gateway-lifecycle").
+    mkdirSync(join(home, "state"), { recursive: true });
+    writeFileSync(join(home, "openclaw.json"), JSON.stringify(config, null, 2));
+    inspected = await openclaw(home, ["plugins", "inspect", "cairn", "--runtime", "--json"]);
+    gateway = await startGateway(home, config);
     stub.answer(() => ({ text: "Noted." }));
   });
 
