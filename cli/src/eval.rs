@@ -37,7 +37,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 mod facts;
-pub use facts::{FactScores, FactsReport, SAME_FACT, run_facts};
+pub use facts::{FactScores, FactsReport, SAME_FACT, run_facts, run_facts_passes};
 
 /// Why an evaluation could not run.
 #[derive(Debug, thiserror::Error)]

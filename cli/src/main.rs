@@ -1981,14 +1981,31 @@ fn eval_locomo(config: &CairnConfig, command: &EvalCommand) -> Result<()> {
     });
     let embedder = load_embedder(&config.embedding);
     if let (true, Some(source)) = (*facts, source.as_ref()) {
-        let report =
-            cairn_cli::eval::run_facts(data, embedder, source, *fact_threshold, ranks.as_deref())?;
+        let passes = cairn_cli::eval::run_facts_passes(
+            data,
+            embedder,
+            source,
+            *fact_threshold,
+            ranks.as_deref(),
+        )?;
         let mut out = std::io::stdout().lock();
+        match (*json, passes.as_slice()) {
+            (true, [report]) => serde_json::to_writer_pretty(&mut out, report)?,
+            (true, [heuristic, with_model]) => serde_json::to_writer_pretty(
+                &mut out,
+                &serde_json::json!({ "heuristic": heuristic, "with_model": with_model }),
+            )?,
+            _ => {
+                for (i, report) in passes.iter().enumerate() {
+                    if i > 0 {
+                        writeln!(out)?;
+                    }
+                    print_facts(&mut out, report)?;
+                }
+            }
+        }
         if *json {
-            serde_json::to_writer_pretty(&mut out, &report)?;
             writeln!(out)?;
-        } else {
-            print_facts(&mut out, &report)?;
         }
         return Ok(());
     }

@@ -385,3 +385,49 @@ fn the_eval_counts_an_extracted_entry_as_the_turns_it_cites() -> Result<()> {
     ensure!(recall_1(&failing) == Some(0.0), "{failing:?}");
     Ok(())
 }
+
+/// `cairn eval locomo --facts` with `[extraction.model]` configured scores
+/// the heuristics alone and then with the model pass, side by side: the
+/// model's fact recalls the observation the heuristics miss.
+#[test]
+fn the_fact_eval_reports_the_model_pass_beside_the_heuristics() -> Result<()> {
+    let data = tempfile::tempdir()?;
+    let mut conversation: serde_json::Value = serde_json::from_str(CONVERSATION)?;
+    conversation["session_1_observation"] = json!({
+        "Mel": [["Mel plays the clarinet, an hour before work.", "D1:3"]]
+    });
+    std::fs::write(data.path().join("1.json"), conversation.to_string())?;
+    let (url, seen) = stub(200, FACT, Duration::ZERO)?;
+    let out = std::process::Command::new(crate::support::cairn_bin())
+        .args(["eval", "locomo", "--facts", "--json", "--data"])
+        .arg(data.path())
+        .env("CAIRN_EXTRACTION__MODEL__ENABLED", "true")
+        .env("CAIRN_EXTRACTION__MODEL__URL", &url)
+        .env("CAIRN_EXTRACTION__MODEL__MODEL", "stub")
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let (heuristic, with_model) = (&report["heuristic"], &report["with_model"]);
+    ensure!(heuristic["extractors"] == json!(["heuristic"]), "{report}");
+    ensure!(
+        with_model["extractors"] == json!(["model stub"]),
+        "{report}"
+    );
+    ensure!(heuristic["overall"]["observations"] == 1, "{report}");
+    ensure!(
+        with_model["overall"]["recalled"] == 1,
+        "the model's fact recalls the observation: {report}"
+    );
+    ensure!(
+        !seen
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .is_empty(),
+        "the model was asked"
+    );
+    Ok(())
+}

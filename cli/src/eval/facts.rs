@@ -184,6 +184,33 @@ pub fn run_facts(
     Ok(report)
 }
 
+/// `--facts` with the heuristic extractor alone and, when `source`
+/// configures an extraction model (`[extraction.model]`), once more with
+/// the model pass: what the model buys, beside what the heuristics do.
+/// One report, or two (heuristics first); `pairs` is written by the last.
+pub fn run_facts_passes(
+    dir: &Path,
+    embedder: Option<Arc<dyn Embedder>>,
+    source: &EntrySource,
+    threshold: f32,
+    pairs: Option<&Path>,
+) -> Result<Vec<FactsReport>, EvalError> {
+    let mut passes = Vec::new();
+    if source.config.extraction.model.enabled {
+        let mut heuristic = source.clone();
+        heuristic.config.extraction.model.enabled = false;
+        passes.push(run_facts(
+            dir,
+            embedder.clone(),
+            &heuristic,
+            threshold,
+            None,
+        )?);
+    }
+    passes.push(run_facts(dir, embedder, source, threshold, pairs)?);
+    Ok(passes)
+}
+
 /// The `session_N_observation` lists of a LoCoMo file.
 fn observations(path: &Path) -> Result<Vec<Observation>, EvalError> {
     let text = std::fs::read_to_string(path).map_err(|source| EvalError::Io {
