@@ -513,16 +513,26 @@ fn the_second_pass_follows_an_entry_to_its_turns() {
     assert!(pos(&on, "s1:0") < pos(&on, "s2:0"), "{on:?}");
 }
 
+/// A batch gives one unit vector per text, in order: a text embedded
+/// alone or in the batch gets the same vector, and two different texts
+/// different ones. (How fast is in `benches/`, not here.)
 #[test]
-fn embedding_throughput_is_sane() {
+fn a_batch_gives_one_unit_vector_per_text_in_order() {
     let m = model();
     let texts: Vec<String> = (0..64)
         .map(|i| format!("Turn {i}: we talked about the weather and dinner plans."))
         .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let t = Instant::now();
-    m.embed(&refs).unwrap();
-    eprintln!("64 sentences in {:?}", t.elapsed());
+    let batch = m.embed(&refs).unwrap();
+    assert_eq!(batch.len(), texts.len());
+    for v in &batch {
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "norm {norm}");
+    }
+    let alone = m.embed(&[refs[17]]).unwrap();
+    let cos = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    assert!(cos(&alone[0], &batch[17]) > 0.999);
+    assert!(cos(&batch[0], &batch[17]) < 0.999);
 }
 
 mod service {
