@@ -111,8 +111,13 @@ fn contents(cairn: &Cairn, ws: &str, queries: &[&str]) -> Result<Value> {
         })
         .collect();
     let mut searches = Vec::new();
-    for q in queries {
-        let found = cairn.memory_search(ws, &SearchRequest::new(q))?;
+    for (i, q) in queries.iter().enumerate() {
+        // A caller per search: the rate limit is per caller.
+        let request = SearchRequest {
+            caller: Some(format!("export-test-{ws}-{i}")),
+            ..SearchRequest::new(q)
+        };
+        let found = cairn.memory_search(ws, &request)?;
         searches.push(json!(
             found
                 .items
@@ -249,11 +254,52 @@ fn export_then_import_reads_back_the_same_workspace() -> Result<()> {
     let err = String::from_utf8_lossy(&again.stderr);
     ensure!(err.contains("is not empty"), "{err}");
 
+    // One session alone, to stdout: its parent is not in the bundle, so the
+    // link is cut, and the entries captured elsewhere stay out.
+    let solo = cli(
+        &data,
+        &["export", "--workspace", "acme", "--session", "helper"],
+    )?;
+    let solo_text = ok(&solo)?;
+    let records: Vec<Value> = solo_text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        records
+            .iter()
+            .all(|r| r["session"] != "main" && r["id"] != "main"),
+        "{solo_text}"
+    );
+    ensure!(
+        records.iter().any(|r| r["record"] == "session"
+            && r["id"] == "helper"
+            && r["kind"] == "subagent"
+            && r.get("parent").is_none()),
+        "{solo_text}"
+    );
+    ensure!(
+        String::from_utf8_lossy(&solo.stderr).contains("exported"),
+        "{solo:?}"
+    );
+
     // Both read in one process, so both searches see the same index.
     let cairn = open(&data)?;
     wait_indexed(&cairn)?;
     let before = contents(&cairn, "acme", &queries)?;
     let after = contents(&cairn, "copy", &queries)?;
+    ensure!(
+        before["search"].as_array().is_some_and(|s| s
+            .iter()
+            .all(|r| r.as_array().is_some_and(|r| !r.is_empty()))),
+        "a search found nothing: {before:#}"
+    );
+    ensure!(
+        before["sessions"].as_array().is_some_and(|s| s
+            .iter()
+            .any(|s| s["summaries"].as_array().is_some_and(|v| !v.is_empty()))),
+        "no summary to compare: {before:#}"
+    );
     ensure!(
         before == after,
         "the copy differs:\n{before:#}\n---\n{after:#}"
