@@ -538,3 +538,56 @@ fn the_bundle_holds_nothing_the_policy_refused() -> Result<()> {
     );
     Ok(())
 }
+
+/// The default policy leaves a secret-bearing turn out of an export; the
+/// import fills its place with a placeholder, so the turns after it and an
+/// entry's provenance keep their sequence numbers.
+#[test]
+fn a_turn_left_out_keeps_its_place_in_the_copy() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    cairn.ingest(
+        "acme",
+        &[
+            TurnInput::new("s1", Role::User, "Deploy the billing service on Friday."),
+            TurnInput::new(
+                "s1",
+                Role::User,
+                "The deploy key is sk-abcdefghijklmnopqrstuvwxyz123456 for billing.",
+            ),
+            TurnInput::new("s1", Role::Assistant, "Friday it is for billing."),
+        ],
+    )?;
+    let entry = cairn.append_entry(
+        "acme",
+        &EntryInput::new(EntryKind::Decision, "Billing deploys on Friday.").from_turns("s1", 0, 2),
+    )?;
+    let mut bundle = Vec::new();
+    let report = cairn.export("acme", &cairn::ExportRequest::default(), &mut bundle)?;
+    ensure!(report.left_out.turns == 1, "{report:?}");
+    ensure!(report.decisions > 0, "{report:?}");
+    let text = String::from_utf8(bundle)?;
+    ensure!(!text.contains("sk-abcdefghij"), "{text}");
+
+    let imported = cairn.import("copy", &mut text.as_bytes())?;
+    ensure!(
+        imported.placeholders == 1 && imported.turns == 3,
+        "{imported:?}"
+    );
+    let turns = cairn.transcript("copy", "s1", 0, None, None)?;
+    ensure!(
+        turns.iter().map(|t| t.seq).collect::<Vec<_>>() == [0, 1, 2],
+        "{turns:?}"
+    );
+    ensure!(
+        turns[1].content.contains("left out of the export")
+            && turns[2].content == "Friday it is for billing.",
+        "{turns:?}"
+    );
+    let copied = cairn.entry("copy", &entry.id, None)?;
+    ensure!(
+        copied.entry.provenance == entry.provenance,
+        "{copied:?} vs {entry:?}"
+    );
+    Ok(())
+}
