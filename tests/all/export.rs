@@ -591,3 +591,67 @@ fn a_turn_left_out_keeps_its_place_in_the_copy() -> Result<()> {
     );
     Ok(())
 }
+
+/// The export is a read: a read-scoped token may call it (and the OpenAPI
+/// description says so); the import writes: the same token is refused, a
+/// write token is not. Both routes are described.
+#[test]
+fn a_read_token_exports_and_only_a_write_token_imports() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    let token = |scope: &str, ws: &str| -> Result<String> {
+        let out = ok(&cli(
+            &data,
+            &["tokens", "create", "--workspace", ws, "--scope", scope],
+        )?)?;
+        Ok(out.trim().to_owned())
+    };
+    let read = token("read", "acme")?;
+    let write = token("write", "copy")?;
+    let writer_acme = token("write", "acme")?;
+    let server = Server::start(&data)?;
+    let (s, spec) = server.get("/openapi.json")?;
+    ensure!(s == 200);
+    ensure!(
+        spec["paths"]["/v1/workspaces/{workspace}/export"]["get"].is_object()
+            && spec["paths"]["/v1/workspaces/{workspace}/import"]["post"].is_object(),
+        "export and import are not described"
+    );
+    let mut resp = server
+        .agent
+        .post(format!("{}/v1/workspaces/acme/turns", server.base))
+        .header("authorization", format!("Bearer {writer_acme}"))
+        .send_json(
+            json!({"turns": [{"session": "s1", "role": "user", "content": "Hello export."}]}),
+        )?;
+    ensure!(
+        resp.status().as_u16() == 200,
+        "{}",
+        resp.body_mut().read_to_string()?
+    );
+
+    let mut resp = server
+        .agent
+        .get(format!("{}/v1/workspaces/acme/export", server.base))
+        .header("authorization", format!("Bearer {read}"))
+        .call()?;
+    ensure!(resp.status().as_u16() == 200);
+    let bundle = resp.body_mut().read_to_string()?;
+    ensure!(bundle.contains("Hello export."), "{bundle}");
+
+    let post = |ws: &str, token: &str| -> Result<u16> {
+        let resp = server
+            .agent
+            .post(format!("{}/v1/workspaces/{ws}/import", server.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/x-ndjson")
+            .send(bundle.as_bytes())?;
+        Ok(resp.status().as_u16())
+    };
+    ensure!(post("acme", &read)? == 403, "a read token imported");
+    ensure!(
+        post("copy", &write)? == 200,
+        "a write token could not import"
+    );
+    Ok(())
+}
