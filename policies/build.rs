@@ -26,6 +26,7 @@ const PLUGINS: &[&str] = &[
     "memory-policy-default",
     "example-custom",
     "example-quiet",
+    "test-export",
     "hostile-trap",
     "hostile-infinite-loop",
     "hostile-memory-bomb",

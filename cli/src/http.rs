@@ -24,6 +24,7 @@ mod assemble;
 mod compaction;
 mod describe;
 mod entries;
+mod export;
 pub mod forward;
 pub(crate) mod guard;
 mod maintenance;
@@ -42,6 +43,7 @@ pub use entries::{
     CorrectBody, EntriesBody, EntriesQuery, EntriesReply, ForgetBody, MergeBody, PinReply,
     RenameBody, RetractBody, SubjectBody,
 };
+pub use export::ExportQuery;
 pub use maintenance::MaintainBody;
 pub use mcp::McpQuery;
 pub use plugins::InstallQuery;
@@ -66,6 +68,7 @@ pub(crate) fn routes() -> Vec<route::Route> {
         sessions::routes(),
         compaction::routes(),
         entries::routes(),
+        export::routes(),
         search::routes(),
         mcp::routes(),
         ui::routes(),

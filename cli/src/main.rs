@@ -35,6 +35,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
 
 mod doctor;
+mod export;
 mod maintain;
 mod plugins;
 mod topics;
@@ -380,6 +381,12 @@ enum Command {
     /// compare it with the live one; --verify only reports (non-zero exit on
     /// a difference), without it the derived state is replaced.
     Reconstruct(maintain::ReconstructArgs),
+    /// A workspace (or --session) as a portable JSONL bundle, every object
+    /// judged by the memory policy for `export` (what it refuses is left out).
+    Export(export::ExportArgs),
+    /// A bundle from `cairn export` into a new or empty workspace
+    /// (`--workspace`); checked whole first, then the indexes rebuilt.
+    Import(export::ImportArgs),
     /// Rewrite the store's files so they hold only live data: after a
     /// `forget`, the erased bytes leave the data directory (sled keeps
     /// removed values in old log segments until it reclaims them). Stop
@@ -1245,6 +1252,8 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         }
         Command::Maintain(args) => maintain::maintain(cairn, ws_id, args, out)?,
         Command::Reconstruct(args) => maintain::reconstruct(cairn, ws_id, args, out)?,
+        Command::Export(args) => export::export(cairn, ws_id, args)?,
+        Command::Import(args) => export::import(cairn, ws_id, args, out)?,
         Command::Tombstones { json } => {
             let all = cairn.tombstones(ws_id)?;
             if json {

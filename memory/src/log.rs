@@ -804,6 +804,24 @@ impl Workspace {
         Ok(out)
     }
 
+    /// Checks one entry's own fields as [`Workspace::append_entries`]
+    /// does before it writes (ids, sizes, slug, time, status), without the
+    /// checks against the store (provenance, replacements, duplicates).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// assert!(ws.check_entry(&EntryInput::new(EntryKind::Fact, "The API is v2")).is_ok());
+    /// assert!(ws.check_entry(&EntryInput::new(EntryKind::Fact, "")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_entry(&self, input: &EntryInput) -> Result<()> {
+        self.validate_entry(input)
+    }
+
     fn validate_entry(&self, input: &EntryInput) -> Result<()> {
         let limit = self.shared.config.limits.max_content_bytes;
         if let Some(id) = &input.id {

@@ -74,6 +74,16 @@ pub const EXAMPLE_QUIET: BuiltinPlugin = builtin!(
     "CAIRN_PLUGIN_EXAMPLE_QUIET"
 );
 
+/// Test guests, by the path of their built component (not embedded in the
+/// binary): cairn's own end-to-end tests install them from the file, as a
+/// user would.
+#[doc(hidden)]
+pub mod test_guests {
+    /// `plugins/test-export`: a memory policy that leaves out, references or
+    /// redacts objects for the `export` action.
+    pub const TEST_EXPORT: &str = env!("CAIRN_PLUGIN_TEST_EXPORT");
+}
+
 /// The three slots a runtime decides with.
 ///
 /// ```

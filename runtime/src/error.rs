@@ -67,6 +67,34 @@ pub enum CairnError {
     /// A world name that is not one of the three.
     #[error("unknown world {0:?}; use significance-gate, topic-directive or memory-policy")]
     UnknownWorld(String),
+    /// A bundle to import is malformed: the line and what is wrong with it
+    /// (line 0: the bundle as a whole). Nothing was written.
+    #[error("bundle line {line}: {reason}")]
+    InvalidBundle {
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An import into a workspace that already holds something.
+    #[error(
+        "workspace {workspace:?} is not empty (it holds {what}): import into a new or empty workspace"
+    )]
+    WorkspaceNotEmpty {
+        /// The workspace.
+        workspace: String,
+        /// The first thing found in it.
+        what: String,
+    },
+    /// Reading or writing a bundle's file failed.
+    #[error("bundle {path}: {source}")]
+    BundleIo {
+        /// The file (or `(output)`).
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The decision log or the plugin registry failed.
     #[error("decision log: {message}")]
     DecisionLog {
@@ -99,6 +127,9 @@ impl CairnError {
             CairnError::PluginTooLarge { .. } => "plugin_too_large",
             CairnError::UnknownWorld(_) => "unknown_world",
             CairnError::DecisionLog { .. } => "decision_log",
+            CairnError::InvalidBundle { .. } => "invalid_bundle",
+            CairnError::WorkspaceNotEmpty { .. } => "workspace_not_empty",
+            CairnError::BundleIo { .. } => "bundle_io",
         }
     }
 
@@ -123,7 +154,9 @@ impl CairnError {
             CairnError::InvalidReference(_) | CairnError::UnknownWorld(_) => ErrorKind::Invalid,
             CairnError::PluginTooLarge { .. } => ErrorKind::TooLarge,
             CairnError::Policy(e) => policy_kind(e),
-            CairnError::DecisionLog { .. } => ErrorKind::Internal,
+            CairnError::DecisionLog { .. } | CairnError::BundleIo { .. } => ErrorKind::Internal,
+            CairnError::InvalidBundle { .. } => ErrorKind::Invalid,
+            CairnError::WorkspaceNotEmpty { .. } => ErrorKind::Conflict,
         }
     }
 

@@ -45,6 +45,7 @@ mod decision_files;
 mod decision_log;
 mod eraser;
 mod error;
+pub mod export;
 mod extraction;
 mod health;
 mod host;
@@ -98,6 +99,7 @@ pub use decision_log::{
 };
 pub use eraser::{ErasureConfig, ErasureStats};
 pub use error::{BoxError, CairnError, Result};
+pub use export::{ExportReport, ExportRequest, ImportReport, ObjectCounts};
 pub use extraction::{ExtractionConfig, OpenAiExtractor};
 pub use health::Health;
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};

@@ -20,6 +20,7 @@ mod current;
 mod doctor;
 mod durability;
 mod erasure;
+mod export;
 mod extraction;
 mod hardening;
 mod http_api;

@@ -144,8 +144,8 @@ pub(crate) fn changes_state(method: &str) -> bool {
 }
 
 /// Whether `content_type` is one a plain HTML form cannot send and the API
-/// reads: JSON (`application/json`, `application/…+json`) or a plugin's
-/// `application/wasm`.
+/// reads: JSON (`application/json`, `application/…+json`), a plugin's
+/// `application/wasm` or an export bundle's `application/x-ndjson`.
 fn is_api_content_type(content_type: &str) -> bool {
     let essence = content_type
         .split(';')
@@ -155,6 +155,7 @@ fn is_api_content_type(content_type: &str) -> bool {
         .to_ascii_lowercase();
     essence == "application/json"
         || essence == "application/wasm"
+        || essence == "application/x-ndjson"
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 

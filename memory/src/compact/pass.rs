@@ -509,6 +509,75 @@ impl Workspace {
         })
     }
 
+    /// Writes a session's compaction view and the summary nodes it stands
+    /// on as they are given (an import of an exported bundle), in one
+    /// atomic batch; durable when it returns. The session must exist, every
+    /// node must belong to it, and every summary the view or a node names
+    /// must be among `nodes` or already stored.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # use cairn_memory::compact::CompactionView;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.append_turn(&TurnInput::new("s1", Role::User, "hello"))?;
+    /// let view = CompactionView { session: "s1".into(), ..CompactionView::default() };
+    /// ws.restore_compaction(&view, &[])?;
+    /// assert_eq!(ws.compaction_view("s1")?, Some(view));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn restore_compaction(&self, view: &CompactionView, nodes: &[SummaryNode]) -> Result<()> {
+        let session = view.session.as_str();
+        validate_id("session id", session)?;
+        let stripe = self
+            .shared
+            .stripe(&self.id, &format!("\0compact/{session}"));
+        let guard = self.shared.lock_stripes(BTreeSet::from([stripe]));
+        self.session(session)?;
+        let given: BTreeSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        let named = view
+            .items
+            .iter()
+            .chain(nodes.iter().flat_map(|n| n.covers.iter()))
+            .filter_map(|c| match c {
+                Cover::Summary { id } => Some(id.as_str()),
+                Cover::Turns { .. } => None,
+            });
+        for id in named {
+            if !given.contains(id) {
+                self.summary(id)?;
+            }
+        }
+        let mut batch = WriteBatch::default();
+        for node in nodes {
+            validate_id("summary id", &node.id)?;
+            if node.session != session {
+                return Err(MemoryError::Invalid {
+                    what: "summary node",
+                    reason: format!(
+                        "summary {:?} belongs to session {:?}, not {session:?}",
+                        node.id, node.session
+                    ),
+                });
+            }
+            batch.put(
+                Collection::Summaries,
+                node.id.as_bytes().to_vec(),
+                encode(node)?,
+            );
+        }
+        let key = StateKey::CompactionView {
+            session: session.to_owned(),
+        };
+        batch.put(Collection::State, key.encode(), encode(view)?);
+        self.apply(batch)?;
+        drop(guard);
+        self.shared.store.sync()?;
+        Ok(())
+    }
+
     /// The session's compaction view; `None` before its first pass.
     pub fn compaction_view(&self, session: &str) -> Result<Option<CompactionView>> {
         validate_id("session id", session)?;
