@@ -63,10 +63,10 @@ pub(crate) fn files_containing(dir: &Path, needle: &[u8]) -> Result<Vec<String>>
             let path = e.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if let Some(bytes) = gone(std::fs::read(&path))? {
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path.display().to_string());
-                }
+            } else if let Some(bytes) = gone(std::fs::read(&path))?
+                && bytes.windows(needle.len()).any(|w| w == needle)
+            {
+                found.push(path.display().to_string());
             }
         }
     }
