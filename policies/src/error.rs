@@ -1,5 +1,5 @@
-//! [`PolicyError`]: what can go wrong installing plugins or logging
-//! decisions.
+//! [`PolicyError`]: what can go wrong installing plugins, logging
+//! decisions, or reading and writing the registry and the decision log.
 //!
 //! A plugin that faults while deciding is *not* an error: that is an
 //! expected outcome, returned as a value ([`Outcome::FailSafe`]) with the
@@ -18,6 +18,9 @@ use crate::world::WorldKind;
 
 /// The crate's result type.
 pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
+
+/// A boxed cause, kept so that `std::error::Error::source` walks to it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An error of the policy host.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +105,34 @@ pub enum PolicyError {
         #[source]
         source: SinkError,
     },
+    /// The store under the registry or the decision log refused or failed
+    /// (see [`cairn_memory::MemoryError::code`]).
+    #[error(transparent)]
+    Memory(#[from] cairn_memory::MemoryError),
+    /// The settings are invalid (the message names the setting).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A plugin upload is larger than `policies.max_plugin_bytes`.
+    #[error(
+        "plugin of {size} bytes is larger than the limit of {max} bytes (policies.max_plugin_bytes)"
+    )]
+    PluginTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The decision log or the plugin registry failed (a record that does
+    /// not decode, a segment file that cannot be written, a writer that
+    /// stopped…).
+    #[error("decision log: {message}")]
+    Records {
+        /// What failed.
+        message: String,
+        /// The cause, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
 }
 
 impl PolicyError {
@@ -116,8 +147,35 @@ impl PolicyError {
             PolicyError::Engine { .. } => "policy-engine",
             PolicyError::Cache { .. } => "policy-cache",
             PolicyError::ReadPlugin { .. } => "plugin-read",
-            PolicyError::DecisionLog { .. } => "decision-log",
+            PolicyError::DecisionLog { .. } | PolicyError::Records { .. } => "decision-log",
+            PolicyError::Memory(e) => e.code(),
+            PolicyError::Config(_) => "config",
+            PolicyError::PluginTooLarge { .. } => "plugin-too-large",
         }
+    }
+
+    /// A decision-log or plugin-registry failure without a further cause.
+    pub(crate) fn records(message: impl Into<String>) -> Self {
+        PolicyError::Records {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A decision-log or plugin-registry failure caused by `source`.
+    pub(crate) fn records_from(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        PolicyError::Records {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+impl From<cairn_memory::store::StoreError> for PolicyError {
+    /// Storage errors of the system namespaces (decision log, plugin
+    /// registry) read as the memory core's.
+    fn from(err: cairn_memory::store::StoreError) -> Self {
+        PolicyError::Memory(err.into())
     }
 }
 

@@ -17,6 +17,12 @@
 //!   [`PolicyGenerationId`], and its [`Outcome`]: the plugin's checked
 //!   answer, or the world's fail-safe after a [`Fault`].
 //!
+//! Above the host, the running policies of one cairn: [`Policies`] (the
+//! three slots, the registry of installed plugins in the memory core's store,
+//! install and hot swap) and the durable [`DecisionLog`] behind them, with
+//! the word classifier ([`activity_type`]) the significance gate's context
+//! is filled with. The facade (`cairn::Cairn`) holds one `Policies`.
+//!
 //! A plugin that traps, loops, runs past its deadline, exhausts its memory,
 //! overflows its stack or returns an invalid or oversized answer never takes the host down and
 //! never gets "allow everything": the store is dropped, the fault is logged
@@ -119,9 +125,12 @@ macro_rules! named_enum {
     };
 }
 
+mod activity;
 mod bindings;
 mod cache;
 pub mod decision_codec;
+mod decision_files;
+mod decision_log;
 mod decisions;
 pub mod defaults;
 mod digest;
@@ -129,6 +138,7 @@ mod error;
 mod fault;
 mod host;
 mod memory_policy;
+mod registry;
 mod significance;
 mod slot;
 mod store;
@@ -137,20 +147,29 @@ mod topic;
 mod vocab;
 mod world;
 
+pub use activity::{activity_type, work_phase};
 pub use cache::{CacheOutcome, CacheStats, MAX_IN_MEMORY, MAX_ON_DISK};
+pub use decision_log::{
+    DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
+    GenerationCounts, MAX_QUERY_LIMIT,
+};
 pub use decisions::{
     DecisionId, DecisionOutput, DecisionRecord, DecisionSink, MemorySink, Outcome,
     PolicyGenerationId, SinkError,
 };
 pub use defaults::{BuiltinPlugin, PolicySet};
 pub use digest::InputsDigest;
-pub use error::{PolicyError, Result};
+pub use error::{BoxError, PolicyError, Result};
 pub use fault::{Fault, FaultKind};
 pub use host::{HostConfig, Limits, PolicyHost, PreparedPlugin};
 pub use memory_policy::{
     Action, ContentFidelity, ContentReference, Destination, LearningScope, Locality,
     MemoryPolicyDecision, MutationAuthority, ObjectKind, PolicyObligation, PolicyRequest,
     PrincipalKind, PrincipalRef, Sensitivity,
+};
+pub use registry::{
+    InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
+    PolicyConfig,
 };
 pub use significance::{
     CollectionDecision, DEFAULT_BASE_THRESHOLD, DEFAULT_RESEARCH_MULTIPLIER, GateContext,
@@ -180,4 +199,6 @@ const _: () = {
     assert_send_sync::<MemorySink>();
     assert_send_sync::<DecisionRecord>();
     assert_send_sync::<PolicyError>();
+    assert_send_sync::<Policies>();
+    assert_send_sync::<DecisionLog>();
 };

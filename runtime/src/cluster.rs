@@ -138,7 +138,7 @@ impl std::fmt::Debug for Cluster {
 struct Inner {
     memory: Memory,
     actors: ActorRuntime,
-    policies: crate::policy::Policies,
+    policies: cairn_policies::Policies,
     /// Where other nodes reach this one; empty until known.
     url: RwLock<String>,
     /// The nodes and leases as of the last loop turn.
@@ -200,7 +200,7 @@ impl Cluster {
     pub(crate) fn start(
         memory: &Memory,
         actors: &ActorRuntime,
-        policies: &crate::policy::Policies,
+        policies: &cairn_policies::Policies,
         url: &str,
     ) -> Option<Cluster> {
         let leases = memory.leases()?;

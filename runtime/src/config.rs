@@ -9,7 +9,7 @@ use cairn_memory::{MemoryConfig, StorageBackend, StorageConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
-use crate::policy::PolicyConfig;
+use cairn_policies::PolicyConfig;
 
 /// Settings of `cairn serve`.
 ///

@@ -51,9 +51,11 @@ pub enum CairnError {
     #[error("invalid reference {0}")]
     InvalidReference(String),
     /// The policy host refused a plugin (not a component, the wrong world,
-    /// a bad name, a failed canary…) or could not start.
+    /// a bad name, a failed canary…) or could not start. (Its store, settings,
+    /// world-name, size and decision-log errors arrive as this enum's own
+    /// variants: see `From<PolicyError>`.)
     #[error(transparent)]
-    Policy(#[from] cairn_policies::PolicyError),
+    Policy(cairn_policies::PolicyError),
     /// A plugin upload is larger than `policies.max_plugin_bytes`.
     #[error(
         "plugin of {size} bytes is larger than the limit of {max} bytes (policies.max_plugin_bytes)"
@@ -175,23 +177,20 @@ impl CairnError {
     pub fn is_retryable(&self) -> bool {
         self.kind() == ErrorKind::Unavailable
     }
+}
 
-    /// A decision-log or plugin-registry failure without a further cause.
-    pub(crate) fn decision_log(message: impl Into<String>) -> Self {
-        CairnError::DecisionLog {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// A decision-log or plugin-registry failure caused by `source`.
-    pub(crate) fn decision_log_from(
-        message: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Self {
-        CairnError::DecisionLog {
-            message: message.into(),
-            source: Some(source.into()),
+impl From<cairn_policies::PolicyError> for CairnError {
+    /// The registry's and the decision log's errors keep the variants (and
+    /// codes) they had when those lived in this crate: the store's as
+    /// [`CairnError::Memory`], settings as [`CairnError::Config`], and so on.
+    fn from(err: cairn_policies::PolicyError) -> Self {
+        use cairn_policies::PolicyError as P;
+        match err {
+            P::Memory(e) => CairnError::Memory(e),
+            P::Config(message) => CairnError::Config(message),
+            P::PluginTooLarge { size, max } => CairnError::PluginTooLarge { size, max },
+            P::Records { message, source } => CairnError::DecisionLog { message, source },
+            other => CairnError::Policy(other),
         }
     }
 }
@@ -201,7 +200,11 @@ impl CairnError {
 fn policy_kind(err: &cairn_policies::PolicyError) -> ErrorKind {
     use cairn_policies::PolicyError as P;
     match err {
-        P::Engine { .. } | P::Cache { .. } | P::DecisionLog { .. } => ErrorKind::Internal,
+        P::Memory(e) => e.kind(),
+        P::PluginTooLarge { .. } => ErrorKind::TooLarge,
+        P::Engine { .. } | P::Cache { .. } | P::DecisionLog { .. } | P::Records { .. } => {
+            ErrorKind::Internal
+        }
         _ => ErrorKind::Invalid,
     }
 }
@@ -210,6 +213,10 @@ fn policy_kind(err: &cairn_policies::PolicyError) -> ErrorKind {
 fn policy_code(err: &cairn_policies::PolicyError) -> &'static str {
     use cairn_policies::PolicyError as P;
     match err {
+        P::Memory(e) => e.code(),
+        P::Config(_) => "config",
+        P::PluginTooLarge { .. } => "plugin_too_large",
+        P::Records { .. } => "decision_log",
         P::InvalidName { .. } => "invalid_plugin_name",
         P::Compile { .. } => "plugin_compile",
         P::WrongWorld { .. } => "plugin_wrong_world",

@@ -16,8 +16,9 @@ use cairn_memory::search::{EmbedConfig, Embedder, FastEmbedder, SearchService};
 
 use crate::config::CairnConfig;
 use crate::error::Result;
-use crate::policy::Policies;
+use crate::gate::WasmGate;
 use crate::tools::RateLimiter;
+use cairn_policies::Policies;
 
 /// What `gateway_start` found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -189,7 +190,7 @@ impl Cairn {
         let actors = ActorRuntime::start_with_topics(
             memory.clone(),
             config.actors.clone(),
-            Arc::new(policies.gate()),
+            Arc::new(WasmGate::new(&policies)),
             Arc::new(crate::topics::LiveTopics {
                 gate: topic_gate.clone(),
                 policies: policies.clone(),
@@ -259,17 +260,9 @@ impl Cairn {
     /// The policy plugins (host, slots, registry, decision log), inside the
     /// facade only: a surface installs, lists and reads them through
     /// [`Cairn::install_plugin`], [`Cairn::plugins`],
-    /// [`Cairn::plugin_generation`], [`Cairn::decisions`],
-    /// [`Cairn::generation_counts`] and [`Cairn::check_memory`]. cairn's
-    /// own tests reach them with feature `testing`.
-    #[cfg(feature = "testing")]
-    #[doc(hidden)]
-    pub fn policies(&self) -> &Policies {
-        &self.policies
-    }
-
-    /// The policy plugins, inside the facade (see the `testing` twin).
-    #[cfg(not(feature = "testing"))]
+    /// [`Cairn::plugin_generation`], [`Cairn::plugin_slot_status`],
+    /// [`Cairn::decisions`], [`Cairn::generation_counts`],
+    /// [`Cairn::decision_log_stats`] and [`Cairn::check_memory`].
     pub(crate) fn policies(&self) -> &Policies {
         &self.policies
     }

@@ -41,18 +41,16 @@ mod cluster;
 mod compaction;
 mod config;
 mod corrections;
-mod decision_files;
-mod decision_log;
 mod eraser;
 mod error;
 pub mod export;
 mod extraction;
+mod gate;
 mod health;
 mod host;
 mod maintenance;
 mod manage;
 mod model;
-mod policy;
 mod reads;
 mod reconstruct;
 mod tools;
@@ -93,21 +91,14 @@ pub use config::{
     default_data_dir, embedding_cache_dir, find_model_dir, find_ort_dylib,
 };
 pub use corrections::Correction;
-pub use decision_log::{
-    DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
-    GenerationCounts, MAX_QUERY_LIMIT,
-};
 pub use eraser::{ErasureConfig, ErasureStats};
 pub use error::{BoxError, CairnError, Result};
 pub use export::{ExportReport, ExportRequest, ImportReport, ObjectCounts};
 pub use extraction::{ExtractionConfig, OpenAiExtractor};
 pub use health::Health;
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
+pub use manage::parse_world;
 pub use model::ModelConfig;
-pub use policy::{
-    InstallReport, InstalledPlugin, PLUGINS_NAMESPACE, PluginStatus, PluginsReport, Policies,
-    PolicyConfig, activity_type, parse_world,
-};
 pub use reads::ReadAs;
 pub use tools::{
     MemoryItem, NOTE_KINDS, Note, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP,
@@ -155,6 +146,12 @@ pub mod worlds {
     pub use cairn_policies::{BuiltinPlugin, PolicySet, defaults};
 }
 pub use cairn_policies::{DecisionRecord, PolicyGenerationId, WorldKind};
+// The plugin registry and the decision log (in the policy host's crate).
+pub use cairn_policies::{
+    DECISIONS_NAMESPACE, DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery,
+    GenerationCounts, InstallReport, InstalledPlugin, MAX_QUERY_LIMIT, PLUGINS_NAMESPACE,
+    PluginStatus, PluginsReport, Policies, PolicyConfig, activity_type,
+};
 
 /// Hybrid search (BM25 + vectors) as a library: the index, its options and
 /// filters, the embedding seam. A running cairn's search is

@@ -12,14 +12,32 @@ use cairn_memory::{
     Entry, EntryInput, ForgetTarget, MemoryError, Subject, SubjectKind, Tombstone, TombstoneTarget,
 };
 use cairn_policies::{
-    Decided, DecisionRecord, MemoryPolicyDecision, PolicyGenerationId, PolicyRequest, WorldKind,
+    Decided, DecisionLogStats, DecisionQuery, DecisionRecord, GenerationCounts, InstallReport,
+    MemoryPolicyDecision, PluginsReport, PolicyGenerationId, PolicyRequest, SlotStatus, WorldKind,
 };
 
 use crate::access::{AccessToken, TokenScope};
-use crate::decision_log::{DecisionQuery, GenerationCounts};
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::policy::{InstallReport, PluginsReport};
+
+/// Reads a world's name as the CLI and the HTTP API accept it: the WIT
+/// world (`significance-gate`, `topic-directive`, `memory-policy`) or its
+/// short form (`significance`, `topic`, `memory`).
+///
+/// ```
+/// use cairn::{WorldKind, parse_world};
+///
+/// assert_eq!(parse_world("significance").unwrap(), WorldKind::SignificanceGate);
+/// assert!(parse_world("gatekeeper").is_err());
+/// ```
+pub fn parse_world(name: &str) -> Result<WorldKind> {
+    match name {
+        "significance-gate" | "significance" => Ok(WorldKind::SignificanceGate),
+        "topic-directive" | "topic" => Ok(WorldKind::TopicDirective),
+        "memory-policy" | "memory" => Ok(WorldKind::MemoryPolicy),
+        other => Err(CairnError::UnknownWorld(other.chars().take(64).collect())),
+    }
+}
 
 impl Cairn {
     /// Appends memory-log entries atomically (all or none); returns them
@@ -331,12 +349,30 @@ impl Cairn {
     /// Each world's plugin: generation, hash, breaker, decisions and faults,
     /// and the decision log's state.
     pub fn plugins(&self) -> Result<PluginsReport> {
-        self.policies().list()
+        Ok(self.policies().list()?)
     }
 
-    /// Installs (or swaps in) `wasm` as `world`'s plugin under `name`; see
-    /// [`Policies::install`](crate::Policies::install). The decision log is
-    /// flushed before it returns.
+    /// Installs (or swaps in) `wasm` as `world`'s plugin under `name` and
+    /// serves it at once: compiles it (or loads it from the compile cache),
+    /// checks it implements the world, starts its instances (each makes a
+    /// canary decision), swaps it in atomically, then persists it (a restart
+    /// serves it). The decision log is flushed before it returns.
+    ///
+    /// Refused, with nothing changed or written: a component larger than
+    /// `policies.max_plugin_bytes` (`plugin_too_large`), a bad name, bytes
+    /// that are not a component, a component of another world, one that
+    /// cannot start or faults on its canary.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
+    /// let report = cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+    /// assert!(report.generation.number() > report.previous_generation.number());
+    /// assert!(cairn.install_plugin(WorldKind::SignificanceGate, "junk", b"not wasm").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn install_plugin(
         &self,
         world: WorldKind,
@@ -346,6 +382,32 @@ impl Cairn {
         let report = self.policies().install(world, name, wasm)?;
         self.policies().flush()?;
         Ok(report)
+    }
+
+    /// The live state of the slot serving `world`: its plugin and
+    /// generation, plugin calls and faults made in this generation by this
+    /// process, its circuit breaker, instance pool and limits. A world this
+    /// cairn does not host is `unknown_world`.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, WorldKind};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
+    /// cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+    /// let slot = cairn.plugin_slot_status(WorldKind::SignificanceGate)?;
+    /// assert_eq!(slot.plugin, "quiet");
+    /// assert!(!slot.breaker_open);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn plugin_slot_status(&self, world: WorldKind) -> Result<SlotStatus> {
+        let policies = self.policies();
+        match world {
+            WorldKind::SignificanceGate => Ok(policies.significance().status()),
+            WorldKind::TopicDirective => Ok(policies.topic().status()),
+            WorldKind::MemoryPolicy => Ok(policies.memory_policy().status()),
+            other => Err(CairnError::UnknownWorld(other.to_string())),
+        }
     }
 
     /// The generation serving `world` now (`name@hash#n`): what the
@@ -374,8 +436,10 @@ impl Cairn {
     }
 
     /// Asks the installed memory policy whether `request` (an object, an
-    /// action, a destination, a principal) may go ahead, and how; see
-    /// [`Policies::check_memory`](crate::Policies::check_memory).
+    /// action, a destination, a principal) may go ahead, and how. A plugin
+    /// fault is not an error: the decision is then the world's fail-safe,
+    /// deny, and [`Decided::outcome`] says what happened. The decision is in
+    /// the decision log with the generation that made it.
     ///
     /// ```
     /// use cairn::{Cairn, CairnConfig, WorldKind};
@@ -398,19 +462,59 @@ impl Cairn {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
-        self.policies().check_memory(request)
+        Ok(self.policies().check_memory(request)?)
     }
 
-    /// The durable decision log, newest first, filtered by `query`.
+    /// The durable decision log, newest first, filtered by `query` (every
+    /// decision made so far is flushed first).
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig, DecisionQuery, WorldKind};
+    /// use cairn::worlds::{Action, ContentReference, ObjectKind, PolicyRequest, Sensitivity};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let entry = ContentReference {
+    ///     kind: ObjectKind::Entry,
+    ///     id: "e-42".into(),
+    ///     work_context_id: None,
+    ///     session_id: None,
+    ///     sensitivity: Sensitivity::Normal,
+    ///     low_trust: false,
+    /// };
+    /// let decided = cairn.check_memory(&PolicyRequest::new(entry, Action::RenderInline, None))?;
+    /// let query = DecisionQuery { world: Some(WorldKind::MemoryPolicy), ..DecisionQuery::default() };
+    /// let logged = cairn.decisions(&query)?;
+    /// assert_eq!(logged[0].generation, decided.generation);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn decisions(&self, query: &DecisionQuery) -> Result<Vec<DecisionRecord>> {
         self.policies().flush()?;
-        self.policies().log(query)
+        Ok(self.policies().log(query)?)
     }
 
     /// Decisions and faults one policy generation (`name@hash#n`) made, as
     /// the durable decision log counted them; zero for one that never decided.
     pub fn generation_counts(&self, generation: &str) -> Result<GenerationCounts> {
-        self.policies().decision_log().counts(generation)
+        Ok(self.policies().decision_log().counts(generation)?)
+    }
+
+    /// The decision log's counters: records written and kept, records this
+    /// process dropped or failed to write, whether its writer runs, and its
+    /// segment files' size. The same as [`PluginsReport::decision_log`]
+    /// (`cairn plugins list`), without the plugins.
+    ///
+    /// ```
+    /// use cairn::{Cairn, CairnConfig};
+    /// let dir = tempfile::tempdir()?;
+    /// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
+    /// let stats = cairn.decision_log_stats()?;
+    /// assert!(stats.writer_running);
+    /// assert_eq!(stats.dropped, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decision_log_stats(&self) -> Result<DecisionLogStats> {
+        Ok(self.policies().decision_log().stats()?)
     }
 
     /// Settles what was handed to cairn so far: waits until the actors have
@@ -421,7 +525,7 @@ impl Cairn {
         self.actors.settle()?;
         // The topic gate's records are written without their own fsync.
         self.memory().sync()?;
-        self.policies().flush()
+        Ok(self.policies().flush()?)
     }
 }
 

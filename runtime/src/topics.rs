@@ -51,8 +51,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::host::Cairn;
-use crate::policy::Policies;
 use crate::reads::{ReadAs, ReadJudge};
+use cairn_policies::Policies;
 
 /// How many members feed a topic's tier-2 profile.
 const PROFILE_MEMBERS: usize = 50;

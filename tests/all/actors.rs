@@ -713,7 +713,7 @@ fn manual_capture_over_http_and_cli() -> Result<()> {
 fn each_turn_is_judged_once_across_session_ends() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (cairn, _clock) = open(dir.path(), ActorConfig::default())?;
-    let generation = cairn.policies().significance().generation();
+    let generation = cairn.plugin_generation(cairn::WorldKind::SignificanceGate)?;
     let mut turns = 0u64;
     // A long-running session keeps the context's material uncaptured while
     // short sessions beside it start and end.
@@ -743,10 +743,7 @@ fn each_turn_is_judged_once_across_session_ends() -> Result<()> {
         turns += 1;
         cairn.session_end("w", &short)?;
     }
-    let counts = cairn
-        .policies()
-        .decision_log()
-        .counts(generation.as_str())?;
+    let counts = cairn.generation_counts(generation.as_str())?;
     ensure!(
         counts.decisions == turns,
         "{} significance decisions for {turns} turns",

@@ -454,14 +454,14 @@ fn the_installed_gate_decides_what_is_captured() -> Result<()> {
         captures.len() == 1 && captures[0].work_context == "db",
         "{captures:?}"
     );
-    let default_generation = cairn.policies().significance().generation();
-    let logged = cairn.policies().log(&DecisionQuery {
+    let default_generation = cairn.plugin_generation(WorldKind::SignificanceGate)?;
+    let logged = cairn.decisions(&DecisionQuery {
         world: Some(WorldKind::SignificanceGate),
         ..DecisionQuery::default()
     })?;
     ensure!(logged[0].generation == default_generation);
 
-    let report = cairn.policies().install(
+    let report = cairn.install_plugin(
         WorldKind::SignificanceGate,
         "quiet",
         defaults::EXAMPLE_QUIET.wasm,
@@ -473,7 +473,7 @@ fn the_installed_gate_decides_what_is_captured() -> Result<()> {
         cairn.tick()?.is_empty(),
         "a quiet gate made the context dirty"
     );
-    let quiet = cairn.policies().log(&DecisionQuery {
+    let quiet = cairn.decisions(&DecisionQuery {
         generation: Some(report.generation.as_str().to_owned()),
         ..DecisionQuery::default()
     })?;
@@ -484,16 +484,14 @@ fn the_installed_gate_decides_what_is_captured() -> Result<()> {
     // fail-safe (observe only).
     let trap = Path::new(defaults::SIGNIFICANCE.path).with_file_name("hostile_trap.wasm");
     let trap = std::fs::read(&trap).with_context(|| format!("reading {}", trap.display()))?;
-    let hostile = cairn
-        .policies()
-        .install(WorldKind::SignificanceGate, "trap", &trap)?;
+    let hostile = cairn.install_plugin(WorldKind::SignificanceGate, "trap", &trap)?;
     cairn.ingest("w", &[turn("s3", "risky", &format!("HOSTILE {decision}"))])?;
     clock.advance(chrono::Duration::minutes(20));
     ensure!(
         cairn.tick()?.is_empty(),
         "a faulting gate made the context dirty"
     );
-    let faults = cairn.policies().log(&DecisionQuery {
+    let faults = cairn.decisions(&DecisionQuery {
         faults_only: true,
         ..DecisionQuery::default()
     })?;
@@ -504,19 +502,24 @@ fn the_installed_gate_decides_what_is_captured() -> Result<()> {
     ensure!(faults[0].fault().is_some_and(|f| f.kind.code() == "trap"));
 
     // Restart: the same plugin at the same generation; the log is intact.
-    cairn.policies().install(
+    cairn.install_plugin(
         WorldKind::SignificanceGate,
         "quiet",
         defaults::EXAMPLE_QUIET.wasm,
     )?;
-    let serving = cairn.policies().significance().generation();
-    let written = cairn.policies().decision_log().stats()?.written;
+    let serving = cairn.plugin_generation(WorldKind::SignificanceGate)?;
+    let written = cairn.decision_log_stats()?.written;
     drop(cairn);
     let cairn = open(dir.path(), &clock)?;
-    ensure!(cairn.policies().significance().generation() == serving);
-    ensure!(cairn.policies().significance().plugin() == "quiet");
-    ensure!(cairn.policies().decision_log().stats()?.written == written);
-    let all = cairn.policies().log(&DecisionQuery {
+    ensure!(cairn.plugin_generation(WorldKind::SignificanceGate)? == serving);
+    ensure!(
+        cairn
+            .plugin_slot_status(WorldKind::SignificanceGate)?
+            .plugin
+            == "quiet"
+    );
+    ensure!(cairn.decision_log_stats()?.written == written);
+    let all = cairn.decisions(&DecisionQuery {
         limit: 1_000,
         ..DecisionQuery::default()
     })?;
@@ -531,10 +534,9 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let clock = march_clock()?;
     let cairn = open(dir.path(), &clock)?;
-    let policies = cairn.policies().clone();
-    let before = policies.decision_log().stats()?.written;
-    let stop = Arc::new(AtomicBool::new(false));
-    let made = Arc::new(AtomicU64::new(0));
+    let before = cairn.decision_log_stats()?.written;
+    let stop = AtomicBool::new(false);
+    let made = AtomicU64::new(0);
     let request = PolicyRequest::new(
         ContentReference {
             kind: ObjectKind::Entry,
@@ -547,43 +549,40 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
         Action::RenderInline,
         Some(Destination::CloudModel),
     );
-    let workers: Vec<_> = (0..3)
-        .map(|_| {
-            let (policies, stop, made, request) = (
-                policies.clone(),
-                stop.clone(),
-                made.clone(),
-                request.clone(),
-            );
-            std::thread::spawn(move || -> Result<()> {
-                while !stop.load(Ordering::Relaxed) {
-                    let decided = policies.check_memory(&request)?;
-                    ensure!(decided.outcome.is_plugin(), "{decided:?}");
-                    made.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(())
+    let generations = std::thread::scope(|scope| -> Result<Vec<cairn::PolicyGenerationId>> {
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    while !stop.load(Ordering::Relaxed) {
+                        let decided = cairn.check_memory(&request)?;
+                        ensure!(decided.outcome.is_plugin(), "{decided:?}");
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
             })
-        })
-        .collect();
-    let mut generations = vec![policies.memory_policy().generation()];
-    for i in 0..10 {
-        let plugin = if i % 2 == 0 {
-            defaults::EXAMPLE_CUSTOM
-        } else {
-            defaults::MEMORY_POLICY
-        };
-        let report = policies.install(WorldKind::MemoryPolicy, plugin.name, plugin.wasm)?;
-        generations.push(report.generation);
-    }
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker
-            .join()
-            .map_err(|_| anyhow::anyhow!("worker panicked"))??;
-    }
+            .collect();
+        let mut generations = vec![cairn.plugin_generation(WorldKind::MemoryPolicy)?];
+        for i in 0..10 {
+            let plugin = if i % 2 == 0 {
+                defaults::EXAMPLE_CUSTOM
+            } else {
+                defaults::MEMORY_POLICY
+            };
+            let report = cairn.install_plugin(WorldKind::MemoryPolicy, plugin.name, plugin.wasm)?;
+            generations.push(report.generation);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("worker panicked"))??;
+        }
+        Ok(generations)
+    })?;
     let made = made.load(Ordering::Relaxed);
-    policies.flush()?;
-    let stats = policies.decision_log().stats()?;
+    cairn.flush()?;
+    let stats = cairn.decision_log_stats()?;
     ensure!(stats.dropped == 0 && stats.write_errors == 0, "{stats:?}");
     ensure!(
         stats.written - before == made,
@@ -592,10 +591,7 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
     );
     let mut counted = 0;
     for generation in &generations {
-        counted += policies
-            .decision_log()
-            .counts(generation.as_str())?
-            .decisions;
+        counted += cairn.generation_counts(generation.as_str())?.decisions;
     }
     ensure!(
         counted == made,
@@ -632,7 +628,7 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
     // until a read of both sees nothing land in between.
     let snapshot = || -> Result<(u64, u64)> {
         let others = || -> Result<u64> {
-            let all = cairn.policies().log(&DecisionQuery {
+            let all = cairn.decisions(&DecisionQuery {
                 limit: 10_000,
                 ..DecisionQuery::default()
             })?;
@@ -643,7 +639,7 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
         };
         loop {
             let before = others()?;
-            let written = cairn.policies().decision_log().stats()?.written;
+            let written = cairn.decision_log_stats()?.written;
             if others()? == before {
                 return Ok((written, before));
             }
@@ -651,7 +647,7 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
     };
     let assemble = |expect_calls: &dyn Fn(usize) -> u64| -> Result<()> {
         let (written, others_before) = snapshot()?;
-        let calls = cairn.policies().memory_policy().status().calls;
+        let calls = cairn.plugin_slot_status(WorldKind::MemoryPolicy)?.calls;
         let block = cairn.assemble("w", &request)?;
         let judged = block.trace.iter().filter(|t| t.policy.is_some()).count();
         ensure!(judged >= 12, "{judged} items judged");
@@ -661,12 +657,12 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
             after == written + 1 + meanwhile,
             "one record for the assembly: {written} -> {after}, {meanwhile} of other worlds"
         );
-        let records = cairn.policies().log(&DecisionQuery {
+        let records = cairn.decisions(&DecisionQuery {
             world: Some(WorldKind::MemoryPolicy),
             limit: 1_000,
             ..DecisionQuery::default()
         })?;
-        let generation = cairn.policies().memory_policy().generation();
+        let generation = cairn.plugin_generation(WorldKind::MemoryPolicy)?;
         let mine: Vec<_> = records
             .iter()
             .filter(|r| r.generation == generation)
@@ -678,7 +674,7 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
         );
         let ids: std::collections::HashSet<_> = mine.iter().map(|r| r.decision_id).collect();
         ensure!(ids.len() == mine.len(), "every decision keeps its own id");
-        let made = cairn.policies().memory_policy().status().calls - calls;
+        let made = cairn.plugin_slot_status(WorldKind::MemoryPolicy)?.calls - calls;
         ensure!(
             made == expect_calls(mine.len()),
             "{made} plugin calls for {} decisions",
@@ -687,7 +683,7 @@ fn an_assembly_is_one_policy_call_and_one_log_record() -> Result<()> {
         Ok(())
     };
     assemble(&|_| 1)?;
-    cairn.policies().install(
+    cairn.install_plugin(
         WorldKind::MemoryPolicy,
         "local-only",
         defaults::EXAMPLE_CUSTOM.wasm,

@@ -1,7 +1,6 @@
 //! The policy plugins of a running cairn: the one [`PolicyHost`] (compile
 //! cache on disk under the data dir), its three slots, the registry of
-//! installed plugins, the durable decision log, and the adapter that lets
-//! the actor runtime ask the significance gate.
+//! installed plugins and the durable decision log.
 //!
 //! # The registry
 //!
@@ -24,35 +23,25 @@
 //! compile, implements another world, cannot start or faults on its canary
 //! decision is refused before anything changes; nothing is written.
 //!
-//! # The gate adapter
-//!
-//! [`WasmGate`] implements the actor runtime's
-//! [`CaptureGate`](cairn_actors::CaptureGate): see its docs for
-//! how a decision maps to dirty tracking.
+//! The facade (`cairn`) adapts the significance slot to its actor
+//! runtime's capture gate; this module knows nothing above the memory core.
 
-use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_actors::{GateInput, HeuristicGate, Significance};
-use cairn_memory::assemble::Fidelity;
-use cairn_memory::extract::Depth;
+use cairn_memory::Memory;
 use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
-use cairn_memory::{Memory, Role, Turn};
-use cairn_policies::{
-    ActivityType, BuiltinPlugin, CollectionDecision, Decided, ExtractionDepth, GateContext,
-    HostConfig, Limits, MemoryPolicy, MemoryPolicyDecision, PolicyGenerationId, PolicyHost,
-    PolicyRequest, PolicySlot, PreparedPlugin, SessionKind, SignificanceGate, SignificanceInput,
-    SlotStatus, TopicDirective, TopicDirectiveDecision, TopicInput, TurnRole, TurnView, WorkPhase,
-    World, WorldKind, defaults,
-};
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::decision_log::{DecisionLog, DecisionLogConfig, DecisionLogStats, DecisionQuery};
-use crate::error::{CairnError, Result};
+use crate::error::{PolicyError, Result};
+use crate::{
+    BuiltinPlugin, Decided, HostConfig, Limits, MemoryPolicy, MemoryPolicyDecision,
+    PolicyGenerationId, PolicyHost, PolicyRequest, PolicySlot, PreparedPlugin, SignificanceGate,
+    SlotStatus, TopicDirective, TopicDirectiveDecision, TopicInput, World, WorldKind, defaults,
+};
 
 /// The key-derivation context of the decision log's inputs digests (keyed
 /// with the install secret, as tombstones are: the log cannot confirm a
@@ -96,7 +85,9 @@ impl Default for PolicyConfig {
 }
 
 impl PolicyConfig {
-    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
+    /// Checks the settings (the decision log's too); the message names the
+    /// one that is wrong.
+    pub fn validate(&self) -> std::result::Result<(), String> {
         if self.max_plugin_bytes == 0 || self.breaker_trip_after == 0 {
             return Err(
                 "policies.max_plugin_bytes and policies.breaker_trip_after must be greater than zero"
@@ -113,38 +104,19 @@ impl PolicyConfig {
     }
 }
 
-/// Reads a world's name as the CLI and the HTTP API accept it: the WIT
-/// world (`significance-gate`, `topic-directive`, `memory-policy`) or its
-/// short form (`significance`, `topic`, `memory`).
-///
-/// ```
-/// use cairn::parse_world;
-/// use cairn_policies::WorldKind;
-///
-/// assert_eq!(parse_world("significance").unwrap(), WorldKind::SignificanceGate);
-/// assert!(parse_world("gatekeeper").is_err());
-/// ```
-pub fn parse_world(name: &str) -> Result<WorldKind> {
-    match name {
-        "significance-gate" | "significance" => Ok(WorldKind::SignificanceGate),
-        "topic-directive" | "topic" => Ok(WorldKind::TopicDirective),
-        "memory-policy" | "memory" => Ok(WorldKind::MemoryPolicy),
-        other => Err(CairnError::UnknownWorld(other.chars().take(64).collect())),
-    }
-}
-
 /// A plugin as the registry keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstalledPlugin {
     /// The world it serves.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub world: WorldKind,
     /// Its installed name.
     pub plugin: String,
     /// The BLAKE3 hash of the component, in hex.
     pub content_hash: String,
     /// The generation serving it (`name@hash#n`).
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub generation: PolicyGenerationId,
     /// When it was installed.
     pub installed_at: DateTime<Utc>,
@@ -155,7 +127,8 @@ pub struct InstalledPlugin {
 }
 
 /// What `cairn plugins list` and `GET /v1/plugins` show for one world.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginStatus {
     /// The installed plugin.
     #[serde(flatten)]
@@ -178,7 +151,8 @@ pub struct PluginStatus {
 }
 
 /// `GET /v1/plugins`: every world's plugin and the decision log's counters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginsReport {
     /// One per world.
     pub plugins: Vec<PluginStatus>,
@@ -187,20 +161,21 @@ pub struct PluginsReport {
 }
 
 /// What an install or swap did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstallReport {
     /// The world.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub world: WorldKind,
     /// The plugin's name.
     pub plugin: String,
     /// Its content hash (hex).
     pub content_hash: String,
     /// The generation replaced.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub previous_generation: PolicyGenerationId,
     /// The generation now serving.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub generation: PolicyGenerationId,
     /// Where its compiled code came from: `compiled`, `disk` or `memory`.
     pub compile: String,
@@ -213,23 +188,25 @@ struct WorldSlot<W: World> {
 }
 
 /// The policy plugins of one cairn: host, slots, registry, decision log.
-/// Cheap to clone. Held by the facade: a surface reaches it through
-/// [`Cairn::plugins`](crate::Cairn::plugins),
-/// [`Cairn::install_plugin`](crate::Cairn::install_plugin) and the other
-/// plugin methods of [`Cairn`](crate::Cairn).
+/// Cheap to clone. Held by the facade (`cairn::Cairn`): a surface reaches
+/// it through the facade's plugin methods (`plugins`, `install_plugin`,
+/// `decisions`…), never directly.
 ///
 /// ```
-/// use cairn::{Cairn, CairnConfig, WorldKind};
+/// use std::sync::Arc;
+/// use cairn_memory::{Memory, MemoryConfig, SystemClock};
+/// use cairn_policies::{Policies, PolicyConfig, WorldKind, defaults};
 ///
 /// let dir = tempfile::tempdir()?;
-/// let cairn = Cairn::open(CairnConfig { data_dir: dir.path().to_owned(), ..CairnConfig::default() })?;
-/// let listed = cairn.plugins()?;
+/// let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+/// let policies = Policies::open(&memory, dir.path(), &PolicyConfig::default())?;
+/// let listed = policies.list()?;
 /// assert_eq!(listed.plugins[0].installed.world, WorldKind::SignificanceGate);
 /// assert!(listed.plugins.iter().all(|p| p.installed.builtin));
 ///
 /// // Installing the built-in example gate makes a new generation at once.
-/// let quiet = cairn::worlds::defaults::EXAMPLE_QUIET;
-/// let report = cairn.install_plugin(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
+/// let quiet = defaults::EXAMPLE_QUIET;
+/// let report = policies.install(WorldKind::SignificanceGate, "quiet", quiet.wasm)?;
 /// assert!(report.generation.number() > report.previous_generation.number());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -265,12 +242,8 @@ impl Policies {
     /// Opens the decision log and the registry in `memory`'s store, and
     /// serves every world from its installed plugin (or the default).
     /// Compiled components are cached in `data_dir/policy-cache`.
-    pub(crate) fn open(
-        memory: &Memory,
-        data_dir: &Path,
-        config: &PolicyConfig,
-    ) -> Result<Policies> {
-        config.validate().map_err(CairnError::Config)?;
+    pub fn open(memory: &Memory, data_dir: &Path, config: &PolicyConfig) -> Result<Policies> {
+        config.validate().map_err(PolicyError::Config)?;
         let log = DecisionLog::open(memory, data_dir, &config.decision_log)?;
         let registry = memory.system(PLUGINS_NAMESPACE)?;
         let next = read_next_generation(registry.as_ref())?.max(1);
@@ -349,33 +322,24 @@ impl Policies {
     /// [`Decided::outcome`] says what happened. The decision is in the
     /// decision log with the generation that made it. Synchronous and cheap
     /// (microseconds): callable on any thread. The facade's
-    /// [`Cairn::check_memory`](crate::Cairn::check_memory) asks it (with an
-    /// example).
+    /// `Cairn::check_memory` asks it (with an example).
     pub fn check_memory(&self, request: &PolicyRequest) -> Result<Decided<MemoryPolicyDecision>> {
-        Ok(self.inner.memory_policy.slot.decide(request)?)
+        self.inner.memory_policy.slot.decide(request)
     }
 
     /// Asks the installed topic directive about one input.
     pub fn topic_directive(&self, input: &TopicInput) -> Result<Decided<TopicDirectiveDecision>> {
-        Ok(self.inner.topic.slot.decide(input)?)
+        self.inner.topic.slot.decide(input)
     }
 
     /// [`Policies::topic_directive`] about a turn of `workspace`: its
     /// decision record names the workspace (a `forget` scrubs by it).
-    pub(crate) fn topic_directive_in(
+    pub fn topic_directive_in(
         &self,
         workspace: &str,
         input: &TopicInput,
     ) -> Result<Decided<TopicDirectiveDecision>> {
-        Ok(self.inner.topic.slot.decide_in(Some(workspace), input)?)
-    }
-
-    /// The significance gate as the actor runtime's gate.
-    pub(crate) fn gate(&self) -> WasmGate {
-        WasmGate {
-            slot: self.inner.significance.slot.clone(),
-            memory_policy: self.inner.memory_policy.slot.clone(),
-        }
+        self.inner.topic.slot.decide_in(Some(workspace), input)
     }
 
     /// Installs `wasm` as `world`'s plugin under `name` and serves it at
@@ -390,7 +354,7 @@ impl Policies {
     pub fn install(&self, world: WorldKind, name: &str, wasm: &[u8]) -> Result<InstallReport> {
         let max = self.inner.config.max_plugin_bytes;
         if wasm.len() > max {
-            return Err(CairnError::PluginTooLarge {
+            return Err(PolicyError::PluginTooLarge {
                 size: wasm.len(),
                 max,
             });
@@ -400,7 +364,6 @@ impl Policies {
             WorldKind::SignificanceGate => self.install_in(&self.inner.significance, name, wasm),
             WorldKind::TopicDirective => self.install_in(&self.inner.topic, name, wasm),
             WorldKind::MemoryPolicy => self.install_in(&self.inner.memory_policy, name, wasm),
-            other => Err(CairnError::UnknownWorld(other.to_string())),
         }
     }
 
@@ -409,7 +372,7 @@ impl Policies {
     /// looked, under the generation that node gave it (so decisions are
     /// stamped alike on every node). Answers the worlds that changed. The
     /// cluster loop calls it every turn.
-    pub(crate) fn follow_registry(&self) -> Result<Vec<WorldKind>> {
+    pub fn follow_registry(&self) -> Result<Vec<WorldKind>> {
         let mut changed = Vec::new();
         if self.follow(&self.inner.significance)? {
             changed.push(WorldKind::SignificanceGate);
@@ -430,7 +393,7 @@ impl Policies {
             return Ok(false);
         };
         let record: InstalledPlugin = serde_json::from_slice(&bytes).map_err(|e| {
-            CairnError::decision_log(format!(
+            PolicyError::records(format!(
                 "the registry's record of the {} plugin does not decode: {e}",
                 W::KIND
             ))
@@ -444,7 +407,7 @@ impl Policies {
             registry
                 .get(Collection::State, &wasm_key(&record.content_hash))?
                 .ok_or_else(|| {
-                    CairnError::decision_log(format!(
+                    PolicyError::records(format!(
                         "the component of {} ({}) is missing from the registry",
                         record.plugin, record.content_hash
                     ))
@@ -510,8 +473,8 @@ impl Policies {
             previous_generation: previous,
             generation,
             compile: match prepared.cache_outcome() {
-                cairn_policies::CacheOutcome::Disk => "disk",
-                cairn_policies::CacheOutcome::Memory => "memory",
+                crate::CacheOutcome::Disk => "disk",
+                crate::CacheOutcome::Memory => "memory",
                 _ => "compiled",
             }
             .to_owned(),
@@ -551,7 +514,7 @@ impl Policies {
                 continue;
             }
             let value = serde_json::to_vec(record)
-                .map_err(|e| CairnError::decision_log_from("encoding the registry", e))?;
+                .map_err(|e| PolicyError::records_from("encoding the registry", e))?;
             batch.put(Collection::State, plugin_key(record.world), value);
         }
         batch.put(
@@ -623,7 +586,7 @@ impl Policies {
     }
 
     /// The decision log's records matching `query`, newest first.
-    pub fn log(&self, query: &DecisionQuery) -> Result<Vec<cairn_policies::DecisionRecord>> {
+    pub fn log(&self, query: &DecisionQuery) -> Result<Vec<crate::DecisionRecord>> {
         self.inner.log.query(query)
     }
 
@@ -732,13 +695,13 @@ fn restore_installed<W: World>(
     let wasm = registry
         .get(Collection::State, &wasm_key(&record.content_hash))?
         .ok_or_else(|| {
-            CairnError::decision_log(format!(
+            PolicyError::records(format!(
                 "the component of {} ({}) is missing from the registry",
                 record.plugin, record.content_hash
             ))
         })?;
     if blake3_hex(&wasm) != record.content_hash {
-        return Err(CairnError::decision_log(format!(
+        return Err(PolicyError::records(format!(
             "the stored component of {} does not match its hash {}",
             record.plugin, record.content_hash
         )));
@@ -778,372 +741,9 @@ fn read_next_generation(registry: &dyn WorkspaceStore) -> Result<u64> {
         None => Ok(1),
         Some(bytes) => {
             let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-                CairnError::decision_log("the registry's next generation is not 8 bytes")
+                PolicyError::records("the registry's next generation is not 8 bytes")
             })?;
             Ok(u64::from_be_bytes(array))
-        }
-    }
-}
-
-/// The installed wasm significance gate as the actor runtime's
-/// [`CaptureGate`](cairn_actors::CaptureGate).
-///
-/// For every stored turn it builds a [`TurnView`] (session, kind, work
-/// context, seq, role, text, the known subjects the turn mentions as
-/// `entity-mentions`) and a [`GateContext`] (a live work context when the
-/// session has one; the **activity type** the turn's words say
-/// ([`activity_type`]), else the one its work context's phase implies; the
-/// context's **work phase**; the default thresholds; `turns-in-session` =
-/// seq + 1), asks the slot, and maps the decision onto the runtime's dirty
-/// tracking and the capture:
-///
-/// - the plugin asks for any extraction (`extract-candidate`,
-///   `extract-durable-eligible`, `deep-extract`): the turn is
-///   **significant**, its work context is dirty at once, and the capture
-///   extracts from it at the decision's `extraction-depth` (shallow,
-///   standard, deep; see [`Depth`]);
-/// - `observe-only`: the turn counts as activity under the structural
-///   dirty rules (three user turns, tool use, a known subject), but no
-///   entry is extracted from it (its sentences may still settle an open
-///   question or task);
-/// - `do-not-collect`: the turn's words are no activity (not a user turn,
-///   no mention; a tool call in it still is: that is the host's fact) and
-///   the capture does not read it; the raw record keeps it.
-///
-/// Every verdict carries the generation that decided; captured entries
-/// record the one that made their context dirty (`gate_generation`).
-///
-/// A fault, an open breaker, a decision log that refuses, or a panic gives
-/// the world's fail-safe, observe only: never more than a plugin could
-/// have asked for, and the actor never crashes.
-#[derive(Debug, Clone)]
-pub(crate) struct WasmGate {
-    slot: PolicySlot<SignificanceGate>,
-    /// Asked `capture` about every turn a capture reads.
-    memory_policy: PolicySlot<MemoryPolicy>,
-}
-
-impl WasmGate {
-    /// The gate's input for one stored turn.
-    pub(crate) fn input(input: &GateInput<'_>, mentions: &[String]) -> SignificanceInput {
-        let work_context = (!input.work_context.is_empty()).then(|| input.work_context.to_owned());
-        let has_context = work_context.is_some();
-        let mut turn = TurnView::new(input.session, input.seq, role(input.role), input.content);
-        turn.session_kind = match input.session_kind {
-            cairn_memory::SessionKind::Subagent => SessionKind::SubAgent,
-            cairn_memory::SessionKind::Cron => SessionKind::Cron,
-            _ => SessionKind::Main,
-        };
-        turn.work_context_id = work_context;
-        turn.entity_mentions = mentions.to_vec();
-        let phase = work_phase(input.work_phase);
-        SignificanceInput {
-            turn,
-            context: GateContext {
-                activity_type: activity_type(input.content, phase),
-                has_active_work_context: has_context,
-                work_phase: phase,
-                turns_in_session: u32::try_from(input.seq.saturating_add(1)).unwrap_or(u32::MAX),
-                ..GateContext::default()
-            },
-        }
-    }
-}
-
-/// A work context's phase as the gate's vocabulary names it.
-fn work_phase(phase: Option<&str>) -> WorkPhase {
-    match phase {
-        Some("research") => WorkPhase::Research,
-        Some("drafting") => WorkPhase::Drafting,
-        Some("review") => WorkPhase::Review,
-        Some("revision") => WorkPhase::Revision,
-        Some("waiting_for_external") => WorkPhase::WaitingForExternal,
-        Some("completed") => WorkPhase::Completed,
-        Some("paused") => WorkPhase::Paused,
-        _ => WorkPhase::Unknown,
-    }
-}
-
-/// Verb families of the activity types (docs/DESIGN.md, *Activity types
-/// and work phases*), in the order they are tried: the first family with a
-/// word in the message wins.
-const ACTIVITY_FAMILIES: [(ActivityType, &[&str]); 6] = [
-    (
-        ActivityType::Recall,
-        &[
-            "remember",
-            "recall",
-            "remind me what",
-            "what did we",
-            "last time we",
-        ],
-    ),
-    (
-        ActivityType::Research,
-        &[
-            "find",
-            "research",
-            "look up",
-            "look into",
-            "analyze",
-            "analyse",
-            "investigate",
-            "compare",
-            "search",
-        ],
-    ),
-    (
-        ActivityType::Drafting,
-        &[
-            "draft",
-            "write",
-            "rewrite",
-            "edit",
-            "outline",
-            "revise",
-            "proofread",
-        ],
-    ),
-    (
-        ActivityType::Communication,
-        &[
-            "email", "reply", "respond", "message", "call", "announce", "tell", "invite",
-        ],
-    ),
-    (
-        ActivityType::Strategic,
-        &[
-            "plan",
-            "decide",
-            "prioritize",
-            "prioritise",
-            "strategy",
-            "roadmap",
-            "should we",
-            "choose",
-        ],
-    ),
-    (
-        ActivityType::Operational,
-        &[
-            "deploy",
-            "run",
-            "fix",
-            "configure",
-            "install",
-            "book",
-            "schedule",
-            "set up",
-            "migrate",
-            "ship",
-        ],
-    ),
-];
-
-/// The activity type of a message: what its words say ("find", "research",
-/// "look up", "analyze" → research; "draft", "write" → drafting…), else
-/// what its work context's phase implies (research → research; drafting,
-/// review, revision → drafting; waiting → communication), else `unknown`.
-///
-/// ```
-/// use cairn::activity_type;
-/// use cairn_policies::{ActivityType, WorkPhase};
-/// assert_eq!(activity_type("Look up the scienter standard", WorkPhase::Unknown), ActivityType::Research);
-/// assert_eq!(activity_type("ok, continue", WorkPhase::Drafting), ActivityType::Drafting);
-/// assert_eq!(activity_type("ok, continue", WorkPhase::Unknown), ActivityType::Unknown);
-/// ```
-pub fn activity_type(content: &str, phase: WorkPhase) -> ActivityType {
-    let lower = content.to_lowercase();
-    let words: Vec<&str> = lower
-        .split(|c: char| !c.is_alphanumeric() && c != '\'')
-        .filter(|w| !w.is_empty())
-        .collect();
-    // One pass over the words: at each, only the phrases whose first word
-    // it can be (itself, or itself less an inflection) are tried, and the
-    // earliest family any of them belongs to wins, as if the families were
-    // searched in order.
-    let index = phrase_index();
-    let mut found: Option<usize> = None;
-    for (at, word) in words.iter().enumerate() {
-        let stems = std::iter::once(*word).chain(
-            INFLECTIONS
-                .iter()
-                .filter_map(|inflection| word.strip_suffix(inflection)),
-        );
-        for phrases in stems.filter_map(|stem| index.get(stem)) {
-            for (family, rest) in phrases {
-                if found.is_some_and(|f| f <= *family) {
-                    continue;
-                }
-                let follows = rest
-                    .iter()
-                    .enumerate()
-                    .all(|(i, next)| words.get(at + 1 + i).is_some_and(|w| inflected(w, next)));
-                if follows {
-                    found = Some(*family);
-                }
-            }
-        }
-        if found == Some(0) {
-            break;
-        }
-    }
-    if let Some((activity, _)) = found.and_then(|f| ACTIVITY_FAMILIES.get(f)) {
-        return *activity;
-    }
-    match phase {
-        WorkPhase::Research => ActivityType::Research,
-        WorkPhase::Drafting | WorkPhase::Review | WorkPhase::Revision => ActivityType::Drafting,
-        WorkPhase::WaitingForExternal => ActivityType::Communication,
-        _ => ActivityType::Unknown,
-    }
-}
-
-/// The endings a phrase's word may carry and still count ("drafts",
-/// "researched", "emailing").
-const INFLECTIONS: [&str; 5] = ["s", "es", "ed", "ing", "d"];
-
-/// `word` is `stem`, or `stem` with one of the [`INFLECTIONS`].
-fn inflected(word: &str, stem: &str) -> bool {
-    word.strip_prefix(stem)
-        .is_some_and(|rest| rest.is_empty() || INFLECTIONS.contains(&rest))
-}
-
-/// The phrases of [`ACTIVITY_FAMILIES`] by their first word: each with its
-/// family's position and its other words.
-type PhraseIndex = HashMap<&'static str, Vec<(usize, Vec<&'static str>)>>;
-
-fn phrase_index() -> &'static PhraseIndex {
-    static INDEX: std::sync::OnceLock<PhraseIndex> = std::sync::OnceLock::new();
-    INDEX.get_or_init(|| {
-        let mut index = PhraseIndex::new();
-        for (family, (_, phrases)) in ACTIVITY_FAMILIES.iter().enumerate() {
-            for phrase in phrases.iter() {
-                let mut words = phrase.split(' ');
-                if let Some(first) = words.next() {
-                    index
-                        .entry(first)
-                        .or_default()
-                        .push((family, words.collect()));
-                }
-            }
-        }
-        index
-    })
-}
-
-fn role(role: Role) -> TurnRole {
-    match role {
-        Role::User => TurnRole::User,
-        Role::Assistant => TurnRole::Assistant,
-        Role::Tool => TurnRole::Tool,
-        _ => TurnRole::System,
-    }
-}
-
-impl cairn_actors::CaptureGate for WasmGate {
-    fn assess(&self, input: &GateInput<'_>) -> Significance {
-        let structural = HeuristicGate.assess(input);
-        let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.slot.decide_in(
-                Some(input.workspace),
-                &WasmGate::input(input, &structural.mentions),
-            )
-        }));
-        let (decision, generation) = match asked {
-            Ok(Ok(decided)) => (
-                Some(decided.decision),
-                Some(decided.generation.as_str().to_owned()),
-            ),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, session = input.session, seq = input.seq, "significance gate: fail-safe (observe only)");
-                (None, None)
-            }
-            Err(_) => {
-                tracing::error!(
-                    session = input.session,
-                    seq = input.seq,
-                    "significance gate panicked: fail-safe (observe only)"
-                );
-                (None, None)
-            }
-        };
-        let depth = match &decision {
-            None => Depth::ObserveOnly,
-            Some(d) => match (d.collection_decision, d.extraction_depth) {
-                (CollectionDecision::DoNotCollect, _) => Depth::DoNotCollect,
-                (_, ExtractionDepth::None) => Depth::ObserveOnly,
-                (_, ExtractionDepth::Shallow) => Depth::Shallow,
-                (_, ExtractionDepth::Standard) => Depth::Standard,
-                (_, ExtractionDepth::Deep) => Depth::Deep,
-                // A depth this build does not know: the default reading.
-                _ => Depth::Standard,
-            },
-        };
-        if depth == Depth::DoNotCollect {
-            // Raw record only: its words are no activity (not a user turn,
-            // no mention). A tool call in it is the host's fact, not the
-            // turn's content: it still counts.
-            return Significance {
-                tool_use: structural.tool_use,
-                depth,
-                generation,
-                ..Significance::default()
-            };
-        }
-        Significance {
-            significant: decision.as_ref().is_some_and(|d| d.captures()),
-            depth,
-            generation,
-            ..structural
-        }
-    }
-
-    /// The memory policy's `capture` decision on the turn, asked for the
-    /// session's agent with no destination (capture keeps it here): full
-    /// reads the turn, redacted masks personal data first, a reference or
-    /// a block keeps it out of the capture. A decision that cannot be had
-    /// keeps it out too (fail closed; the next capture asks again only for
-    /// newer turns, so the record keeps it and an operator can backfill).
-    fn capture_view(
-        &self,
-        workspace: &str,
-        session: &cairn_memory::Session,
-        mut turn: Turn,
-    ) -> Option<Turn> {
-        let asker = crate::reads::Asker {
-            action: cairn_policies::Action::Capture,
-            destination: None,
-            principal: cairn_policies::PrincipalRef {
-                kind: match session.kind {
-                    cairn_memory::SessionKind::Main => cairn_policies::PrincipalKind::Agent,
-                    _ => cairn_policies::PrincipalKind::Subagent,
-                },
-                id: session.id.clone(),
-            },
-            surface: "capture",
-            work_context: Some(session.work_context.clone()),
-        };
-        let verdict = match crate::reads::decide(
-            &self.memory_policy,
-            Some(workspace),
-            &asker,
-            None,
-            &crate::reads::Object::turn(&turn),
-        ) {
-            Ok(v) => v,
-            Err(error) => {
-                tracing::warn!(%error, session = %session.id, seq = turn.seq, "memory policy unavailable: the turn is not captured");
-                return None;
-            }
-        };
-        match verdict.fidelity {
-            Fidelity::Full => Some(turn),
-            Fidelity::Redacted => {
-                turn.content = cairn_memory::redact::redact_personal(&turn.content);
-                Some(turn)
-            }
-            Fidelity::ReferenceOnly | Fidelity::Blocked => None,
         }
     }
 }
@@ -1152,84 +752,9 @@ impl cairn_actors::CaptureGate for WasmGate {
 pub(crate) mod tests {
     use super::*;
 
-    /// The word matching as it was written first, family by family and
-    /// phrase by phrase: the reference the one-pass [`activity_type`] must
-    /// agree with.
-    fn activity_type_by_families(content: &str, phase: WorkPhase) -> ActivityType {
-        let lower = content.to_lowercase();
-        let words: Vec<&str> = lower
-            .split(|c: char| !c.is_alphanumeric() && c != '\'')
-            .filter(|w| !w.is_empty())
-            .collect();
-        let has = |phrase: &str| {
-            let needle: Vec<&str> = phrase.split(' ').collect();
-            words.windows(needle.len()).any(|w| {
-                w.iter().zip(&needle).all(|(word, n)| {
-                    word == n
-                        || word
-                            .strip_prefix(n)
-                            .is_some_and(|rest| matches!(rest, "s" | "es" | "ed" | "ing" | "d"))
-                })
-            })
-        };
-        for (activity, family) in ACTIVITY_FAMILIES {
-            if family.iter().any(|phrase| has(phrase)) {
-                return activity;
-            }
-        }
-        match phase {
-            WorkPhase::Research => ActivityType::Research,
-            WorkPhase::Drafting | WorkPhase::Review | WorkPhase::Revision => ActivityType::Drafting,
-            WorkPhase::WaitingForExternal => ActivityType::Communication,
-            _ => ActivityType::Unknown,
-        }
-    }
-
-    proptest::proptest! {
-        /// Texts made of the phrases' words, their inflections, near misses
-        /// and filler, in any case and with punctuation between.
-        #[test]
-        fn activity_types_agree_with_searching_family_by_family(
-            picks in proptest::collection::vec((0usize..60, 0usize..8, 0usize..4), 0..14),
-        ) {
-            let vocabulary = [
-                "remember", "recall", "remind", "me", "what", "did", "we", "last", "time",
-                "find", "research", "look", "up", "into", "analyze", "compare", "search",
-                "draft", "write", "rewrite", "edit", "revise", "email", "reply", "call",
-                "tell", "plan", "decide", "should", "choose", "deploy", "run", "fix",
-                "set", "ship", "book", "the", "lunch", "e", "finder",
-            ];
-            let endings = ["", "s", "es", "ed", "ing", "d", "er", "'s"];
-            let gaps = [" ", ", ", "-", ". "];
-            // Whole phrases too, so that the words of a longer one meet.
-            let phrases: Vec<&str> = ACTIVITY_FAMILIES
-                .iter()
-                .flat_map(|(_, phrases)| phrases.iter().copied())
-                .filter(|phrase| phrase.contains(' '))
-                .collect();
-            let mut text = String::new();
-            for (word, ending, gap) in &picks {
-                let word = if *word < vocabulary.len() {
-                    vocabulary[*word]
-                } else {
-                    phrases[*word % phrases.len()]
-                };
-                let word = if *gap == 1 { word.to_uppercase() } else { word.to_owned() };
-                text.push_str(&word);
-                text.push_str(endings[*ending % endings.len()]);
-                text.push_str(gaps[*gap % gaps.len()]);
-            }
-            for phase in [WorkPhase::Unknown, WorkPhase::Drafting] {
-                proptest::prop_assert_eq!(
-                    activity_type(&text, phase),
-                    activity_type_by_families(&text, phase),
-                    "{}", text
-                );
-            }
-        }
-    }
     use cairn_memory::{MemoryConfig, SystemClock};
-    use cairn_policies::{
+
+    use crate::{
         Action, ContentFidelity, ContentReference, Destination, ObjectKind, Outcome, Sensitivity,
     };
 
@@ -1245,7 +770,7 @@ pub(crate) mod tests {
     /// out of range is refused naming the key.
     #[test]
     fn the_call_deadline_is_configured_and_checked() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| CairnError::decision_log(e.to_string()))?;
+        let dir = tempfile::tempdir().map_err(|e| PolicyError::records(e.to_string()))?;
         let memory = cairn_memory::testing::memory(
             dir.path(),
             MemoryConfig::default(),
@@ -1275,7 +800,7 @@ pub(crate) mod tests {
     /// go on without waiting for it.
     #[test]
     fn a_stopped_decision_writer_is_reported_not_silent() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| CairnError::decision_log(e.to_string()))?;
+        let dir = tempfile::tempdir().map_err(|e| PolicyError::records(e.to_string()))?;
         let (_memory, policies) = open(dir.path())?;
         ask(&policies)?;
         policies.decision_log().lose_writer();
@@ -1314,45 +839,12 @@ pub(crate) mod tests {
         PolicyRequest::new(object, Action::RenderInline, Some(Destination::LocalModel))
     }
 
-    /// The gate is told the activity the turn's words say, else the one
-    /// its context's phase implies, and the phase itself, not `unknown`.
-    #[test]
-    fn the_gate_hears_the_activity_and_the_phase() {
-        let input = |content: &'static str, phase: Option<&'static str>| GateInput {
-            workspace: "acme",
-            session: "s1",
-            session_kind: cairn_memory::SessionKind::Main,
-            work_context: "launch",
-            seq: 2,
-            role: Role::User,
-            content,
-            tool_use: false,
-            subjects: &[],
-            work_phase: phase,
-        };
-        let asked = WasmGate::input(
-            &input("Look up the scienter standard.", Some("drafting")),
-            &[],
-        );
-        assert_eq!(asked.context.activity_type, ActivityType::Research);
-        assert_eq!(asked.context.work_phase, WorkPhase::Drafting);
-        assert_eq!(asked.context.turns_in_session, 3);
-        let asked = WasmGate::input(&input("ok, go on", Some("drafting")), &[]);
-        assert_eq!(asked.context.activity_type, ActivityType::Drafting);
-        let asked = WasmGate::input(&input("Email Dana the dates.", None), &[]);
-        assert_eq!(asked.context.activity_type, ActivityType::Communication);
-        assert_eq!(asked.context.work_phase, WorkPhase::Unknown);
-        let asked = WasmGate::input(&input("ok", Some("waiting_for_external")), &[]);
-        assert_eq!(asked.context.work_phase, WorkPhase::WaitingForExternal);
-        assert_eq!(asked.context.activity_type, ActivityType::Communication);
-    }
-
     /// An installed memory policy that cannot be restored is not replaced
     /// by the permissive default: the world is held closed (deny), the
     /// operator's record is kept, and installing a plugin serves it again.
     #[test]
     fn an_unrestorable_plugin_fails_closed() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| CairnError::Config(e.to_string()))?;
+        let dir = tempfile::tempdir().map_err(|e| PolicyError::Config(e.to_string()))?;
         let custom = defaults::EXAMPLE_CUSTOM;
         {
             let (memory, policies) = open(dir.path())?;
@@ -1377,7 +869,7 @@ pub(crate) mod tests {
             .get(Collection::State, &plugin_key(WorldKind::MemoryPolicy))?
             .unwrap_or_default();
         let record: InstalledPlugin =
-            serde_json::from_slice(&stored).map_err(|e| CairnError::Config(e.to_string()))?;
+            serde_json::from_slice(&stored).map_err(|e| PolicyError::Config(e.to_string()))?;
         assert_eq!(record.plugin, custom.name);
         let listed = policies.list()?;
         assert!(listed.plugins.iter().any(|p| p.held.is_some()));

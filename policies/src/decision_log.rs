@@ -35,7 +35,7 @@
 //! each decision of it). In collection `State` of the system namespace:
 //! `r` + big-endian first sequence number + big-endian `u32` count → a
 //! chunk of `count` consecutive records: [`CHUNK_V6`] then their binary
-//! form ([`cairn_policies::decision_codec`], what the chunk's decisions
+//! form ([`crate::decision_codec`], what the chunk's decisions
 //! share written once and each id as its step from the one before: about
 //! 47 bytes a batched decision, most of it the inputs digest), or (written
 //! before it, still read and scrubbed) [`CHUNK_V3`] then the same form
@@ -73,14 +73,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
+use crate::{DecisionRecord, DecisionSink, SinkError, WorldKind, decision_codec};
 use cairn_memory::Memory;
 use cairn_memory::store::{Collection, WorkspaceStore, WriteBatch};
-use cairn_policies::{DecisionRecord, DecisionSink, SinkError, WorldKind, decision_codec};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::decision_files::{BodyRef, ChunkFiles};
-use crate::error::{CairnError, Result};
+use crate::error::{PolicyError, Result};
 
 /// The system namespace the log lives in.
 pub const DECISIONS_NAMESPACE: &str = "policy-decisions";
@@ -168,7 +168,8 @@ impl Default for DecisionLogConfig {
 }
 
 impl DecisionLogConfig {
-    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
+    /// Checks the settings; the message names the one that is wrong.
+    pub fn validate(&self) -> std::result::Result<(), String> {
         if self.keep == 0 || self.queue == 0 || self.batch == 0 {
             return Err(
                 "policies.decision_log keep, queue and batch must be greater than zero".to_owned(),
@@ -181,17 +182,18 @@ impl DecisionLogConfig {
 /// What to read from the decision log; every filter is optional.
 ///
 /// ```
-/// use cairn::DecisionQuery;
+/// use cairn_policies::DecisionQuery;
 ///
 /// let faults = DecisionQuery { faults_only: true, limit: 20, ..DecisionQuery::default() };
 /// assert!(faults.world.is_none());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[serde(default, deny_unknown_fields)]
 pub struct DecisionQuery {
     /// Only this world (`significance-gate`, `topic-directive`,
     /// `memory-policy`).
-    #[param(value_type = Option<String>)]
+    #[cfg_attr(feature = "openapi", param(value_type = Option<String>))]
     pub world: Option<WorldKind>,
     /// Only this plugin (its installed name).
     pub plugin: Option<String>,
@@ -242,7 +244,8 @@ impl DecisionQuery {
 }
 
 /// Counters of the decision log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DecisionLogStats {
     /// Records written since the log was created (the next sequence
     /// number). The decisions of one batch (an assembly) are one record.
@@ -272,7 +275,8 @@ fn yes() -> bool {
 }
 
 /// Decisions and faults a generation made, as counted by the log.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GenerationCounts {
     /// Decisions logged.
     pub decisions: u64,
@@ -348,14 +352,14 @@ impl DecisionLog {
         config: &DecisionLogConfig,
         segment_bytes: u64,
     ) -> Result<DecisionLog> {
-        config.validate().map_err(CairnError::Config)?;
+        config.validate().map_err(PolicyError::Config)?;
         let node = memory.leases().map(|l| l.node().to_owned());
         let store = memory.system(&namespace_of(node.as_deref()))?;
         let files = match memory.backend() {
             cairn_memory::StorageBackend::Sled if node.is_none() => {
                 let dir = data_dir.join(crate::decision_files::DIR);
                 let files = ChunkFiles::open(&dir, segment_bytes).map_err(|e| {
-                    CairnError::decision_log_from(
+                    PolicyError::records_from(
                         format!("cannot open the segment files in {}", dir.display()),
                         e,
                     )
@@ -402,7 +406,7 @@ impl DecisionLog {
                 while supervised.pass(|| writer.run(&rx)).is_none() {}
                 supervised.set_running(false);
             })
-            .map_err(|e| CairnError::decision_log_from("cannot start the writer", e))?;
+            .map_err(|e| PolicyError::records_from("cannot start the writer", e))?;
         Ok(DecisionLog {
             inner: Arc::new(LogInner {
                 tx: Mutex::new(Some(tx)),
@@ -425,11 +429,11 @@ impl DecisionLog {
             None => false,
         };
         if !sent {
-            return Err(CairnError::decision_log("the writer has stopped"));
+            return Err(PolicyError::records("the writer has stopped"));
         }
         wait.recv()
-            .map_err(|_| CairnError::decision_log("the writer has stopped"))?
-            .map_err(CairnError::decision_log)
+            .map_err(|_| PolicyError::records("the writer has stopped"))?
+            .map_err(PolicyError::records)
     }
 
     /// Blocks until every record handed to the log before the call is
@@ -1076,7 +1080,7 @@ fn index(batch: &mut WriteBatch, chunk: &[u8], before: &[Pair], after: &[Pair]) 
         batch.delete(Collection::State, pairs_key(chunk));
     } else {
         let value = postcard::to_extend(after, Vec::new())
-            .map_err(|e| CairnError::decision_log_from("the pairs of a chunk", e))?;
+            .map_err(|e| PolicyError::records_from("the pairs of a chunk", e))?;
         batch.put(Collection::State, pairs_key(chunk), value);
     }
     Ok(())
@@ -1088,7 +1092,7 @@ fn stored_pairs(store: &dyn WorkspaceStore, chunk: &[u8]) -> Result<Vec<Pair>> {
     match store.get(Collection::State, &pairs_key(chunk))? {
         None => Ok(Vec::new()),
         Some(bytes) => postcard::from_bytes(&bytes).map_err(|e| {
-            CairnError::decision_log_from(format!("the pairs of {}", undecodable(chunk)), e)
+            PolicyError::records_from(format!("the pairs of {}", undecodable(chunk)), e)
         }),
     }
 }
@@ -1204,14 +1208,14 @@ fn scrub_chunk(
         rewritten.insert(at.segment());
     }
     let bytes = decision_codec::encode(&records, vec![CHUNK_V6])
-        .map_err(|e| CairnError::decision_log_from("a scrubbed record", e))?;
+        .map_err(|e| PolicyError::records_from("a scrubbed record", e))?;
     let bytes = match (files, span_of(key)) {
         (Some(files), Some((first, count))) => {
-            let count = u32::try_from(count)
-                .map_err(|e| CairnError::decision_log_from(undecodable(key), e))?;
+            let count =
+                u32::try_from(count).map_err(|e| PolicyError::records_from(undecodable(key), e))?;
             let at = files
                 .append(first, count, &bytes)
-                .map_err(|e| CairnError::decision_log_from("appending a scrubbed chunk", e))?;
+                .map_err(|e| PolicyError::records_from("appending a scrubbed chunk", e))?;
             at_value(&at)
         }
         _ => bytes,
@@ -1235,7 +1239,7 @@ fn apply_scrub(
     if let Some(files) = files {
         files
             .sync()
-            .map_err(|e| CairnError::decision_log_from("syncing the segment files", e))?;
+            .map_err(|e| PolicyError::records_from("syncing the segment files", e))?;
     }
     store.apply(batch)?;
     Ok(())
@@ -1249,7 +1253,7 @@ fn evacuate(
     files: &ChunkFiles,
     segments: &BTreeSet<u64>,
 ) -> Result<()> {
-    let failed = |what: &str, e: std::io::Error| CairnError::decision_log_from(what.to_owned(), e);
+    let failed = |what: &str, e: std::io::Error| PolicyError::records_from(what.to_owned(), e);
     let _gate = files.gate();
     files
         .seal(segments)
@@ -1260,19 +1264,19 @@ fn evacuate(
             continue;
         };
         let (Some(at), Some((first, count))) = (BodyRef::decode(at), span_of(&key)) else {
-            return Err(CairnError::decision_log(undecodable(&key)));
+            return Err(PolicyError::records(undecodable(&key)));
         };
         if !segments.contains(&at.segment()) {
             continue;
         }
         let Some(body) = files
             .read(&at, first, count)
-            .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?
+            .map_err(|e| PolicyError::records_from(undecodable(&key), e))?
         else {
             continue;
         };
-        let count = u32::try_from(count)
-            .map_err(|e| CairnError::decision_log_from(undecodable(&key), e))?;
+        let count =
+            u32::try_from(count).map_err(|e| PolicyError::records_from(undecodable(&key), e))?;
         let moved = files
             .append(first, count, &body)
             .map_err(|e| failed("moving a chunk out of a segment to delete", e))?;
@@ -1348,7 +1352,7 @@ fn read_u64(store: &dyn WorkspaceStore, key: &[u8]) -> Result<u64> {
         None => Ok(0),
         Some(bytes) => {
             let array: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-                CairnError::decision_log(format!(
+                PolicyError::records(format!(
                     "{} holds {} bytes, not 8",
                     String::from_utf8_lossy(key),
                     bytes.len()
@@ -1411,46 +1415,46 @@ fn decode_records(
 ) -> Result<Vec<Vec<DecisionRecord>>> {
     if let Some((&CHUNK_AT, at)) = value.split_first() {
         let (Some(at), Some((first, count))) = (BodyRef::decode(at), span_of(key)) else {
-            return Err(CairnError::decision_log(undecodable(key)));
+            return Err(PolicyError::records(undecodable(key)));
         };
         let Some(files) = files else {
-            return Err(CairnError::decision_log(format!(
+            return Err(PolicyError::records(format!(
                 "record {first} is in segment files this log does not have"
             )));
         };
         let body = files
             .read(&at, first, count)
-            .map_err(|e| CairnError::decision_log_from(undecodable(key), e))?;
+            .map_err(|e| PolicyError::records_from(undecodable(key), e))?;
         return match body {
             Some(body) if matches!(body.first(), Some(&CHUNK_V4 | &CHUNK_V6)) => {
                 decode_records(key, &body, None)
             }
-            Some(_) => Err(CairnError::decision_log(undecodable(key))),
+            Some(_) => Err(PolicyError::records(undecodable(key))),
             None => Ok(Vec::new()),
         };
     }
     let json = match value.split_first() {
         Some((&CHUNK_V6, records)) => {
             return decision_codec::decode(records)
-                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+                .map_err(|e| PolicyError::records_from(undecodable(key), e));
         }
         Some((&CHUNK_V4, records)) => {
             return decision_codec::decode_without_workspaces(records)
-                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+                .map_err(|e| PolicyError::records_from(undecodable(key), e));
         }
         Some((&CHUNK_V3, records)) => {
             return decision_codec::decode_whole_ids(records)
-                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+                .map_err(|e| PolicyError::records_from(undecodable(key), e));
         }
         Some((&CHUNK_V2, records)) => {
             return decision_codec::decode_unshared(records)
-                .map_err(|e| CairnError::decision_log_from(undecodable(key), e));
+                .map_err(|e| PolicyError::records_from(undecodable(key), e));
         }
         Some((&CHUNK_V1, records)) => serde_json::from_slice(records),
         Some((b'[', _)) => serde_json::from_slice(value).map(|record| vec![record]),
         _ => serde_json::from_slice(value).map(|decision| vec![vec![decision]]),
     };
-    json.map_err(|e| CairnError::decision_log_from(undecodable(key), e))
+    json.map_err(|e| PolicyError::records_from(undecodable(key), e))
 }
 
 fn undecodable(key: &[u8]) -> String {
@@ -1465,15 +1469,15 @@ mod tests {
 
     use super::*;
 
-    fn io(e: impl std::fmt::Display) -> CairnError {
-        CairnError::decision_log(e.to_string())
+    fn io(e: impl std::fmt::Display) -> PolicyError {
+        PolicyError::records(e.to_string())
     }
 
     /// `n` real memory-policy decision records, made by the default plugin.
     fn decisions(dir: &Path, n: usize) -> Result<Vec<DecisionRecord>> {
-        let (_memory, policies) = crate::policy::tests::open(dir)?;
+        let (_memory, policies) = crate::registry::tests::open(dir)?;
         for i in 0..n {
-            crate::policy::tests::ask_about(&policies, &format!("e-{i}"))?;
+            crate::registry::tests::ask_about(&policies, &format!("e-{i}"))?;
         }
         let mut records = policies.log(&DecisionQuery {
             limit: n,
@@ -1888,19 +1892,19 @@ mod tests {
     /// could compute from a guessed input.
     #[test]
     fn inputs_digests_are_keyed() -> Result<()> {
-        use cairn_policies::World;
+        use crate::World;
         let dir = tempfile::tempdir().map_err(io)?;
-        let (_memory, policies) = crate::policy::tests::open(dir.path())?;
-        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let (_memory, policies) = crate::registry::tests::open(dir.path())?;
+        crate::registry::tests::ask_about(&policies, "e-7")?;
         let logged = policies.log(&DecisionQuery::default())?;
-        let request = crate::policy::tests::request_about("e-7");
-        let plain = cairn_policies::MemoryPolicy::digest(&request);
+        let request = crate::registry::tests::request_about("e-7");
+        let plain = crate::MemoryPolicy::digest(&request);
         assert_eq!(logged.len(), 1);
         assert_ne!(logged[0].inputs_digest, plain);
         // Another install keys it differently.
         let other = tempfile::tempdir().map_err(io)?;
-        let (_memory, policies) = crate::policy::tests::open(other.path())?;
-        crate::policy::tests::ask_about(&policies, "e-7")?;
+        let (_memory, policies) = crate::registry::tests::open(other.path())?;
+        crate::registry::tests::ask_about(&policies, "e-7")?;
         let elsewhere = policies.log(&DecisionQuery::default())?;
         assert_ne!(elsewhere[0].inputs_digest, logged[0].inputs_digest);
         Ok(())
