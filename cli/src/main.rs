@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use cairn::{
     AssembleRequest, AssembledContext, Cairn, CairnConfig, Destination, EntryFilter, EntryInput,
-    EntryKind, EntryView, ForgetTarget, ReadAs, SubjectKind, TurnInput,
+    EntryKind, EntryView, ReadAs, SubjectKind, TurnInput,
 };
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::commands::{assemble, compaction, entries, erasure, search, sessions, tokens};
 
 /// The binary's allocator, jemalloc: the hot path allocates many small,
 /// short-lived values (candidates, rendered lines, policy requests) on many
@@ -34,6 +36,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: &[u8; 20] = b"dirty_decay_ms:1000\0";
 
+mod commands;
 mod doctor;
 mod export;
 mod maintain;
@@ -173,32 +176,7 @@ enum Command {
         json: bool,
     },
     /// Assemble the memory block for a session's next model call.
-    Assemble {
-        /// Session id.
-        session: String,
-        /// Token budget (default: the configuration's).
-        #[arg(long)]
-        budget: Option<usize>,
-        /// Also print why each candidate is in or out.
-        #[arg(long)]
-        explain: bool,
-        /// Print JSON (block and trace).
-        #[arg(long)]
-        json: bool,
-        /// The current turn or a query (default: the session's last user turn).
-        #[arg(long)]
-        query: Option<String>,
-        /// Where the block goes: local_model, cloud_model, external_llm,
-        /// subagent, share_link, task_runtime, user_visible_ui.
-        #[arg(long, default_value = "local_model")]
-        destination: String,
-        /// A standing directive (repeatable): always in the block.
-        #[arg(long = "directive", value_name = "TEXT")]
-        directives: Vec<String>,
-        /// Retrieval: hybrid (default), lexical or off.
-        #[arg(long, default_value = "hybrid")]
-        retrieval: String,
-    },
+    Assemble(commands::assemble::AssembleArgs),
     /// Pin an entry into every assembled block (or unpin it with --remove).
     Pin {
         /// Entry id.
@@ -255,58 +233,7 @@ enum Command {
     /// vectors), with filters. Replaced and expired entries are left out
     /// unless asked for. Says so when the results are lexical only because
     /// no embedding model is available.
-    Search {
-        /// The question (any text).
-        query: String,
-        /// Results wanted.
-        #[arg(long, default_value_t = 10)]
-        k: usize,
-        /// bm25, dense or hybrid.
-        #[arg(long, value_enum, default_value_t = ModeArg::Hybrid)]
-        mode: ModeArg,
-        /// Caller name for rate limiting.
-        #[arg(long)]
-        caller: Option<String>,
-        /// The asking session (a sub-agent sees only its lineage).
-        #[arg(long)]
-        session: Option<String>,
-        /// Only items from this session (repeatable).
-        #[arg(long = "in-session")]
-        in_session: Vec<String>,
-        /// Only this work context.
-        #[arg(long)]
-        work_context: Option<String>,
-        /// `turn`, `entry`, or an entry kind (decision, task, fact…).
-        #[arg(long)]
-        kind: Option<String>,
-        /// Only entries about this subject.
-        #[arg(long)]
-        subject: Option<String>,
-        /// Only turns with this role (user, assistant, system, tool).
-        #[arg(long)]
-        role: Option<String>,
-        /// Only turns this topic collected.
-        #[arg(long)]
-        topic: Option<String>,
-        /// Only items at or after this time (RFC 3339).
-        #[arg(long)]
-        since: Option<chrono::DateTime<chrono::Utc>>,
-        /// Only items before this time (RFC 3339).
-        #[arg(long)]
-        until: Option<chrono::DateTime<chrono::Utc>>,
-        /// Also return entries replaced by a later entry.
-        #[arg(long)]
-        include_replaced: bool,
-        /// Also return entries past their time-to-live.
-        #[arg(long)]
-        include_expired: bool,
-        /// Also return what maintenance archived (old entries and turns).
-        #[arg(long)]
-        include_archived: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Search(commands::search::SearchArgs),
     /// Read an entry by id, or a turn range `session:<id>:<from>-<to>`
     /// (capped at 4,000 tokens, secrets redacted).
     Get {
@@ -848,476 +775,53 @@ fn serve(cairn: Cairn, listen: &str) -> Result<()> {
 
 fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Command) -> Result<()> {
     let out = &mut std::io::stdout().lock();
+    let cx = &commands::Ctx {
+        cairn,
+        ws_id,
+        asking,
+    };
     match command {
-        Command::Ingest { file } => {
-            let turns = read_turns(file.as_deref())?;
-            // The whole file is checked before the first write: a bad line
-            // after thousands of good ones leaves nothing written.
-            cairn.validate_turns(&turns)?;
-            // Through the session actors, as a gateway's turns: the gate
-            // judges each one and the work contexts are marked dirty.
-            let limit = cairn.config().memory.limits.max_batch.max(1);
-            let (mut written, mut duplicates) = (0usize, 0usize);
-            for chunk in turns.chunks(limit) {
-                for ack in cairn.ingest(ws_id, chunk)? {
-                    if ack.duplicate {
-                        duplicates += 1;
-                    } else {
-                        written += 1;
-                    }
-                }
-            }
-            writeln!(
-                out,
-                "ingested {written} turns ({duplicates} duplicates skipped) into workspace {ws_id}"
-            )?;
-        }
+        Command::Ingest { file } => sessions::ingest(cx, file, out)?,
         Command::Transcript {
             session,
             from,
             limit,
             json,
-        } => {
-            let turns = cairn.transcript(ws_id, &session, from, limit, on_screen(asking))?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&turns)?)?;
-            } else {
-                for t in turns {
-                    let tool = t
-                        .tool_call_id
-                        .map(|id| format!(" ({id})"))
-                        .unwrap_or_default();
-                    writeln!(
-                        out,
-                        "[{}] {} {}{}: {}",
-                        t.seq,
-                        t.timestamp.format("%Y-%m-%d %H:%M:%S"),
-                        t.role.as_str(),
-                        tool,
-                        t.content
-                    )?;
-                }
-            }
+        } => sessions::transcript(cx, session, from, limit, json, out)?,
+        Command::Sessions { work_context, json } => {
+            sessions::sessions(cx, work_context, json, out)?
         }
-        Command::Search {
-            query,
-            k,
-            mode,
-            caller,
-            session,
-            in_session,
+        Command::Capture { work_context, json } => sessions::capture(cx, work_context, json, out)?,
+        Command::Brief {
             work_context,
-            kind,
-            subject,
-            role,
-            topic,
-            since,
-            until,
-            include_replaced,
-            include_expired,
-            include_archived,
+            write,
             json,
-        } => {
-            let role = match role {
-                Some(r) => Some(
-                    serde_json::from_value::<cairn::Role>(serde_json::Value::String(r.clone()))
-                        .map_err(|_| {
-                            anyhow::anyhow!(
-                                "unknown role {r:?}: expected user, assistant, system or tool"
-                            )
-                        })?,
-                ),
-                None => None,
-            };
-            // A CLI process builds its index now (vectors stored by earlier
-            // runs are reused, not recomputed).
-            cairn.catch_up_search()?;
-            let mode = match mode {
-                ModeArg::Bm25 => cairn::search::SearchMode::Bm25,
-                ModeArg::Dense => cairn::search::SearchMode::Dense,
-                ModeArg::Hybrid => cairn::search::SearchMode::Hybrid,
-            };
-            let request = cairn::SearchRequest {
-                query,
-                k: Some(k),
-                mode: Some(mode),
-                caller,
-                session,
-                sessions: (!in_session.is_empty()).then_some(in_session),
-                work_context,
-                kind,
-                subject,
-                role,
-                topic,
-                since,
-                until,
-                include_replaced,
-                include_expired,
-                include_archived,
-                destination: Some(Destination::UserVisibleUi),
-                ..cairn::SearchRequest::default()
-            };
-            let r = cairn.memory_search(ws_id, &request)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-            } else {
-                if let Some(notice) = &r.notice {
-                    writeln!(out, "note: {notice}")?;
-                }
-                for item in &r.items {
-                    let rank = |r: Option<usize>| r.map_or("-".to_owned(), |r| (r + 1).to_string());
-                    let what = match (item.kind, &item.subject) {
-                        (Some(k), Some(s)) => format!("{k} about {s}"),
-                        (Some(k), None) => k.to_string(),
-                        _ => item.role.map_or("turn", |r| r.as_str()).to_owned(),
-                    };
-                    writeln!(
-                        out,
-                        "{:.3}  {}  {}  (lexical #{}, vector #{}){}{}{}{}\n       {}",
-                        item.score,
-                        item.id,
-                        what,
-                        rank(item.lexical_rank),
-                        rank(item.vector_rank),
-                        if item.low_trust { " [low trust]" } else { "" },
-                        if item.replaced { " [replaced]" } else { "" },
-                        if item.expired { " [expired]" } else { "" },
-                        if item.archived { " [archived]" } else { "" },
-                        item.snippet
-                    )?;
-                }
-            }
-        }
-        Command::Get { id, json } => {
-            let item = cairn.memory_get(ws_id, &id, on_screen(asking))?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&item)?)?;
-            } else {
-                match item {
-                    cairn::MemoryItem::Entry { entry } => {
-                        writeln!(
-                            out,
-                            "{} [{:?}] {}",
-                            entry.entry.id, entry.entry.kind, entry.entry.content
-                        )?;
-                    }
-                    cairn::MemoryItem::Turns(t) => print_turns(out, &t)?,
-                }
-            }
-        }
+        } => sessions::brief(cx, work_context, write, json, out)?,
+        Command::Search(args) => search::search(cx, args, out)?,
+        Command::Get { id, json } => search::get(cx, id, json, out)?,
+        Command::Stats { json } => search::stats(cx, json, out)?,
         Command::Compact {
             session,
             budget,
             json,
-        } => {
-            let report = cairn.compact(ws_id, &session, budget)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{}: {} -> {} tokens (budget {}), {} summar(y/ies) made, {} cluster(s) declined, tail from turn {}",
-                    report.session,
-                    report.tokens_before,
-                    report.tokens_after,
-                    report.budget_tokens,
-                    report.created.len(),
-                    report.declined,
-                    report.tail_from
-                )?;
-                for cover in &report.view.items {
-                    match cover {
-                        cairn::Cover::Summary { id } => writeln!(out, "  {id}")?,
-                        cairn::Cover::Turns { from, to } => {
-                            writeln!(out, "  turns {from}-{to} (raw)")?
-                        }
-                    }
-                }
-            }
-        }
+        } => compaction::compact(cx, session, budget, json, out)?,
         Command::Expand {
             summary,
             all,
             from,
             json,
-        } => {
-            if all {
-                let t = cairn.expand_all(ws_id, &summary, from, on_screen(asking))?;
-                if json {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&t)?)?;
-                } else {
-                    print_turns(out, &t)?;
-                }
-            } else {
-                let e = cairn.memory_expand(ws_id, &summary, on_screen(asking))?;
-                if json {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
-                } else {
-                    writeln!(
-                        out,
-                        "{} level {} turns {}-{} ({}, {} -> {} tokens)\n{}",
-                        e.node.id,
-                        e.node.level,
-                        e.node.from_seq,
-                        e.node.to_seq,
-                        e.node.method.as_str(),
-                        e.node.tokens_before,
-                        e.node.tokens_after,
-                        e.node.text
-                    )?;
-                    for child in &e.children {
-                        match child {
-                            cairn::Expanded::Turns { turns } => {
-                                for turn in turns {
-                                    print_turn(out, turn)?;
-                                }
-                            }
-                            cairn::Expanded::Summary { node } => writeln!(
-                                out,
-                                "{} level {} turns {}-{}",
-                                node.id, node.level, node.from_seq, node.to_seq
-                            )?,
-                        }
-                    }
-                }
-            }
-        }
-        Command::Stats { json } => {
-            // The backlog a fresh process finds, then the state after this
-            // run's catch-up (which embeds only what was never embedded).
-            let before = cairn.index_stats()?;
-            cairn.catch_up_search()?;
-            let stats = cairn.index_stats()?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&stats)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "backlog at start: {} turns, {} entries\nindexed turns: {}\nindexed entries: {}\nvectors: {}\nbacklog: {} turns, {} entries\nembedded this run: {}\nvectors reused from the store: {}\nembeddings: {}",
-                    before.backlog,
-                    before.entry_backlog,
-                    stats.indexed,
-                    stats.entries,
-                    stats.vectors,
-                    stats.backlog,
-                    stats.entry_backlog,
-                    stats.embedded,
-                    stats.reused,
-                    if stats.embeddings {
-                        "on"
-                    } else {
-                        "off (lexical only)"
-                    }
-                )?;
-            }
-        }
-        Command::Sessions { work_context, json } => {
-            let sessions = cairn.sessions(ws_id, work_context.as_deref(), asking)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
-            } else {
-                for s in sessions {
-                    writeln!(
-                        out,
-                        "{}  work_context={} kind={:?} turns={} state={:?}",
-                        s.id, s.work_context, s.kind, s.next_seq, s.state
-                    )?;
-                }
-            }
-        }
+        } => compaction::expand(cx, summary, all, from, json, out)?,
+        Command::Assemble(args) => assemble::assemble(cx, args, out)?,
+        Command::Subjects { action, json } => entries::subjects(cx, action, json, out)?,
+        Command::Pin { entry, remove } => entries::pin(cx, entry, remove, out)?,
+        Command::Forget { target, id, reason } => erasure::forget(cx, target, id, reason, out)?,
+        Command::Tombstones { json } => erasure::tombstones(cx, json, out)?,
+        Command::Tokens { action } => tokens::tokens(cx, action, out)?,
         Command::Log { action, filter } => log_command(cairn, ws_id, asking, action, filter, out)?,
-        Command::Subjects { action, json } => {
-            let subject = match action {
-                None => {
-                    let subjects = cairn.subjects(ws_id)?;
-                    if json {
-                        writeln!(out, "{}", serde_json::to_string_pretty(&subjects)?)?;
-                    } else {
-                        for s in subjects {
-                            let aliases = if s.aliases.is_empty() {
-                                String::new()
-                            } else {
-                                format!("  (aliases: {})", s.aliases.join(", "))
-                            };
-                            writeln!(out, "{}  {:?} \"{}\"{}", s.slug, s.kind, s.display, aliases)?;
-                        }
-                    }
-                    return Ok(());
-                }
-                Some(SubjectAction::Add {
-                    slug,
-                    kind,
-                    display,
-                }) => cairn.add_subject(ws_id, &slug, kind, display.as_deref())?,
-                Some(SubjectAction::Rename { old, new }) => {
-                    cairn.rename_subject(ws_id, &old, &new)?
-                }
-                Some(SubjectAction::Merge { from, into }) => {
-                    cairn.merge_subjects(ws_id, &from, &into)?
-                }
-            };
-            writeln!(out, "{}", serde_json::to_string_pretty(&subject)?)?;
-        }
-        Command::Assemble {
-            session,
-            budget,
-            explain,
-            json,
-            query,
-            destination,
-            directives,
-            retrieval,
-        } => {
-            let budget = budget.unwrap_or(cairn.config().assemble.default_budget_tokens);
-            let destination = cairn::Destination::parse(&destination).with_context(|| {
-                format!("unknown destination {destination:?}; use local_model, cloud_model, external_llm, subagent, share_link, task_runtime or user_visible_ui")
-            })?;
-            let retrieval = match retrieval.as_str() {
-                "hybrid" => cairn::RetrievalMode::Hybrid,
-                "lexical" => cairn::RetrievalMode::Lexical,
-                "off" => cairn::RetrievalMode::Off,
-                other => anyhow::bail!("unknown retrieval {other:?}; use hybrid, lexical or off"),
-            };
-            if retrieval != cairn::RetrievalMode::Off {
-                // A fresh process: index the record before retrieving.
-                cairn.catch_up_search()?;
-            }
-            let mut request = AssembleRequest::new(&session, budget);
-            request.query = query;
-            request.destination = destination;
-            request.directives = directives;
-            request.retrieval = retrieval;
-            let block = cairn.assemble(ws_id, &request)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&block)?)?;
-            } else {
-                print_block(out, &block, explain)?;
-            }
-        }
-        Command::Pin { entry, remove } => {
-            if remove {
-                cairn.unpin(ws_id, &entry)?;
-            } else {
-                cairn.pin(ws_id, &entry)?;
-            }
-            writeln!(out, "pinned: {}", cairn.pinned(ws_id)?.join(", "))?;
-        }
-        Command::Forget { target, id, reason } => {
-            let tombstone = match target {
-                // `forget workspace ID` erases that workspace, whatever
-                // `--workspace` says: the call is made on ID itself.
-                ForgetKind::Workspace => {
-                    cairn.forget(&id, &ForgetTarget::Workspace(id.clone()), &reason)?
-                }
-                ForgetKind::Session => cairn.forget(ws_id, &ForgetTarget::Session(id), &reason)?,
-                ForgetKind::Entry => cairn.forget(ws_id, &ForgetTarget::Entry(id), &reason)?,
-                ForgetKind::Subject => cairn.forget(ws_id, &ForgetTarget::Subject(id), &reason)?,
-            };
-            writeln!(out, "{}", serde_json::to_string_pretty(&tombstone)?)?;
-        }
-        Command::Capture { work_context, json } => {
-            let reports = cairn.capture(ws_id, work_context.as_deref())?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
-            } else {
-                for report in &reports {
-                    print_capture(out, report)?;
-                }
-            }
-        }
-        Command::Brief {
-            work_context,
-            write,
-            json,
-        } => {
-            let briefing = cairn.briefing(ws_id, work_context.as_deref(), on_screen(None))?;
-            match write {
-                Some(path) => {
-                    let done = cairn_cli::brief::write_briefing(&path, &briefing.text)?;
-                    let what = match done {
-                        cairn_cli::brief::Written::Created => "created",
-                        cairn_cli::brief::Written::Updated => "updated",
-                        cairn_cli::brief::Written::Unchanged => "unchanged",
-                    };
-                    writeln!(
-                        out,
-                        "{what} {} ({} lines between the markers)",
-                        path.display(),
-                        briefing.lines
-                    )?;
-                }
-                None if json => writeln!(out, "{}", serde_json::to_string_pretty(&briefing)?)?,
-                None => write!(out, "{}", briefing.text)?,
-            }
-        }
         Command::Maintain(args) => maintain::maintain(cairn, ws_id, args, out)?,
         Command::Reconstruct(args) => maintain::reconstruct(cairn, ws_id, args, out)?,
         Command::Export(args) => export::export(cairn, ws_id, args)?,
         Command::Import(args) => export::import(cairn, ws_id, args, out)?,
-        Command::Tombstones { json } => {
-            let all = cairn.tombstones(ws_id)?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
-            } else {
-                for t in all {
-                    writeln!(
-                        out,
-                        "{}  {}  {}  {} {}  reason={:?}  removed={:?}",
-                        t.id,
-                        t.at.format("%Y-%m-%d %H:%M:%S"),
-                        t.workspace,
-                        t.target.kind,
-                        t.target.digest,
-                        t.reason,
-                        t.removed
-                    )?;
-                }
-            }
-        }
-        Command::Tokens { action } => match action {
-            TokenAction::Create { scope, label, json } => {
-                let (made, token) = cairn.create_token(ws_id, scope, label.as_deref())?;
-                if json {
-                    let mut shown = serde_json::to_value(&made)?;
-                    shown["token"] = serde_json::Value::String(token);
-                    writeln!(out, "{}", serde_json::to_string_pretty(&shown)?)?;
-                } else {
-                    writeln!(out, "{token}")?;
-                    eprintln!(
-                        "token {} opens workspace {} ({}); it is shown this once",
-                        made.id,
-                        made.workspace,
-                        made.scope.as_str()
-                    );
-                }
-            }
-            TokenAction::List { json } => {
-                let all = cairn.tokens()?;
-                if json {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
-                } else {
-                    for t in all {
-                        writeln!(
-                            out,
-                            "{}  {:<5}  {}  {}  {}",
-                            t.id,
-                            t.scope.as_str(),
-                            t.workspace,
-                            t.created_at.format("%Y-%m-%d %H:%M"),
-                            t.label.unwrap_or_default()
-                        )?;
-                    }
-                }
-            }
-            TokenAction::Revoke { id } => {
-                let revoked = cairn.revoke_token(&id)?;
-                writeln!(
-                    out,
-                    "revoked {} (workspace {})",
-                    revoked.id, revoked.workspace
-                )?;
-            }
-        },
         Command::Demo { .. }
         | Command::Doctor { .. }
         | Command::Mcp { .. }

@@ -549,11 +549,19 @@ fn swaps_under_concurrent_decisions_lose_nothing() -> Result<()> {
         Action::RenderInline,
         Some(Destination::CloudModel),
     );
+    // Each install flushes the decision log (`Cairn::install_plugin`), so
+    // the swaps take longer than the decisions: a worker stops at
+    // `PER_WORKER` decisions, which keeps the three within the log's queue
+    // (65,536 records by default) however slow the machine, so none is
+    // dropped for being behind.
+    const PER_WORKER: u64 = 20_000;
     let generations = std::thread::scope(|scope| -> Result<Vec<cairn::PolicyGenerationId>> {
         let workers: Vec<_> = (0..3)
             .map(|_| {
                 scope.spawn(|| -> Result<()> {
-                    while !stop.load(Ordering::Relaxed) {
+                    let mut mine = 0;
+                    while !stop.load(Ordering::Relaxed) && mine < PER_WORKER {
+                        mine += 1;
                         let decided = cairn.check_memory(&request)?;
                         ensure!(decided.outcome.is_plugin(), "{decided:?}");
                         made.fetch_add(1, Ordering::Relaxed);
