@@ -34,7 +34,7 @@ use crate::context::{Hop, HopCount, Observe, ObservedTurn};
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
 use crate::runtime::{Answer, Backoff, Inner, Reply, blocking};
-use crate::topic::{Judge, TopicTurn};
+use crate::topic::{Panicked, TopicTurn, judge_turns};
 
 pub(crate) struct SessionActor {
     pub(crate) inner: Arc<Inner>,
@@ -149,7 +149,7 @@ impl Handler<Ingest> for SessionActor {
             reply.send(Ok((acks, records)));
             // After the acknowledgement, still in this task (so this
             // actor's mailbox stays parked and a later settle waits for it):
-            // tier 1, then each candidate topic's watcher gets the turn.
+            // tier 1, then tiers 2–3 for each turn and its candidate topics.
             dispatch_topics(&inner, &ws, fresh).await;
             Ok::<(), ActorError>(())
         };
@@ -219,8 +219,11 @@ fn session_records(ws: &Workspace, turns: &[TurnInput]) -> Result<Vec<Session>> 
     Ok(records)
 }
 
-/// Tier 1 over acknowledged turns, then each candidate topic's watcher gets
-/// its turns. A failure is logged: the turns are durable either way.
+/// Tier 1 over acknowledged turns, then tiers 2–3 for each turn and all its
+/// candidate topics in one task on the blocking pool (the turn read and
+/// tokenized once, its decisions written in one batch). The candidate
+/// topics' watchers are started (or kept alive); a watcher whose topic
+/// panicked restarts. A failure is logged: the turns are durable either way.
 async fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTurn>) {
     if fresh.is_empty() {
         return;
@@ -232,10 +235,33 @@ async fn dispatch_topics(inner: &Arc<Inner>, ws: &Workspace, fresh: Vec<TopicTur
             return;
         }
     };
-    for (turn, topics) in fresh.into_iter().zip(candidates) {
-        for topic in topics {
-            let addr = inner.watcher_addr(ws, &topic);
-            forward(&addr, Judge { turn: turn.clone() }).await;
+    let jobs: Vec<(TopicTurn, Vec<String>)> = fresh
+        .into_iter()
+        .zip(candidates)
+        .filter(|(_, topics)| !topics.is_empty())
+        .collect();
+    if jobs.is_empty() {
+        return;
+    }
+    // Each candidate topic's watcher is live (started on first use).
+    let mut watched: Vec<&String> = jobs.iter().flat_map(|(_, topics)| topics).collect();
+    watched.sort_unstable();
+    watched.dedup();
+    for topic in watched {
+        inner.watcher_addr(ws, topic);
+    }
+    let blamed = {
+        let (inner, ws) = (inner.clone(), ws.clone());
+        blocking(move || Ok(judge_turns(&inner, &ws, &jobs))).await
+    };
+    match blamed {
+        Ok(blamed) => {
+            for topic in blamed {
+                forward(&inner.watcher_addr(ws, &topic), Panicked).await;
+            }
+        }
+        Err(error) => {
+            tracing::error!(workspace = ws.id(), %error, "topic gate task failed; the turns are stored");
         }
     }
 }

@@ -1,12 +1,15 @@
-//! `TopicWatcherActor`: one per live topic; judges the turns tier 1 sent it.
+//! `TopicWatcherActor`: one per live topic, the unit a topic's failures
+//! restart; and the judging of acknowledged turns by the candidate topics
+//! tier 1 named.
 //!
-//! **Flow.** After a session actor acknowledged a write, the same blocking
-//! task asks the [`TopicJudge`] for tier 1 (one scan of the workspace's
-//! shared matcher per turn, [`TopicJudge::candidates`]) and puts each turn
-//! in the mailbox of every candidate topic's watcher. The watcher runs tiers
-//! 2–3 and writes its records ([`TopicJudge::judge`]) on the blocking pool,
-//! one turn at a time (`ctx.wait`), so one topic's decisions are ordered and
-//! the caller never waits for them.
+//! **Flow.** After a session actor acknowledged a write, the same task asks
+//! the [`TopicJudge`] for tier 1 (one scan of the workspace's shared matcher
+//! per turn, [`TopicJudge::candidates`]), then judges each turn for **all**
+//! its candidate topics at once on the blocking pool
+//! ([`TopicJudge::judge_turn`]): the turn is read, tokenized and digested
+//! once whatever the number of topics, and its decisions are written in one
+//! batch. The caller never waits for it (the acknowledgement went first);
+//! the session's mailbox stays parked meanwhile, which is the backpressure.
 //!
 //! **Seam.** `actors/` knows nothing of policies: the judge is a trait the
 //! runtime implements with its tiered gate (`runtime/src/topics.rs`), like
@@ -14,23 +17,23 @@
 //!
 //! **State and restarts.** A watcher keeps no state of its own: the topic's
 //! compiled definition and profile are the judge's, read from the store. A
-//! panic while judging is caught on the blocking thread; the judge drops
-//! what it compiled ([`TopicJudge::restarted`], so it reads the store
-//! afresh), the turn is judged once more at once, and the watcher stops so
-//! its `Supervisor` restarts it. A turn that panics twice is logged and
-//! left: the turn itself is durable and `cairn topics collect` judges it
-//! again.
+//! panic while judging a turn is caught on the blocking thread and blamed on
+//! the topic being judged; the judge drops what it compiled
+//! ([`TopicJudge::restarted`], so it reads the store afresh), the turn is
+//! judged once more at once (nothing of the failed attempt was written), and
+//! the blamed topic's watcher stops so its `Supervisor` restarts it. A turn
+//! that panics twice is logged and left: the turn itself is durable and
+//! `cairn topics collect` judges it again.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix::prelude::*;
 use cairn_memory::Workspace;
-use futures_util::FutureExt;
 
 use crate::error::{ActorError, Result};
 use crate::fault::Fault;
-use crate::runtime::{Inner, Reply, blocking};
+use crate::runtime::{Inner, Reply};
 
 /// One acknowledged turn, as the topic watchers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,9 +47,9 @@ pub struct TopicTurn {
 }
 
 /// The topic gate behind the watchers: tier 1 for a batch, tiers 2–3 for one
-/// topic and one turn. Called on the blocking pool, never on an arbiter
-/// thread, so it may read and write the store; it must not panic (a panic is
-/// contained, but costs a watcher restart).
+/// turn and its candidate topics. Called on the blocking pool, never on an
+/// arbiter thread, so it may read and write the store; it must not panic (a
+/// panic is contained, but costs a watcher restart).
 ///
 /// ```
 /// use cairn_actors::{NoTopics, TopicJudge, TopicTurn};
@@ -63,8 +66,16 @@ pub trait TopicJudge: Send + Sync + std::fmt::Debug {
     /// watchers must see it.
     fn candidates(&self, ws: &Workspace, turns: &[TopicTurn]) -> Result<Vec<Vec<String>>>;
 
-    /// Tiers 2–3 for `topic` and `turn`, and the durable decision.
-    fn judge(&self, ws: &Workspace, topic: &str, turn: &TopicTurn) -> Result<()>;
+    /// Tiers 2–3 for `turn` and each of `topics`, and the durable
+    /// decisions. `visit` must be called with each topic's name, in order,
+    /// before that topic judges (a panic is blamed on the last one named).
+    fn judge_turn(
+        &self,
+        ws: &Workspace,
+        turn: &TopicTurn,
+        topics: &[String],
+        visit: &mut dyn FnMut(&str),
+    ) -> Result<()>;
 
     /// A watcher of `workspace` failed: drop anything compiled for it, so
     /// the next call rebuilds from the store.
@@ -89,9 +100,68 @@ impl TopicJudge for NoTopics {
         Ok(vec![Vec::new(); turns.len()])
     }
 
-    fn judge(&self, _ws: &Workspace, _topic: &str, _turn: &TopicTurn) -> Result<()> {
+    fn judge_turn(
+        &self,
+        _ws: &Workspace,
+        _turn: &TopicTurn,
+        _topics: &[String],
+        _visit: &mut dyn FnMut(&str),
+    ) -> Result<()> {
         Ok(())
     }
+}
+
+/// Judges each turn for its candidate topics (tiers 2–3), one turn at a
+/// time; on the blocking pool. Answers the topics a panic was blamed on,
+/// whose watchers must restart. A gate failure is logged: the turns are
+/// durable either way.
+pub(crate) fn judge_turns(
+    inner: &Inner,
+    ws: &Workspace,
+    jobs: &[(TopicTurn, Vec<String>)],
+) -> Vec<String> {
+    let mut blamed = Vec::new();
+    for (turn, topics) in jobs {
+        let mut judging = String::new();
+        let attempt = || {
+            inner.topics.judge_turn(ws, turn, topics, &mut |topic| {
+                judging.clear();
+                judging.push_str(topic);
+                if inner
+                    .faults
+                    .take(|f| matches!(f, Fault::PanicTopicWatcher { workspace, topic: t } if workspace == ws.id() && t == topic))
+                    .is_some()
+                {
+                    panic!("injected fault: topic watcher {topic} crashed while judging");
+                }
+            })
+        };
+        let result = match std::panic::catch_unwind(AssertUnwindSafe(attempt)) {
+            Ok(result) => result,
+            Err(_) => {
+                // Blamed on the topic being judged: the judge drops what it
+                // compiled and the turn is judged once more at once (so a
+                // settle that follows sees its decisions); then that
+                // topic's watcher restarts.
+                tracing::error!(workspace = ws.id(), topic = %judging, "topic gate panicked; its watcher restarts");
+                blamed.push(std::mem::take(&mut judging));
+                inner.topics.restarted(ws.id());
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    inner.topics.judge_turn(ws, turn, topics, &mut |_| {})
+                }))
+                .unwrap_or_else(|_| {
+                    Err(ActorError::Task(format!(
+                        "the topic gate panicked twice on {}#{}",
+                        turn.session, turn.seq
+                    )))
+                })
+            }
+        };
+        if let Err(error) = result {
+            tracing::warn!(workspace = ws.id(), session = %turn.session, seq = turn.seq, %error, "topic gate failed; the turn is stored");
+        }
+    }
+    blamed
 }
 
 pub(crate) struct TopicWatcherActor {
@@ -117,71 +187,20 @@ impl Supervised for TopicWatcherActor {
     }
 }
 
-/// A turn for this watcher to judge.
-pub(crate) struct Judge {
-    pub(crate) turn: TopicTurn,
-}
+/// Judging a turn panicked on this watcher's topic: it stops, so its
+/// supervisor restarts it.
+pub(crate) struct Panicked;
 
-impl Message for Judge {
+impl Message for Panicked {
     type Result = ();
 }
 
-impl Handler<Judge> for TopicWatcherActor {
+impl Handler<Panicked> for TopicWatcherActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Judge, ctx: &mut Self::Context) {
-        let inner = self.inner.clone();
-        let ws = self.ws.clone();
-        let topic = self.topic.clone();
-        let turn = msg.turn;
-        let task = blocking(move || {
-            let attempt = || {
-                if inner
-                    .faults
-                    .take(|f| matches!(f, Fault::PanicTopicWatcher { workspace, topic: t } if workspace == ws.id() && *t == topic))
-                    .is_some()
-                {
-                    panic!("injected fault: topic watcher {topic} crashed while judging");
-                }
-                inner.topics.judge(&ws, &topic, &turn)
-            };
-            // A panic is caught here, on the blocking thread: the judge drops
-            // what it compiled and the turn is judged once more at once (so
-            // a settle that follows sees its decision), then the watcher
-            // stops and its supervisor restarts it.
-            match std::panic::catch_unwind(AssertUnwindSafe(attempt)) {
-                Ok(result) => Ok((result, false)),
-                Err(_) => {
-                    inner.topics.restarted(ws.id());
-                    let again = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        inner.topics.judge(&ws, &topic, &turn)
-                    }))
-                    .unwrap_or_else(|_| {
-                        Err(ActorError::Task(format!(
-                            "topic watcher {topic} panicked twice on {}#{}",
-                            turn.session, turn.seq
-                        )))
-                    });
-                    Ok((again, true))
-                }
-            }
-        });
-        let guarded = AssertUnwindSafe(task).catch_unwind();
-        ctx.wait(guarded.into_actor(self).map(|outcome, act, ctx| {
-            let panicked = match outcome {
-                Ok(Ok((result, panicked))) => {
-                    if let Err(error) = result {
-                        tracing::warn!(actor = %act.name(), %error, "topic gate failed; the turn is stored");
-                    }
-                    panicked
-                }
-                Ok(Err(_)) | Err(_) => true,
-            };
-            if panicked {
-                tracing::error!(actor = %act.name(), "panicked; stopping it so its supervisor restarts it");
-                ctx.stop();
-            }
-        }));
+    fn handle(&mut self, _msg: Panicked, ctx: &mut Self::Context) {
+        tracing::error!(actor = %self.name(), "panicked; stopping it so its supervisor restarts it");
+        ctx.stop();
     }
 }
 

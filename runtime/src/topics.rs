@@ -21,10 +21,11 @@
 //!
 //! The gate runs after the ingest is acknowledged (the turns are durable
 //! first), off the caller's thread: `LiveTopics` is the actors'
-//! `TopicJudge`; the session actor runs tier 1 after its reply and each
-//! candidate topic's `TopicWatcherActor` runs tiers 2–4. A failure of the
-//! gate is logged and never fails the ingest. `Cairn::flush` waits for the
-//! watchers.
+//! `TopicJudge`; the session actor runs tier 1 after its reply, then tiers
+//! 2–4 for each turn and all its candidate topics at once on the blocking
+//! pool: the turn is read, tokenized and digested once, not once per topic,
+//! and its decisions are written in one batch. A failure of the gate is
+//! logged and never fails the ingest. `Cairn::flush` waits for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -231,6 +232,26 @@ enum Mode {
     Webhook,
 }
 
+/// A turn as the gate sees it, made once for every topic that judges it:
+/// its terms and its reader digest.
+struct Seen<'a> {
+    turn: &'a Turn,
+    kind: cairn_memory::SessionKind,
+    vector: TermVector,
+    reader_hash: String,
+}
+
+impl<'a> Seen<'a> {
+    fn new(ws: &Workspace, turn: &'a Turn, kind: cairn_memory::SessionKind) -> Self {
+        Seen {
+            turn,
+            kind,
+            vector: TermVector::new([turn.content.as_str()]),
+            reader_hash: ws.reader_hash(&turn.content),
+        }
+    }
+}
+
 impl TopicGate {
     fn compiled(&self, ws: &Workspace) -> Result<Arc<Compiled>> {
         if let Some(c) = self.compiled.lock().get(ws.id()) {
@@ -267,23 +288,20 @@ impl TopicGate {
             .collect())
     }
 
-    /// Tiers 2–3 for one live topic and one acknowledged turn. A topic
-    /// deleted or paused since tier 1 judges nothing.
-    fn judge(
+    /// Tiers 2–3 for one acknowledged turn and every live topic tier 1
+    /// named for it (`visit` is told each topic's name, in order, before
+    /// the topic judges): the turn is read, tokenized and digested once,
+    /// and every decision is written in one atomic batch. A topic deleted
+    /// or paused since tier 1 judges nothing.
+    fn judge_turn(
         &self,
         ws: &Workspace,
         policies: &Policies,
-        topic: &str,
         turn: &TopicTurn,
+        topics: &[String],
+        visit: &mut dyn FnMut(&str),
     ) -> Result<()> {
         let compiled = self.compiled(ws)?;
-        let Some(&idx) = compiled.by_name.get(topic) else {
-            return Ok(());
-        };
-        let (Some(topic), Some(profile)) = (compiled.topics.get(idx), compiled.profiles.get(idx))
-        else {
-            return Ok(());
-        };
         let Some(stored) = ws
             .transcript(&turn.session, turn.seq, Some(1))?
             .into_iter()
@@ -291,35 +309,63 @@ impl TopicGate {
         else {
             return Ok(());
         };
-        let kind = ws.session(&turn.session)?.kind;
-        let turn_vec = TermVector::new([stored.content.as_str()]);
-        self.decide(
-            ws,
-            policies,
-            topic,
-            profile,
-            &stored,
-            kind,
-            &turn_vec,
-            Mode::Live,
-        )?;
+        let seen = Seen::new(ws, &stored, ws.session(&turn.session)?.kind);
+        let mut decisions = Vec::with_capacity(topics.len());
+        for name in topics {
+            visit(name);
+            let Some(&idx) = compiled.by_name.get(name) else {
+                continue;
+            };
+            let (Some(topic), Some(profile)) =
+                (compiled.topics.get(idx), compiled.profiles.get(idx))
+            else {
+                continue;
+            };
+            if let Some(decision) = self.assess(ws, policies, topic, profile, &seen, Mode::Live)? {
+                decisions.push(decision);
+            }
+        }
+        ws.record_gates(&decisions)?;
         Ok(())
     }
 
     /// One topic, one turn: tiers 2–3, the log record and what it
-    /// collects. `None` when the topic does not watch this turn.
-    #[allow(clippy::too_many_arguments)]
+    /// collects, written. `None` when the topic does not watch this turn.
     fn decide(
         &self,
         ws: &Workspace,
         policies: &Policies,
         topic: &Topic,
         profile: &TermVector,
-        turn: &Turn,
-        kind: cairn_memory::SessionKind,
-        turn_vec: &TermVector,
+        seen: &Seen<'_>,
         mode: Mode,
     ) -> Result<Option<Outcome>> {
+        let Some((record, effect)) = self.assess(ws, policies, topic, profile, seen, mode)? else {
+            return Ok(None);
+        };
+        ws.record_gate(&record, &effect)?;
+        Ok(Some(record.outcome))
+    }
+
+    /// One topic, one turn: tiers 2–3, the log record and what it
+    /// collects, not yet written. `None` when the topic does not watch this
+    /// turn.
+    fn assess(
+        &self,
+        ws: &Workspace,
+        policies: &Policies,
+        topic: &Topic,
+        profile: &TermVector,
+        seen: &Seen<'_>,
+        mode: Mode,
+    ) -> Result<Option<(GateRecord, Effect)>> {
+        let Seen {
+            turn,
+            kind,
+            vector: turn_vec,
+            reader_hash,
+        } = seen;
+        let (turn, kind) = (*turn, *kind);
         let spec = &topic.spec;
         let turn_ref = TurnRef::new(&turn.session, turn.seq);
         let addressed = mode == Mode::Webhook;
@@ -342,7 +388,7 @@ impl TopicGate {
             topic: spec.name.clone(),
             topic_generation: topic.generation,
             turn: turn_ref.clone(),
-            content_hash: ws.reader_hash(&turn.content),
+            content_hash: reader_hash.clone(),
             tier: Tier::Pattern,
             pattern_matched: true,
             score,
@@ -417,8 +463,7 @@ impl TopicGate {
             record.outcome = Outcome::Collected;
             Effect::Collect(member)
         };
-        ws.record_gate(&record, &effect)?;
-        Ok(Some(record.outcome))
+        Ok(Some((record, effect)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -432,7 +477,7 @@ impl TopicGate {
         score: f32,
         record: &mut GateRecord,
     ) -> Result<CachedAnswer> {
-        let policy_generation = policies.topic().status().generation.as_str().to_owned();
+        let policy_generation = policies.topic().generation().as_str().to_owned();
         let key = (
             topic.spec.name.clone(),
             topic.generation,
@@ -737,18 +782,8 @@ impl Cairn {
         };
         let gate = self.topic_gate();
         let profile = profile(&ws, &topic)?;
-        let kind = ws.session(&session)?.kind;
-        let turn_vec = TermVector::new([turn.content.as_str()]);
-        let outcome = gate.decide(
-            &ws,
-            self.policies(),
-            &topic,
-            &profile,
-            &turn,
-            kind,
-            &turn_vec,
-            Mode::Webhook,
-        )?;
+        let seen = Seen::new(&ws, &turn, ws.session(&session)?.kind);
+        let outcome = gate.decide(&ws, self.policies(), &topic, &profile, &seen, Mode::Webhook)?;
         self.topics_changed(workspace);
         Ok(FeedReport {
             turn: TurnRef::new(&session, seq),
@@ -820,17 +855,8 @@ impl TopicGate {
                     report.already += 1;
                     continue;
                 }
-                let turn_vec = TermVector::new([turn.content.as_str()]);
-                match self.decide(
-                    ws,
-                    policies,
-                    topic,
-                    &profile,
-                    &turn,
-                    session.kind,
-                    &turn_vec,
-                    Mode::Requested,
-                )? {
+                let seen = Seen::new(ws, &turn, session.kind);
+                match self.decide(ws, policies, topic, &profile, &seen, Mode::Requested)? {
                     Some(Outcome::Collected) => report.collected += 1,
                     Some(Outcome::Proposed) => report.proposed += 1,
                     Some(Outcome::Dropped) | None => {}
@@ -891,9 +917,9 @@ impl TopicGate {
     }
 }
 
-/// The runtime's [`TopicJudge`]: the actors' `TopicWatcherActor`s run the
-/// tiered gate through it (tier 1 in the session's task after the
-/// acknowledgement, tiers 2–3 in each candidate topic's watcher).
+/// The runtime's [`TopicJudge`]: the actors run the tiered gate through it
+/// after the acknowledgement (tier 1 in the session's task, tiers 2–3 for
+/// each turn and all its candidate topics on the blocking pool).
 #[derive(Debug, Clone)]
 pub(crate) struct LiveTopics {
     pub(crate) gate: Arc<TopicGate>,
@@ -922,15 +948,16 @@ impl TopicJudge for LiveTopics {
             .map_err(|e| gate_error("(tier 1)", e))
     }
 
-    fn judge(
+    fn judge_turn(
         &self,
         ws: &Workspace,
-        topic: &str,
         turn: &TopicTurn,
+        topics: &[String],
+        visit: &mut dyn FnMut(&str),
     ) -> std::result::Result<(), ActorError> {
         self.gate
-            .judge(ws, &self.policies, topic, turn)
-            .map_err(|e| gate_error(topic, e))
+            .judge_turn(ws, &self.policies, turn, topics, visit)
+            .map_err(|e| gate_error(&topics.join(","), e))
     }
 
     fn restarted(&self, workspace: &str) {

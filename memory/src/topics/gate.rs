@@ -346,6 +346,33 @@ fn put_member(batch: &mut WriteBatch, member: &Membership, id: &str) -> Result<(
     Ok(())
 }
 
+/// A gate decision and what it collects, into `batch`.
+fn put_gate(batch: &mut WriteBatch, record: &GateRecord, effect: &Effect) -> Result<()> {
+    batch.put(
+        Collection::Topics,
+        TopicKey::GateLog {
+            topic: record.topic.clone(),
+            id: record.id.clone(),
+        }
+        .encode(),
+        encode(record)?,
+    );
+    match effect {
+        Effect::None => {}
+        Effect::Collect(member) => put_member(batch, member, &record.id)?,
+        Effect::Propose(member) => batch.put(
+            Collection::Topics,
+            proposal_key(&member.topic, &member.turn),
+            encode(&Proposal {
+                membership: member.clone(),
+                status: ProposalStatus::Pending,
+                decided_at: None,
+            })?,
+        ),
+    }
+    Ok(())
+}
+
 fn proposal_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
     TopicKey::Proposal {
         topic: topic.to_owned(),
@@ -366,27 +393,31 @@ impl Workspace {
     /// the last decisions, never a turn.
     pub fn record_gate(&self, record: &GateRecord, effect: &Effect) -> Result<()> {
         let mut batch = WriteBatch::default();
-        batch.put(
-            Collection::Topics,
-            TopicKey::GateLog {
-                topic: record.topic.clone(),
-                id: record.id.clone(),
-            }
-            .encode(),
-            encode(record)?,
-        );
-        match effect {
-            Effect::None => {}
-            Effect::Collect(member) => put_member(&mut batch, member, &record.id)?,
-            Effect::Propose(member) => batch.put(
-                Collection::Topics,
-                proposal_key(&member.topic, &member.turn),
-                encode(&Proposal {
-                    membership: member.clone(),
-                    status: ProposalStatus::Pending,
-                    decided_at: None,
-                })?,
-            ),
+        put_gate(&mut batch, record, effect)?;
+        self.apply(batch)
+    }
+
+    /// [`Workspace::record_gate`] for many decisions (those of every topic
+    /// that judged one turn) in **one** atomic batch: all or none are
+    /// written.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use cairn_memory::*;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let memory = Memory::open_sled(dir.path(), MemoryConfig::default(), Arc::new(SystemClock))?;
+    /// let ws = memory.workspace("acme")?;
+    /// ws.record_gates(&[])?; // nothing to write, nothing written
+    /// assert_eq!(ws.topic_counts()?.decisions, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record_gates(&self, decisions: &[(GateRecord, Effect)]) -> Result<()> {
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for (record, effect) in decisions {
+            put_gate(&mut batch, record, effect)?;
         }
         self.apply(batch)
     }
