@@ -181,7 +181,7 @@ impl From<Refusal> for ApiError {
 /// runs, and leaves the [`Principal`] in the request's extensions.
 async fn guard_requests(
     req: ServiceRequest,
-    next: Next<impl MessageBody>,
+    next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Some(guard) = req.app_data::<web::Data<Guard>>() {
         use actix_web::http::header;
@@ -207,10 +207,26 @@ async fn guard_requests(
             Ok(principal) => {
                 req.extensions_mut().insert(principal);
             }
-            Err(refusal) => return Err(ApiError::from(refusal).into()),
+            Err(refusal) => {
+                use actix_web::ResponseError;
+                let mut response = ApiError::from(refusal).error_response();
+                // Refused before its body was read: the connection closes
+                // after the answer and says so, so that a client does not
+                // send its next request down a connection about to close.
+                let has_body = req.headers().contains_key(header::TRANSFER_ENCODING)
+                    || value(header::CONTENT_LENGTH).is_some_and(|n| n.trim() != "0");
+                if has_body {
+                    response
+                        .head_mut()
+                        .set_connection_type(actix_web::http::ConnectionType::Close);
+                }
+                return Ok(req.into_response(response).map_into_right_body());
+            }
         }
     }
-    next.call(req).await
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_left_body)
 }
 
 impl ApiError {
