@@ -1,7 +1,8 @@
 """Schemathesis hooks for scripts/fuzz-api.sh (loaded through SCHEMATHESIS_HOOKS).
 
-A plugin upload (`PUT /v1/plugins/{world}`) is `application/wasm`: raw bytes,
-sent as schemathesis sends `application/octet-stream`.
+A plugin upload (`PUT /v1/plugins/{world}`) is `application/wasm` and a bundle
+import (`POST /v1/workspaces/{workspace}/import`) is `application/x-ndjson`:
+raw bytes, sent as schemathesis sends `application/octet-stream`.
 
 Every `date-time` string is drawn one time in three from the edges: times at
 chrono's limits (one of them used to stop search indexing for every
@@ -15,6 +16,7 @@ import schemathesis
 from hypothesis import strategies as st
 
 schemathesis.serializer.alias("application/wasm", "application/octet-stream")
+schemathesis.serializer.alias("application/x-ndjson", "application/octet-stream")
 
 EDGE_TIMES = [
     "+262142-12-31T23:59:59Z",
