@@ -16,23 +16,6 @@ use crate::support::cairn_bin;
 const MARK: &str = "Zanzibar-quokka-7731";
 const SESSION: &str = "dana-smith-chat";
 
-/// Waits until the search index has caught up with the store (at most
-/// 60 s).
-fn wait_indexed(cairn: &Cairn) -> Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let stats = cairn.index_stats()?;
-        if stats.backlog == 0 && stats.entry_backlog == 0 {
-            return Ok(());
-        }
-        ensure!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "indexing never caught up: {stats:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 fn open(dir: &Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
@@ -104,7 +87,7 @@ fn forget_then_vacuum_leaves_no_byte_of_the_session() -> Result<()> {
         cairn.capture("acme", None)?;
         cairn.session_end("acme", SESSION)?;
         // The search service has indexed (and stored vectors for) it.
-        wait_indexed(&cairn)?;
+        crate::support::wait_indexed(&cairn)?;
         let found = cairn.memory_search("acme", &SearchRequest::new(MARK))?;
         ensure!(!found.items.is_empty(), "{found:?}");
         let t = cairn.forget("acme", &ForgetTarget::Session(SESSION.into()), "asked to")?;

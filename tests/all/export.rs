@@ -46,23 +46,6 @@ fn ok(out: &Output) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Waits until the search index has caught up with the store (at most
-/// 60 s).
-fn wait_indexed(cairn: &Cairn) -> Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let stats = cairn.index_stats()?;
-        if stats.backlog == 0 && stats.entry_backlog == 0 {
-            return Ok(());
-        }
-        ensure!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "indexing never caught up: {stats:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 /// What a reader sees of a workspace, for comparing two of them.
 fn contents(cairn: &Cairn, ws: &str, queries: &[&str]) -> Result<Value> {
     let mut sessions = Vec::new();
@@ -285,7 +268,7 @@ fn export_then_import_reads_back_the_same_workspace() -> Result<()> {
 
     // Both read in one process, so both searches see the same index.
     let cairn = open(&data)?;
-    wait_indexed(&cairn)?;
+    crate::support::wait_indexed(&cairn)?;
     let before = contents(&cairn, "acme", &queries)?;
     let after = contents(&cairn, "copy", &queries)?;
     ensure!(

@@ -11,23 +11,6 @@ use cairn::{
     ReadAs, Role, SearchRequest, TurnInput,
 };
 
-/// Waits until the search index has caught up with the store (at most
-/// 60 s).
-fn wait_indexed(cairn: &Cairn) -> Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let stats = cairn.index_stats()?;
-        if stats.backlog == 0 && stats.entry_backlog == 0 {
-            return Ok(());
-        }
-        ensure!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "indexing never caught up: {stats:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 fn open(dir: &std::path::Path) -> Result<Cairn> {
     Ok(Cairn::open(CairnConfig {
         data_dir: dir.to_owned(),
@@ -107,7 +90,7 @@ fn every_read_surface_asks_the_memory_policy() -> Result<()> {
     ensure!(cairn.history("acme", &id, cloud)?.is_empty());
 
     // Search: the hits are withheld, and the answer says so.
-    wait_indexed(&cairn)?;
+    crate::support::wait_indexed(&cairn)?;
     let mut request = SearchRequest::new("quokka launch");
     request.destination = Some(Destination::CloudModel);
     let found = cairn.memory_search("acme", &request)?;

@@ -345,3 +345,20 @@ pub(crate) fn storage(data_dir: impl AsRef<Path>) -> cairn::StorageConfig {
         None => cairn::StorageConfig::default(),
     }
 }
+
+/// Waits until the search index has caught up with the store (at most
+/// 60 s).
+pub(crate) fn wait_indexed(cairn: &cairn::Cairn) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let stats = cairn.index_stats()?;
+        if stats.backlog == 0 && stats.entry_backlog == 0 {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "indexing never caught up: {stats:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
