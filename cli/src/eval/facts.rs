@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn::EntryKind;
-use cairn::facts::{Attribute, ENGLISH, attribute_of_text};
+use cairn::facts::{Attribute, ENGLISH, attribute_of_text, fact_of_detail};
 use cairn::search::Embedder;
 use serde::Serialize;
 use serde_json::Value;
@@ -290,9 +290,7 @@ fn is_work_state(kind: EntryKind) -> bool {
 
 /// The attribute a fact entry was captured under (its detail names it).
 fn attribute_of_entry(detail: Option<&str>) -> Option<Attribute> {
-    let after = detail?.split("(fact: ").nth(1)?;
-    let name = after.split([',', ')']).next()?;
-    Attribute::parse(name.trim())
+    fact_of_detail(detail?).map(|(attribute, _)| attribute)
 }
 
 /// An observation's attribute: its text with the speaker's name read as
