@@ -29,6 +29,7 @@ pub mod forward;
 pub(crate) mod guard;
 mod maintenance;
 mod mcp;
+mod obligations;
 mod plugins;
 pub(crate) mod route;
 mod search;
@@ -69,6 +70,7 @@ pub(crate) fn routes() -> Vec<route::Route> {
         compaction::routes(),
         entries::routes(),
         export::routes(),
+        obligations::routes(),
         search::routes(),
         mcp::routes(),
         ui::routes(),

@@ -11,7 +11,9 @@ use cairn::{
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::commands::{assemble, compaction, entries, erasure, search, sessions, tokens};
+use crate::commands::{
+    assemble, compaction, entries, erasure, obligations, search, sessions, tokens,
+};
 
 /// The binary's allocator, jemalloc: the hot path allocates many small,
 /// short-lived values (candidates, rendered lines, policy requests) on many
@@ -314,6 +316,29 @@ enum Command {
     /// A bundle from `cairn export` into a new or empty workspace
     /// (`--workspace`); checked whole first, then the indexes rebuilt.
     Import(export::ImportArgs),
+    /// The audit records of uses the memory policy asked to audit (its
+    /// `audit-log` obligation), newest first.
+    Audit {
+        /// Only the records of this item (`entry e1`, `turn s1:4`).
+        #[arg(long)]
+        item: Option<String>,
+        /// At most this many (1..=10000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Items the memory policy holds until the user confirms them (its
+    /// `confirm-with-user` obligation); --grant ITEM confirms one.
+    Confirmations {
+        /// Grant the confirmation of this item (`entry e1`, `turn s1:4`).
+        #[arg(long, value_name = "ITEM")]
+        grant: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rewrite the store's files so they hold only live data: after a
     /// `forget`, the erased bytes leave the data directory (sled keeps
     /// removed values in old log segments until it reclaims them). Stop
@@ -822,6 +847,8 @@ fn run_command(cairn: &Cairn, ws_id: &str, asking: Option<&str>, command: Comman
         Command::Reconstruct(args) => maintain::reconstruct(cairn, ws_id, args, out)?,
         Command::Export(args) => export::export(cairn, ws_id, args)?,
         Command::Import(args) => export::import(cairn, ws_id, args, out)?,
+        Command::Audit { item, limit, json } => obligations::audit(cx, item, limit, json, out)?,
+        Command::Confirmations { grant, json } => obligations::confirmations(cx, grant, json, out)?,
         Command::Demo { .. }
         | Command::Doctor { .. }
         | Command::Mcp { .. }

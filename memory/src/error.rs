@@ -241,6 +241,12 @@ pub enum MemoryError {
         /// The turn, `session/seq`.
         turn: String,
     },
+    /// Nothing waits for a confirmation of this item.
+    #[error("no confirmation is pending for {item:?}")]
+    ConfirmationNotFound {
+        /// The item (`entry e1`, `turn s1:4`).
+        item: String,
+    },
     /// A forget was requested without a reason; erasure is audited.
     #[error("forget needs a non-empty reason (it is recorded in the tombstone)")]
     ForgetWithoutReason,
@@ -368,6 +374,7 @@ impl MemoryError {
             MemoryError::TopicNotFound { .. } => "topic_not_found",
             MemoryError::TopicExists { .. } => "topic_exists",
             MemoryError::ProposalNotFound { .. } => "proposal_not_found",
+            MemoryError::ConfirmationNotFound { .. } => "confirmation_not_found",
             MemoryError::ForgetWithoutReason => "forget_without_reason",
             MemoryError::BudgetTooSmall { .. } => "budget_too_small",
             MemoryError::InvariantsExceedBudget { .. } => "invariants_exceed_budget",
@@ -402,6 +409,7 @@ impl MemoryError {
             | MemoryError::TopicNotFound { .. }
             | MemoryError::TokenNotFound { .. }
             | MemoryError::ProposalNotFound { .. }
+            | MemoryError::ConfirmationNotFound { .. }
             | MemoryError::SummaryNotFound { .. }
             | MemoryError::RunNotFound { .. } => ErrorKind::NotFound,
             MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,

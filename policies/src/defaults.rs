@@ -82,6 +82,9 @@ pub mod test_guests {
     /// `plugins/test-export`: a memory policy that leaves out, references or
     /// redacts objects for the `export` action.
     pub const TEST_EXPORT: &str = env!("CAIRN_PLUGIN_TEST_EXPORT");
+    /// `plugins/test-conformance`: a memory policy that answers what the
+    /// object's session id spells (every value of every decision field).
+    pub const TEST_CONFORMANCE: &str = env!("CAIRN_PLUGIN_TEST_CONFORMANCE");
 }
 
 /// The three slots a runtime decides with.

@@ -24,6 +24,7 @@ use cairn_policies::{
 
 use crate::error::Result;
 use crate::host::Cairn;
+use crate::obligations::Ledger;
 use crate::reads::{Asker, Object, request_for, verdict_of};
 
 /// The `Retriever` seam over the search service: turn hits by `session:seq`,
@@ -120,6 +121,13 @@ pub struct WasmPolicyCheck<'a> {
     lineage: Option<HashSet<String>>,
     /// The decisions made so far, not yet logged.
     pending: RefCell<Vec<DecisionRecord>>,
+    /// The workspace's store, for the confirmations the policy asks for
+    /// (`None`: no item is held; see [`WasmPolicyCheck::holding`]).
+    store: Option<Workspace>,
+    /// The uses of the candidates whose obligations the host must settle.
+    ledger: Ledger,
+    /// Who asked (the last `check_many`'s asker).
+    asker: RefCell<Option<Asker>>,
 }
 
 impl<'a> WasmPolicyCheck<'a> {
@@ -132,7 +140,33 @@ impl<'a> WasmPolicyCheck<'a> {
             workspace: None,
             lineage,
             pending: RefCell::new(Vec::new()),
+            store: None,
+            ledger: Ledger::default(),
+            asker: RefCell::new(None),
         }
+    }
+
+    /// The check holds items the policy wants the user to confirm first
+    /// (`confirm-with-user`) until `ws` records the confirmation granted.
+    pub(crate) fn holding(mut self, ws: Workspace) -> Self {
+        self.store = Some(ws);
+        self
+    }
+
+    /// Settles the obligations of the items `block` holds (audit records
+    /// and pending confirmations written) and says them in the block.
+    pub(crate) fn settle(&self, block: &mut AssembledContext) -> Result<()> {
+        let (Some(ws), Some(asker)) = (&self.store, self.asker.borrow().clone()) else {
+            return Ok(());
+        };
+        let used: HashSet<String> = block
+            .items
+            .iter()
+            .filter_map(|i| item_label(&i.source))
+            .collect();
+        self.ledger.retain(|item| used.contains(item));
+        block.obligations = self.ledger.settle(ws, &asker)?;
+        Ok(())
     }
 
     /// The check of an assembly from `workspace`: its decision records
@@ -156,6 +190,7 @@ impl<'a> WasmPolicyCheck<'a> {
             reason_codes: vec!["host-directive".to_owned()],
             generation: self.slot.generation().as_str().to_owned(),
             label_low_trust: false,
+            attribute_source: false,
         }
     }
 }
@@ -167,6 +202,19 @@ impl Drop for WasmPolicyCheck<'_> {
             tracing::warn!(%error, "an assembly's policy decisions could not be logged");
         }
     }
+}
+
+/// How the obligations name a block item (`turn s1:4`, `entry e1`,
+/// `summary sum-…`); `None` for a directive.
+fn item_label(source: &ItemSource) -> Option<String> {
+    Some(match source {
+        ItemSource::Directive { .. } => return None,
+        ItemSource::Turn { session, seq } | ItemSource::Topic { session, seq, .. } => {
+            format!("turn {session}:{seq}")
+        }
+        ItemSource::Entry { id, .. } | ItemSource::Missing { id } => format!("entry {id}"),
+        ItemSource::Summary { id } => format!("summary {id}"),
+    })
 }
 
 /// The policy's view of an assembly candidate; `None` for a directive.
@@ -234,23 +282,33 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             .judge_many_in(self.workspace.as_deref(), &requests);
         self.pending.borrow_mut().extend(records);
         let mut decided = decided.iter();
-        objects
+        let verdicts = objects
             .iter()
-            .map(|object| match object {
+            .zip(items)
+            .map(|(object, item)| match object {
                 None => Ok(self.directive()),
-                Some(_) => {
-                    let verdict = verdict_of(decided.next().ok_or_else(|| {
-                        SeamError("the policy gave fewer verdicts than asked".to_owned())
-                    })?);
+                Some(object) => {
+                    let mut verdict = verdict_of(
+                        decided.next().ok_or_else(|| {
+                            SeamError("the policy gave fewer verdicts than asked".to_owned())
+                        })?,
+                        Some(context.destination),
+                    );
+                    if let (Some(ws), Some(label)) = (&self.store, item_label(item.source)) {
+                        verdict = self.ledger.admit(ws, label, object.session, verdict);
+                    }
                     Ok(PolicyVerdict {
                         fidelity: verdict.fidelity,
                         reason_codes: verdict.reason_codes,
                         generation: verdict.generation,
                         label_low_trust: verdict.label_low_trust,
+                        attribute_source: verdict.obligations.attribute,
                     })
                 }
             })
-            .collect()
+            .collect();
+        *self.asker.borrow_mut() = Some(asker);
+        verdicts
     }
 
     fn in_lineage(&self, session: Option<&str>) -> bool {
@@ -300,8 +358,9 @@ impl Cairn {
         }
         let lineage = lineage_of(&ws, &request.session)?;
         let policy = WasmPolicyCheck::new(self.policies().memory_policy(), lineage.clone())
-            .in_workspace(workspace);
-        let block = if request.retrieval == cairn_memory::RetrievalMode::Off {
+            .in_workspace(workspace)
+            .holding(ws.clone());
+        let mut block = if request.retrieval == cairn_memory::RetrievalMode::Off {
             ws.assemble(&request, &cairn_memory::assemble::NoRetrieval, &policy)?
         } else {
             // The index follows ingest in the background; turns ingested a
@@ -309,8 +368,10 @@ impl Cairn {
             let retriever = SearchRetriever::new(self.search(), workspace, lineage);
             ws.assemble(&request, &retriever, &policy)?
         };
-        // The decisions are in the log before the block is handed out.
+        // The decisions are in the log, and the audit records the policy
+        // asked for are written, before the block is handed out.
         policy.log()?;
+        policy.settle(&mut block)?;
         Ok(block)
     }
 }

@@ -307,7 +307,7 @@ impl Cairn {
             match child {
                 Expanded::Turns { turns } => {
                     let capped =
-                        self.cap_transcript(&ws, &node.session, &judge, std::mem::take(turns));
+                        self.cap_transcript(&ws, &node.session, &judge, std::mem::take(turns))?;
                     *turns = capped.turns;
                 }
                 Expanded::Summary { node } => {
@@ -340,6 +340,6 @@ impl Cairn {
             .into_iter()
             .filter(|t| t.seq >= from)
             .collect();
-        Ok(self.cap_transcript(&ws, &node.session, &judge, turns))
+        self.cap_transcript(&ws, &node.session, &judge, turns)
     }
 }

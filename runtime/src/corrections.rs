@@ -13,11 +13,22 @@
 //! whole, indexed, durable when it returns. Who may write at all (a
 //! read-scoped token may not) is the surface's check, as for `memory_note`.
 
-use cairn_memory::{Entry, EntryInput, EntryKind, MemoryError, TaskStatus, Tombstone};
+use cairn_memory::assemble::Fidelity;
+use cairn_memory::{Entry, EntryInput, EntryKind, MemoryError, TaskStatus, Tombstone, Workspace};
+use cairn_policies::{Action, MutationAuthority};
 
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::reads::ReadAs;
+use crate::obligations::{Ledger, Proposal};
+use crate::reads::{Object, ReadAs, item_of};
+
+/// What the memory policy lets a caller do with a change it asks for.
+pub(crate) enum Authority {
+    /// Write it.
+    Durable,
+    /// Record it as a proposal for the user (the refusal to return).
+    Propose(CairnError),
+}
 
 /// A `memory_correct` call: what the entry should say instead, and why.
 ///
@@ -79,6 +90,61 @@ fn reason_of<'a>(reason: &'a str, what: &str) -> Result<&'a str> {
         ));
     }
     Ok(reason)
+}
+
+impl Cairn {
+    /// Asks the memory policy whether `reader` may make `change` to
+    /// `object` through `surface` (`mutate`): `durable-allowed` writes it,
+    /// `candidate-only` (or the `confirm-with-user` obligation) records it
+    /// as a proposal the user may grant, `none` or a blocked object refuse
+    /// it (`forbidden`). An `audit-log` obligation leaves an audit record.
+    pub(crate) fn authorize(
+        &self,
+        ws: &Workspace,
+        reader: ReadAs<'_>,
+        surface: &'static str,
+        object: &Object<'_>,
+        change: Proposal,
+    ) -> Result<Authority> {
+        let lineage = self.allowed_sessions(ws, reader.asking, false)?;
+        let judge = self.read_judge(ws, reader, surface, lineage)?;
+        let verdict = judge.decide_as(Action::Mutate, object);
+        let item = item_of(object);
+        if verdict.fidelity == Fidelity::Blocked || verdict.mutation == MutationAuthority::None {
+            return Err(CairnError::Denied(format!(
+                "the memory policy gives {} no authority to change {item} ({})",
+                reader
+                    .asking
+                    .map_or("the user".to_owned(), |s| format!("session {s:?}")),
+                verdict.reason_codes.join(", ")
+            )));
+        }
+        let mut asker = judge.asker.clone();
+        asker.action = Action::Mutate;
+        asker.destination = None;
+        if verdict.obligations.audit {
+            let mut audited = verdict.clone();
+            audited.obligations.confirm = false;
+            let ledger = Ledger::default();
+            ledger.admit(ws, item.clone(), object.session, audited);
+            ledger.settle(ws, &asker)?;
+        }
+        if verdict.mutation == MutationAuthority::CandidateOnly || verdict.obligations.confirm {
+            return Ok(Authority::Propose(self.propose(
+                ws,
+                &asker,
+                &verdict,
+                object.session,
+                change,
+            )));
+        }
+        Ok(Authority::Durable)
+    }
+
+    /// The policy's view of an entry a caller wants to change.
+    fn entry_object<'e>(entry: &'e Entry, text: &'e str) -> Object<'e> {
+        Object::entry(entry, text)
+    }
 }
 
 // The correction tools on the facade.
@@ -156,6 +222,16 @@ impl Cairn {
                 &format!("entry {id:?} is a {}, not a task", old.kind),
             ));
         }
+        let stored = ws.entry(id)?;
+        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let change = Proposal::Append {
+            entry: Box::new(input.clone()),
+        };
+        if let Authority::Propose(proposed) =
+            self.authorize(&ws, reader, "memory_correct", &object, change)?
+        {
+            return Err(proposed);
+        }
         let entry = self.append_entry(workspace, &input)?;
         tracing::info!(workspace, corrected = id, by = %entry.id, asking = reader.asking, "entry corrected");
         Ok(entry)
@@ -187,6 +263,18 @@ impl Cairn {
         let reader = reader.into();
         let reason = reason_of(reason, "retraction")?;
         self.entry_as(workspace, id, reader, "memory_retract")?;
+        let ws = self.memory().existing_workspace(workspace)?;
+        let stored = ws.entry(id)?;
+        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let change = Proposal::Retract {
+            entry: id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if let Authority::Propose(proposed) =
+            self.authorize(&ws, reader, "memory_retract", &object, change)?
+        {
+            return Err(proposed);
+        }
         self.unpin(workspace, id)?;
         let tombstone = self.forget(
             workspace,
@@ -220,6 +308,18 @@ impl Cairn {
     ) -> Result<Vec<String>> {
         let reader = reader.into();
         self.entry_as(workspace, id, reader, "memory_pin")?;
+        let ws = self.memory().existing_workspace(workspace)?;
+        let stored = ws.entry(id)?;
+        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let change = Proposal::Pin {
+            entry: id.to_owned(),
+            pinned,
+        };
+        if let Authority::Propose(proposed) =
+            self.authorize(&ws, reader, "memory_pin", &object, change)?
+        {
+            return Err(proposed);
+        }
         if pinned {
             self.pin(workspace, id)?;
         } else {

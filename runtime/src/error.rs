@@ -97,6 +97,20 @@ pub enum CairnError {
         #[source]
         source: std::io::Error,
     },
+    /// The memory policy lets the caller only propose this change: it was
+    /// recorded as a pending confirmation the user may grant (`cairn
+    /// confirmations --grant ITEM`, `POST …/confirmations/grant`); nothing
+    /// else was written.
+    #[error(
+        "proposed, not made: the memory policy lets this caller only propose the change ({reasons}); \
+         it waits as {item:?} for the user's confirmation"
+    )]
+    Proposed {
+        /// The pending confirmation (`proposal <id>`).
+        item: String,
+        /// The policy's reason codes.
+        reasons: String,
+    },
     /// The decision log or the plugin registry failed.
     #[error("decision log: {message}")]
     DecisionLog {
@@ -132,6 +146,7 @@ impl CairnError {
             CairnError::InvalidBundle { .. } => "invalid_bundle",
             CairnError::WorkspaceNotEmpty { .. } => "workspace_not_empty",
             CairnError::BundleIo { .. } => "bundle_io",
+            CairnError::Proposed { .. } => "proposed",
         }
     }
 
@@ -158,7 +173,9 @@ impl CairnError {
             CairnError::Policy(e) => policy_kind(e),
             CairnError::DecisionLog { .. } | CairnError::BundleIo { .. } => ErrorKind::Internal,
             CairnError::InvalidBundle { .. } => ErrorKind::Invalid,
-            CairnError::WorkspaceNotEmpty { .. } => ErrorKind::Conflict,
+            CairnError::WorkspaceNotEmpty { .. } | CairnError::Proposed { .. } => {
+                ErrorKind::Conflict
+            }
         }
     }
 

@@ -64,7 +64,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::reads::{Asker, Object, request_for, verdict_of};
+use crate::obligations::Ledger;
+use crate::reads::{Asker, Object, item_of, request_for, verdict_of};
 
 /// The `format` of a bundle's header.
 pub const BUNDLE_FORMAT: &str = "cairn-bundle";
@@ -154,6 +155,14 @@ pub struct ExportReport {
     pub compactions: usize,
     /// Policy decisions made (each in the decision log).
     pub decisions: usize,
+    /// Audit records written: one per object whose decision carried the
+    /// `audit-log` obligation (`cairn audit` lists them).
+    #[serde(default)]
+    pub audited: usize,
+    /// Objects held for the user's confirmation (`confirm-with-user`, not
+    /// granted yet): in the bundle as references only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
 }
 
 impl ExportReport {
@@ -507,20 +516,33 @@ impl Cairn {
             .collect();
         let mut verdicts = Vec::with_capacity(requests.len());
         let mut log = Vec::with_capacity(requests.len());
+        let ledger = Ledger::default();
+        let mut object = objects.iter();
         for chunk in requests.chunks(JUDGE_CHUNK) {
             let (decided, records) = slot.judge_many_in(Some(ws.id()), chunk);
-            verdicts.extend(decided.iter().map(|d| Shown::of(verdict_of(d).fidelity)));
+            for (d, o) in decided.iter().zip(object.by_ref()) {
+                let verdict =
+                    ledger.admit(ws, item_of(o), o.session, verdict_of(d, asker.destination));
+                verdicts.push(Shown::of(verdict.fidelity));
+            }
             log.extend(records);
         }
         // The export's record: every decision, logged before any line is
-        // written.
+        // written; the audit records and held items too.
         slot.log_batch(&log)?;
+        let notes = ledger.settle(ws, &asker)?;
 
         let mut report = ExportReport {
             workspace: ws.id().to_owned(),
             session: request.session.clone(),
             destination,
             decisions: log.len(),
+            audited: notes.iter().filter(|n| n.obligation == "audit-log").count(),
+            held: notes
+                .iter()
+                .filter(|n| n.obligation == "confirm-with-user")
+                .map(|n| n.item.clone())
+                .collect(),
             ..ExportReport::default()
         };
         let mut verdict = verdicts.into_iter();

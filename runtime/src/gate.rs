@@ -192,14 +192,40 @@ impl CaptureGate for WasmGate {
                 return None;
             }
         };
-        match verdict.fidelity {
-            Fidelity::Full => Some(turn),
-            Fidelity::Redacted => {
-                turn.content = cairn_memory::redact::redact_personal(&turn.content);
-                Some(turn)
-            }
-            Fidelity::ReferenceOnly | Fidelity::Blocked => None,
+        // `mutation-authority: none` on a capture: nothing may be written
+        // because of the turn.
+        if verdict.mutation == cairn_policies::MutationAuthority::None {
+            return None;
         }
+        match verdict.fidelity {
+            Fidelity::Full | Fidelity::Redacted => {}
+            Fidelity::ReferenceOnly | Fidelity::Blocked => return None,
+        }
+        // What capture derives from the turn is learned from it: the
+        // policy is asked `learn-from` too, and `learning-scope: none`
+        // keeps the turn out of what capture extracts.
+        let learn = crate::reads::Asker {
+            action: cairn_policies::Action::LearnFrom,
+            ..asker
+        };
+        match crate::reads::decide(
+            &self.memory_policy,
+            Some(workspace),
+            &learn,
+            None,
+            &crate::reads::Object::turn(&turn),
+        ) {
+            Ok(v) if v.learning != cairn_policies::LearningScope::None => {}
+            Ok(_) => return None,
+            Err(error) => {
+                tracing::warn!(%error, session = %session.id, seq = turn.seq, "memory policy unavailable: the turn is not learned from");
+                return None;
+            }
+        }
+        if verdict.fidelity == Fidelity::Redacted {
+            turn.content = cairn_memory::redact::redact_personal(&turn.content);
+        }
+        Some(turn)
     }
 }
 

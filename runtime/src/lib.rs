@@ -51,6 +51,7 @@ mod host;
 mod maintenance;
 mod manage;
 mod model;
+mod obligations;
 mod reads;
 mod reconstruct;
 mod tools;
@@ -62,8 +63,8 @@ pub use cairn_actors::{
     Trigger, TriggerConfig,
 };
 pub use cairn_memory::assemble::{
-    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, PolicyNote, RetrievalMode,
-    RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
+    ActivityReport, AssembleSettings, BlockItem, Destination, Fidelity, ObligationNote, PolicyNote,
+    RetrievalMode, RetrievalReport, ScopeRelation, Section, TierReport, Warrant,
 };
 pub use cairn_memory::brief::{
     BriefItem, BriefScope, BriefSection, BriefSectionKind, BriefSettings, Briefing,
@@ -99,6 +100,7 @@ pub use health::Health;
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use manage::parse_world;
 pub use model::ModelConfig;
+pub use obligations::{AuditQuery, AuditRecord, Confirmation, ConfirmationState, Proposal};
 pub use reads::ReadAs;
 pub use tools::{
     MemoryItem, NOTE_KINDS, Note, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP,

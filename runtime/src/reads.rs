@@ -27,12 +27,16 @@ use cairn_memory::redact::{redact, redact_personal};
 use cairn_memory::{Entry, Name, Role, SessionKind, Turn, Workspace};
 use cairn_policies::{
     Action, ContentFidelity, ContentReference, Decided, MemoryPolicy, MemoryPolicyDecision,
-    ObjectKind, PolicyObligation, PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef,
+    ObjectKind, PolicyRequest, PolicySlot, PrincipalKind, PrincipalRef,
 };
+
+use cairn_memory::assemble::ObligationNote;
+use cairn_policies::{LearningScope, Locality, MutationAuthority};
 
 use crate::assembly::{policy_destination, sensitivity_of};
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
+use crate::obligations::{Ledger, Obligations};
 
 /// Who reads, and where what they read goes: the lineage rule's asking
 /// session and the memory policy's principal and destination.
@@ -123,13 +127,51 @@ impl<'a> Object<'a> {
     }
 }
 
-/// What the policy said about one object.
+/// What the policy said about one object, with what the host makes of its
+/// locality (for the destination asked about) and obligations.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Verdict {
     pub(crate) fidelity: Fidelity,
     pub(crate) reason_codes: Vec<String>,
     pub(crate) generation: String,
     pub(crate) label_low_trust: bool,
+    /// The decision's id (empty when none could be had).
+    pub(crate) decision_id: String,
+    pub(crate) obligations: Obligations,
+    /// What may be written because of the object (acted on for `mutate`).
+    pub(crate) mutation: MutationAuthority,
+    /// What may be learned from it (acted on for `learn-from`).
+    pub(crate) learning: LearningScope,
+}
+
+impl Verdict {
+    /// The verdict when no decision could be had: withheld.
+    fn unavailable() -> Verdict {
+        Verdict {
+            fidelity: Fidelity::Blocked,
+            reason_codes: vec!["policy-unavailable".to_owned()],
+            generation: String::new(),
+            label_low_trust: false,
+            decision_id: String::new(),
+            obligations: Obligations::default(),
+            mutation: MutationAuthority::None,
+            learning: LearningScope::None,
+        }
+    }
+}
+
+/// Whether content sent to `destination` leaves this machine: a `local-only`
+/// decision keeps it from there.
+pub(crate) fn is_external(destination: Destination) -> bool {
+    matches!(
+        destination,
+        Destination::CloudModel | Destination::ExternalLlm | Destination::ShareLink
+    )
+}
+
+/// The item an object is, as reads name it (`turn s1:4`, `entry e1`).
+pub(crate) fn item_of(object: &Object<'_>) -> String {
+    format!("{} {}", object.kind.as_str(), object.id)
 }
 
 /// Everything of a request but the object: who asks, for what, from where.
@@ -153,7 +195,7 @@ pub(crate) fn decide(
     object: &Object<'_>,
 ) -> std::result::Result<Verdict, cairn_policies::PolicyError> {
     let decided = slot.decide_in(workspace, &request_for(asker, lineage, object))?;
-    Ok(verdict_of(&decided))
+    Ok(verdict_of(&decided, asker.destination))
 }
 
 /// The memory-policy request about `object` for `asker`, who may read the
@@ -187,10 +229,23 @@ pub(crate) fn request_for(
     request
 }
 
-/// What a decision lets a reader see.
-pub(crate) fn verdict_of(decided: &Decided<MemoryPolicyDecision>) -> Verdict {
+/// What a decision lets a reader see when the content goes to
+/// `destination` (`None`: it stays here): the fidelity, except that a
+/// `local-only` decision blocks an external destination (`cloud-model`,
+/// `external-llm`, `share-link`) and the `redact-personal-data`
+/// obligation masks personal data even in a full copy.
+pub(crate) fn verdict_of(
+    decided: &Decided<MemoryPolicyDecision>,
+    destination: Option<Destination>,
+) -> Verdict {
     let d = &decided.decision;
-    let fidelity = if !d.allows_content() {
+    let obligations = Obligations::of(&d.obligations);
+    let mut reason_codes: Vec<String> = d
+        .reason_codes
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    let mut fidelity = if !d.allows_content() {
         Fidelity::Blocked
     } else {
         match d.content_fidelity {
@@ -201,15 +256,25 @@ pub(crate) fn verdict_of(decided: &Decided<MemoryPolicyDecision>) -> Verdict {
             _ => Fidelity::Blocked,
         }
     };
+    if fidelity != Fidelity::Blocked
+        && d.locality != Locality::ApprovedExternal
+        && destination.is_some_and(is_external)
+    {
+        fidelity = Fidelity::Blocked;
+        reason_codes.push("host-local-only".to_owned());
+    }
+    if obligations.redact_personal && fidelity == Fidelity::Full {
+        fidelity = Fidelity::Redacted;
+    }
     Verdict {
         fidelity,
-        reason_codes: d
-            .reason_codes
-            .iter()
-            .map(|c| c.as_str().to_owned())
-            .collect(),
+        reason_codes,
         generation: decided.generation.as_str().to_owned(),
-        label_low_trust: d.obligations.contains(&PolicyObligation::LabelLowTrust),
+        label_low_trust: obligations.label_low_trust,
+        decision_id: decided.decision_id.to_string(),
+        obligations,
+        mutation: d.mutation_authority,
+        learning: d.learning_scope,
     }
 }
 
@@ -224,12 +289,17 @@ pub(crate) struct ReadJudge<'a> {
     lineage: Option<HashSet<String>>,
     /// The workspace read (for the keyed digests readers are shown).
     ws: Workspace,
+    /// The uses whose obligations the read must settle.
+    ledger: Ledger,
 }
 
 impl ReadJudge<'_> {
     /// The verdict on `object`; a decision that cannot be had withholds it.
+    /// An item the policy wants confirmed by the user first is held (shown
+    /// by reference) until the confirmation is granted; its use is noted
+    /// for [`ReadJudge::settle`].
     pub(crate) fn judge(&self, object: &Object<'_>) -> Verdict {
-        decide(
+        let verdict = decide(
             self.slot,
             Some(&self.workspace),
             &self.asker,
@@ -238,13 +308,55 @@ impl ReadJudge<'_> {
         )
         .unwrap_or_else(|error| {
             tracing::warn!(%error, surface = self.asker.surface, "memory policy unavailable: the item is withheld");
-            Verdict {
-                fidelity: Fidelity::Blocked,
-                reason_codes: vec!["policy-unavailable".to_owned()],
-                generation: String::new(),
-                label_low_trust: false,
-            }
+            Verdict::unavailable()
+        });
+        self.ledger
+            .admit(&self.ws, item_of(object), object.session, verdict)
+    }
+
+    /// The decision on `object` for `action` by this reader, with nothing
+    /// going anywhere (`destination` none): for the changes a reader asks
+    /// for (`mutate`). Nothing is noted; a decision that cannot be had
+    /// allows nothing.
+    pub(crate) fn decide_as(&self, action: Action, object: &Object<'_>) -> Verdict {
+        let asker = Asker {
+            action,
+            destination: None,
+            ..self.asker.clone()
+        };
+        decide(
+            self.slot,
+            Some(&self.workspace),
+            &asker,
+            self.lineage.as_ref(),
+            object,
+        )
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, surface = self.asker.surface, "memory policy unavailable: the change is refused");
+            Verdict::unavailable()
         })
+    }
+
+    /// Writes the audit records and pending confirmations the read's uses
+    /// ask for and returns what the response must say (disclosures, audit
+    /// records, held items). Call it before handing the response out.
+    pub(crate) fn settle(&self) -> Result<Vec<ObligationNote>> {
+        self.ledger.settle(&self.ws, &self.asker)
+    }
+
+    /// Keeps only the noted uses of the items `returned` says were handed
+    /// out (a transcript cut short judged one turn more than it returns).
+    pub(crate) fn retain(&self, returned: impl Fn(&str) -> bool) {
+        self.ledger.retain(returned);
+    }
+
+    /// `text` with its source named in front, when `verdict` says so.
+    fn attributed(verdict: &Verdict, source: &str, text: String) -> String {
+        if verdict.obligations.attribute && verdict.fidelity != Fidelity::ReferenceOnly {
+            format!("[source: {source}] {text}")
+        } else {
+            text
+        }
     }
 
     /// `text` as `fidelity` lets this reader see it (secrets always
@@ -274,6 +386,7 @@ impl ReadJudge<'_> {
         let verdict = self.judge(&Object::turn(&turn));
         let reference = format!("turn {}:{}", turn.session, turn.seq);
         let shown = Self::shown(&turn.content, verdict.fidelity, &reference)?;
+        let shown = Self::attributed(&verdict, &format!("{}:{}", turn.session, turn.seq), shown);
         if shown != turn.content {
             turn.content_hash = self.ws.reader_hash(&turn.content);
             turn.content = shown;
@@ -292,11 +405,16 @@ impl ReadJudge<'_> {
             text: &node.text,
             low_trust: false,
         });
-        Self::shown(
+        let shown = Self::shown(
             &node.text,
             verdict.fidelity,
             &format!("summary {}", node.id),
-        )
+        )?;
+        Some(Self::attributed(
+            &verdict,
+            &format!("summary {} of {}", node.id, node.session),
+            shown,
+        ))
     }
 
     /// An entry (content and detail) as this reader may see it; the
@@ -311,7 +429,11 @@ impl ReadJudge<'_> {
         let Some(content) = Self::shown(&entry.content, verdict.fidelity, &reference) else {
             return Err(verdict);
         };
-        entry.content = content;
+        let source = match &entry.provenance {
+            Some(p) => format!("{}:{}", p.session, p.from_seq),
+            None => format!("entry {}", entry.id),
+        };
+        entry.content = Self::attributed(&verdict, &source, content);
         entry.detail = match verdict.fidelity {
             Fidelity::ReferenceOnly => None,
             f => entry
@@ -321,6 +443,16 @@ impl ReadJudge<'_> {
                 .map(Name::from),
         };
         Ok(())
+    }
+}
+
+impl Drop for ReadJudge<'_> {
+    /// A read that settles nothing itself (a list of entries, a history, a
+    /// briefing) still writes the audit records its items ask for.
+    fn drop(&mut self) {
+        if let Err(error) = self.settle() {
+            tracing::warn!(%error, surface = self.asker.surface, "the audit records of a read could not be written");
+        }
     }
 }
 
@@ -381,6 +513,7 @@ impl Cairn {
             },
             lineage,
             ws: ws.clone(),
+            ledger: Ledger::default(),
         })
     }
 }

@@ -21,9 +21,14 @@ use chrono::{DateTime, Duration, Utc};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use cairn_memory::assemble::ObligationNote;
+
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::reads::{ReadAs, ReadJudge, withheld};
+use cairn_policies::ObjectKind;
+
+use crate::obligations::Proposal;
+use crate::reads::{Object, ReadAs, ReadJudge, withheld};
 
 /// Tokens a transcript or turn-range read returns at most.
 pub const TRANSCRIPT_TOKEN_CAP: usize = 4_000;
@@ -157,6 +162,11 @@ pub struct SearchResponse {
     pub notice: Option<String>,
     /// Best first.
     pub items: Vec<SearchItem>,
+    /// What the memory policy obliged the host to do about the items
+    /// returned: disclose them to the user, the audit records written,
+    /// the items held for the user's confirmation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub obligations: Vec<ObligationNote>,
 }
 
 /// What `memory_get` returns.
@@ -183,6 +193,10 @@ pub struct Transcript {
     pub tokens: usize,
     /// True when the 4,000-token cap cut the range short.
     pub truncated: bool,
+    /// What the memory policy obliged the host to do about the turns
+    /// returned (see [`SearchResponse::obligations`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub obligations: Vec<ObligationNote>,
 }
 
 /// A `memory_note` call: an agent writes one entry to the memory log,
@@ -408,14 +422,20 @@ impl Cairn {
         session: &str,
         judge: &ReadJudge<'_>,
         turns: Vec<Turn>,
-    ) -> Transcript {
+    ) -> Result<Transcript> {
         cap_turns(ws, session, judge, turns)
     }
 }
 
 /// The turns as `judge` lets its reader see them (blocked ones left out),
-/// capped at [`TRANSCRIPT_TOKEN_CAP`].
-fn cap_turns(ws: &Workspace, session: &str, judge: &ReadJudge<'_>, turns: Vec<Turn>) -> Transcript {
+/// capped at [`TRANSCRIPT_TOKEN_CAP`], with the obligations of those
+/// returned settled.
+fn cap_turns(
+    ws: &Workspace,
+    session: &str,
+    judge: &ReadJudge<'_>,
+    turns: Vec<Turn>,
+) -> Result<Transcript> {
     let mut tokens = 0;
     let mut kept = Vec::new();
     let mut truncated = false;
@@ -437,12 +457,18 @@ fn cap_turns(ws: &Workspace, session: &str, judge: &ReadJudge<'_>, turns: Vec<Tu
         tokens += n;
         kept.push(t);
     }
-    Transcript {
+    let returned: HashSet<String> = kept
+        .iter()
+        .map(|t| format!("turn {}:{}", t.session, t.seq))
+        .collect();
+    judge.retain(|item| returned.contains(item));
+    Ok(Transcript {
         session: session.to_owned(),
         turns: kept,
         tokens,
         truncated,
-    }
+        obligations: judge.settle()?,
+    })
 }
 
 /// True when an entry came from one of the `allowed` sessions (an entry
@@ -672,6 +698,7 @@ impl Cairn {
             lexical_fallback: result.lexical_fallback,
             notice,
             items,
+            obligations: judge.settle()?,
         })
     }
 
@@ -720,6 +747,25 @@ impl Cairn {
         input.detail = note.detail.clone();
         input.subject = note.subject.clone();
         input.provenance = Some(provenance);
+        // The note is a change to memory: the memory policy is asked
+        // `mutate` about it, as the entry it would be.
+        let work_context = ws.session(session)?.work_context;
+        let object = Object {
+            kind: ObjectKind::Entry,
+            id: "new".to_owned(),
+            session: Some(session),
+            work_context: Some(&work_context),
+            text: &note.content,
+            low_trust: false,
+        };
+        let change = Proposal::Append {
+            entry: Box::new(input.clone()),
+        };
+        if let crate::corrections::Authority::Propose(proposed) =
+            self.authorize(&ws, asking.into(), "memory_note", &object, change)?
+        {
+            return Err(proposed);
+        }
         self.append_entry(workspace, &input)
     }
 
@@ -806,7 +852,7 @@ impl Cairn {
                 "memory_get",
                 self.allowed_sessions(&ws, asking, false)?,
             )?;
-            return Ok(MemoryItem::Turns(cap_turns(&ws, session, &judge, turns)));
+            return Ok(MemoryItem::Turns(cap_turns(&ws, session, &judge, turns)?));
         }
         Ok(MemoryItem::Entry {
             entry: Box::new(self.entry_as(workspace, id, reader, "memory_get")?),
@@ -839,7 +885,7 @@ impl Cairn {
         let lineage = self.allowed_sessions(&ws, reader.asking, false)?;
         let judge = self.read_judge(&ws, reader, "read_transcript", lineage)?;
         let turns = ws.transcript(session, from, None)?;
-        Ok(cap_turns(&ws, session, &judge, turns))
+        cap_turns(&ws, session, &judge, turns)
     }
 
     /// The workspace's sessions, only those of `work_context` when given.
@@ -988,6 +1034,7 @@ impl Cairn {
         judge
             .entry(Arc::make_mut(&mut view.entry))
             .map_err(|verdict| withheld(&format!("entry {id:?}"), &judge.asker, &verdict))?;
+        judge.settle()?;
         Ok(view)
     }
 

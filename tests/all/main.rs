@@ -14,6 +14,7 @@ mod assembly;
 mod cli;
 mod cluster;
 mod compaction;
+mod conformance;
 mod corrections;
 mod cross_workspace;
 mod current;

@@ -7,6 +7,7 @@ pub(crate) mod assemble;
 pub(crate) mod compaction;
 pub(crate) mod entries;
 pub(crate) mod erasure;
+pub(crate) mod obligations;
 pub(crate) mod search;
 pub(crate) mod sessions;
 pub(crate) mod tokens;

@@ -345,7 +345,14 @@ impl<'a> Ctx<'a> {
             .at
             .map(|at| render::age(self.now, at))
             .unwrap_or_default();
-        let line = line_of(&raw, warrant, verdict.fidelity, &freshness, scope);
+        let line = line_of(
+            &raw,
+            warrant,
+            verdict.fidelity,
+            &freshness,
+            scope,
+            verdict.attribute_source,
+        );
         let tokens = line.tokens(self.counter);
         let Line { text: line, cuts } = line;
         let mut keys = render::rule_keys(raw.section, warrant, verdict.fidelity);
@@ -425,6 +432,7 @@ fn line_of(
     fidelity: Fidelity,
     freshness: &str,
     scope: ScopeRelation,
+    attribute: bool,
 ) -> Line {
     let content = render::shown(raw.text, fidelity, &raw.source);
     let fid = render::fidelity_label(fidelity);
@@ -445,12 +453,17 @@ fn line_of(
             } else {
                 ""
             };
+            let source = if attribute {
+                format!("[source: {}] ", raw.support)
+            } else {
+                String::new()
+            };
             if low.is_empty() && fid.is_empty() {
-                let _ = writeln!(line, "[{seq}] {}: {content}", raw.role);
+                let _ = writeln!(line, "[{seq}] {}: {source}{content}", raw.role);
             } else {
                 let _ = writeln!(
                     line,
-                    "[{seq}] {} ({}{low}{fid}): {content}",
+                    "[{seq}] {} ({}{low}{fid}): {source}{content}",
                     raw.role, raw.support
                 );
             }
@@ -471,6 +484,9 @@ fn line_of(
             // The head (prefix, label) apart from the content: the variants
             // a line is counted in (its floor, the verdict's rendering)
             // share the content's count.
+            if attribute {
+                let _ = write!(line, "[source: {}] ", raw.support);
+            }
             if line.ends_with(' ') {
                 cuts[0] = line.len() - 1;
             }
@@ -966,7 +982,7 @@ fn floor_tokens(counter: &TokenCounter, raw: &Raw<'_>) -> usize {
     warrants
         .iter()
         .flat_map(|w| fidelities.map(|f| (*w, f)))
-        .map(|(w, f)| line_of(raw, w, f, "", ScopeRelation::Workspace).tokens(counter))
+        .map(|(w, f)| line_of(raw, w, f, "", ScopeRelation::Workspace, false).tokens(counter))
         .min()
         .unwrap_or(0)
 }
@@ -2074,6 +2090,7 @@ fn finish(
                 activity,
                 retrieval,
                 policy_generations: cx.generations.into_iter().collect(),
+                obligations: Vec::new(),
             });
         }
         // BPE merges across lines made the sum of parts an underestimate:

@@ -718,6 +718,56 @@ pub struct AssembledContext {
     pub retrieval: RetrievalReport,
     /// The policy generations that decided (usually one).
     pub policy_generations: Vec<String>,
+    /// What the memory policy obliged the host to do about the items in
+    /// the block (disclose them, audit their use, hold them for the user's
+    /// confirmation). Filled by the host that checked the block; the core
+    /// leaves it empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub obligations: Vec<ObligationNote>,
+}
+
+/// One thing the memory policy obliged the host to do about an item it
+/// handed out (a block item, a search hit, a transcript turn).
+///
+/// ```
+/// use cairn_memory::assemble::ObligationNote;
+/// let note = ObligationNote {
+///     item: "entry e1".into(),
+///     obligation: "disclose-to-user".into(),
+///     decision_id: "d-1".into(),
+///     record: None,
+/// };
+/// assert_eq!(note.to_string(), "disclose-to-user: entry e1 (decision d-1)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObligationNote {
+    /// The item: `turn s1:4`, `entry e1`, `summary sum-…`.
+    pub item: String,
+    /// The obligation: `disclose-to-user` (the item was used: tell the
+    /// user), `audit-log` (`record` names the audit record written) or
+    /// `confirm-with-user` (the item is held; `record` names the pending
+    /// confirmation to grant).
+    pub obligation: String,
+    /// The decision that obliged it (in the decision log).
+    pub decision_id: String,
+    /// The audit record or the confirmation, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<String>,
+}
+
+impl std::fmt::Display for ObligationNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} (decision {})",
+            self.obligation, self.item, self.decision_id
+        )?;
+        if let Some(record) = &self.record {
+            write!(f, " [{record}]")?;
+        }
+        Ok(())
+    }
 }
 
 impl AssembledContext {

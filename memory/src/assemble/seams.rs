@@ -167,6 +167,10 @@ pub struct PolicyVerdict {
     pub generation: String,
     /// Whether the item must be labelled low-trust.
     pub label_low_trust: bool,
+    /// Whether the item's source must be named beside its content (the
+    /// policy's `attribute-source` obligation): a line that would not say
+    /// where it came from gets `[source: session:seq]`.
+    pub attribute_source: bool,
 }
 
 /// Decides, per item and destination, how much of it the block may show.
@@ -226,6 +230,7 @@ impl PolicyCheck for TrustAll {
             reason_codes: vec!["trust-all".to_owned()],
             generation: "trust-all".to_owned(),
             label_low_trust: item.low_trust,
+            attribute_source: false,
         })
     }
 }

@@ -58,6 +58,20 @@ pub enum StateKey {
         /// The session.
         session: String,
     },
+    /// A durable record of one use the memory policy asked to audit (its
+    /// `audit-log` obligation), kept by the runtime; ids are ULIDs, so the
+    /// records sort by time.
+    Audit {
+        /// The audit record's id.
+        id: String,
+    },
+    /// A confirmation the memory policy asked for before an item is used
+    /// (its `confirm-with-user` obligation), pending or granted, kept by
+    /// the runtime.
+    Confirmation {
+        /// The item (`entry e1`, `turn s1:4`, ...).
+        item: String,
+    },
 }
 
 /// A kind of [`StateKey`]: what a prefix scan walks.
@@ -77,10 +91,14 @@ pub enum StateFamily {
     Pin,
     /// [`StateKey::CompactionView`].
     CompactionView,
+    /// [`StateKey::Audit`].
+    Audit,
+    /// [`StateKey::Confirmation`].
+    Confirmation,
 }
 
 impl StateFamily {
-    const ALL: [StateFamily; 7] = [
+    const ALL: [StateFamily; 9] = [
         StateFamily::CaptureMark,
         StateFamily::SessionMark,
         StateFamily::Extraction,
@@ -88,6 +106,8 @@ impl StateFamily {
         StateFamily::EntryVector,
         StateFamily::Pin,
         StateFamily::CompactionView,
+        StateFamily::Audit,
+        StateFamily::Confirmation,
     ];
 
     /// The bytes every key of this family starts with (no family's prefix
@@ -101,6 +121,8 @@ impl StateFamily {
             StateFamily::EntryVector => b"search/e/",
             StateFamily::Pin => b"assemble/pin/",
             StateFamily::CompactionView => b"compact/view/",
+            StateFamily::Audit => b"policy/audit/",
+            StateFamily::Confirmation => b"policy/confirm/",
         }
     }
 }
@@ -116,6 +138,8 @@ impl StateKey {
             StateKey::EntryVector { .. } => StateFamily::EntryVector,
             StateKey::Pin { .. } => StateFamily::Pin,
             StateKey::CompactionView { .. } => StateFamily::CompactionView,
+            StateKey::Audit { .. } => StateFamily::Audit,
+            StateKey::Confirmation { .. } => StateFamily::Confirmation,
         }
     }
 
@@ -135,7 +159,9 @@ impl StateKey {
             | StateKey::Extraction { session: id }
             | StateKey::EntryVector { entry: id }
             | StateKey::Pin { entry: id }
-            | StateKey::CompactionView { session: id } => out.extend_from_slice(id.as_bytes()),
+            | StateKey::CompactionView { session: id }
+            | StateKey::Audit { id }
+            | StateKey::Confirmation { item: id } => out.extend_from_slice(id.as_bytes()),
             StateKey::TurnVector { session, seq } => {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
             }
@@ -160,6 +186,8 @@ impl StateKey {
             StateFamily::EntryVector => StateKey::EntryVector { entry: rest },
             StateFamily::Pin => StateKey::Pin { entry: rest },
             StateFamily::CompactionView => StateKey::CompactionView { session: rest },
+            StateFamily::Audit => StateKey::Audit { id: rest },
+            StateFamily::Confirmation => StateKey::Confirmation { item: rest },
             StateFamily::SessionMark => {
                 let (work_context, session) = rest.split_once('|')?;
                 StateKey::SessionMark {

@@ -14,7 +14,8 @@
 //! 3. **Action.** Exports and carry-overs are disclosed to the user and never
 //!    include secrets; learning stays within the object's scope (none for
 //!    confidential, secret or cross-context objects); mutation is durable for
-//!    the user or an operator, candidate-only for agents, refused otherwise.
+//!    the user, an operator and the session's agents within their lineage,
+//!    refused otherwise.
 //! 4. **Trust.** Content from low-trust sources is labelled as such and not
 //!    learned from beyond its scope.
 
@@ -216,14 +217,17 @@ fn judge(asker: &Asker, object: &Object<'_>, lineage_permitted: bool) -> Draft {
             d.reason(ReasonCode::LearningRestricted);
         }
         Action::Capture | Action::Mutate => {
+            // The host acts on this answer (issue 81): the user, the
+            // operator and the session's own agents (sub-agents within
+            // their lineage: a crossing is `none` below) write durably, as
+            // they always have; an unknown principal may not write.
             d.mutation_authority = match principal {
-                Some(PrincipalKind::User | PrincipalKind::Operator) => {
-                    MutationAuthority::DurableAllowed
-                }
-                Some(PrincipalKind::Agent | PrincipalKind::Subagent) => {
-                    d.reason(ReasonCode::MutationRestricted);
-                    MutationAuthority::CandidateOnly
-                }
+                Some(
+                    PrincipalKind::User
+                    | PrincipalKind::Operator
+                    | PrincipalKind::Agent
+                    | PrincipalKind::Subagent,
+                ) => MutationAuthority::DurableAllowed,
                 _ => {
                     d.reason(ReasonCode::MutationRestricted);
                     MutationAuthority::None

@@ -190,13 +190,16 @@ fn memory_policy() {
     assert_eq!(d.content_fidelity, ContentFidelity::Full);
     assert!(d.obligations.contains(&PolicyObligation::AttributeSource));
 
-    // Agents may only write candidates.
+    // The session's agents write durably (the host acts on it: a
+    // candidate would wait for the user); an unknown principal may not.
     let mut capture = policy_request("e-5", Destination::LocalModel);
     capture.action = Action::Capture;
     assert_eq!(
         decide(&capture).mutation_authority,
-        MutationAuthority::CandidateOnly
+        MutationAuthority::DurableAllowed
     );
+    capture.principal_ref = None;
+    assert_eq!(decide(&capture).mutation_authority, MutationAuthority::None);
 }
 
 #[test]
