@@ -27,6 +27,7 @@ const PLUGINS: &[&str] = &[
     "example-custom",
     "example-quiet",
     "test-export",
+    "test-topic-directive",
     "hostile-trap",
     "hostile-infinite-loop",
     "hostile-memory-bomb",

@@ -82,6 +82,9 @@ pub mod test_guests {
     /// `plugins/test-export`: a memory policy that leaves out, references or
     /// redacts objects for the `export` action.
     pub const TEST_EXPORT: &str = env!("CAIRN_PLUGIN_TEST_EXPORT");
+    /// `plugins/test-topic-directive`: a topic directive whose answer the
+    /// topic's name spells (conformance tests of the topic-directive world).
+    pub const TEST_TOPIC_DIRECTIVE: &str = env!("CAIRN_PLUGIN_TEST_TOPIC_DIRECTIVE");
 }
 
 /// The three slots a runtime decides with.

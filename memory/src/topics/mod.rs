@@ -152,6 +152,37 @@ impl Priority {
     }
 }
 
+/// The class of source a turn came from, as a topic selects its sources
+/// (the `topic-directive` world's `source-class`, restricted to the classes
+/// a turn can have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A user, assistant or system turn.
+    Chat,
+    /// A tool's output (a `tool` turn, text fed to a webhook).
+    ToolOutput,
+}
+
+impl Source {
+    /// The class of a turn of `role`.
+    ///
+    /// ```
+    /// use cairn_memory::Role;
+    /// use cairn_memory::topics::Source;
+    /// assert_eq!(Source::of(Role::Tool), Source::ToolOutput);
+    /// assert_eq!(Source::of(Role::User), Source::Chat);
+    /// ```
+    pub fn of(role: crate::Role) -> Source {
+        if role == crate::Role::Tool {
+            Source::ToolOutput
+        } else {
+            Source::Chat
+        }
+    }
+}
+
 /// What a topic listens to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -196,6 +227,13 @@ pub struct TopicSpec {
     /// A paused topic watches nothing.
     #[serde(default)]
     pub paused: bool,
+    /// The source classes it draws from (its source selection); empty
+    /// means every class. The live gate and a requested collection skip a
+    /// turn of another class; a directive that answers
+    /// `extract-from-selected-sources` collects only from these, and
+    /// nothing when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
 }
 
 impl TopicSpec {
@@ -212,6 +250,7 @@ impl TopicSpec {
             subscriptions: Vec::new(),
             similarity_threshold: None,
             paused: false,
+            sources: Vec::new(),
         }
     }
 
@@ -243,6 +282,20 @@ impl TopicSpec {
     pub fn subscribe(mut self, subscription: Subscription) -> Self {
         self.subscriptions.push(subscription);
         self
+    }
+
+    /// Adds a source class to its selection.
+    pub fn source(mut self, source: Source) -> Self {
+        if !self.sources.contains(&source) {
+            self.sources.push(source);
+        }
+        self
+    }
+
+    /// Whether the topic draws from turns of `role` (its source selection
+    /// is empty or names the turn's class).
+    pub fn draws_from(&self, role: crate::Role) -> bool {
+        self.sources.is_empty() || self.sources.contains(&Source::of(role))
     }
 
     /// Whether the topic listens to a session of `work_context`.
@@ -593,6 +646,9 @@ impl Workspace {
             TopicFamily::GateLog,
             TopicFamily::Recent,
             TopicFamily::Schedule,
+            TopicFamily::Evidence,
+            TopicFamily::Candidate,
+            TopicFamily::Frame,
         ] {
             for (key, _) in self
                 .store
@@ -705,6 +761,8 @@ mod tests {
             work_context: None,
             low_trust: false,
             collected_at: ws.now(),
+            extraction_depth: None,
+            extract: None,
         };
         let record = GateRecord {
             id: "01".into(),
@@ -722,6 +780,7 @@ mod tests {
             note: None,
             cached: false,
             decided_at: ws.now(),
+            directive: None,
         };
         ws.record_gate(&record, &Effect::Propose(member)).unwrap();
         assert_eq!(ws.proposals("billing", false).unwrap().len(), 1);
