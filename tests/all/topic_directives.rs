@@ -391,6 +391,13 @@ fn output_target_evidence_record_lists_the_quoted_span() -> Result<()> {
     // A collected turn is not judged again.
     let report = env.collect("t-evidence")?;
     ensure!(report["already"] == 1, "{report}");
+    // Forgetting the session takes its evidence records.
+    let (s, t) = env.server.post(
+        "/v1/workspaces/acme/forget",
+        &json!({"target": "session", "id": "s1", "reason": "test"}),
+    )?;
+    ensure!(s == 200, "{t}");
+    ensure!(len(&env.show("t-evidence")?["evidence"]) == 0);
     Ok(())
 }
 

@@ -935,12 +935,14 @@ impl Workspace {
             .into_iter()
             .map(|(k, v)| decode::<Membership>("frame update", &k, &v))
             .collect::<Result<Vec<_>>>()?;
+        let framed: std::collections::HashSet<TurnRef> =
+            out.iter().map(|f| f.turn.clone()).collect();
         for (k, v) in self
             .store
             .scan_prefix(Collection::Topics, &TopicFamily::Member.topic_prefix(topic))?
         {
             let member: Membership = decode("membership", &k, &v)?;
-            if member.extraction_depth.is_none() {
+            if member.extraction_depth.is_none() && !framed.contains(&member.turn) {
                 out.push(member);
             }
         }

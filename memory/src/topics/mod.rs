@@ -754,7 +754,14 @@ mod tests {
             tier: Tier::Pattern,
             score: 0.5,
             policy_generation: None,
-            output_targets: vec![],
+            output_targets: [
+                "topic-membership",
+                "evidence-record",
+                "assertion-candidate",
+                "issue-frame-update",
+            ]
+            .map(String::from)
+            .to_vec(),
             gate_record: "01".into(),
             via: Via::Live,
             snippet: "the invoice".into(),
@@ -785,10 +792,23 @@ mod tests {
         ws.record_gate(&record, &Effect::Propose(member)).unwrap();
         assert_eq!(ws.proposals("billing", false).unwrap().len(), 1);
         assert!(!ws.is_member("billing", &turn).unwrap());
+        assert!(!ws.is_collected("billing", &turn).unwrap());
         assert!(ws.recent_memberships("billing", 5).unwrap().is_empty());
         ws.decide_proposal("billing", &turn, true).unwrap();
         assert!(ws.is_member("billing", &turn).unwrap());
         assert_eq!(ws.recent_memberships("billing", 5).unwrap()[0].turn, turn);
+        // Approval wrote every output the directive asked for.
+        let evidence = ws.evidence("billing", 10).unwrap();
+        assert_eq!(evidence.len(), 1);
+        assert_eq!(evidence[0].topic_generation, 3);
+        assert_eq!(ws.candidates("billing", false).unwrap().len(), 1);
+        assert_eq!(ws.frame_members("billing", 10).unwrap().len(), 1);
+        ws.settle_candidate("billing", &turn, None).unwrap();
+        assert!(ws.candidates("billing", false).unwrap().is_empty());
+        assert_eq!(
+            ws.pending_candidate("billing", &turn).unwrap_err().code(),
+            "candidate_not_found"
+        );
         assert_eq!(
             ws.decide_proposal("billing", &turn, false)
                 .unwrap_err()
@@ -802,5 +822,8 @@ mod tests {
         assert!(ws.memberships("billing", 10).unwrap().is_empty());
         assert!(ws.recent_memberships("billing", 10).unwrap().is_empty());
         assert!(ws.gate_log("billing", None, 10).unwrap().is_empty());
+        assert!(ws.evidence("billing", 10).unwrap().is_empty());
+        assert!(ws.candidates("billing", true).unwrap().is_empty());
+        assert!(ws.frame_members("billing", 10).unwrap().is_empty());
     }
 }
