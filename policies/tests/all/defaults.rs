@@ -117,7 +117,10 @@ fn topic_directive() {
     assert_eq!(d.collection_mode, CollectionMode::WatchFutureSources);
     assert_eq!(
         d.output_targets,
-        [OutputTarget::TopicMembership, OutputTarget::IssueFrameUpdate]
+        [
+            OutputTarget::TopicMembership,
+            OutputTarget::IssueFrameUpdate
+        ]
     );
     assert!(d.reason_codes.contains(&ReasonCode::CriterionMatch));
 
