@@ -809,7 +809,30 @@ impl Cairn {
     /// [`Cairn::append_entry`], its provenance the turn): the sentences of
     /// the turn that match the topic's patterns, secrets masked; the
     /// candidate names the entry. `candidate_not_found` when the turn has
-    /// no pending candidate; `not_found` when the turn is gone.
+    /// no pending candidate or the turn is gone.
+    ///
+    /// ```
+    /// use cairn::topics::{Activation, TopicSpec, Trigger};
+    /// use cairn::worlds::{WorldKind, defaults::test_guests};
+    /// use cairn::{Role, TurnInput};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let cairn = cairn::Cairn::open(cairn::CairnConfig { data_dir: dir.path().into(), ..Default::default() })?;
+    /// // A directive that answers `assertion-candidate` for a topic so named.
+    /// let wasm = std::fs::read(test_guests::TEST_TOPIC_DIRECTIVE)?;
+    /// cairn.install_plugin(WorldKind::TopicDirective, "test-topic-directive", &wasm)?;
+    /// let mut spec = TopicSpec::new("wombat-assertion", "Zoo animals")
+    ///     .trigger(Trigger::Keyword("wombat".into())).activation(Activation::Auto);
+    /// spec.similarity_threshold = Some(0.0);
+    /// cairn.create_topic("acme", &spec)?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Hi. A wombat ate my lunch!")])?;
+    /// cairn.flush()?;
+    /// let pending = cairn.topic_candidates("acme", "wombat-assertion", false, None)?;
+    /// assert_eq!(pending[0].text, "A wombat ate my lunch!");
+    /// let accepted = cairn.decide_candidate("acme", "wombat-assertion", &pending[0].turn, true)?;
+    /// let entry = cairn.entry("acme", accepted.entry.as_deref().unwrap_or_default(), None)?;
+    /// assert_eq!(entry.entry.content, "A wombat ate my lunch!");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn decide_candidate(
         &self,
         workspace: &str,
