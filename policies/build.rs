@@ -28,6 +28,7 @@ const PLUGINS: &[&str] = &[
     "example-quiet",
     "test-export",
     "test-conformance",
+    "test-topic-directive",
     "hostile-trap",
     "hostile-infinite-loop",
     "hostile-memory-bomb",

@@ -51,7 +51,7 @@ pub use plugins::InstallQuery;
 pub use search::ToolQuery;
 pub use sessions::{AskingQuery, SessionsQuery, TranscriptQuery};
 pub use tokens::{CreateTokenBody, CreatedToken};
-pub use topics::{CollectBody, DecideBody, FeedBody};
+pub use topics::{CandidateBody, CollectBody, DecideBody, FeedBody};
 pub use turns::{IngestBody, IngestReply};
 pub use ui::AccessView;
 

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use cairn::topics::{
-    Activation, GateRecord, Priority, Scope, Subscription, TopicSpec, Trigger, TurnRef,
+    Activation, GateRecord, Priority, Scope, Source, Subscription, TopicSpec, Trigger, TurnRef,
 };
 use cairn::{Cairn, CairnConfig, Destination, ReadAs};
 use chrono::{DateTime, Utc};
@@ -34,6 +34,12 @@ pub(crate) enum TopicsAction {
     Approve(TurnArgs),
     /// Reject a proposal.
     Reject(TurnArgs),
+    /// A topic's assertion candidates (pending only unless --all).
+    Candidates(ProposalsArgs),
+    /// Accept an assertion candidate: a `fact` entry holds it.
+    Accept(TurnArgs),
+    /// Dismiss an assertion candidate.
+    Dismiss(TurnArgs),
     /// Collect on request over the existing record (a manual topic's only way).
     Collect(CollectArgs),
     /// Feed text to a topic's webhook (`--text`, or standard input).
@@ -45,6 +51,12 @@ pub(crate) enum TopicsAction {
     Why(TurnArgs),
     /// A topic's gate log, newest first.
     Log(LogArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum SourceArg {
+    Chat,
+    ToolOutput,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -112,6 +124,10 @@ pub(crate) struct SpecArgs {
     /// The tier-2 threshold (default 0.15).
     #[arg(long)]
     threshold: Option<f32>,
+    /// Draw from this source class only (repeatable; every class when
+    /// absent).
+    #[arg(long, value_enum)]
+    source: Vec<SourceArg>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -158,6 +174,12 @@ impl SpecArgs {
         spec.subscriptions
             .extend(self.session.iter().cloned().map(Subscription::Session));
         spec.similarity_threshold = self.threshold;
+        for source in &self.source {
+            spec = spec.source(match source {
+                SourceArg::Chat => Source::Chat,
+                SourceArg::ToolOutput => Source::ToolOutput,
+            });
+        }
         spec
     }
 }
@@ -284,6 +306,29 @@ fn print_record(out: &mut impl Write, r: &GateRecord) -> Result<()> {
     Ok(())
 }
 
+/// `cairn topics accept|dismiss`.
+fn decide_candidate(
+    cairn: &Cairn,
+    out: &mut impl Write,
+    workspace: &str,
+    args: &TurnArgs,
+    accept: bool,
+) -> Result<()> {
+    let c = cairn.decide_candidate(workspace, &args.name, &turn(&args.turn)?, accept)?;
+    if args.json {
+        print_json(out, &c)?;
+    } else if let Some(entry) = &c.entry {
+        writeln!(
+            out,
+            "accepted {} for {} as entry {entry}",
+            c.turn, args.name
+        )?;
+    } else {
+        writeln!(out, "dismissed {} for {}", c.turn, args.name)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) -> Result<()> {
     let out = &mut std::io::stdout().lock();
     let cairn = open(config)?;
@@ -356,6 +401,22 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
                 for p in &details.pending {
                     writeln!(out, "  {}  {}", p.membership.turn, p.membership.snippet)?;
                 }
+                if !details.evidence.is_empty() {
+                    writeln!(out, "evidence ({}):", details.evidence.len())?;
+                    for e in &details.evidence {
+                        writeln!(
+                            out,
+                            "  {}  \"{}\"  (decision {})",
+                            e.turn, e.quote, e.gate_record
+                        )?;
+                    }
+                }
+                if !details.candidates.is_empty() {
+                    writeln!(out, "assertion candidates ({}):", details.candidates.len())?;
+                    for c in &details.candidates {
+                        writeln!(out, "  {}  {}", c.turn, c.text)?;
+                    }
+                }
             }
         }
         TopicsAction::Pause(args) => {
@@ -392,6 +453,19 @@ pub(crate) fn run(config: CairnConfig, workspace: &str, action: TopicsAction) ->
             let p = cairn.decide_proposal(workspace, &args.name, &turn(&args.turn)?, false)?;
             writeln!(out, "rejected {} for {}", p.membership.turn, args.name)?;
         }
+        TopicsAction::Candidates(args) => {
+            let candidates =
+                cairn.topic_candidates(workspace, &args.name, args.all, on_screen())?;
+            if args.json {
+                print_json(out, &candidates)?;
+            } else {
+                for c in candidates {
+                    writeln!(out, "{}  {:?}  {}", c.turn, c.status, c.text)?;
+                }
+            }
+        }
+        TopicsAction::Accept(args) => decide_candidate(&cairn, out, workspace, &args, true)?,
+        TopicsAction::Dismiss(args) => decide_candidate(&cairn, out, workspace, &args, false)?,
         TopicsAction::Collect(args) => {
             let report = cairn.collect_topic(workspace, &args.name, args.since)?;
             if args.json {

@@ -247,6 +247,14 @@ pub enum MemoryError {
         /// The item (`entry e1`, `turn s1:4`).
         item: String,
     },
+    /// The topic has no pending assertion candidate for this turn.
+    #[error("topic {topic:?} has no pending assertion candidate for turn {turn}")]
+    CandidateNotFound {
+        /// The topic.
+        topic: String,
+        /// The turn, `session/seq`.
+        turn: String,
+    },
     /// A forget was requested without a reason; erasure is audited.
     #[error("forget needs a non-empty reason (it is recorded in the tombstone)")]
     ForgetWithoutReason,
@@ -375,6 +383,7 @@ impl MemoryError {
             MemoryError::TopicExists { .. } => "topic_exists",
             MemoryError::ProposalNotFound { .. } => "proposal_not_found",
             MemoryError::ConfirmationNotFound { .. } => "confirmation_not_found",
+            MemoryError::CandidateNotFound { .. } => "candidate_not_found",
             MemoryError::ForgetWithoutReason => "forget_without_reason",
             MemoryError::BudgetTooSmall { .. } => "budget_too_small",
             MemoryError::InvariantsExceedBudget { .. } => "invariants_exceed_budget",
@@ -410,6 +419,7 @@ impl MemoryError {
             | MemoryError::TokenNotFound { .. }
             | MemoryError::ProposalNotFound { .. }
             | MemoryError::ConfirmationNotFound { .. }
+            | MemoryError::CandidateNotFound { .. }
             | MemoryError::SummaryNotFound { .. }
             | MemoryError::RunNotFound { .. } => ErrorKind::NotFound,
             MemoryError::TooLarge { .. } | MemoryError::BatchTooLarge { .. } => ErrorKind::TooLarge,

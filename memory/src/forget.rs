@@ -542,7 +542,11 @@ impl Workspace {
         for (key, value) in self.store.scan_prefix(Collection::Topics, b"")? {
             let about = match TopicKey::decode(&key) {
                 Some(
-                    TopicKey::Member { session: s, .. } | TopicKey::Proposal { session: s, .. },
+                    TopicKey::Member { session: s, .. }
+                    | TopicKey::Proposal { session: s, .. }
+                    | TopicKey::Evidence { session: s, .. }
+                    | TopicKey::Candidate { session: s, .. }
+                    | TopicKey::Frame { session: s, .. },
                 ) => s == session,
                 Some(TopicKey::Recent { .. }) => {
                     decode::<Membership>("membership", &key, &value)?

@@ -85,6 +85,9 @@ pub mod test_guests {
     /// `plugins/test-conformance`: a memory policy that answers what the
     /// object's session id spells (every value of every decision field).
     pub const TEST_CONFORMANCE: &str = env!("CAIRN_PLUGIN_TEST_CONFORMANCE");
+    /// `plugins/test-topic-directive`: a topic directive whose answer the
+    /// topic's name spells (conformance tests of the topic-directive world).
+    pub const TEST_TOPIC_DIRECTIVE: &str = env!("CAIRN_PLUGIN_TEST_TOPIC_DIRECTIVE");
 }
 
 /// The three slots a runtime decides with.

@@ -33,18 +33,20 @@ use std::sync::Arc;
 use cairn_actors::{ActorError, TopicJudge, TopicTurn};
 use cairn_memory::topics::gate::{self, Effect, Route};
 pub use cairn_memory::topics::gate::{
-    GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TopicCounts, TurnRef, Via,
+    AssertionCandidate, CandidateStatus, ContextTurn, Depth, DirectiveAnswer, EvidenceRecord,
+    Extract, GateRecord, Membership, Outcome, Proposal, ProposalStatus, Tier, TopicCounts, TurnRef,
+    Via,
 };
 pub use cairn_memory::topics::lexical::DEFAULT_THRESHOLD;
 use cairn_memory::topics::lexical::TermVector;
 use cairn_memory::topics::matcher::TopicMatcher;
 pub use cairn_memory::topics::{
-    Activation, Priority, Scope, Subscription, Topic, TopicSpec, Trigger, next_fire,
+    Activation, Priority, Scope, Source, Subscription, Topic, TopicSpec, Trigger, next_fire,
 };
 use cairn_memory::{Role, Turn, Workspace};
 use cairn_policies::{
-    self as worlds, GateSignals, MatchCriterion, SourceClass, SourceScope, TopicDefinition,
-    TopicInput, TopicSubject, TurnRole, TurnView,
+    self as worlds, CollectionMode, ExtractionDepth, GateSignals, MatchCriterion, OutputTarget,
+    SourceClass, SourceScope, TopicDefinition, TopicInput, TopicSubject, TurnRole, TurnView,
 };
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
@@ -69,6 +71,14 @@ pub struct TopicDetails {
     pub members: Vec<Membership>,
     /// Its pending proposals.
     pub pending: Vec<Proposal>,
+    /// Its most recent evidence records, newest first (output target
+    /// `evidence-record`).
+    #[serde(default)]
+    pub evidence: Vec<EvidenceRecord>,
+    /// Its pending assertion candidates (output target
+    /// `assertion-candidate`), oldest first.
+    #[serde(default)]
+    pub candidates: Vec<AssertionCandidate>,
 }
 
 /// What a requested collection (`collect`) did.
@@ -117,15 +127,25 @@ struct Compiled {
     profiles: Vec<TermVector>,
 }
 
+/// A directive's answer, as the gate keeps it.
 #[derive(Debug, Clone)]
 struct CachedAnswer {
     collect: bool,
-    targets: Vec<String>,
+    mode: CollectionMode,
+    depth: ExtractionDepth,
+    targets: Vec<OutputTarget>,
+    review: bool,
     reasons: Vec<String>,
     note: Option<String>,
 }
 
-type CacheKey = (String, u64, String, String);
+/// (topic, topic generation, policy generation, content hash, source
+/// class asked with).
+type CacheKey = (String, u64, String, String, SourceClass);
+
+/// The output targets of a collection no directive was asked about (a
+/// bypass): the membership, and the turn feeds the topic's frame.
+const BYPASS_TARGETS: [&str; 2] = ["topic-membership", "issue-frame-update"];
 
 /// The live gate's state: compiled topics per workspace and the decision
 /// cache. Shared by clones of [`Cairn`].
@@ -155,7 +175,7 @@ fn profile(ws: &Workspace, topic: &Topic) -> Result<TermVector> {
             Trigger::Regex(_) | Trigger::Schedule(_) | Trigger::Webhook => {}
         }
     }
-    for member in ws.memberships(&topic.spec.name, PROFILE_MEMBERS)? {
+    for member in ws.frame_members(&topic.spec.name, PROFILE_MEMBERS)? {
         texts.push(member.snippet);
     }
     Ok(TermVector::new(texts.iter().map(String::as_str)))
@@ -209,7 +229,11 @@ fn definition(spec: &TopicSpec) -> TopicDefinition {
         topic_id: spec.name.clone(),
         name: spec.name.clone(),
         extraction_goal: spec.description.clone(),
-        source_scope: SourceScope::AllEligibleSources,
+        source_scope: if spec.sources.is_empty() {
+            SourceScope::AllEligibleSources
+        } else {
+            SourceScope::FutureStream(spec.sources.iter().map(|&s| source_class(s)).collect())
+        },
         match_criteria,
         activation: match spec.activation {
             Activation::Auto => worlds::Activation::Auto,
@@ -217,6 +241,13 @@ fn definition(spec: &TopicSpec) -> TopicDefinition {
             Activation::Manual => worlds::Activation::Manual,
         },
         priority: spec.priority.as_u8(),
+    }
+}
+
+fn source_class(source: Source) -> SourceClass {
+    match source {
+        Source::Chat => SourceClass::Chat,
+        Source::ToolOutput => SourceClass::ToolOutput,
     }
 }
 
@@ -371,9 +402,10 @@ impl TopicGate {
         let addressed = mode == Mode::Webhook;
         if spec.paused
             || (!addressed && !spec.scope.covers(turn.role))
+            || (!addressed && !spec.draws_from(turn.role))
             || (!addressed && !spec.listens_to(&turn.session, &turn.work_context))
             || (mode == Mode::Live && spec.activation == Activation::Manual)
-            || ws.is_member(&spec.name, &turn_ref)?
+            || ws.is_collected(&spec.name, &turn_ref)?
         {
             return Ok(None);
         }
@@ -406,8 +438,12 @@ impl TopicGate {
             note: None,
             cached: false,
             decided_at: ws.clock().now(),
+            directive: None,
         };
-        let mut targets = vec!["topic-membership".to_owned()];
+        let mut targets: Vec<String> = BYPASS_TARGETS.iter().map(|t| (*t).to_owned()).collect();
+        let mut depth = Depth::Shallow;
+        // Why a person must review first (the directive's answer).
+        let mut review: Vec<&str> = Vec::new();
         let collect = match gate::route(activation, spec.priority, score, threshold) {
             Route::Collect { at } => {
                 record.tier = at;
@@ -424,16 +460,55 @@ impl TopicGate {
             }
             Route::AskPolicy => {
                 record.tier = Tier::Policy;
-                let answer =
-                    self.ask_policy(ws.id(), policies, topic, turn, kind, score, &mut record)?;
-                targets = answer.targets;
-                for reason in answer.reasons {
-                    if !record.reasons.contains(&reason) {
-                        record.reasons.push(reason);
+                let class = match mode {
+                    Mode::Requested => SourceClass::MemoryEntry,
+                    Mode::Live | Mode::Webhook => source_class(Source::of(turn.role)),
+                };
+                let answer = self.ask_policy(
+                    ws.id(),
+                    policies,
+                    topic,
+                    turn,
+                    kind,
+                    score,
+                    class,
+                    &mut record,
+                )?;
+                targets = answer
+                    .targets
+                    .iter()
+                    .map(|t| t.as_str().to_owned())
+                    .collect();
+                for reason in &answer.reasons {
+                    if !record.reasons.contains(reason) {
+                        record.reasons.push(reason.clone());
                     }
                 }
-                record.note = answer.note;
-                answer.collect
+                record.note = answer.note.clone();
+                record.directive = Some(DirectiveAnswer {
+                    collection_mode: answer.mode.as_str().to_owned(),
+                    extraction_depth: answer.depth.as_str().to_owned(),
+                    output_targets: targets.clone(),
+                    review_required: answer.review,
+                });
+                depth = match answer.depth {
+                    ExtractionDepth::Deep => Depth::Deep,
+                    ExtractionDepth::Standard => Depth::Standard,
+                    _ => Depth::Shallow,
+                };
+                if answer.mode == CollectionMode::SuggestOnly {
+                    review.push("suggest-only");
+                }
+                if answer.review {
+                    review.push("review-required");
+                }
+                match honoured(&answer, mode, spec, turn.role) {
+                    Ok(()) => answer.collect,
+                    Err(why) => {
+                        record.reasons.push(why.to_owned());
+                        false
+                    }
+                }
             }
         };
         let member = Membership {
@@ -453,10 +528,15 @@ impl TopicGate {
             work_context: Some(turn.work_context.clone()),
             low_trust: turn.role == Role::Tool || addressed,
             collected_at: record.decided_at,
+            extraction_depth: Some(depth),
+            extract: None,
         };
         let effect = if !collect {
             Effect::None
-        } else if activation == Activation::Gated {
+        } else if !review.is_empty() || activation == Activation::Gated {
+            record
+                .reasons
+                .extend(review.iter().map(|r| (*r).to_owned()));
             record.outcome = Outcome::Proposed;
             Effect::Propose(member)
         } else {
@@ -475,6 +555,7 @@ impl TopicGate {
         turn: &Turn,
         kind: cairn_memory::SessionKind,
         score: f32,
+        source_class: SourceClass,
         record: &mut GateRecord,
     ) -> Result<CachedAnswer> {
         let policy_generation = policies.topic().generation().as_str().to_owned();
@@ -483,6 +564,7 @@ impl TopicGate {
             topic.generation,
             policy_generation.clone(),
             turn.content_hash.clone(),
+            source_class,
         );
         record.policy_generation = Some(policy_generation);
         if let Some(hit) = self.cache.get(&key) {
@@ -499,11 +581,7 @@ impl TopicGate {
         let input = TopicInput {
             topic: definition(&topic.spec),
             subject: TopicSubject::Turn(view),
-            source_class: if turn.role == Role::Tool {
-                SourceClass::ToolOutput
-            } else {
-                SourceClass::Chat
-            },
+            source_class,
             signals: GateSignals {
                 pattern_matched: true,
                 lexical_similarity: score,
@@ -514,11 +592,10 @@ impl TopicGate {
         let d = &decided.decision;
         let mut answer = CachedAnswer {
             collect: d.collect,
-            targets: d
-                .output_targets
-                .iter()
-                .map(|t| t.as_str().to_owned())
-                .collect(),
+            mode: d.collection_mode,
+            depth: d.extraction_depth,
+            targets: d.output_targets.clone(),
+            review: d.review_required_before_durable_promotion,
             reasons: d
                 .reason_codes
                 .iter()
@@ -537,6 +614,39 @@ impl TopicGate {
             answer.reasons.push("policy-fault".to_owned());
         }
         Ok(answer)
+    }
+}
+
+/// Whether the host acts on a directive's answer to collect, given how the
+/// turn reached the gate (wit/README.md, *topic-directive-decision*); `Err`
+/// names why not, for the gate record. An answer that does not collect
+/// passes.
+fn honoured(
+    answer: &CachedAnswer,
+    mode: Mode,
+    spec: &TopicSpec,
+    role: Role,
+) -> std::result::Result<(), &'static str> {
+    if !answer.collect {
+        return Ok(());
+    }
+    if answer.targets.contains(&OutputTarget::NullResult) {
+        return Err("null-result");
+    }
+    match answer.mode {
+        CollectionMode::WatchFutureSources if mode == Mode::Requested => {
+            Err("mode-excludes-backfill")
+        }
+        CollectionMode::BackfillExistingMemory if mode != Mode::Requested => {
+            Err("mode-excludes-new-input")
+        }
+        CollectionMode::ExtractFromSelectedSources if spec.sources.is_empty() => {
+            Err("no-selected-sources")
+        }
+        CollectionMode::ExtractFromSelectedSources if !spec.sources.contains(&Source::of(role)) => {
+            Err("outside-selected-sources")
+        }
+        _ => Ok(()),
     }
 }
 
@@ -600,21 +710,37 @@ impl Cairn {
     ) -> Result<TopicDetails> {
         let ws = self.memory().existing_workspace(workspace)?;
         let judge = self.judge_for(&ws, reader.into(), "topics")?;
-        let mut members = shown_memberships(&ws, &judge, ws.memberships(name, limit)?);
+        let topic = ws.topic(name)?;
+        let matcher = TopicMatcher::new([&topic.spec]);
+        let spec = &matcher;
+        let mut members = shown_memberships(&ws, &judge, spec, ws.memberships(name, limit)?);
         if members.len() < limit {
             // Some were withheld: the limit counts what the reader sees.
-            members = shown_memberships(&ws, &judge, ws.memberships(name, usize::MAX)?);
+            members = shown_memberships(&ws, &judge, spec, ws.memberships(name, usize::MAX)?);
             members.truncate(limit);
         }
         let pending = ws
             .proposals(name, false)?
             .into_iter()
-            .filter_map(|p| shown_proposal(&ws, &judge, p))
+            .filter_map(|p| shown_proposal(&ws, &judge, spec, p))
+            .collect();
+        let mut evidence: Vec<EvidenceRecord> = ws
+            .evidence(name, usize::MAX)?
+            .into_iter()
+            .filter_map(|e| shown_evidence(&ws, &judge, spec, e))
+            .collect();
+        evidence.truncate(limit);
+        let candidates = ws
+            .candidates(name, false)?
+            .into_iter()
+            .filter_map(|c| shown_candidate(&ws, &judge, spec, c))
             .collect();
         Ok(TopicDetails {
-            topic: ws.topic(name)?,
+            topic,
             members,
             pending,
+            evidence,
+            candidates,
         })
     }
 
@@ -650,11 +776,94 @@ impl Cairn {
     ) -> Result<Vec<Proposal>> {
         let ws = self.memory().existing_workspace(workspace)?;
         let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        let matcher = TopicMatcher::new([&ws.topic(name)?.spec]);
         Ok(ws
             .proposals(name, all)?
             .into_iter()
-            .filter_map(|p| shown_proposal(&ws, &judge, p))
+            .filter_map(|p| shown_proposal(&ws, &judge, &matcher, p))
             .collect())
+    }
+
+    /// A topic's assertion candidates (output target
+    /// `assertion-candidate`), oldest first; only pending ones unless
+    /// `all`; as `reader` may see them (see [`Cairn::topic`]).
+    pub fn topic_candidates<'a>(
+        &self,
+        workspace: &str,
+        name: &str,
+        all: bool,
+        reader: impl Into<ReadAs<'a>>,
+    ) -> Result<Vec<AssertionCandidate>> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let judge = self.judge_for(&ws, reader.into(), "topics")?;
+        let matcher = TopicMatcher::new([&ws.topic(name)?.spec]);
+        Ok(ws
+            .candidates(name, all)?
+            .into_iter()
+            .filter_map(|c| shown_candidate(&ws, &judge, &matcher, c))
+            .collect())
+    }
+
+    /// Accepts (`true`) or rejects a pending assertion candidate.
+    /// Accepting appends a `fact` entry to the memory log (through
+    /// [`Cairn::append_entry`], its provenance the turn): the sentences of
+    /// the turn that match the topic's patterns, secrets masked; the
+    /// candidate names the entry. `candidate_not_found` when the turn has
+    /// no pending candidate or the turn is gone.
+    ///
+    /// ```
+    /// use cairn::topics::{Activation, TopicSpec, Trigger};
+    /// use cairn::worlds::{WorldKind, defaults::test_guests};
+    /// use cairn::{Role, TurnInput};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let cairn = cairn::Cairn::open(cairn::CairnConfig { data_dir: dir.path().into(), ..Default::default() })?;
+    /// // A directive that answers `assertion-candidate` for a topic so named.
+    /// let wasm = std::fs::read(test_guests::TEST_TOPIC_DIRECTIVE)?;
+    /// cairn.install_plugin(WorldKind::TopicDirective, "test-topic-directive", &wasm)?;
+    /// let mut spec = TopicSpec::new("wombat-assertion", "Zoo animals")
+    ///     .trigger(Trigger::Keyword("wombat".into())).activation(Activation::Auto);
+    /// spec.similarity_threshold = Some(0.0);
+    /// cairn.create_topic("acme", &spec)?;
+    /// cairn.ingest("acme", &[TurnInput::new("s1", Role::User, "Hi. A wombat ate my lunch!")])?;
+    /// cairn.flush()?;
+    /// let pending = cairn.topic_candidates("acme", "wombat-assertion", false, None)?;
+    /// assert_eq!(pending[0].text, "A wombat ate my lunch!");
+    /// let accepted = cairn.decide_candidate("acme", "wombat-assertion", &pending[0].turn, true)?;
+    /// let entry = cairn.entry("acme", accepted.entry.as_deref().unwrap_or_default(), None)?;
+    /// assert_eq!(entry.entry.content, "A wombat ate my lunch!");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decide_candidate(
+        &self,
+        workspace: &str,
+        name: &str,
+        turn: &TurnRef,
+        accept: bool,
+    ) -> Result<AssertionCandidate> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let topic = ws.topic(name)?;
+        ws.pending_candidate(name, turn)?;
+        if !accept {
+            return Ok(ws.settle_candidate(name, turn, None)?);
+        }
+        let stored = ws.turn(&turn.session, turn.seq)?.ok_or_else(|| {
+            cairn_memory::MemoryError::CandidateNotFound {
+                topic: name.to_owned(),
+                turn: format!("{turn} (the turn is gone)"),
+            }
+        })?;
+        let text = gate::matching_sentences(
+            &TopicMatcher::new([&topic.spec]),
+            &cairn_memory::redact::redact(&stored.content),
+        )
+        .join(" ");
+        let mut input = cairn_memory::EntryInput::new(cairn_memory::EntryKind::Fact, &text)
+            .from_turns(&turn.session, turn.seq, turn.seq);
+        input.work_context = Some(stored.work_context.clone());
+        let entry = self.append_entry(workspace, &input)?;
+        let mut settled = ws.settle_candidate(name, turn, Some(entry.id))?;
+        settled.text = text;
+        Ok(settled)
     }
 
     /// Approves (`true`) or rejects a pending proposal; approval makes the
@@ -851,7 +1060,7 @@ impl TopicGate {
                     continue;
                 }
                 report.matched += 1;
-                if ws.is_member(name, &TurnRef::new(&turn.session, turn.seq))? {
+                if ws.is_collected(name, &TurnRef::new(&turn.session, turn.seq))? {
                     report.already += 1;
                     continue;
                 }
@@ -994,30 +1203,95 @@ fn shown_turn(ws: &Workspace, judge: &ReadJudge<'_>, turn: &TurnRef) -> Option<T
 }
 
 /// A membership as the reader may see it: its snippet made from the turn
-/// as shown (masked, at the policy's fidelity), never from the raw text.
+/// as shown (masked, at the policy's fidelity), never from the raw text;
+/// for a `standard` or `deep` member, its extract made the same way.
 fn shown_membership(
     ws: &Workspace,
     judge: &ReadJudge<'_>,
+    matcher: &TopicMatcher,
     mut m: Membership,
 ) -> Option<Membership> {
     let turn = shown_turn(ws, judge, &m.turn)?;
     m.snippet = gate::snippet(&turn.content);
+    m.extract = match m.extraction_depth {
+        Some(depth @ (Depth::Standard | Depth::Deep)) => Some(Extract {
+            sentences: gate::matching_sentences(matcher, &turn.content),
+            context: if depth == Depth::Deep {
+                neighbours(ws, judge, &m.turn)
+            } else {
+                Vec::new()
+            },
+        }),
+        _ => None,
+    };
     Some(m)
+}
+
+/// The turns before and after `turn` in its session, as the reader may
+/// see them (a `deep` member's context).
+fn neighbours(ws: &Workspace, judge: &ReadJudge<'_>, turn: &TurnRef) -> Vec<ContextTurn> {
+    [turn.seq.checked_sub(1), turn.seq.checked_add(1)]
+        .into_iter()
+        .flatten()
+        .filter_map(|seq| {
+            let at = TurnRef::new(&turn.session, seq);
+            let shown = shown_turn(ws, judge, &at)?;
+            Some(ContextTurn {
+                turn: at,
+                snippet: gate::snippet(&shown.content),
+            })
+        })
+        .collect()
 }
 
 fn shown_memberships(
     ws: &Workspace,
     judge: &ReadJudge<'_>,
+    matcher: &TopicMatcher,
     all: Vec<Membership>,
 ) -> Vec<Membership> {
     all.into_iter()
-        .filter_map(|m| shown_membership(ws, judge, m))
+        .filter_map(|m| shown_membership(ws, judge, matcher, m))
         .collect()
 }
 
-fn shown_proposal(ws: &Workspace, judge: &ReadJudge<'_>, mut p: Proposal) -> Option<Proposal> {
-    p.membership = shown_membership(ws, judge, p.membership)?;
+fn shown_proposal(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    matcher: &TopicMatcher,
+    mut p: Proposal,
+) -> Option<Proposal> {
+    p.membership = shown_membership(ws, judge, matcher, p.membership)?;
     Some(p)
+}
+
+/// An evidence record as the reader may see it: its quote made from the
+/// turn as shown.
+fn shown_evidence(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    matcher: &TopicMatcher,
+    mut e: EvidenceRecord,
+) -> Option<EvidenceRecord> {
+    let turn = shown_turn(ws, judge, &e.turn)?;
+    e.quote = gate::matching_sentences(matcher, &turn.content)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    Some(e)
+}
+
+/// An assertion candidate as the reader may see it: its text made from
+/// the turn as shown.
+fn shown_candidate(
+    ws: &Workspace,
+    judge: &ReadJudge<'_>,
+    matcher: &TopicMatcher,
+    mut c: AssertionCandidate,
+) -> Option<AssertionCandidate> {
+    let turn = shown_turn(ws, judge, &c.turn)?;
+    c.text = gate::matching_sentences(matcher, &turn.content).join(" ");
+    Some(c)
 }
 
 /// Gate records as the reader may see them: only about turns it may see,

@@ -35,5 +35,6 @@ mod policy_reads;
 mod reconstruct;
 mod search;
 mod support;
+mod topic_directives;
 mod topics;
 mod trust;

@@ -4,7 +4,8 @@
 
 use actix_web::web;
 use cairn::topics::{
-    CollectReport, FeedReport, GateRecord, Proposal, Topic, TopicDetails, TopicSpec, TurnRef,
+    AssertionCandidate, CollectReport, FeedReport, GateRecord, Proposal, Topic, TopicDetails,
+    TopicSpec, TurnRef,
 };
 use cairn::{Cairn, Destination, ReadAs};
 use chrono::{DateTime, Utc};
@@ -28,6 +29,8 @@ pub(crate) fn routes() -> Vec<Route> {
         Route::new(Write, __path_resume_topic, resume_topic),
         Route::new(Read, __path_proposals, proposals),
         Route::new(Write, __path_decide_proposal, decide_proposal),
+        Route::new(Read, __path_candidates, candidates),
+        Route::new(Write, __path_decide_candidate, decide_candidate),
         Route::new(Write, __path_collect, collect),
         Route::new(Write, __path_feed, feed),
         Route::new(Read, __path_gate_log, gate_log),
@@ -120,6 +123,16 @@ pub(crate) struct LogQuery {
     #[serde(default)]
     #[param(value_type = Option<String>)]
     destination: Option<Destination>,
+}
+
+/// Body of `POST .../topics/{name}/candidates/decide`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateBody {
+    /// The turn, `session/seq`.
+    pub turn: String,
+    /// Accept (true: a `fact` entry holds it) or dismiss (false).
+    pub accept: bool,
 }
 
 /// Body of `POST .../topics/{name}/collect`.
@@ -242,6 +255,32 @@ pub(crate) async fn decide_proposal(
     blocking(move || {
         let turn = turn_ref(&body.turn)?;
         Ok(cairn.decide_proposal(&ws, &name, &turn, body.approve)?)
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/v1/workspaces/{workspace}/topics/{name}/candidates", params(ProposalsQuery),
+    responses((status = 200, body = Vec<AssertionCandidate>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn candidates(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    query: web::Query<ProposalsQuery>,
+) -> ApiResult<Vec<AssertionCandidate>> {
+    let (ws, name) = path.into_inner();
+    blocking(move || Ok(cairn.topic_candidates(&ws, &name, query.all, query.reader())?)).await
+}
+
+#[utoipa::path(post, path = "/v1/workspaces/{workspace}/topics/{name}/candidates/decide", request_body = CandidateBody,
+    responses((status = 200, body = AssertionCandidate), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn decide_candidate(
+    cairn: web::Data<Cairn>,
+    path: web::Path<(String, String)>,
+    body: web::Json<CandidateBody>,
+) -> ApiResult<AssertionCandidate> {
+    let (ws, name) = path.into_inner();
+    blocking(move || {
+        let turn = turn_ref(&body.turn)?;
+        Ok(cairn.decide_candidate(&ws, &name, &turn, body.accept)?)
     })
     .await
 }

@@ -1,6 +1,7 @@
 //! Typed keys of the [`Collection::Topics`](super::Collection::Topics)
-//! collection: topic definitions, memberships, proposals and the gate log
-//! of one workspace.
+//! collection: topic definitions, memberships, proposals, evidence
+//! records, assertion candidates, frame updates and the gate log of one
+//! workspace.
 //!
 //! Every key is a [`TopicKey`]; its byte encoding lives here and nowhere
 //! else. Topic names are slugs (no `/`), so a key's topic is the text up to
@@ -26,6 +27,33 @@ pub enum TopicKey {
     },
     /// A turn a gated topic proposes to collect.
     Proposal {
+        /// The topic.
+        topic: String,
+        /// The turn's session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
+    /// An evidence record a topic's directive asked for.
+    Evidence {
+        /// The topic.
+        topic: String,
+        /// The turn's session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
+    /// An assertion candidate a person may accept into memory.
+    Candidate {
+        /// The topic.
+        topic: String,
+        /// The turn's session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
+    /// A turn that updated the topic's frame (its tier-2 profile).
+    Frame {
         /// The topic.
         topic: String,
         /// The turn's session.
@@ -70,6 +98,12 @@ pub enum TopicFamily {
     Recent,
     /// [`TopicKey::Schedule`].
     Schedule,
+    /// [`TopicKey::Evidence`].
+    Evidence,
+    /// [`TopicKey::Candidate`].
+    Candidate,
+    /// [`TopicKey::Frame`].
+    Frame,
 }
 
 impl TopicFamily {
@@ -82,6 +116,9 @@ impl TopicFamily {
             TopicFamily::GateLog => b"g/",
             TopicFamily::Recent => b"r/",
             TopicFamily::Schedule => b"s/",
+            TopicFamily::Evidence => b"e/",
+            TopicFamily::Candidate => b"c/",
+            TopicFamily::Frame => b"f/",
         }
     }
 
@@ -112,6 +149,9 @@ impl TopicKey {
             TopicKey::GateLog { .. } => TopicFamily::GateLog,
             TopicKey::Recent { .. } => TopicFamily::Recent,
             TopicKey::Schedule { .. } => TopicFamily::Schedule,
+            TopicKey::Evidence { .. } => TopicFamily::Evidence,
+            TopicKey::Candidate { .. } => TopicFamily::Candidate,
+            TopicKey::Frame { .. } => TopicFamily::Frame,
         }
     }
 
@@ -132,6 +172,21 @@ impl TopicKey {
                 seq,
             }
             | TopicKey::Proposal {
+                topic,
+                session,
+                seq,
+            }
+            | TopicKey::Evidence {
+                topic,
+                session,
+                seq,
+            }
+            | TopicKey::Candidate {
+                topic,
+                session,
+                seq,
+            }
+            | TopicKey::Frame {
                 topic,
                 session,
                 seq,
@@ -179,6 +234,21 @@ impl TopicKey {
                 session,
                 seq,
             }),
+            "e" => turn().map(|(session, seq)| TopicKey::Evidence {
+                topic,
+                session,
+                seq,
+            }),
+            "c" => turn().map(|(session, seq)| TopicKey::Candidate {
+                topic,
+                session,
+                seq,
+            }),
+            "f" => turn().map(|(session, seq)| TopicKey::Frame {
+                topic,
+                session,
+                seq,
+            }),
             "g" => Some(TopicKey::GateLog {
                 topic,
                 id: rest.to_owned(),
@@ -200,7 +270,31 @@ mod tests {
     /// The encodings data dirs hold: changing one loses that state.
     #[test]
     fn encodings_are_pinned() {
-        let cases: [(TopicKey, &[u8]); 6] = [
+        let cases: [(TopicKey, &[u8]); 9] = [
+            (
+                TopicKey::Evidence {
+                    topic: "billing".into(),
+                    session: "s1".into(),
+                    seq: 2,
+                },
+                b"e/billing/s1/00000000000000000002",
+            ),
+            (
+                TopicKey::Candidate {
+                    topic: "billing".into(),
+                    session: "s1".into(),
+                    seq: 2,
+                },
+                b"c/billing/s1/00000000000000000002",
+            ),
+            (
+                TopicKey::Frame {
+                    topic: "billing".into(),
+                    session: "s1".into(),
+                    seq: 2,
+                },
+                b"f/billing/s1/00000000000000000002",
+            ),
             (
                 TopicKey::Definition {
                     topic: "billing".into(),

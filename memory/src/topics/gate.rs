@@ -226,6 +226,130 @@ pub struct GateRecord {
     pub cached: bool,
     /// When it was decided.
     pub decided_at: DateTime<Utc>,
+    /// What tier 3's directive answered besides `collect` (absent when no
+    /// directive was asked, and in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directive: Option<DirectiveAnswer>,
+}
+
+/// What a topic directive answered, as its gate record keeps it (the
+/// `topic-directive` world's field values, kebab-case).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DirectiveAnswer {
+    /// `backfill-existing-memory`, `extract-from-selected-sources`,
+    /// `watch-future-sources` or `suggest-only`.
+    pub collection_mode: String,
+    /// `none`, `shallow`, `standard` or `deep`.
+    pub extraction_depth: String,
+    /// The output targets, in the directive's order.
+    pub output_targets: Vec<String>,
+    /// Whether a person must review before anything becomes durable.
+    pub review_required: bool,
+}
+
+/// How deeply a topic extracts from a turn it collects (the directive's
+/// `extraction-depth`; what the member carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Depth {
+    /// The turn reference (and its snippet) only.
+    Shallow,
+    /// The sentences of the turn that match the topic's patterns.
+    Standard,
+    /// Those sentences, and the neighbouring turns of the session as
+    /// context.
+    Deep,
+}
+
+/// One neighbouring turn a `deep` member carries as context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContextTurn {
+    /// The turn.
+    pub turn: TurnRef,
+    /// The start of its text, as the reader may see it.
+    pub snippet: String,
+}
+
+/// What a `standard` or `deep` member carries besides its reference: made
+/// when it is read, from the turn as the reader may see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Extract {
+    /// The sentences of the turn that match the topic's patterns (the
+    /// turn's first sentence when none does).
+    pub sentences: Vec<String>,
+    /// `deep` only: the turns before and after it in its session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextTurn>,
+}
+
+/// An evidence record: a turn a topic's directive named as evidence for
+/// the topic (output target `evidence-record`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EvidenceRecord {
+    /// The topic.
+    pub topic: String,
+    /// The turn.
+    pub turn: TurnRef,
+    /// The quoted span: the first sentence of the turn that matches the
+    /// topic's patterns, as the reader may see it (made when read).
+    #[serde(default)]
+    pub quote: String,
+    /// The gate decision that made it.
+    pub gate_record: String,
+    /// The topic's generation then.
+    pub topic_generation: u64,
+    /// The directive's policy generation.
+    pub policy_generation: Option<String>,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// Where an assertion candidate stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CandidateStatus {
+    /// Awaiting a person.
+    Pending,
+    /// Accepted: a memory-log entry holds it.
+    Accepted,
+    /// Rejected.
+    Rejected,
+}
+
+/// An assertion candidate: what a topic's directive proposes to assert in
+/// memory from a turn (output target `assertion-candidate`); a person
+/// accepts it into the memory log as a `fact` entry, or rejects it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AssertionCandidate {
+    /// The topic.
+    pub topic: String,
+    /// The turn.
+    pub turn: TurnRef,
+    /// The assertion: the sentences of the turn that match the topic's
+    /// patterns, as the reader may see them (made when read).
+    #[serde(default)]
+    pub text: String,
+    /// The gate decision that made it.
+    pub gate_record: String,
+    /// The directive's policy generation.
+    pub policy_generation: Option<String>,
+    /// Where it stands.
+    pub status: CandidateStatus,
+    /// The entry accepting it wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
+    /// When it was proposed.
+    pub proposed_at: DateTime<Utc>,
+    /// When a person decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
 }
 
 /// How a membership came to be.
@@ -274,6 +398,22 @@ pub struct Membership {
     pub low_trust: bool,
     /// When it was collected.
     pub collected_at: DateTime<Utc>,
+    /// How deeply the topic extracts from the turn (absent in records
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extraction_depth: Option<Depth>,
+    /// What was extracted (`standard` and `deep`), made when read from the
+    /// turn as the reader may see it; never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<Extract>,
+}
+
+impl Membership {
+    /// Whether the directive asked for this output target
+    /// (`topic-membership`, `evidence-record`…).
+    pub fn wants(&self, target: &str) -> bool {
+        self.output_targets.iter().any(|t| t == target)
+    }
 }
 
 /// Where a proposal stands.
@@ -310,6 +450,33 @@ pub enum Effect {
     Collect(Membership),
     /// A pending proposal.
     Propose(Membership),
+}
+
+/// The sentences of `text` that match a topic's patterns (keyword,
+/// phrase, regex, subject; `matcher` is compiled from that topic alone),
+/// in order, each at most [`SNIPPET_BYTES`] bytes; the first sentence when
+/// none matches (the turn reached the gate on its whole text).
+///
+/// ```
+/// use cairn_memory::topics::{TopicSpec, Trigger, gate::matching_sentences, matcher::TopicMatcher};
+/// let spec = TopicSpec::new("billing", "Invoices").trigger(Trigger::Keyword("invoice".into()));
+/// let matcher = TopicMatcher::new([&spec]);
+/// let text = "Hello there. The invoice is late! Lunch at noon.";
+/// assert_eq!(matching_sentences(&matcher, text), ["The invoice is late!"]);
+/// ```
+pub fn matching_sentences(matcher: &super::matcher::TopicMatcher, text: &str) -> Vec<String> {
+    let all = crate::extract::sentences(text);
+    let mut out: Vec<String> = all
+        .iter()
+        .filter(|s| !matcher.matches(s).is_empty())
+        .map(|s| snippet(s))
+        .collect();
+    if out.is_empty()
+        && let Some(first) = all.first()
+    {
+        out.push(snippet(first));
+    }
+    out
 }
 
 /// The start of `text`, at most [`SNIPPET_BYTES`] bytes, on a char boundary.
@@ -359,7 +526,9 @@ fn put_gate(batch: &mut WriteBatch, record: &GateRecord, effect: &Effect) -> Res
     );
     match effect {
         Effect::None => {}
-        Effect::Collect(member) => put_member(batch, member, &record.id)?,
+        Effect::Collect(member) => {
+            put_outputs(batch, member, record.topic_generation, &record.id)?;
+        }
         Effect::Propose(member) => batch.put(
             Collection::Topics,
             proposal_key(&member.topic, &member.turn),
@@ -369,6 +538,94 @@ fn put_gate(batch: &mut WriteBatch, record: &GateRecord, effect: &Effect) -> Res
                 decided_at: None,
             })?,
         ),
+    }
+    Ok(())
+}
+
+fn turn_key(family: TopicFamily, topic: &str, turn: &TurnRef) -> Vec<u8> {
+    let (topic, session, seq) = (topic.to_owned(), turn.session.clone(), turn.seq);
+    match family {
+        TopicFamily::Evidence => TopicKey::Evidence {
+            topic,
+            session,
+            seq,
+        },
+        TopicFamily::Candidate => TopicKey::Candidate {
+            topic,
+            session,
+            seq,
+        },
+        TopicFamily::Frame => TopicKey::Frame {
+            topic,
+            session,
+            seq,
+        },
+        TopicFamily::Proposal => TopicKey::Proposal {
+            topic,
+            session,
+            seq,
+        },
+        _ => TopicKey::Member {
+            topic,
+            session,
+            seq,
+        },
+    }
+    .encode()
+}
+
+/// What a collected turn produces, by the directive's output targets:
+/// the membership (`topic-membership`), an evidence record
+/// (`evidence-record`), a pending assertion candidate
+/// (`assertion-candidate`), a frame update (`issue-frame-update`).
+/// `topic_generation` is the topic's when its gate decided.
+fn put_outputs(
+    batch: &mut WriteBatch,
+    member: &Membership,
+    topic_generation: u64,
+    id: &str,
+) -> Result<()> {
+    if member.wants("topic-membership") {
+        put_member(batch, member, id)?;
+    }
+    if member.wants("evidence-record") {
+        batch.put(
+            Collection::Topics,
+            turn_key(TopicFamily::Evidence, &member.topic, &member.turn),
+            encode(&EvidenceRecord {
+                topic: member.topic.clone(),
+                turn: member.turn.clone(),
+                quote: String::new(),
+                gate_record: member.gate_record.clone(),
+                topic_generation,
+                policy_generation: member.policy_generation.clone(),
+                recorded_at: member.collected_at,
+            })?,
+        );
+    }
+    if member.wants("assertion-candidate") {
+        batch.put(
+            Collection::Topics,
+            turn_key(TopicFamily::Candidate, &member.topic, &member.turn),
+            encode(&AssertionCandidate {
+                topic: member.topic.clone(),
+                turn: member.turn.clone(),
+                text: String::new(),
+                gate_record: member.gate_record.clone(),
+                policy_generation: member.policy_generation.clone(),
+                status: CandidateStatus::Pending,
+                entry: None,
+                proposed_at: member.collected_at,
+                decided_at: None,
+            })?,
+        );
+    }
+    if member.wants("issue-frame-update") {
+        batch.put(
+            Collection::Topics,
+            turn_key(TopicFamily::Frame, &member.topic, &member.turn),
+            encode(member)?,
+        );
     }
     Ok(())
 }
@@ -384,8 +641,10 @@ fn proposal_key(topic: &str, turn: &TurnRef) -> Vec<u8> {
 
 // The gate's durable records on a workspace.
 impl Workspace {
-    /// Writes a gate decision and what it collects (a membership or a
-    /// pending proposal) in one atomic batch. Not synced here: the gate's
+    /// Writes a gate decision and what it collects in one atomic batch: a
+    /// pending proposal, or what the membership's output targets ask for
+    /// (the membership for `topic-membership`, an evidence record, a
+    /// pending assertion candidate, a frame update). Not synced here: the gate's
     /// records derive from turns already durable, and one fsync per
     /// decision cut ingest throughput 5× with 1,000 topics (docs/BENCHMARKS.md).
     /// The store's next group commit (any ingest's, or
@@ -548,8 +807,153 @@ impl Workspace {
             .collect())
     }
 
-    /// Approves or rejects a pending proposal. Approval writes the
-    /// membership in the same batch.
+    /// One gate record of a topic, by id.
+    pub fn gate_record(&self, topic: &str, id: &str) -> Result<Option<GateRecord>> {
+        let key = TopicKey::GateLog {
+            topic: topic.to_owned(),
+            id: id.to_owned(),
+        }
+        .encode();
+        match self.store.get(Collection::Topics, &key)? {
+            Some(raw) => Ok(Some(decode("gate record", &key, &raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether a topic already produced something from a turn: a
+    /// membership, an evidence record, an assertion candidate or a frame
+    /// update (a collected turn is not judged again).
+    pub fn is_collected(&self, topic: &str, turn: &TurnRef) -> Result<bool> {
+        for family in [
+            TopicFamily::Member,
+            TopicFamily::Evidence,
+            TopicFamily::Candidate,
+            TopicFamily::Frame,
+        ] {
+            if self
+                .store
+                .get(Collection::Topics, &turn_key(family, topic, turn))?
+                .is_some()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// A topic's evidence records, newest first.
+    pub fn evidence(&self, topic: &str, limit: usize) -> Result<Vec<EvidenceRecord>> {
+        self.topic(topic)?;
+        let mut out = self
+            .store
+            .scan_prefix(
+                Collection::Topics,
+                &TopicFamily::Evidence.topic_prefix(topic),
+            )?
+            .into_iter()
+            .map(|(k, v)| decode::<EvidenceRecord>("evidence record", &k, &v))
+            .collect::<Result<Vec<_>>>()?;
+        out.sort_by_key(|e| std::cmp::Reverse(e.recorded_at));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// A topic's assertion candidates, oldest first; only pending ones
+    /// unless `all`.
+    pub fn candidates(&self, topic: &str, all: bool) -> Result<Vec<AssertionCandidate>> {
+        self.topic(topic)?;
+        Ok(self
+            .store
+            .scan_prefix(
+                Collection::Topics,
+                &TopicFamily::Candidate.topic_prefix(topic),
+            )?
+            .into_iter()
+            .map(|(k, v)| decode::<AssertionCandidate>("assertion candidate", &k, &v))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .filter(|c| all || c.status == CandidateStatus::Pending)
+            .collect())
+    }
+
+    /// A topic's pending assertion candidate for a turn;
+    /// `candidate_not_found` when there is none.
+    pub fn pending_candidate(&self, topic: &str, turn: &TurnRef) -> Result<AssertionCandidate> {
+        self.topic(topic)?;
+        let key = turn_key(TopicFamily::Candidate, topic, turn);
+        let missing = || MemoryError::CandidateNotFound {
+            topic: topic.to_owned(),
+            turn: turn.to_string(),
+        };
+        let raw = self
+            .store
+            .get(Collection::Topics, &key)?
+            .ok_or_else(missing)?;
+        let candidate: AssertionCandidate = decode("assertion candidate", &key, &raw)?;
+        if candidate.status != CandidateStatus::Pending {
+            return Err(missing());
+        }
+        Ok(candidate)
+    }
+
+    /// Settles a pending assertion candidate: accepted with the entry that
+    /// now holds it (`Some`), or rejected (`None`). Durable.
+    pub fn settle_candidate(
+        &self,
+        topic: &str,
+        turn: &TurnRef,
+        entry: Option<String>,
+    ) -> Result<AssertionCandidate> {
+        let _guard = self.lock_entries();
+        let mut candidate = self.pending_candidate(topic, turn)?;
+        candidate.status = if entry.is_some() {
+            CandidateStatus::Accepted
+        } else {
+            CandidateStatus::Rejected
+        };
+        candidate.entry = entry;
+        candidate.decided_at = Some(self.now());
+        let mut batch = WriteBatch::default();
+        batch.put(
+            Collection::Topics,
+            turn_key(TopicFamily::Candidate, topic, turn),
+            encode(&candidate)?,
+        );
+        self.apply(batch)?;
+        self.shared.store.sync()?;
+        Ok(candidate)
+    }
+
+    /// The collected turns that feed a topic's frame (its tier-2 profile),
+    /// newest first: those whose directive asked for `issue-frame-update`,
+    /// and members recorded before the directive's depth was kept.
+    pub fn frame_members(&self, topic: &str, limit: usize) -> Result<Vec<Membership>> {
+        self.topic(topic)?;
+        let mut out = self
+            .store
+            .scan_prefix(Collection::Topics, &TopicFamily::Frame.topic_prefix(topic))?
+            .into_iter()
+            .map(|(k, v)| decode::<Membership>("frame update", &k, &v))
+            .collect::<Result<Vec<_>>>()?;
+        let framed: std::collections::HashSet<TurnRef> =
+            out.iter().map(|f| f.turn.clone()).collect();
+        for (k, v) in self
+            .store
+            .scan_prefix(Collection::Topics, &TopicFamily::Member.topic_prefix(topic))?
+        {
+            let member: Membership = decode("membership", &k, &v)?;
+            if member.extraction_depth.is_none() && !framed.contains(&member.turn) {
+                out.push(member);
+            }
+        }
+        out.sort_by_key(|m| std::cmp::Reverse(m.collected_at));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Approves or rejects a pending proposal. Approval writes what the
+    /// directive asked for (see [`Workspace::record_gate`]) in the same
+    /// batch.
     pub fn decide_proposal(&self, topic: &str, turn: &TurnRef, approve: bool) -> Result<Proposal> {
         let _guard = self.lock_entries();
         self.topic(topic)?;
@@ -579,7 +983,16 @@ impl Workspace {
             let mut member = proposal.membership.clone();
             member.via = Via::Approved;
             member.collected_at = now;
-            put_member(&mut batch, &member, &ulid::Ulid::new().to_string())?;
+            let topic_generation = match self.gate_record(topic, &member.gate_record)? {
+                Some(r) => r.topic_generation,
+                None => self.topic(topic)?.generation,
+            };
+            put_outputs(
+                &mut batch,
+                &member,
+                topic_generation,
+                &ulid::Ulid::new().to_string(),
+            )?;
         }
         self.apply(batch)?;
         self.shared.store.sync()?;

@@ -152,6 +152,37 @@ impl Priority {
     }
 }
 
+/// The class of source a turn came from, as a topic selects its sources
+/// (the `topic-directive` world's `source-class`, restricted to the classes
+/// a turn can have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A user, assistant or system turn.
+    Chat,
+    /// A tool's output (a `tool` turn, text fed to a webhook).
+    ToolOutput,
+}
+
+impl Source {
+    /// The class of a turn of `role`.
+    ///
+    /// ```
+    /// use cairn_memory::Role;
+    /// use cairn_memory::topics::Source;
+    /// assert_eq!(Source::of(Role::Tool), Source::ToolOutput);
+    /// assert_eq!(Source::of(Role::User), Source::Chat);
+    /// ```
+    pub fn of(role: crate::Role) -> Source {
+        if role == crate::Role::Tool {
+            Source::ToolOutput
+        } else {
+            Source::Chat
+        }
+    }
+}
+
 /// What a topic listens to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -196,6 +227,13 @@ pub struct TopicSpec {
     /// A paused topic watches nothing.
     #[serde(default)]
     pub paused: bool,
+    /// The source classes it draws from (its source selection); empty
+    /// means every class. The live gate and a requested collection skip a
+    /// turn of another class; a directive that answers
+    /// `extract-from-selected-sources` collects only from these, and
+    /// nothing when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<Source>,
 }
 
 impl TopicSpec {
@@ -212,6 +250,7 @@ impl TopicSpec {
             subscriptions: Vec::new(),
             similarity_threshold: None,
             paused: false,
+            sources: Vec::new(),
         }
     }
 
@@ -243,6 +282,20 @@ impl TopicSpec {
     pub fn subscribe(mut self, subscription: Subscription) -> Self {
         self.subscriptions.push(subscription);
         self
+    }
+
+    /// Adds a source class to its selection.
+    pub fn source(mut self, source: Source) -> Self {
+        if !self.sources.contains(&source) {
+            self.sources.push(source);
+        }
+        self
+    }
+
+    /// Whether the topic draws from turns of `role` (its source selection
+    /// is empty or names the turn's class).
+    pub fn draws_from(&self, role: crate::Role) -> bool {
+        self.sources.is_empty() || self.sources.contains(&Source::of(role))
     }
 
     /// Whether the topic listens to a session of `work_context`.
@@ -593,6 +646,9 @@ impl Workspace {
             TopicFamily::GateLog,
             TopicFamily::Recent,
             TopicFamily::Schedule,
+            TopicFamily::Evidence,
+            TopicFamily::Candidate,
+            TopicFamily::Frame,
         ] {
             for (key, _) in self
                 .store
@@ -698,13 +754,22 @@ mod tests {
             tier: Tier::Pattern,
             score: 0.5,
             policy_generation: None,
-            output_targets: vec![],
+            output_targets: [
+                "topic-membership",
+                "evidence-record",
+                "assertion-candidate",
+                "issue-frame-update",
+            ]
+            .map(String::from)
+            .to_vec(),
             gate_record: "01".into(),
             via: Via::Live,
             snippet: "the invoice".into(),
             work_context: None,
             low_trust: false,
             collected_at: ws.now(),
+            extraction_depth: None,
+            extract: None,
         };
         let record = GateRecord {
             id: "01".into(),
@@ -722,14 +787,28 @@ mod tests {
             note: None,
             cached: false,
             decided_at: ws.now(),
+            directive: None,
         };
         ws.record_gate(&record, &Effect::Propose(member)).unwrap();
         assert_eq!(ws.proposals("billing", false).unwrap().len(), 1);
         assert!(!ws.is_member("billing", &turn).unwrap());
+        assert!(!ws.is_collected("billing", &turn).unwrap());
         assert!(ws.recent_memberships("billing", 5).unwrap().is_empty());
         ws.decide_proposal("billing", &turn, true).unwrap();
         assert!(ws.is_member("billing", &turn).unwrap());
         assert_eq!(ws.recent_memberships("billing", 5).unwrap()[0].turn, turn);
+        // Approval wrote every output the directive asked for.
+        let evidence = ws.evidence("billing", 10).unwrap();
+        assert_eq!(evidence.len(), 1);
+        assert_eq!(evidence[0].topic_generation, 3);
+        assert_eq!(ws.candidates("billing", false).unwrap().len(), 1);
+        assert_eq!(ws.frame_members("billing", 10).unwrap().len(), 1);
+        ws.settle_candidate("billing", &turn, None).unwrap();
+        assert!(ws.candidates("billing", false).unwrap().is_empty());
+        assert_eq!(
+            ws.pending_candidate("billing", &turn).unwrap_err().code(),
+            "candidate_not_found"
+        );
         assert_eq!(
             ws.decide_proposal("billing", &turn, false)
                 .unwrap_err()
@@ -743,5 +822,8 @@ mod tests {
         assert!(ws.memberships("billing", 10).unwrap().is_empty());
         assert!(ws.recent_memberships("billing", 10).unwrap().is_empty());
         assert!(ws.gate_log("billing", None, 10).unwrap().is_empty());
+        assert!(ws.evidence("billing", 10).unwrap().is_empty());
+        assert!(ws.candidates("billing", true).unwrap().is_empty());
+        assert!(ws.frame_members("billing", 10).unwrap().is_empty());
     }
 }

@@ -14,6 +14,11 @@
 //! 4. The depth follows the strength of the evidence and the topic's
 //!    priority; `gated` topics and merely suggested inputs always require
 //!    review before anything becomes durable.
+//! 5. The mode: a stored input (an entry, or a turn a requested collection
+//!    asks about as `memory-entry`) is collected as
+//!    `backfill-existing-memory`, a new one as `watch-future-sources`
+//!    (`extract-from-selected-sources` for a library or document scope).
+//! 6. The outputs: the membership and an update of the topic's frame.
 
 wit_bindgen::generate!({
     world: "topic-directive",
@@ -24,7 +29,7 @@ use cairn::policy::topic::{
     Activation, CollectionMode, MatchCriterion, OutputTarget, SourceClass, SourceScope,
     TopicSubject,
 };
-use cairn::policy::types::{ExtractionDepth, ReasonCode};
+use cairn::policy::types::{ExtractionDepth, ReasonCode, TurnRole};
 
 struct DefaultDirective;
 
@@ -114,18 +119,19 @@ impl Guest for DefaultDirective {
             (_, p) if p >= BYPASS_PRIORITY => ExtractionDepth::Deep,
             _ => ExtractionDepth::Standard,
         };
-        let mut output_targets = vec![OutputTarget::TopicMembership];
-        if !suggest {
-            output_targets.push(OutputTarget::EvidenceRecord);
-            if depth != ExtractionDepth::Shallow {
-                output_targets.push(OutputTarget::AssertionCandidate);
-            }
-        }
+        // The membership, and the input feeds the topic's frame (what its
+        // lexical tier compares new inputs with). No evidence record or
+        // assertion candidate: those are separate outputs a person reviews,
+        // which a topic's own directive asks for.
+        let output_targets = vec![
+            OutputTarget::TopicMembership,
+            OutputTarget::IssueFrameUpdate,
+        ];
         TopicDirectiveDecision {
             collect: true,
             collection_mode: if suggest {
                 CollectionMode::SuggestOnly
-            } else if is_entry {
+            } else if is_entry || input.source_class == SourceClass::MemoryEntry {
                 CollectionMode::BackfillExistingMemory
             } else {
                 match topic.source_scope {
@@ -166,7 +172,21 @@ fn push_once(reasons: &mut Vec<ReasonCode>, code: ReasonCode) {
 fn in_scope(scope: &SourceScope, class: SourceClass, subject: &TopicSubject) -> bool {
     match scope {
         SourceScope::AllEligibleSources => true,
-        SourceScope::FutureStream(classes) => classes.contains(&class),
+        // A requested collection over the record asks about a stored turn
+        // as `memory-entry`: in scope when the turn's own class is.
+        SourceScope::FutureStream(classes) => {
+            classes.contains(&class)
+                || match (class, subject) {
+                    (SourceClass::MemoryEntry, TopicSubject::Turn(t)) => {
+                        classes.contains(&if t.role == TurnRole::Tool {
+                            SourceClass::ToolOutput
+                        } else {
+                            SourceClass::Chat
+                        })
+                    }
+                    _ => false,
+                }
+        }
         // Library and document membership is the host's to check; an entry
         // from the memory log is in scope for a backfill.
         SourceScope::SelectedLibrary(_) | SourceScope::SelectedDocuments(_) => {

@@ -115,8 +115,22 @@ fn topic_directive() {
         .decision;
     assert!(d.collect);
     assert_eq!(d.collection_mode, CollectionMode::WatchFutureSources);
-    assert!(d.output_targets.contains(&OutputTarget::TopicMembership));
+    assert_eq!(
+        d.output_targets,
+        [
+            OutputTarget::TopicMembership,
+            OutputTarget::IssueFrameUpdate
+        ]
+    );
     assert!(d.reason_codes.contains(&ReasonCode::CriterionMatch));
+
+    // A stored turn a requested collection asks about (as `memory-entry`)
+    // is collected as a backfill, in a chat-only scope too.
+    let mut stored = topic_input("We moved the job queue to sled today.");
+    stored.source_class = SourceClass::MemoryEntry;
+    let d = set.topic.decide(&stored).unwrap().decision;
+    assert!(d.collect);
+    assert_eq!(d.collection_mode, CollectionMode::BackfillExistingMemory);
 
     let d = set
         .topic
