@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use cairn_memory::assemble::{
     AssembleRequest, AssembledContext, Destination, Fidelity, ItemSource, PolicyCheck,
     PolicyContext, PolicyItem, PolicyVerdict, RetrievalQuery, Retrieved, Retriever, SeamError,
+    Section,
 };
 use cairn_memory::redact::{Exposure, exposure};
 use cairn_memory::search::{SearchService, search_options};
@@ -25,7 +26,7 @@ use cairn_policies::{
 use crate::error::Result;
 use crate::host::Cairn;
 use crate::obligations::Ledger;
-use crate::reads::{Asker, Object, request_for, verdict_of};
+use crate::reads::{Asker, Object, Verdict, request_for, verdict_of};
 
 /// The `Retriever` seam over the search service: turn hits by `session:seq`,
 /// entry hits by entry id. Sub-agent sessions see only their lineage.
@@ -182,6 +183,20 @@ impl<'a> WasmPolicyCheck<'a> {
         Ok(self.slot.log_batch(&records)?)
     }
 
+    /// What putting `item` in the block does with it: a handoff, a resume
+    /// or a briefing card line is a carry-over (`carryover-generate`); what a sub-agent
+    /// or cron session is given from another session of its lineage is
+    /// handed to it (`delegate`); anything else is rendered inline.
+    fn action_for(&self, item: &PolicyItem<'_>, context: &PolicyContext<'_>) -> Action {
+        match item.section {
+            Section::Handoff | Section::Resume | Section::Briefing => Action::CarryoverGenerate,
+            _ if self.lineage.is_some() && item.session.is_some_and(|s| s != context.session) => {
+                Action::Delegate
+            }
+            _ => Action::RenderInline,
+        }
+    }
+
     /// The host's own directives are not memory: they pass as they are,
     /// stamped with the generation in force.
     fn directive(&self) -> PolicyVerdict {
@@ -274,26 +289,57 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
         let objects: Vec<Option<Object<'_>>> = items.iter().map(object_of).collect();
         let requests: Vec<_> = objects
             .iter()
-            .flatten()
-            .map(|object| request_for(&asker, self.lineage.as_ref(), object))
+            .zip(items)
+            .filter_map(|(object, item)| {
+                let object = object.as_ref()?;
+                let asker = Asker {
+                    action: self.action_for(item, context),
+                    ..asker.clone()
+                };
+                Some(request_for(&asker, self.lineage.as_ref(), object))
+            })
             .collect();
         let (decided, records) = self
             .slot
             .judge_many_in(self.workspace.as_deref(), &requests);
         self.pending.borrow_mut().extend(records);
-        let mut decided = decided.iter();
+        let mut verdicts: Vec<Verdict> = decided
+            .iter()
+            .map(|d| verdict_of(d, Some(context.destination)))
+            .collect();
+        // What the block would show by reference only is asked again as
+        // `render-reference`: whether even the reference may be shown.
+        let referenced: Vec<usize> = (0..verdicts.len())
+            .filter(|&i| verdicts[i].fidelity == Fidelity::ReferenceOnly)
+            .collect();
+        if !referenced.is_empty() {
+            let again: Vec<_> = referenced
+                .iter()
+                .map(|&i| {
+                    let mut request = requests[i].clone();
+                    request.action = Action::RenderReference;
+                    request
+                })
+                .collect();
+            let (decided, records) = self.slot.judge_many_in(self.workspace.as_deref(), &again);
+            self.pending.borrow_mut().extend(records);
+            for (&i, d) in referenced.iter().zip(decided.iter()) {
+                let reference = verdict_of(d, Some(context.destination));
+                if reference.fidelity == Fidelity::Blocked {
+                    verdicts[i] = reference;
+                }
+            }
+        }
+        let mut decided = verdicts.into_iter();
         let verdicts = objects
             .iter()
             .zip(items)
             .map(|(object, item)| match object {
                 None => Ok(self.directive()),
                 Some(object) => {
-                    let mut verdict = verdict_of(
-                        decided.next().ok_or_else(|| {
-                            SeamError("the policy gave fewer verdicts than asked".to_owned())
-                        })?,
-                        Some(context.destination),
-                    );
+                    let mut verdict = decided.next().ok_or_else(|| {
+                        SeamError("the policy gave fewer verdicts than asked".to_owned())
+                    })?;
                     if let (Some(ws), Some(label)) = (&self.store, item_label(item.source)) {
                         verdict = self.ledger.admit(ws, label, object.session, verdict);
                     }

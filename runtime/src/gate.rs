@@ -50,14 +50,17 @@ pub(crate) struct WasmGate {
     slot: PolicySlot<SignificanceGate>,
     /// Asked `capture` about every turn a capture reads.
     memory_policy: PolicySlot<MemoryPolicy>,
+    /// Where a turn whose derived copies expire with its session is marked.
+    memory: cairn_memory::Memory,
 }
 
 impl WasmGate {
     /// The gate over `policies`' significance and memory-policy slots.
-    pub(crate) fn new(policies: &Policies) -> WasmGate {
+    pub(crate) fn new(policies: &Policies, memory: cairn_memory::Memory) -> WasmGate {
         WasmGate {
             slot: policies.significance().clone(),
             memory_policy: policies.memory_policy().clone(),
+            memory,
         }
     }
 
@@ -219,6 +222,23 @@ impl CaptureGate for WasmGate {
             Ok(_) => return None,
             Err(error) => {
                 tracing::warn!(%error, session = %session.id, seq = turn.seq, "memory policy unavailable: the turn is not learned from");
+                return None;
+            }
+        }
+        // `expire-with-session`: what capture derives from the turn is
+        // erased when the session ends (`Cairn::session_end`). The mark is
+        // durable before anything is derived; without it nothing is.
+        if verdict.obligations.expire {
+            let key = cairn_memory::store::StateKey::Expiry {
+                session: session.id.clone(),
+                seq: turn.seq,
+            };
+            let marked = self
+                .memory
+                .workspace(workspace)
+                .and_then(|ws| ws.state_put(&key, b""));
+            if let Err(error) = marked {
+                tracing::warn!(%error, session = %session.id, seq = turn.seq, "an expiry mark could not be written: the turn is not captured");
                 return None;
             }
         }

@@ -190,7 +190,7 @@ impl Cairn {
         let actors = ActorRuntime::start_with_topics(
             memory.clone(),
             config.actors.clone(),
-            Arc::new(WasmGate::new(&policies)),
+            Arc::new(WasmGate::new(&policies, memory.clone())),
             Arc::new(crate::topics::LiveTopics {
                 gate: topic_gate.clone(),
                 policies: policies.clone(),
@@ -464,6 +464,7 @@ impl Cairn {
             .existing_workspace(workspace)?
             .end_session(session)?;
         self.extract(workspace, session, Trigger::SessionEnd);
+        self.expire_with_session(workspace, session)?;
         Ok(ended)
     }
 

@@ -19,7 +19,10 @@
 //!   ([`Cairn::grant_confirmation`], `cairn confirmations --grant`,
 //!   `POST …/confirmations/grant`);
 //! - `label-low-trust`: the item is marked as data, not instructions;
-//! - `expire-with-session`: see the capture (`gate.rs`).
+//! - `expire-with-session` (on the `capture` of a turn): what capture
+//!   derived from the turn (the entries whose source turns include it) is
+//!   erased when the session ends, with a tombstone
+//!   ([`Cairn::expire_with_session`]).
 
 use std::sync::Mutex;
 
@@ -488,6 +491,64 @@ impl Cairn {
             ws.state_put(&key, &encode("confirmation", &confirmation)?)?;
         }
         Ok(confirmation)
+    }
+
+    /// `expire-with-session`: erases, through [`Cairn::forget`] (a
+    /// tombstone each), the entries captured from the turns of `session`
+    /// the memory policy marked to expire with it, then the marks. Run by
+    /// [`Cairn::session_end`] after the session's last capture; returns how
+    /// many entries were erased.
+    pub(crate) fn expire_with_session(&self, workspace: &str, session: &str) -> Result<usize> {
+        let ws = self.memory().existing_workspace(workspace)?;
+        let marks: Vec<(StateKey, u64)> = ws
+            .state_scan(StateFamily::Expiry)?
+            .into_iter()
+            .filter_map(|(key, _)| match &key {
+                StateKey::Expiry { session: s, seq } if s == session => {
+                    let seq = *seq;
+                    Some((key, seq))
+                }
+                _ => None,
+            })
+            .collect();
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let seqs: std::collections::BTreeSet<u64> = marks.iter().map(|(_, seq)| *seq).collect();
+        let entries = ws.entries(&cairn_memory::EntryFilter {
+            session: Some(session.to_owned()),
+            all: true,
+            ..cairn_memory::EntryFilter::default()
+        })?;
+        let mut erased = 0;
+        for view in entries {
+            let Some(p) = &view.entry.provenance else {
+                continue;
+            };
+            if seqs.range(p.from_seq..=p.to_seq).next().is_none() {
+                continue;
+            }
+            let target = cairn_memory::ForgetTarget::Entry(view.entry.id.clone());
+            match self.forget(
+                workspace,
+                &target,
+                "expire-with-session: the memory policy asked for it when the turn was captured",
+            ) {
+                Ok(_) => erased += 1,
+                // Erased already with a version it replaced.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let keys: Vec<StateKey> = marks.into_iter().map(|(key, _)| key).collect();
+        ws.state_apply(&[], &keys)?;
+        tracing::info!(
+            workspace,
+            session,
+            erased,
+            "derived copies expired with the session"
+        );
+        Ok(erased)
     }
 
     /// Records `proposal` as a pending confirmation for the user, on

@@ -572,3 +572,157 @@ fn confirmations_and_audit_records_over_http_and_the_cli() -> Result<()> {
     ensure!(s == 200 && granted["state"] == "granted", "{s} {granted}");
     Ok(())
 }
+
+#[test]
+fn a_reference_is_shown_only_if_render_reference_allows_it() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    let shown = "v--on-render-inline--fid-reference-only";
+    let refused = "v--on-render-inline--fid-reference-only--ref-none";
+    for session in [shown, refused] {
+        said(&cairn, session)?;
+    }
+    let made = block(&cairn, shown, Destination::LocalModel)?;
+    ensure!(
+        made.items
+            .iter()
+            .any(|i| i.fidelity == cairn::Fidelity::ReferenceOnly),
+        "{:#?}",
+        made.items
+    );
+    let made = block(&cairn, refused, Destination::LocalModel)?;
+    ensure!(
+        !made.items.iter().any(|i| matches!(
+            &i.source,
+            cairn::ItemSource::Turn { session, .. } if session == refused
+        )),
+        "{:#?}",
+        made.items
+    );
+    Ok(())
+}
+
+#[test]
+fn a_sub_agent_is_handed_its_parent_s_memory_only_as_delegate_allows() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    for (parent, helper, handed) in [
+        ("g--on-delegate--fid-none", "helper-refused", false),
+        ("g--on-render-inline--fid-none", "helper-handed", true),
+    ] {
+        said(&cairn, parent)?;
+        cairn.bootstrap(
+            "acme",
+            &cairn::SessionSpec {
+                id: helper.into(),
+                kind: cairn::SessionKind::Subagent,
+                parent: Some(parent.into()),
+                work_context: Some("work".into()),
+            },
+        )?;
+        cairn.ingest(
+            "acme",
+            &[
+                TurnInput::new(helper, Role::User, "What about the wombat rollout?")
+                    .in_context("work"),
+            ],
+        )?;
+        crate::support::wait_indexed(&cairn)?;
+        let mut request = AssembleRequest::new(helper, 800);
+        request.retrieval = RetrievalMode::Lexical;
+        request.query = Some("wombat rollout dana".into());
+        let made = cairn.assemble("acme", &request)?;
+        let from_parent = made.items.iter().any(
+            |i| matches!(&i.source, cairn::ItemSource::Turn { session, .. } if session == parent),
+        );
+        ensure!(
+            from_parent == handed,
+            "{parent} -> {helper}: handed {from_parent}: {}",
+            made.text
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn expire_with_session_erases_what_capture_derived_when_the_session_ends() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cairn = open(dir.path())?;
+    let mut kept = Vec::new();
+    for (session, context) in [
+        ("x--on-capture--obl-expire-with-session", "expiring"),
+        ("x--plain", "lasting"),
+    ] {
+        cairn.ingest(
+            "acme",
+            &[TurnInput::new(session, Role::User, "We decided to use sled.").in_context(context)],
+        )?;
+        let reports = cairn.capture("acme", Some(context))?;
+        let ids: Vec<String> = reports[0].entries.iter().map(|e| e.id.clone()).collect();
+        ensure!(!ids.is_empty(), "{session}: nothing captured");
+        cairn.session_end("acme", session)?;
+        let live = ids
+            .iter()
+            .filter(|id| cairn.entry("acme", id, None).is_ok())
+            .count();
+        kept.push(live);
+        if context == "expiring" {
+            ensure!(
+                live == 0,
+                "{session}: {live} of {} entries outlived it",
+                ids.len()
+            );
+            ensure!(
+                cairn
+                    .tombstones("acme")?
+                    .iter()
+                    .any(|t| t.reason.starts_with("expire-with-session")),
+                "no tombstone says why"
+            );
+        } else {
+            ensure!(live == ids.len(), "{session}: {live} of {} kept", ids.len());
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_carry_over_holds_only_what_carryover_generate_allows() -> Result<()> {
+    for (earlier, context, carried) in [
+        ("k--on-carryover-generate--fid-none", "refused", false),
+        ("k--plain", "carried", true),
+    ] {
+        let dir = tempfile::tempdir()?;
+        let cairn = open(dir.path())?;
+        cairn.ingest(
+            "acme",
+            &[TurnInput::new(earlier, Role::User, TEXT).in_context(context)],
+        )?;
+        let decision = format!("Ship the {context} wombat build on Friday");
+        cairn.append_entry(
+            "acme",
+            &EntryInput::new(EntryKind::Decision, &decision)
+                .from_turns(earlier, 0, 0)
+                .in_context(context),
+        )?;
+        let next = format!("next-{context}");
+        cairn.ingest(
+            "acme",
+            &[TurnInput::new(&next, Role::User, "Where were we?").in_context(context)],
+        )?;
+        let made = block(&cairn, &next, Destination::LocalModel)?;
+        ensure!(
+            made.text.contains(&decision) == carried,
+            "{earlier}: expected carried {carried}: {}",
+            made.text
+        );
+        let section = made.items.iter().find(|i| {
+            matches!(
+                i.section,
+                cairn::Section::Resume | cairn::Section::Handoff | cairn::Section::Briefing
+            )
+        });
+        ensure!(section.is_some() == carried, "{:#?}", made.items);
+    }
+    Ok(())
+}

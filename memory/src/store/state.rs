@@ -72,6 +72,15 @@ pub enum StateKey {
         /// The item (`entry e1`, `turn s1:4`, ...).
         item: String,
     },
+    /// A turn whose derived copies the memory policy asked to erase when
+    /// its session ends (its `expire-with-session` obligation on the
+    /// capture), kept by the runtime.
+    Expiry {
+        /// The session.
+        session: String,
+        /// The turn's sequence number.
+        seq: u64,
+    },
 }
 
 /// A kind of [`StateKey`]: what a prefix scan walks.
@@ -95,10 +104,12 @@ pub enum StateFamily {
     Audit,
     /// [`StateKey::Confirmation`].
     Confirmation,
+    /// [`StateKey::Expiry`].
+    Expiry,
 }
 
 impl StateFamily {
-    const ALL: [StateFamily; 9] = [
+    const ALL: [StateFamily; 10] = [
         StateFamily::CaptureMark,
         StateFamily::SessionMark,
         StateFamily::Extraction,
@@ -108,6 +119,7 @@ impl StateFamily {
         StateFamily::CompactionView,
         StateFamily::Audit,
         StateFamily::Confirmation,
+        StateFamily::Expiry,
     ];
 
     /// The bytes every key of this family starts with (no family's prefix
@@ -123,6 +135,7 @@ impl StateFamily {
             StateFamily::CompactionView => b"compact/view/",
             StateFamily::Audit => b"policy/audit/",
             StateFamily::Confirmation => b"policy/confirm/",
+            StateFamily::Expiry => b"policy/expire/",
         }
     }
 }
@@ -140,6 +153,7 @@ impl StateKey {
             StateKey::CompactionView { .. } => StateFamily::CompactionView,
             StateKey::Audit { .. } => StateFamily::Audit,
             StateKey::Confirmation { .. } => StateFamily::Confirmation,
+            StateKey::Expiry { .. } => StateFamily::Expiry,
         }
     }
 
@@ -162,7 +176,7 @@ impl StateKey {
             | StateKey::CompactionView { session: id }
             | StateKey::Audit { id }
             | StateKey::Confirmation { item: id } => out.extend_from_slice(id.as_bytes()),
-            StateKey::TurnVector { session, seq } => {
+            StateKey::TurnVector { session, seq } | StateKey::Expiry { session, seq } => {
                 out.extend_from_slice(format!("{session}/{seq:020}").as_bytes());
             }
             // `|` is no id character: it cannot occur in either part.
@@ -198,6 +212,13 @@ impl StateKey {
             StateFamily::TurnVector => {
                 let (session, seq) = rest.rsplit_once('/')?;
                 StateKey::TurnVector {
+                    session: session.to_owned(),
+                    seq: seq.parse().ok()?,
+                }
+            }
+            StateFamily::Expiry => {
+                let (session, seq) = rest.rsplit_once('/')?;
+                StateKey::Expiry {
                     session: session.to_owned(),
                     seq: seq.parse().ok()?,
                 }

@@ -13,7 +13,10 @@
 //!   `learn-<none|same-scope-only|partitioned|global-allowed>`,
 //!   `mut-<none|candidate-only|durable-allowed>`;
 //! - `obl-<obligation>` (repeatable): `obl-audit-log`,
-//!   `obl-confirm-with-user`, ...
+//!   `obl-confirm-with-user`, ...;
+//! - `ref-none`: a `render-reference` is answered `none` (whatever the
+//!   other words say), so a reference can be refused where the content
+//!   was answered `reference-only`.
 //!
 //! Anything not set, every action the answer does not hold for, and every
 //! object without a session gets the open answer: `full`,
@@ -75,6 +78,13 @@ fn obligation(name: &str) -> Option<PolicyObligation> {
 /// The answer `session` spells for `action`.
 fn spelled(session: &str, action: Action) -> MemoryPolicyDecision {
     let words: Vec<&str> = session.split("--").skip(1).collect();
+    if action == Action::RenderReference && words.contains(&"ref-none") {
+        let mut d = open();
+        d.content_fidelity = ContentFidelity::None;
+        d.locality = Locality::Blocked;
+        d.reason_codes = vec![ReasonCode::Custom];
+        return d;
+    }
     let actions: Vec<&str> = words.iter().filter_map(|w| w.strip_prefix("on-")).collect();
     let holds = if actions.is_empty() {
         action != Action::Capture
