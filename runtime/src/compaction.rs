@@ -15,7 +15,7 @@
 use cairn_actors::CaptureReport;
 use cairn_memory::compact::{
     CompactOptions, CompactReport, CompactionView, Cover, Expanded, Expansion, Extractive,
-    Summariser, SummariserError, SummaryRequest,
+    SourceItem, Summariser, SummariserError, SummaryRequest,
 };
 use cairn_memory::{Turn, Workspace};
 use serde::{Deserialize, Serialize};
@@ -81,6 +81,10 @@ pub struct OpenAiSummariser {
     client: ChatClient,
     /// Whose budget the calls spend.
     workspace: String,
+    /// The memory policy between the session's turns and the endpoint,
+    /// with the session and its work context (none for a summariser made
+    /// outside a `Cairn`).
+    guard: Option<(crate::model::ModelGuard, String, String)>,
 }
 
 impl OpenAiSummariser {
@@ -102,7 +106,58 @@ impl OpenAiSummariser {
         Ok(OpenAiSummariser {
             client,
             workspace: workspace.to_owned(),
+            guard: None,
         })
+    }
+
+    /// The summariser of `session` (in `work_context`) with the memory
+    /// policy asked about every item before it goes into the prompt.
+    pub(crate) fn guarded(
+        mut self,
+        guard: crate::model::ModelGuard,
+        session: &str,
+        work_context: &str,
+    ) -> Self {
+        self.guard = Some((guard, session.to_owned(), work_context.to_owned()));
+        self
+    }
+
+    /// The items as they may go to the endpoint (a withheld one says so,
+    /// without its text); `None` when none may.
+    fn admitted(&self, items: &[SourceItem]) -> Option<Vec<SourceItem>> {
+        let Some((guard, session, work_context)) = &self.guard else {
+            return Some(items.to_vec());
+        };
+        let mut any = false;
+        let out = items
+            .iter()
+            .map(|item| {
+                let object = crate::reads::Object {
+                    kind: if item.role.is_some() {
+                        cairn_policies::ObjectKind::Turn
+                    } else {
+                        cairn_policies::ObjectKind::Summary
+                    },
+                    id: format!("{session}:{}", item.from),
+                    session: Some(session),
+                    work_context: Some(work_context),
+                    text: &item.text,
+                    low_trust: item.role == Some(cairn_memory::Role::Tool),
+                };
+                let text = match guard.admit(&self.workspace, &object) {
+                    Some(text) => {
+                        any = true;
+                        text
+                    }
+                    None => "(withheld by policy)".to_owned(),
+                };
+                SourceItem {
+                    text,
+                    ..item.clone()
+                }
+            })
+            .collect();
+        any.then_some(out)
     }
 
     fn prompt(request: &SummaryRequest<'_>) -> String {
@@ -139,15 +194,27 @@ impl Summariser for OpenAiSummariser {
         &self,
         request: &SummaryRequest<'_>,
     ) -> std::result::Result<String, SummariserError> {
+        // Nothing the policy keeps here goes out: with nothing left, the
+        // extractive summariser runs instead, on this machine.
+        let items = self.admitted(request.items).ok_or_else(|| {
+            SummariserError(
+                "the memory policy keeps every item of this span from the model endpoint"
+                    .to_owned(),
+            )
+        })?;
+        let request = SummaryRequest {
+            items: &items,
+            ..*request
+        };
         self.client
-            .complete(&self.workspace, &Self::prompt(request), request.max_tokens)
+            .complete(&self.workspace, &Self::prompt(&request), request.max_tokens)
             .map_err(|e| SummariserError(e.to_string()))
     }
 }
 
 // Compaction on the facade.
 impl Cairn {
-    fn summariser(&self, workspace: &str) -> Box<dyn Summariser> {
+    fn summariser(&self, workspace: &str, session: &cairn_memory::Session) -> Box<dyn Summariser> {
         let model = &self.config().compaction.model;
         if model.enabled {
             match OpenAiSummariser::with_budget(
@@ -155,7 +222,11 @@ impl Cairn {
                 self.model_budgets.compaction.clone(),
                 workspace,
             ) {
-                Ok(s) => return Box::new(s),
+                Ok(s) => {
+                    let guard =
+                        crate::model::ModelGuard::new(self.policies(), model, "model_summary");
+                    return Box::new(s.guarded(guard, &session.id, &session.work_context));
+                }
                 Err(e) => tracing::warn!(error = %e, "model summariser off"),
             }
         }
@@ -197,7 +268,7 @@ impl Cairn {
     ) -> Result<CompactReport> {
         let ws = self.memory().existing_workspace(workspace)?;
         let options = self.compact_options(budget);
-        let summariser = self.summariser(workspace);
+        let summariser = self.summariser(workspace, &ws.session(session)?);
         Ok(ws.compact(session, &options, summariser.as_ref())?)
     }
 
@@ -257,7 +328,7 @@ impl Cairn {
             return Ok(None);
         }
         let options = self.compact_options(Some(threshold / 2));
-        let summariser = self.summariser(ws.id());
+        let summariser = self.summariser(ws.id(), &ws.session(session)?);
         Ok(Some(ws.compact(session, &options, summariser.as_ref())?))
     }
 

@@ -51,6 +51,9 @@ impl Default for ExtractionConfig {
 pub struct OpenAiExtractor {
     client: ChatClient,
     max_tokens: usize,
+    /// The memory policy between the turns and the endpoint (none for an
+    /// extractor made outside a `Cairn`).
+    guard: Option<crate::model::ModelGuard>,
 }
 
 impl OpenAiExtractor {
@@ -72,7 +75,15 @@ impl OpenAiExtractor {
         Ok(OpenAiExtractor {
             client,
             max_tokens: max_tokens.max(1),
+            guard: None,
         })
+    }
+
+    /// The extractor with the memory policy asked about every turn before
+    /// it goes into the prompt.
+    pub(crate) fn guarded(mut self, guard: crate::model::ModelGuard) -> Self {
+        self.guard = Some(guard);
+        self
     }
 }
 
@@ -85,9 +96,38 @@ impl ModelExtractor for OpenAiExtractor {
         let (Some(first), Some(last)) = (request.turns.first(), request.turns.last()) else {
             return Ok(Vec::new());
         };
+        let admitted: Vec<cairn_memory::Turn>;
+        let request = match &self.guard {
+            None => *request,
+            Some(guard) => {
+                admitted = request
+                    .turns
+                    .iter()
+                    .filter_map(|t| {
+                        let content = guard.admit(&t.workspace, &crate::reads::Object::turn(t))?;
+                        Some(cairn_memory::Turn {
+                            content,
+                            ..t.clone()
+                        })
+                    })
+                    .collect();
+                if admitted.is_empty() {
+                    // The heuristics extract instead, on this machine.
+                    return Err(ExtractorError(
+                        "the memory policy keeps every turn of this capture from the model \
+                         endpoint"
+                            .to_owned(),
+                    ));
+                }
+                ExtractionRequest {
+                    turns: &admitted,
+                    ..*request
+                }
+            }
+        };
         let reply = self
             .client
-            .complete(&first.workspace, &prompt(request), self.max_tokens)
+            .complete(&first.workspace, &prompt(&request), self.max_tokens)
             .map_err(|e| ExtractorError(e.to_string()))?;
         parse_reply(&reply, first.seq, last.seq)
     }

@@ -200,7 +200,11 @@ impl Cairn {
             compaction: Arc::new(crate::model::Budget::new(&config.compaction.model)),
             extraction: Arc::new(crate::model::Budget::new(&config.extraction.model)),
         };
-        actors.set_extractor(model_extractor(&config, &model_budgets.extraction));
+        actors.set_extractor(model_extractor(
+            &config,
+            &model_budgets.extraction,
+            &policies,
+        ));
         let cluster = crate::cluster::Cluster::start(
             &memory,
             &actors,
@@ -527,13 +531,18 @@ impl Cairn {
 fn model_extractor(
     config: &CairnConfig,
     budget: &Arc<crate::model::Budget>,
+    policies: &Policies,
 ) -> Option<Arc<dyn cairn_memory::extractor::ModelExtractor>> {
     let e = &config.extraction;
     if !e.model.enabled {
         return None;
     }
     match crate::extraction::OpenAiExtractor::with_budget(&e.model, e.max_tokens, budget.clone()) {
-        Ok(x) => Some(Arc::new(x)),
+        Ok(x) => Some(Arc::new(x.guarded(crate::model::ModelGuard::new(
+            policies,
+            &e.model,
+            "model_extraction",
+        )))),
         Err(error) => {
             tracing::warn!(%error, "model extraction off: heuristic extraction only");
             None

@@ -83,6 +83,12 @@ pub struct ModelConfig {
     /// every prompt (transcript text) then cross the network in clear.
     /// Off by default: only a loopback address or `localhost` is used.
     pub allow_insecure_http: bool,
+    /// Where the memory policy is told the prompts go: `local_model` for
+    /// an endpoint on this machine and `external_llm` for any other when
+    /// unset. Set `external_llm` (or `cloud_model`) for a local proxy that
+    /// forwards to a hosted model: content the policy keeps `local-only`
+    /// then stays out of the prompts.
+    pub destination: Option<cairn_memory::assemble::Destination>,
 }
 
 impl std::fmt::Debug for ModelConfig {
@@ -102,6 +108,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("budget_tokens", &self.budget_tokens)
             .field("budget_period_secs", &self.budget_period_secs)
             .field("allow_insecure_http", &self.allow_insecure_http)
+            .field("destination", &self.destination)
             .finish()
     }
 }
@@ -122,6 +129,7 @@ impl Default for ModelConfig {
             budget_tokens: 2_000_000,
             budget_period_secs: 3_600,
             allow_insecure_http: false,
+            destination: None,
         }
     }
 }
@@ -713,3 +721,71 @@ impl ChatClient {
 
 #[cfg(test)]
 mod tests;
+
+/// The memory policy between stored content and a model endpoint: before a
+/// turn or a summary goes into a model pass's prompt (extraction,
+/// compaction summaries), the policy is asked `learn-from` about it for
+/// the endpoint's destination (`local-model` for an endpoint on this
+/// machine, else `external-llm`). `local-only` content, a reference or a
+/// block never reaches an external endpoint; `redacted` content (or the
+/// `redact-personal-data` obligation) goes masked.
+#[derive(Clone, Debug)]
+pub(crate) struct ModelGuard {
+    slot: cairn_policies::PolicySlot<cairn_policies::MemoryPolicy>,
+    destination: cairn_memory::assemble::Destination,
+    surface: &'static str,
+}
+
+impl ModelGuard {
+    /// The guard of a pass (`surface`) calling `config`'s endpoint.
+    pub(crate) fn new(
+        policies: &cairn_policies::Policies,
+        config: &ModelConfig,
+        surface: &'static str,
+    ) -> ModelGuard {
+        let authority = config
+            .url
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.split('/').next().unwrap_or_default());
+        ModelGuard {
+            slot: policies.memory_policy().clone(),
+            destination: config.destination.unwrap_or(if is_local(authority) {
+                cairn_memory::assemble::Destination::LocalModel
+            } else {
+                cairn_memory::assemble::Destination::ExternalLlm
+            }),
+            surface,
+        }
+    }
+
+    /// `object`'s text as it may go to the endpoint; `None` when it may
+    /// not (a decision that cannot be had keeps it here).
+    pub(crate) fn admit(
+        &self,
+        workspace: &str,
+        object: &crate::reads::Object<'_>,
+    ) -> Option<String> {
+        use cairn_memory::assemble::Fidelity;
+        let asker = crate::reads::Asker {
+            action: cairn_policies::Action::LearnFrom,
+            destination: Some(self.destination),
+            principal: cairn_policies::PrincipalRef {
+                kind: cairn_policies::PrincipalKind::Operator,
+                id: "cairn".to_owned(),
+            },
+            surface: self.surface,
+            work_context: object.work_context.map(str::to_owned),
+        };
+        match crate::reads::decide(&self.slot, Some(workspace), &asker, None, object) {
+            Ok(v) => match v.fidelity {
+                Fidelity::Full => Some(object.text.to_owned()),
+                Fidelity::Redacted => Some(cairn_memory::redact::redact_personal(object.text)),
+                Fidelity::ReferenceOnly | Fidelity::Blocked => None,
+            },
+            Err(error) => {
+                tracing::warn!(%error, surface = self.surface, "memory policy unavailable: the item stays out of the model's prompt");
+                None
+            }
+        }
+    }
+}

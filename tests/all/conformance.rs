@@ -726,3 +726,63 @@ fn a_carry_over_holds_only_what_carryover_generate_allows() -> Result<()> {
     }
     Ok(())
 }
+
+/// The model passes are a destination too: a turn the policy keeps
+/// `local-only` never reaches an external endpoint's prompt (a local stub
+/// declared `external_llm`, as a local proxy to a hosted model is), while
+/// other turns do; the capture still extracts it on this machine.
+#[test]
+fn local_only_content_stays_out_of_an_external_model_s_prompt() -> Result<()> {
+    let (url, seen) = crate::extraction::stub(200, r#"{"entries":[]}"#, std::time::Duration::ZERO)?;
+    let dir = tempfile::tempdir()?;
+    let mut config = CairnConfig {
+        data_dir: dir.path().to_owned(),
+        storage: storage(dir.path()),
+        ..CairnConfig::default()
+    };
+    config.extraction.model = cairn::ModelConfig {
+        enabled: true,
+        url,
+        model: "stub".to_owned(),
+        timeout_ms: 2_000,
+        destination: Some(Destination::ExternalLlm),
+        ..cairn::ModelConfig::default()
+    };
+    let cairn = Cairn::open(config)?;
+    let wasm = std::fs::read(test_guests::TEST_CONFORMANCE)?;
+    cairn.install_plugin(WorldKind::MemoryPolicy, "test-conformance", &wasm)?;
+    for (session, context, text) in [
+        (
+            "p--on-learn-from--loc-local-only",
+            "kept",
+            "We decided the code word is aardvark.",
+        ),
+        ("p--plain", "sent", "We decided the code word is bandicoot."),
+    ] {
+        cairn.ingest(
+            "acme",
+            &[TurnInput::new(session, Role::User, text).in_context(context)],
+        )?;
+        let reports = cairn.capture("acme", Some(context))?;
+        // The kept turn is extracted by the heuristics, here; the other is
+        // the (empty-handed) model's.
+        let here = reports[0].entries.iter().any(|e| e.content == text);
+        ensure!(
+            here == (context == "kept"),
+            "{session}: captured here {here}: {reports:#?}"
+        );
+    }
+    let prompts = seen
+        .lock()
+        .map_err(|_| anyhow::anyhow!("stub log"))?
+        .join("\n");
+    ensure!(
+        prompts.contains("bandicoot"),
+        "the open turn never reached the model"
+    );
+    ensure!(
+        !prompts.contains("aardvark"),
+        "a local-only turn reached an external model: {prompts}"
+    );
+    Ok(())
+}

@@ -19,7 +19,7 @@ use serde_json::json;
 /// A stub chat-completions endpoint: answers every request with `status`
 /// and, for 200, a completion whose content is `content` (after `delay`).
 /// Returns its URL and the request bodies it received.
-fn stub(
+pub(crate) fn stub(
     status: u16,
     content: &'static str,
     delay: Duration,
