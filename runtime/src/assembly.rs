@@ -341,7 +341,10 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
                         SeamError("the policy gave fewer verdicts than asked".to_owned())
                     })?;
                     if let (Some(ws), Some(label)) = (&self.store, item_label(item.source)) {
-                        verdict = self.ledger.admit(ws, label, object.session, verdict);
+                        let action = self.action_for(item, context);
+                        verdict =
+                            self.ledger
+                                .admit_as(ws, label, object.session, Some(action), verdict);
                     }
                     Ok(PolicyVerdict {
                         fidelity: verdict.fidelity,

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use cairn_memory::assemble::ObligationNote;
 use cairn_memory::store::{StateFamily, StateKey};
 use cairn_memory::{EntryInput, Workspace};
-use cairn_policies::PolicyObligation;
+use cairn_policies::{Action, PolicyObligation};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -181,6 +181,9 @@ pub enum Proposal {
 #[derive(Debug, Clone)]
 struct Use {
     item: String,
+    /// What was done with it, when not the asker's action (a block's
+    /// delegated and carried-over items).
+    action: Option<Action>,
     session: Option<String>,
     obligations: Obligations,
     decision_id: String,
@@ -208,6 +211,19 @@ impl Ledger {
         ws: &Workspace,
         item: String,
         session: Option<&str>,
+        verdict: Verdict,
+    ) -> Verdict {
+        self.admit_as(ws, item, session, None, verdict)
+    }
+
+    /// [`Ledger::admit`] for an item used by `action` (`None`: the
+    /// asker's).
+    pub(crate) fn admit_as(
+        &self,
+        ws: &Workspace,
+        item: String,
+        session: Option<&str>,
+        action: Option<Action>,
         mut verdict: Verdict,
     ) -> Verdict {
         if verdict.fidelity == Fidelity::Blocked {
@@ -226,6 +242,7 @@ impl Ledger {
         }
         self.note(Use {
             item,
+            action,
             session: session.map(str::to_owned),
             obligations: verdict.obligations,
             decision_id: verdict.decision_id.clone(),
@@ -281,7 +298,7 @@ impl Ledger {
                     at: now,
                     item: u.item.clone(),
                     session: u.session.clone(),
-                    action: asker.action.as_str().to_owned(),
+                    action: u.action.unwrap_or(asker.action).as_str().to_owned(),
                     destination: asker.destination.map(|d| d.as_str().to_owned()),
                     surface: asker.surface.to_owned(),
                     principal: format!("{}:{}", asker.principal.kind.as_str(), asker.principal.id),
@@ -365,6 +382,26 @@ fn decode<T: for<'de> Deserialize<'de>>(what: &'static str, raw: &[u8]) -> Resul
     })
 }
 
+/// Longest item name a query or a grant may name (`entry <ulid>`,
+/// `turn <session>:<seq>`, `proposal <ulid>`: a session id is at most 128
+/// bytes).
+const MAX_ITEM_BYTES: usize = 300;
+
+/// `item`, or `invalid` naming the field when it cannot name an item.
+fn item_name(item: &str) -> Result<&str> {
+    if item.trim().is_empty() || item.len() > MAX_ITEM_BYTES {
+        return Err(MemoryError::Invalid {
+            what: "item",
+            reason: format!(
+                "an item is `<kind> <id>` of 1 to {MAX_ITEM_BYTES} bytes (this one has {})",
+                item.len()
+            ),
+        }
+        .into());
+    }
+    Ok(item)
+}
+
 /// Whether the user granted the confirmation of `item` in `ws`.
 pub(crate) fn granted(ws: &Workspace, item: &str) -> Result<bool> {
     let key = StateKey::Confirmation {
@@ -425,6 +462,9 @@ impl Cairn {
             }
             .into());
         }
+        if let Some(item) = &query.item {
+            item_name(item)?;
+        }
         let ws = self.memory().existing_workspace(workspace)?;
         let mut out = Vec::new();
         for (_, raw) in ws.state_scan(StateFamily::Audit)?.into_iter().rev() {
@@ -454,6 +494,7 @@ impl Cairn {
     /// used as the memory policy decided, on every surface. Fails with
     /// `not_found` when nothing waits for a confirmation of `item`.
     pub fn grant_confirmation(&self, workspace: &str, item: &str) -> Result<Confirmation> {
+        let item = item_name(item)?;
         let ws = self.memory().existing_workspace(workspace)?;
         let key = StateKey::Confirmation {
             item: item.to_owned(),

@@ -308,6 +308,15 @@ fn confirm_with_user_holds_the_item_until_the_user_grants_it() -> Result<()> {
             .is_err_and(|e| e.code() == "confirmation_not_found"),
         "{missing:?}"
     );
+    for bad in [String::new(), "x".repeat(1_000)] {
+        let refused = cairn.grant_confirmation("acme", &bad);
+        ensure!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.kind() == cairn::ErrorKind::Invalid),
+            "{refused:?}"
+        );
+    }
     let granted = cairn.grant_confirmation("acme", &item)?;
     ensure!(granted.state == cairn::ConfirmationState::Granted);
     ensure!(read(&cairn, session, ReadAs::user())? == [TEXT]);
