@@ -230,18 +230,9 @@ fn a_token_made_at_runtime_switches_authentication_on() -> Result<()> {
 fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(&config, format!("[server]\nadmin_token = \"{ADMIN}\"\n"))?;
-    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
-    let host = server.base.trim_start_matches("http://").to_owned();
+    let server = Server::start_admin(dir.path(), &data, ADMIN)?;
     let call = |method: &str, path: &str, token: &str, body: &str| {
-        let auth = format!("Bearer {token}");
-        server.raw(
-            method,
-            path,
-            &[("host", host.as_str()), ("authorization", auth.as_str())],
-            body,
-        )
+        server.as_bearer(method, path, token, body)
     };
     let (s, made) = call(
         "POST",
@@ -300,15 +291,11 @@ fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> 
     );
     // After a restart too: the binding is stored, not only cached.
     drop(server);
-    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
-    let auth = format!("Bearer {old}");
-    let (s, answer) = server.raw(
+    let server = Server::start_admin(dir.path(), &data, ADMIN)?;
+    let (s, answer) = server.as_bearer(
         "GET",
         "/v1/workspaces/acme/sessions/main/transcript",
-        &[
-            ("host", server.base.trim_start_matches("http://")),
-            ("authorization", auth.as_str()),
-        ],
+        &old,
         "",
     )?;
     ensure!(

@@ -538,18 +538,9 @@ fn confirmations_and_audit_records_over_http_and_the_cli() -> Result<()> {
     // With tokens, a workspace token may read the confirmations but not
     // grant one: that is the user's answer, through the admin token.
     const ADMIN: &str = "admin-token-0123456789abcdef";
-    let config = dir.path().join("cairn.toml");
-    std::fs::write(&config, format!("[server]\nadmin_token = \"{ADMIN}\"\n"))?;
-    let server = Server::start_with(&data, &["--config", config.to_str().context("path")?])?;
-    let host = server.base.trim_start_matches("http://").to_owned();
+    let server = Server::start_admin(dir.path(), &data, ADMIN)?;
     let call = |method: &str, path: &str, token: &str, body: &str| {
-        let auth = format!("Bearer {token}");
-        server.raw(
-            method,
-            path,
-            &[("host", host.as_str()), ("authorization", auth.as_str())],
-            body,
-        )
+        server.as_bearer(method, path, token, body)
     };
     let (s, made) = call(
         "POST",

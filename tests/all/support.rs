@@ -42,6 +42,36 @@ impl Server {
         Server::start_with(&dir.join("data"), &["--config", config])
     }
 
+    /// Starts `cairn serve` on `data_dir` with `admin` as its admin token
+    /// (a `cairn.toml` written in `dir`): every request then needs a token.
+    pub(crate) fn start_admin(dir: &Path, data_dir: &Path, admin: &str) -> Result<Server> {
+        let config = dir.join("cairn.toml");
+        std::fs::write(&config, format!("[server]\nadmin_token = \"{admin}\"\n"))?;
+        Server::start_with(
+            data_dir,
+            &["--config", config.to_str().context("config path")?],
+        )
+    }
+
+    /// One request with `Authorization: Bearer token` (and the server's
+    /// own `Host`), over a fresh connection.
+    pub(crate) fn as_bearer(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: &str,
+    ) -> Result<(u16, Value)> {
+        let host = self.base.trim_start_matches("http://");
+        let auth = format!("Bearer {token}");
+        self.raw(
+            method,
+            path,
+            &[("host", host), ("authorization", auth.as_str())],
+            body,
+        )
+    }
+
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
         Server::start_env(data_dir, args, &crate::support::backend_env(data_dir))

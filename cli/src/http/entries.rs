@@ -3,7 +3,7 @@
 //! tombstones).
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpMessage, HttpRequest, web};
+use actix_web::{HttpRequest, web};
 use cairn::{
     Cairn, Correction, Destination, Entry, EntryFilter, EntryInput, EntryKind, EntryView,
     ForgetTarget, ReadAs, Subject, SubjectKind, TaskStatus, Tombstone,
@@ -376,10 +376,7 @@ async fn forget(
     body: web::Json<ForgetBody>,
     req: HttpRequest,
 ) -> ApiResult<Tombstone> {
-    let admin = req
-        .extensions()
-        .get::<Principal>()
-        .is_none_or(Principal::is_admin);
+    let admin = Principal::of_admin(&req);
     if matches!(body.target, ForgetTarget::Workspace(_)) && !admin {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

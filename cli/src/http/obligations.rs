@@ -7,7 +7,7 @@
 //! release what the policy held for the user.
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpMessage, HttpRequest, web};
+use actix_web::{HttpRequest, web};
 use cairn::{AuditQuery, AuditRecord, Cairn, Confirmation};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -87,10 +87,7 @@ async fn grant(
     body: web::Json<GrantBody>,
     req: HttpRequest,
 ) -> ApiResult<Confirmation> {
-    let admin = req
-        .extensions()
-        .get::<Principal>()
-        .is_none_or(Principal::is_admin);
+    let admin = Principal::of_admin(&req);
     if !admin {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
