@@ -19,7 +19,7 @@ use cairn_policies::{Action, MutationAuthority};
 
 use crate::error::{CairnError, Result};
 use crate::host::Cairn;
-use crate::obligations::{Ledger, Proposal};
+use crate::obligations::{Ledger, ProposedChange};
 use crate::reads::{Object, ReadAs, item_of};
 
 /// What the memory policy lets a caller do with a change it asks for.
@@ -104,7 +104,7 @@ impl Cairn {
         reader: ReadAs<'_>,
         surface: &'static str,
         object: &Object<'_>,
-        change: Proposal,
+        change: ProposedChange,
     ) -> Result<Authority> {
         let lineage = self.allowed_sessions(ws, reader.asking, false)?;
         let judge = self.read_judge(ws, reader, surface, lineage)?;
@@ -224,7 +224,7 @@ impl Cairn {
         }
         let stored = ws.entry(id)?;
         let object = Self::entry_object(&stored.entry, &stored.entry.content);
-        let change = Proposal::Append {
+        let change = ProposedChange::Append {
             entry: Box::new(input.clone()),
         };
         if let Authority::Propose(proposed) =
@@ -266,7 +266,7 @@ impl Cairn {
         let ws = self.memory().existing_workspace(workspace)?;
         let stored = ws.entry(id)?;
         let object = Self::entry_object(&stored.entry, &stored.entry.content);
-        let change = Proposal::Retract {
+        let change = ProposedChange::Retract {
             entry: id.to_owned(),
             reason: reason.to_owned(),
         };
@@ -311,7 +311,7 @@ impl Cairn {
         let ws = self.memory().existing_workspace(workspace)?;
         let stored = ws.entry(id)?;
         let object = Self::entry_object(&stored.entry, &stored.entry.content);
-        let change = Proposal::Pin {
+        let change = ProposedChange::Pin {
             entry: id.to_owned(),
             pinned,
         };

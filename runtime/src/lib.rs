@@ -100,7 +100,7 @@ pub use health::Health;
 pub use host::{Cairn, GatewayStartReport, OpenSession, SweptSession};
 pub use manage::parse_world;
 pub use model::ModelConfig;
-pub use obligations::{AuditQuery, AuditRecord, Confirmation, ConfirmationState, Proposal};
+pub use obligations::{AuditQuery, AuditRecord, Confirmation, ConfirmationState, ProposedChange};
 pub use reads::ReadAs;
 pub use tools::{
     MemoryItem, NOTE_KINDS, Note, SearchItem, SearchRequest, SearchResponse, TRANSCRIPT_TOKEN_CAP,

@@ -144,7 +144,7 @@ pub struct Confirmation {
     /// `candidate-only` mutation authority, or `confirm-with-user` on a
     /// `mutate`): the change, made when the user grants it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proposal: Option<Proposal>,
+    pub proposal: Option<ProposedChange>,
     /// What granting the proposal made (the new entry's id, the
     /// tombstone's id, the pinned entry's id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,7 +154,7 @@ pub struct Confirmation {
 /// A change a caller proposed and the user may grant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "change", rename_all = "snake_case")]
-pub enum Proposal {
+pub enum ProposedChange {
     /// Write this entry (a note, or a correction that `replaces` one).
     Append {
         /// The entry to write.
@@ -512,13 +512,15 @@ impl Cairn {
             // pending and the error says why.
             confirmation.applied = match &confirmation.proposal {
                 None => None,
-                Some(Proposal::Append { entry }) => Some(self.append_entry(workspace, entry)?.id),
-                Some(Proposal::Retract { entry, reason }) => {
+                Some(ProposedChange::Append { entry }) => {
+                    Some(self.append_entry(workspace, entry)?.id)
+                }
+                Some(ProposedChange::Retract { entry, reason }) => {
                     self.unpin(workspace, entry)?;
                     let target = cairn_memory::ForgetTarget::Entry(entry.clone());
                     Some(self.forget(workspace, &target, reason)?.id)
                 }
-                Some(Proposal::Pin { entry, pinned }) => {
+                Some(ProposedChange::Pin { entry, pinned }) => {
                     if *pinned {
                         self.pin(workspace, entry)?;
                     } else {
@@ -601,7 +603,7 @@ impl Cairn {
         asker: &Asker,
         verdict: &Verdict,
         session: Option<&str>,
-        proposal: Proposal,
+        proposal: ProposedChange,
     ) -> crate::error::CairnError {
         let item = format!("proposal {}", ulid::Ulid::new());
         let pending = Confirmation {

@@ -27,7 +27,7 @@ use crate::error::{CairnError, Result};
 use crate::host::Cairn;
 use cairn_policies::ObjectKind;
 
-use crate::obligations::Proposal;
+use crate::obligations::ProposedChange;
 use crate::reads::{Object, ReadAs, ReadJudge, withheld};
 
 /// Tokens a transcript or turn-range read returns at most.
@@ -758,7 +758,7 @@ impl Cairn {
             text: &note.content,
             low_trust: false,
         };
-        let change = Proposal::Append {
+        let change = ProposedChange::Append {
             entry: Box::new(input.clone()),
         };
         if let crate::corrections::Authority::Propose(proposed) =

@@ -388,7 +388,7 @@ fn mutation_authority_decides_whether_a_change_is_made_proposed_or_refused() -> 
     ensure!(pending.len() == 2, "{pending:#?}");
     let correct = pending
         .iter()
-        .find(|c| matches!(c.proposal, Some(cairn::Proposal::Append { .. })))
+        .find(|c| matches!(c.proposal, Some(cairn::ProposedChange::Append { .. })))
         .context("the correction's proposal")?;
     let granted = cairn.grant_confirmation("acme", &correct.item)?;
     let made = granted.applied.context("the grant made nothing")?;
