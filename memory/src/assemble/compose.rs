@@ -454,7 +454,7 @@ fn line_of(
                 ""
             };
             let source = if attribute {
-                format!("[source: {}] ", raw.support)
+                format!("[source: {}] ", source_of(raw))
             } else {
                 String::new()
             };
@@ -485,7 +485,7 @@ fn line_of(
             // a line is counted in (its floor, the verdict's rendering)
             // share the content's count.
             if attribute {
-                let _ = write!(line, "[source: {}] ", raw.support);
+                let _ = write!(line, "[source: {}] ", source_of(raw));
             }
             if line.ends_with(' ') {
                 cuts[0] = line.len() - 1;
@@ -526,6 +526,19 @@ fn line_of(
     Line { text, cuts }
 }
 
+/// Where an item came from, as an `attribute-source` obligation names it:
+/// its source turns, else (an entry written without provenance) its work
+/// context.
+fn source_of<'r>(raw: &'r Raw<'_>) -> Cow<'r, str> {
+    match (raw.support.as_str(), raw.work_context) {
+        (NO_SOURCE_TURNS, Some(wc)) => Cow::Owned(format!("work context {wc}")),
+        (support, _) => Cow::Borrowed(support),
+    }
+}
+
+/// The support of an entry written without provenance.
+const NO_SOURCE_TURNS: &str = "no source turns";
+
 fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -> Raw<'t> {
     let support = match &v.entry.provenance {
         Some(p) => {
@@ -536,7 +549,7 @@ fn entry_raw<'t>(v: &'t EntryView, section: Section, warrant: Option<Warrant>) -
             }
             s
         }
-        None => "no source turns".to_owned(),
+        None => NO_SOURCE_TURNS.to_owned(),
     };
     Raw {
         source: ItemSource::Entry {
