@@ -140,11 +140,6 @@ impl Cairn {
         }
         Ok(Authority::Durable)
     }
-
-    /// The policy's view of an entry a caller wants to change.
-    fn entry_object<'e>(entry: &'e Entry, text: &'e str) -> Object<'e> {
-        Object::entry(entry, text)
-    }
 }
 
 // The correction tools on the facade.
@@ -223,7 +218,7 @@ impl Cairn {
             ));
         }
         let stored = ws.entry(id)?;
-        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let object = Object::entry(&stored.entry, &stored.entry.content);
         let change = ProposedChange::Append {
             entry: Box::new(input.clone()),
         };
@@ -265,7 +260,7 @@ impl Cairn {
         self.entry_as(workspace, id, reader, "memory_retract")?;
         let ws = self.memory().existing_workspace(workspace)?;
         let stored = ws.entry(id)?;
-        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let object = Object::entry(&stored.entry, &stored.entry.content);
         let change = ProposedChange::Retract {
             entry: id.to_owned(),
             reason: reason.to_owned(),
@@ -310,7 +305,7 @@ impl Cairn {
         self.entry_as(workspace, id, reader, "memory_pin")?;
         let ws = self.memory().existing_workspace(workspace)?;
         let stored = ws.entry(id)?;
-        let object = Self::entry_object(&stored.entry, &stored.entry.content);
+        let object = Object::entry(&stored.entry, &stored.entry.content);
         let change = ProposedChange::Pin {
             entry: id.to_owned(),
             pinned,

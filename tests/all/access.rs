@@ -234,14 +234,7 @@ fn an_erased_workspace_s_tokens_open_nothing_of_the_next_tenant() -> Result<()> 
     let call = |method: &str, path: &str, token: &str, body: &str| {
         server.as_bearer(method, path, token, body)
     };
-    let (s, made) = call(
-        "POST",
-        "/v1/tokens",
-        ADMIN,
-        r#"{"workspace":"acme","scope":"write"}"#,
-    )?;
-    ensure!(s == 200, "{s} {made}");
-    let old = made["token"].as_str().context("token")?.to_owned();
+    let old = server.create_token(ADMIN, "acme", "write")?;
     let first = r#"{"turns":[{"session":"main","role":"user","content":"First tenant."}]}"#;
     let (s, body) = call("POST", "/v1/workspaces/acme/turns", &old, first)?;
     ensure!(s == 200, "{s} {body}");

@@ -542,14 +542,7 @@ fn confirmations_and_audit_records_over_http_and_the_cli() -> Result<()> {
     let call = |method: &str, path: &str, token: &str, body: &str| {
         server.as_bearer(method, path, token, body)
     };
-    let (s, made) = call(
-        "POST",
-        "/v1/tokens",
-        ADMIN,
-        r#"{"workspace":"acme","scope":"write"}"#,
-    )?;
-    ensure!(s == 200, "{s} {made}");
-    let acme = made["token"].as_str().context("token")?.to_owned();
+    let acme = server.create_token(ADMIN, "acme", "write")?;
     let (s, listed) = call("GET", "/v1/workspaces/acme/confirmations", &acme, "")?;
     ensure!(s == 200, "{s} {listed}");
     let grant = json!({"item": item}).to_string();

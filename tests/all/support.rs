@@ -72,6 +72,15 @@ impl Server {
         )
     }
 
+    /// A new access token for `workspace` with `scope` (`read`, `write`),
+    /// made with the admin token `admin`.
+    pub(crate) fn create_token(&self, admin: &str, workspace: &str, scope: &str) -> Result<String> {
+        let body = serde_json::json!({"workspace": workspace, "scope": scope}).to_string();
+        let (status, made) = self.as_bearer("POST", "/v1/tokens", admin, &body)?;
+        ensure!(status == 200, "creating a token: {status} {made}");
+        Ok(made["token"].as_str().context("the new token")?.to_owned())
+    }
+
     /// Starts `cairn serve` with extra arguments (`--config FILE`…).
     pub(crate) fn start_with(data_dir: &Path, args: &[&str]) -> Result<Server> {
         Server::start_env(data_dir, args, &crate::support::backend_env(data_dir))
