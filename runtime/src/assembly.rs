@@ -291,12 +291,9 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
             .iter()
             .zip(items)
             .filter_map(|(object, item)| {
-                let object = object.as_ref()?;
-                let asker = Asker {
-                    action: self.action_for(item, context),
-                    ..asker.clone()
-                };
-                Some(request_for(&asker, self.lineage.as_ref(), object))
+                let mut request = request_for(&asker, self.lineage.as_ref(), object.as_ref()?);
+                request.action = self.action_for(item, context);
+                Some(request)
             })
             .collect();
         let (decided, records) = self
@@ -330,18 +327,18 @@ impl PolicyCheck for WasmPolicyCheck<'_> {
                 }
             }
         }
-        let mut decided = verdicts.into_iter();
+        // Each verdict with the action its request asked about.
+        let mut decided = verdicts.into_iter().zip(requests.iter().map(|r| r.action));
         let verdicts = objects
             .iter()
             .zip(items)
             .map(|(object, item)| match object {
                 None => Ok(self.directive()),
                 Some(object) => {
-                    let mut verdict = decided.next().ok_or_else(|| {
+                    let (mut verdict, action) = decided.next().ok_or_else(|| {
                         SeamError("the policy gave fewer verdicts than asked".to_owned())
                     })?;
                     if let (Some(ws), Some(label)) = (&self.store, item_label(item.source)) {
-                        let action = self.action_for(item, context);
                         verdict =
                             self.ledger
                                 .admit_as(ws, label, object.session, Some(action), verdict);
